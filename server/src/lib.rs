@@ -1,1 +1,15 @@
+//! Rebound: retry-as-a-service over Apache Cassandra. See DESIGN.md for the architecture; each
+//! module says which part of it it owns.
 
+pub mod api;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod node;
+pub mod policy;
+pub mod store;
+pub mod telemetry;
+pub mod token;
+pub mod validate;
+pub mod window;
+pub mod writer;

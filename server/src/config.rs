@@ -1,0 +1,640 @@
+//! Node configuration: defaults, then a TOML file, then the environment, then flags, then
+//! `validate()`. The environment is passed in as a map so tests control it; the names are part
+//! of the contract of DESIGN.md "Configuration".
+
+use std::{collections::HashMap, net::SocketAddr, path::Path, time::Duration};
+
+use serde::Deserialize;
+
+use crate::policy::RetryPolicy;
+
+/// Everything a node needs to know to start. Durations are kept in the units of their keys.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// The `host:port` other nodes and SDKs use to reach this node (GetRing). Defaults to
+    /// `listen`.
+    pub advertise: Option<String>,
+    pub cassandra_contact_points: Vec<String>,
+    pub keyspace: String,
+    /// CQL replication map used when the keyspace has to be created.
+    pub replication: String,
+    pub consistency: String,
+    pub serial_consistency: String,
+    pub cassandra_request_timeout_ms: u64,
+    pub cassandra_connect_timeout_ms: u64,
+    /// How long the node keeps trying to reach Cassandra at start before it gives up.
+    pub cassandra_startup_wait_ms: u64,
+    pub region: String,
+    pub cluster: String,
+    pub node_id: String,
+    pub window_seconds: u32,
+    pub skew_margin_ms: u64,
+    pub bucket_size: u32,
+    pub lanes: u32,
+    pub slots: u32,
+    pub lease_ttl_ms: u64,
+    pub max_payload_bytes: usize,
+    pub max_delay_seconds: u64,
+    /// How long a terminal state row (SUCCEEDED, DEAD, CANCELLED) is kept.
+    pub terminal_ttl_seconds: u32,
+    /// At most this many items in one EnqueueRetryBatch.
+    pub max_batch_items: usize,
+    /// Concurrent enqueues beyond this are shed with RESOURCE_EXHAUSTED.
+    pub max_concurrent_writes: usize,
+    pub shutdown_grace_ms: u64,
+    pub log_format: LogFormat,
+    /// Node-wide default retry policy; services and enqueues override it.
+    pub default_policy: RetryPolicy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// A configuration value that failed validation; the message names the key.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("invalid configuration: {key}: {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+fn bad(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.to_string(),
+        message: message.into(),
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:50051".parse().expect("static address"),
+            advertise: None,
+            cassandra_contact_points: vec!["127.0.0.1:9042".into()],
+            keyspace: "rebound".into(),
+            replication: "{'class': 'SimpleStrategy', 'replication_factor': 1}".into(),
+            consistency: "LOCAL_QUORUM".into(),
+            serial_consistency: "LOCAL_SERIAL".into(),
+            cassandra_request_timeout_ms: 5_000,
+            cassandra_connect_timeout_ms: 2_000,
+            cassandra_startup_wait_ms: 120_000,
+            region: "local".into(),
+            cluster: "default".into(),
+            node_id: default_node_id(),
+            window_seconds: 60,
+            skew_margin_ms: 2_000,
+            bucket_size: 50_000,
+            lanes: 8,
+            slots: 64,
+            lease_ttl_ms: 10_000,
+            max_payload_bytes: 262_144,
+            max_delay_seconds: 2_592_000,
+            terminal_ttl_seconds: 3_600,
+            max_batch_items: 1_000,
+            max_concurrent_writes: 4_096,
+            shutdown_grace_ms: 5_000,
+            log_format: LogFormat::Text,
+            default_policy: RetryPolicy::default(),
+        }
+    }
+}
+
+fn default_node_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "rebound".into())
+}
+
+/// The TOML file: the same names as the environment, lower case, without `REBOUND_`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    advertise: Option<String>,
+    cassandra_contact_points: Option<ContactPoints>,
+    keyspace: Option<String>,
+    replication: Option<String>,
+    consistency: Option<String>,
+    serial_consistency: Option<String>,
+    cassandra_request_timeout_ms: Option<u64>,
+    cassandra_connect_timeout_ms: Option<u64>,
+    cassandra_startup_wait_ms: Option<u64>,
+    region: Option<String>,
+    cluster: Option<String>,
+    node_id: Option<String>,
+    window_seconds: Option<u32>,
+    skew_margin_ms: Option<u64>,
+    bucket_size: Option<u32>,
+    lanes: Option<u32>,
+    slots: Option<u32>,
+    lease_ttl_ms: Option<u64>,
+    max_payload_bytes: Option<usize>,
+    max_delay_seconds: Option<u64>,
+    terminal_ttl_seconds: Option<u32>,
+    max_batch_items: Option<usize>,
+    max_concurrent_writes: Option<usize>,
+    shutdown_grace_ms: Option<u64>,
+    log_format: Option<String>,
+    default_policy: Option<FilePolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum ContactPoints {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePolicy {
+    max_attempts: Option<u32>,
+    initial_backoff_ms: Option<u64>,
+    max_backoff_ms: Option<u64>,
+    multiplier: Option<f64>,
+    jitter: Option<f64>,
+    max_retry_duration_ms: Option<u64>,
+    ack_timeout_ms: Option<u64>,
+    max_deliveries_per_attempt: Option<u32>,
+}
+
+/// Command-line overrides; the binary fills these from clap.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub keyspace: Option<String>,
+    pub node_id: Option<String>,
+    pub contact_points: Option<String>,
+}
+
+impl Config {
+    /// Builds the configuration: defaults, then `file` (TOML), then `env`, then `flags`, then
+    /// validation.
+    pub fn load(
+        file: Option<&Path>,
+        env: &HashMap<String, String>,
+        flags: &Overrides,
+    ) -> Result<Self, ConfigError> {
+        let mut c = Config::default();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| bad("--config", format!("cannot read {}: {e}", path.display())))?;
+            c.apply_file(&text)?;
+        }
+        c.apply_env(env)?;
+        c.apply_flags(flags)?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn apply_file(&mut self, text: &str) -> Result<(), ConfigError> {
+        let f: FileConfig =
+            toml::from_str(text).map_err(|e| bad("--config", format!("bad TOML: {e}")))?;
+        if let Some(v) = f.listen {
+            self.listen = parse_addr("listen", &v)?;
+        }
+        set(&mut self.advertise, f.advertise.map(Some));
+        if let Some(v) = f.cassandra_contact_points {
+            self.cassandra_contact_points = match v {
+                ContactPoints::One(s) => split_list(&s),
+                ContactPoints::Many(v) => v,
+            };
+        }
+        set(&mut self.keyspace, f.keyspace);
+        set(&mut self.replication, f.replication);
+        set(&mut self.consistency, f.consistency);
+        set(&mut self.serial_consistency, f.serial_consistency);
+        set(
+            &mut self.cassandra_request_timeout_ms,
+            f.cassandra_request_timeout_ms,
+        );
+        set(
+            &mut self.cassandra_connect_timeout_ms,
+            f.cassandra_connect_timeout_ms,
+        );
+        set(
+            &mut self.cassandra_startup_wait_ms,
+            f.cassandra_startup_wait_ms,
+        );
+        set(&mut self.region, f.region);
+        set(&mut self.cluster, f.cluster);
+        set(&mut self.node_id, f.node_id);
+        set(&mut self.window_seconds, f.window_seconds);
+        set(&mut self.skew_margin_ms, f.skew_margin_ms);
+        set(&mut self.bucket_size, f.bucket_size);
+        set(&mut self.lanes, f.lanes);
+        set(&mut self.slots, f.slots);
+        set(&mut self.lease_ttl_ms, f.lease_ttl_ms);
+        set(&mut self.max_payload_bytes, f.max_payload_bytes);
+        set(&mut self.max_delay_seconds, f.max_delay_seconds);
+        set(&mut self.terminal_ttl_seconds, f.terminal_ttl_seconds);
+        set(&mut self.max_batch_items, f.max_batch_items);
+        set(&mut self.max_concurrent_writes, f.max_concurrent_writes);
+        set(&mut self.shutdown_grace_ms, f.shutdown_grace_ms);
+        if let Some(v) = f.log_format {
+            self.log_format = parse_log_format("log_format", &v)?;
+        }
+        if let Some(p) = f.default_policy {
+            let d = &mut self.default_policy;
+            set(&mut d.max_attempts, p.max_attempts);
+            set(
+                &mut d.initial_backoff,
+                p.initial_backoff_ms.map(Duration::from_millis),
+            );
+            set(
+                &mut d.max_backoff,
+                p.max_backoff_ms.map(Duration::from_millis),
+            );
+            set(&mut d.multiplier, p.multiplier);
+            set(&mut d.jitter, p.jitter);
+            if let Some(ms) = p.max_retry_duration_ms {
+                d.max_retry_duration = Some(Duration::from_millis(ms));
+            }
+            set(
+                &mut d.ack_timeout,
+                p.ack_timeout_ms.map(Duration::from_millis),
+            );
+            set(
+                &mut d.max_deliveries_per_attempt,
+                p.max_deliveries_per_attempt,
+            );
+        }
+        Ok(())
+    }
+
+    fn apply_env(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
+        let get = |k: &str| env.get(k).map(|v| v.trim().to_string());
+        if let Some(v) = get("REBOUND_LISTEN") {
+            self.listen = parse_addr("REBOUND_LISTEN", &v)?;
+        }
+        if let Some(v) = get("REBOUND_ADVERTISE") {
+            self.advertise = Some(v);
+        }
+        if let Some(v) = get("REBOUND_CASSANDRA_CONTACT_POINTS") {
+            self.cassandra_contact_points = split_list(&v);
+        }
+        macro_rules! text {
+            ($key:literal, $field:ident) => {
+                if let Some(v) = get($key) {
+                    self.$field = v;
+                }
+            };
+        }
+        macro_rules! num {
+            ($key:literal, $field:ident) => {
+                if let Some(v) = get($key) {
+                    self.$field = parse_num($key, &v)?;
+                }
+            };
+        }
+        text!("REBOUND_KEYSPACE", keyspace);
+        text!("REBOUND_REPLICATION", replication);
+        text!("REBOUND_CONSISTENCY", consistency);
+        text!("REBOUND_SERIAL_CONSISTENCY", serial_consistency);
+        num!(
+            "REBOUND_CASSANDRA_REQUEST_TIMEOUT_MS",
+            cassandra_request_timeout_ms
+        );
+        num!(
+            "REBOUND_CASSANDRA_CONNECT_TIMEOUT_MS",
+            cassandra_connect_timeout_ms
+        );
+        num!("REBOUND_CASSANDRA_STARTUP_WAIT_MS", cassandra_startup_wait_ms);
+        text!("REBOUND_REGION", region);
+        text!("REBOUND_CLUSTER", cluster);
+        text!("REBOUND_NODE_ID", node_id);
+        num!("REBOUND_WINDOW_SECONDS", window_seconds);
+        num!("REBOUND_SKEW_MARGIN_MS", skew_margin_ms);
+        num!("REBOUND_BUCKET_SIZE", bucket_size);
+        num!("REBOUND_LANES", lanes);
+        num!("REBOUND_SLOTS", slots);
+        num!("REBOUND_LEASE_TTL_MS", lease_ttl_ms);
+        num!("REBOUND_MAX_PAYLOAD_BYTES", max_payload_bytes);
+        num!("REBOUND_MAX_DELAY_SECONDS", max_delay_seconds);
+        num!("REBOUND_TERMINAL_TTL_SECONDS", terminal_ttl_seconds);
+        num!("REBOUND_MAX_BATCH_ITEMS", max_batch_items);
+        num!("REBOUND_MAX_CONCURRENT_WRITES", max_concurrent_writes);
+        num!("REBOUND_SHUTDOWN_GRACE_MS", shutdown_grace_ms);
+        if let Some(v) = get("REBOUND_LOG_FORMAT") {
+            self.log_format = parse_log_format("REBOUND_LOG_FORMAT", &v)?;
+        }
+        Ok(())
+    }
+
+    fn apply_flags(&mut self, o: &Overrides) -> Result<(), ConfigError> {
+        if let Some(v) = &o.listen {
+            self.listen = parse_addr("--listen", v)?;
+        }
+        if let Some(v) = &o.keyspace {
+            self.keyspace = v.clone();
+        }
+        if let Some(v) = &o.node_id {
+            self.node_id = v.clone();
+        }
+        if let Some(v) = &o.contact_points {
+            self.cassandra_contact_points = split_list(v);
+        }
+        Ok(())
+    }
+
+    /// Checks every value; the error names the environment key (the TOML key is the same name
+    /// in lower case without the prefix).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.cassandra_contact_points.is_empty() {
+            return Err(bad(
+                "REBOUND_CASSANDRA_CONTACT_POINTS",
+                "at least one host:port is required",
+            ));
+        }
+        for cp in &self.cassandra_contact_points {
+            if cp.is_empty() || cp.contains(char::is_whitespace) {
+                return Err(bad(
+                    "REBOUND_CASSANDRA_CONTACT_POINTS",
+                    format!("{cp:?} is not a host:port"),
+                ));
+            }
+        }
+        let ident = |key: &str, v: &str, max: usize| -> Result<(), ConfigError> {
+            let ok = !v.is_empty()
+                && v.len() <= max
+                && v.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+                && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if ok {
+                Ok(())
+            } else {
+                Err(bad(
+                    key,
+                    format!(
+                        "{v:?} must be 1-{max} characters of [A-Za-z0-9_] starting with a letter"
+                    ),
+                ))
+            }
+        };
+        ident("REBOUND_KEYSPACE", &self.keyspace, 48)?;
+        let ns = |key: &str, v: &str| -> Result<(), ConfigError> {
+            if v.is_empty()
+                || v.len() > 64
+                || !v
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            {
+                Err(bad(
+                    key,
+                    format!("{v:?} must be 1-64 characters of [A-Za-z0-9._-]"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        ns("REBOUND_REGION", &self.region)?;
+        ns("REBOUND_CLUSTER", &self.cluster)?;
+        ns("REBOUND_NODE_ID", &self.node_id)?;
+        let r = self.replication.trim();
+        if !(r.starts_with('{') && r.ends_with('}') && r.contains("'class'")) {
+            return Err(bad(
+                "REBOUND_REPLICATION",
+                "must be a CQL replication map such as {'class': 'SimpleStrategy', 'replication_factor': 1}",
+            ));
+        }
+        parse_consistency(&self.consistency)
+            .ok_or_else(|| bad("REBOUND_CONSISTENCY", format!("unknown consistency level {:?}", self.consistency)))?;
+        parse_serial_consistency(&self.serial_consistency).ok_or_else(|| {
+            bad(
+                "REBOUND_SERIAL_CONSISTENCY",
+                "must be SERIAL or LOCAL_SERIAL",
+            )
+        })?;
+        range(
+            "REBOUND_CASSANDRA_REQUEST_TIMEOUT_MS",
+            self.cassandra_request_timeout_ms,
+            100,
+            600_000,
+        )?;
+        range(
+            "REBOUND_CASSANDRA_CONNECT_TIMEOUT_MS",
+            self.cassandra_connect_timeout_ms,
+            100,
+            600_000,
+        )?;
+        if self.window_seconds == 0 || 86_400 % self.window_seconds != 0 {
+            return Err(bad(
+                "REBOUND_WINDOW_SECONDS",
+                format!(
+                    "{} must be at least 1 and divide 86400 (e.g. 1, 2, 5, 10, 30, 60, 300, 3600)",
+                    self.window_seconds
+                ),
+            ));
+        }
+        range(
+            "REBOUND_SKEW_MARGIN_MS",
+            self.skew_margin_ms,
+            0,
+            u64::from(self.window_seconds) * 1000 * 10,
+        )?;
+        range(
+            "REBOUND_BUCKET_SIZE",
+            u64::from(self.bucket_size),
+            1,
+            1_000_000,
+        )?;
+        range("REBOUND_LANES", u64::from(self.lanes), 1, 1024)?;
+        range("REBOUND_SLOTS", u64::from(self.slots), 1, 65_536)?;
+        range("REBOUND_LEASE_TTL_MS", self.lease_ttl_ms, 1_000, 3_600_000)?;
+        range(
+            "REBOUND_MAX_PAYLOAD_BYTES",
+            self.max_payload_bytes as u64,
+            1,
+            16 * 1024 * 1024,
+        )?;
+        range(
+            "REBOUND_MAX_DELAY_SECONDS",
+            self.max_delay_seconds,
+            u64::from(self.window_seconds),
+            10 * 365 * 86_400,
+        )?;
+        range(
+            "REBOUND_TERMINAL_TTL_SECONDS",
+            u64::from(self.terminal_ttl_seconds),
+            1,
+            30 * 86_400,
+        )?;
+        range(
+            "REBOUND_MAX_BATCH_ITEMS",
+            self.max_batch_items as u64,
+            1,
+            100_000,
+        )?;
+        range(
+            "REBOUND_MAX_CONCURRENT_WRITES",
+            self.max_concurrent_writes as u64,
+            1,
+            1_000_000,
+        )?;
+        self.default_policy
+            .validate()
+            .map_err(|e| bad(&format!("default_policy.{}", e.field), e.message))?;
+        Ok(())
+    }
+
+    pub fn window_ms(&self) -> i64 {
+        i64::from(self.window_seconds) * 1000
+    }
+
+    pub fn advertised_address(&self) -> String {
+        self.advertise
+            .clone()
+            .unwrap_or_else(|| self.listen.to_string())
+    }
+}
+
+fn set<T>(slot: &mut T, v: Option<T>) {
+    if let Some(v) = v {
+        *slot = v;
+    }
+}
+
+fn split_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+fn parse_addr(key: &str, v: &str) -> Result<SocketAddr, ConfigError> {
+    v.parse()
+        .map_err(|_| bad(key, format!("{v:?} is not an ip:port address")))
+}
+
+fn parse_num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, ConfigError> {
+    v.parse()
+        .map_err(|_| bad(key, format!("{v:?} is not a valid non-negative integer")))
+}
+
+fn parse_log_format(key: &str, v: &str) -> Result<LogFormat, ConfigError> {
+    match v.to_ascii_lowercase().as_str() {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        _ => Err(bad(key, format!("{v:?} must be text or json"))),
+    }
+}
+
+fn range(key: &str, v: u64, min: u64, max: u64) -> Result<(), ConfigError> {
+    if v < min || v > max {
+        Err(bad(key, format!("{v} is outside {min}..={max}")))
+    } else {
+        Ok(())
+    }
+}
+
+/// CQL consistency level names accepted by `REBOUND_CONSISTENCY`.
+pub fn parse_consistency(s: &str) -> Option<scylla::statement::Consistency> {
+    use scylla::statement::Consistency as C;
+    Some(match s.to_ascii_uppercase().as_str() {
+        "ONE" => C::One,
+        "TWO" => C::Two,
+        "THREE" => C::Three,
+        "QUORUM" => C::Quorum,
+        "ALL" => C::All,
+        "LOCAL_QUORUM" => C::LocalQuorum,
+        "EACH_QUORUM" => C::EachQuorum,
+        "LOCAL_ONE" => C::LocalOne,
+        _ => return None,
+    })
+}
+
+pub fn parse_serial_consistency(s: &str) -> Option<scylla::statement::SerialConsistency> {
+    use scylla::statement::SerialConsistency as S;
+    match s.to_ascii_uppercase().as_str() {
+        "SERIAL" => Some(S::Serial),
+        "LOCAL_SERIAL" => Some(S::LocalSerial),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = Config::load(None, &HashMap::new(), &Overrides::default()).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:50051");
+        assert_eq!(c.keyspace, "rebound");
+        assert_eq!(c.window_seconds, 60);
+        assert_eq!(c.skew_margin_ms, 2000);
+        assert_eq!(c.bucket_size, 50_000);
+        assert_eq!(c.lanes, 8);
+        assert_eq!((c.slots, c.lease_ttl_ms), (64, 10_000));
+        assert_eq!(c.max_payload_bytes, 262_144);
+        assert_eq!(c.max_delay_seconds, 2_592_000);
+        assert_eq!((c.region.as_str(), c.cluster.as_str()), ("local", "default"));
+    }
+
+    #[test]
+    fn env_beats_file_and_flags_beat_env() {
+        let dir = std::env::temp_dir().join(format!("rebound-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rebound.toml");
+        std::fs::write(
+            &file,
+            "window_seconds = 30\nlanes = 4\nkeyspace = \"fromfile\"\n[default_policy]\nmax_attempts = 9\n",
+        )
+        .unwrap();
+        let c = Config::load(
+            Some(&file),
+            &env(&[("REBOUND_LANES", "2"), ("REBOUND_KEYSPACE", "fromenv")]),
+            &Overrides {
+                keyspace: Some("fromflag".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(c.window_seconds, 30);
+        assert_eq!(c.lanes, 2);
+        assert_eq!(c.keyspace, "fromflag");
+        assert_eq!(c.default_policy.max_attempts, 9);
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        for (k, v) in [
+            ("REBOUND_WINDOW_SECONDS", "7"),
+            ("REBOUND_WINDOW_SECONDS", "0"),
+            ("REBOUND_WINDOW_SECONDS", "abc"),
+            ("REBOUND_BUCKET_SIZE", "0"),
+            ("REBOUND_LANES", "0"),
+            ("REBOUND_SLOTS", "-1"),
+            ("REBOUND_LEASE_TTL_MS", "5"),
+            ("REBOUND_MAX_PAYLOAD_BYTES", "0"),
+            ("REBOUND_MAX_DELAY_SECONDS", "1"),
+            ("REBOUND_LISTEN", "nowhere"),
+            ("REBOUND_KEYSPACE", "bad-name"),
+            ("REBOUND_REGION", "a b"),
+            ("REBOUND_CONSISTENCY", "SOMETIMES"),
+        ] {
+            let err = Config::load(None, &env(&[(k, v)]), &Overrides::default()).unwrap_err();
+            assert_eq!(err.key, k, "{k}={v} gave {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_toml_key_is_refused() {
+        let mut c = Config::default();
+        let err = c.apply_file("windw_seconds = 5").unwrap_err();
+        assert!(err.message.contains("windw_seconds"), "{err}");
+    }
+}

@@ -1,0 +1,80 @@
+//! The API's error kinds and their one mapping to gRPC status codes. Handlers return
+//! `ApiError`; nothing else builds a `tonic::Status` from an error.
+
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum ApiError {
+    /// Bad input; `field` is the request path of the offending value (`policy.multiplier`).
+    #[error("{field}: {message}")]
+    InvalidArgument { field: String, message: String },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("{0}")]
+    ResourceExhausted(String),
+    /// Cassandra could not be reached; nothing was written that could be delivered.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Cassandra did not answer in time; the call is safe to repeat (enqueue is idempotent).
+    #[error("{0}")]
+    DeadlineExceeded(String),
+    #[error("{0}")]
+    Unimplemented(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::InvalidArgument {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            ApiError::InvalidArgument { .. } => tonic::Code::InvalidArgument,
+            ApiError::NotFound(_) => tonic::Code::NotFound,
+            ApiError::AlreadyExists(_) => tonic::Code::AlreadyExists,
+            ApiError::FailedPrecondition(_) => tonic::Code::FailedPrecondition,
+            ApiError::ResourceExhausted(_) => tonic::Code::ResourceExhausted,
+            ApiError::Unavailable(_) => tonic::Code::Unavailable,
+            ApiError::DeadlineExceeded(_) => tonic::Code::DeadlineExceeded,
+            ApiError::Unimplemented(_) => tonic::Code::Unimplemented,
+            ApiError::Internal(_) => tonic::Code::Internal,
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(m) => {
+                ApiError::Unavailable(format!("storage unavailable, nothing was scheduled: {m}"))
+            }
+            StoreError::Timeout(m) => ApiError::DeadlineExceeded(format!(
+                "storage did not answer in time; the call is idempotent and safe to repeat: {m}"
+            )),
+            StoreError::Internal(m) => ApiError::Internal(m),
+        }
+    }
+}
+
+impl From<ApiError> for tonic::Status {
+    fn from(e: ApiError) -> Self {
+        let code = e.code();
+        match &e {
+            ApiError::Internal(m) => tracing::error!(error = %m, "internal error"),
+            ApiError::Unavailable(m) | ApiError::DeadlineExceeded(m) => {
+                tracing::warn!(error = %m, code = ?code, "storage error")
+            }
+            _ => {}
+        }
+        tonic::Status::new(code, e.to_string())
+    }
+}

@@ -1,0 +1,171 @@
+//! A running Rebound node: connects to Cassandra, migrates, builds the components and serves
+//! gRPC (the API, health and reflection on one port). It owns every task it spawns and stops
+//! them on shutdown; open streams are cut after a grace period so shutdown never hangs.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use rebound_proto::v1 as pb;
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::{
+    api::{AdminApi, Api, ExecutorApi},
+    clock::SharedClock,
+    config::Config,
+    store::{
+        cassandra::{connect_with_wait, CassandraOptions, CassandraStore},
+        migrate::migrate,
+        RetryStore,
+    },
+    writer::{Writer, WriterOptions},
+};
+
+/// Room on top of the payload cap for the rest of a message (ids, attributes, batch framing).
+const MESSAGE_OVERHEAD: usize = 1 << 20;
+
+/// Handle to a running node.
+#[derive(Debug)]
+pub struct Node {
+    addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<anyhow::Result<()>>,
+    pub writer: Arc<Writer>,
+    pub boot_epoch: i64,
+}
+
+/// Applies the schema migrations to the configured keyspace (the `migrate` command).
+pub async fn run_migrations(config: &Config, clock: &SharedClock) -> anyhow::Result<Vec<i32>> {
+    let opts = CassandraOptions::from_config(config);
+    let session = connect_with_wait(&opts, Duration::from_millis(config.cassandra_startup_wait_ms))
+        .await
+        .context("connecting to Cassandra")?;
+    let applied = migrate(&session, &opts.keyspace, &config.replication, clock.now_ms())
+        .await
+        .context("applying migrations")?;
+    Ok(applied)
+}
+
+impl Node {
+    /// Starts a node. `config.listen` may use port 0; `local_addr` tells the bound address.
+    pub async fn start(config: Config, clock: SharedClock) -> anyhow::Result<Node> {
+        config.validate()?;
+        let boot_epoch = clock.now_ms();
+        let opts = CassandraOptions::from_config(&config);
+        let session = Arc::new(
+            connect_with_wait(&opts, Duration::from_millis(config.cassandra_startup_wait_ms))
+                .await
+                .context("connecting to Cassandra")?,
+        );
+        let applied = migrate(&session, &opts.keyspace, &config.replication, clock.now_ms())
+            .await
+            .context("applying migrations")?;
+        if !applied.is_empty() {
+            tracing::info!(?applied, keyspace = %opts.keyspace, "schema migrated");
+        }
+        let store: Arc<dyn RetryStore> = Arc::new(
+            CassandraStore::new(session.clone(), &opts)
+                .await
+                .context("preparing statements")?,
+        );
+        let writer = Arc::new(Writer::new(
+            store,
+            clock.clone(),
+            WriterOptions::from_config(&config, boot_epoch),
+        ));
+
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {} (REBOUND_LISTEN)", config.listen))?;
+        let addr = listener.local_addr()?;
+
+        let max_message = config.max_payload_bytes.saturating_mul(4) + MESSAGE_OVERHEAD;
+        let api = Api {
+            writer: writer.clone(),
+            max_payload_bytes: config.max_payload_bytes,
+            max_batch_items: config.max_batch_items,
+        };
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_serving::<pb::retry_service_server::RetryServiceServer<Api>>()
+            .await;
+        health
+            .set_serving::<pb::executor_service_server::ExecutorServiceServer<ExecutorApi>>()
+            .await;
+        health
+            .set_serving::<pb::admin_service_server::AdminServiceServer<AdminApi>>()
+            .await;
+        let reflection_v1 = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(rebound_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()?;
+        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(rebound_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()?;
+
+        let router = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(
+                pb::retry_service_server::RetryServiceServer::new(api)
+                    .max_decoding_message_size(max_message),
+            )
+            .add_service(pb::executor_service_server::ExecutorServiceServer::new(
+                ExecutorApi,
+            ))
+            .add_service(pb::admin_service_server::AdminServiceServer::new(AdminApi));
+
+        let (shutdown, mut stop_rx) = watch::channel(false);
+        let mut serve_stop = shutdown.subscribe();
+        let grace = Duration::from_millis(config.shutdown_grace_ms);
+        let task = tokio::spawn(async move {
+            let serve = router.serve_with_incoming_shutdown(
+                TcpListenerStream::new(listener),
+                async move {
+                    let _ = serve_stop.wait_for(|s| *s).await.map(|_| ());
+                    health
+                        .set_not_serving::<pb::retry_service_server::RetryServiceServer<Api>>()
+                        .await;
+                },
+            );
+            tokio::pin!(serve);
+            tokio::select! {
+                r = &mut serve => r.map_err(anyhow::Error::from),
+                _ = async { stop_rx.wait_for(|s| *s).await.map(|_| ()) } => {
+                    match tokio::time::timeout(grace, &mut serve).await {
+                        Ok(r) => r.map_err(anyhow::Error::from),
+                        Err(_) => {
+                            tracing::warn!(grace_ms = grace.as_millis() as u64, "connections still open after the grace period, closing them");
+                            Ok(())
+                        }
+                    }
+                }
+            }
+        });
+        tracing::info!(%addr, node_id = %config.node_id, boot_epoch, keyspace = %config.keyspace, "rebound node serving");
+        Ok(Node {
+            addr,
+            shutdown,
+            task,
+            writer,
+            boot_epoch,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting calls, lets running calls finish within the grace period, then stops.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.shutdown.send(true);
+        self.task.await.context("server task")?
+    }
+
+    /// Waits until the server stops on its own (it only does so on an error).
+    pub async fn wait(&mut self) -> anyhow::Result<()> {
+        (&mut self.task).await.context("server task")?
+    }
+}

@@ -1,0 +1,224 @@
+//! Retry policy (DESIGN.md "Retry policy", seed 001): exponential backoff with jitter, capped,
+//! and the two stopping rules. Retries stop at whichever of `max_attempts` and
+//! `max_retry_duration` is reached first.
+
+use std::time::Duration;
+
+/// The effective policy of one retry: node defaults, then service defaults, then the enqueue's
+/// overrides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Total attempts, counting the caller's first try.
+    pub max_attempts: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    pub multiplier: f64,
+    /// Fraction in [0, 1]: each delay is spread uniformly over `delay * (1 +/- jitter)`.
+    pub jitter: f64,
+    /// None: no limit on the total time spent retrying.
+    pub max_retry_duration: Option<Duration>,
+    pub ack_timeout: Duration,
+    pub max_deliveries_per_attempt: u32,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(300),
+            multiplier: 2.0,
+            jitter: 0.2,
+            max_retry_duration: None,
+            ack_timeout: Duration::from_secs(30),
+            max_deliveries_per_attempt: 3,
+        }
+    }
+}
+
+/// Optional overrides, as an enqueue or a service default carries them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PolicyOverrides {
+    pub max_attempts: Option<u32>,
+    pub initial_backoff: Option<Duration>,
+    pub max_backoff: Option<Duration>,
+    pub multiplier: Option<f64>,
+    pub jitter: Option<f64>,
+    pub max_retry_duration: Option<Duration>,
+    pub ack_timeout: Option<Duration>,
+    pub max_deliveries_per_attempt: Option<u32>,
+}
+
+/// A policy field that is out of range; `field` is the path the caller used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyError {
+    pub field: String,
+    pub message: String,
+}
+
+/// Longest single backoff, ack timeout or retry duration a policy may ask for.
+pub const MAX_POLICY_DURATION: Duration = Duration::from_secs(365 * 86_400);
+pub const MAX_ATTEMPTS_LIMIT: u32 = 1_000_000;
+
+impl RetryPolicy {
+    pub fn apply(&self, o: &PolicyOverrides) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: o.max_attempts.unwrap_or(self.max_attempts),
+            initial_backoff: o.initial_backoff.unwrap_or(self.initial_backoff),
+            max_backoff: o.max_backoff.unwrap_or(self.max_backoff),
+            multiplier: o.multiplier.unwrap_or(self.multiplier),
+            jitter: o.jitter.unwrap_or(self.jitter),
+            max_retry_duration: o.max_retry_duration.or(self.max_retry_duration),
+            ack_timeout: o.ack_timeout.unwrap_or(self.ack_timeout),
+            max_deliveries_per_attempt: o
+                .max_deliveries_per_attempt
+                .unwrap_or(self.max_deliveries_per_attempt),
+        }
+    }
+
+    /// Checks the policy as a whole; field names are relative (`max_attempts`, ...).
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let err = |field: &str, message: String| {
+            Err(PolicyError {
+                field: field.into(),
+                message,
+            })
+        };
+        if self.max_attempts == 0 || self.max_attempts > MAX_ATTEMPTS_LIMIT {
+            return err(
+                "max_attempts",
+                format!(
+                    "must be between 1 and {MAX_ATTEMPTS_LIMIT}, got {}",
+                    self.max_attempts
+                ),
+            );
+        }
+        if !(self.multiplier.is_finite() && (1.0..=1000.0).contains(&self.multiplier)) {
+            return err(
+                "multiplier",
+                format!("must be between 1.0 and 1000.0, got {}", self.multiplier),
+            );
+        }
+        if !(self.jitter.is_finite() && (0.0..=1.0).contains(&self.jitter)) {
+            return err(
+                "jitter",
+                format!("must be a fraction between 0.0 and 1.0, got {}", self.jitter),
+            );
+        }
+        for (field, d) in [
+            ("initial_backoff", self.initial_backoff),
+            ("max_backoff", self.max_backoff),
+            ("ack_timeout", self.ack_timeout),
+        ] {
+            if d > MAX_POLICY_DURATION {
+                return err(
+                    field,
+                    format!("must be at most {}s, got {}s", MAX_POLICY_DURATION.as_secs(), d.as_secs()),
+                );
+            }
+        }
+        if self.max_backoff < self.initial_backoff {
+            return err(
+                "max_backoff",
+                format!(
+                    "must be at least initial_backoff ({:?}), got {:?}",
+                    self.initial_backoff, self.max_backoff
+                ),
+            );
+        }
+        if self.ack_timeout < Duration::from_secs(1) {
+            return err(
+                "ack_timeout",
+                format!("must be at least 1s, got {:?}", self.ack_timeout),
+            );
+        }
+        if let Some(d) = self.max_retry_duration {
+            if d.is_zero() || d > MAX_POLICY_DURATION {
+                return err(
+                    "max_retry_duration",
+                    format!(
+                        "must be between 1ms and {}s when set, got {:?}",
+                        MAX_POLICY_DURATION.as_secs(),
+                        d
+                    ),
+                );
+            }
+        }
+        if self.max_deliveries_per_attempt == 0 || self.max_deliveries_per_attempt > 1000 {
+            return err(
+                "max_deliveries_per_attempt",
+                format!(
+                    "must be between 1 and 1000, got {}",
+                    self.max_deliveries_per_attempt
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// The delay before the next attempt, after `attempts_made` attempts (1 = the first try
+    /// failed): `initial * multiplier^(attempts_made - 1)`, capped at `max_backoff`, then spread
+    /// by `jitter` using `unit`, a uniform sample in [0, 1).
+    pub fn backoff(&self, attempts_made: u32, unit: f64) -> Duration {
+        let exp = attempts_made.saturating_sub(1).min(1_000) as i32;
+        let base = self.initial_backoff.as_secs_f64() * self.multiplier.powi(exp);
+        let capped = base.min(self.max_backoff.as_secs_f64());
+        let spread = 1.0 + self.jitter * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
+        let secs = (capped * spread).clamp(0.0, self.max_backoff.as_secs_f64());
+        Duration::from_secs_f64(secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_caps_and_jitters() {
+        let p = RetryPolicy {
+            jitter: 0.0,
+            max_backoff: Duration::from_secs(10),
+            ..Default::default()
+        };
+        assert_eq!(p.backoff(1, 0.5), Duration::from_secs(1));
+        assert_eq!(p.backoff(2, 0.5), Duration::from_secs(2));
+        assert_eq!(p.backoff(4, 0.5), Duration::from_secs(8));
+        assert_eq!(p.backoff(5, 0.5), Duration::from_secs(10));
+        assert_eq!(p.backoff(u32::MAX, 0.5), Duration::from_secs(10));
+        let j = RetryPolicy::default();
+        assert_eq!(j.backoff(1, 0.0), Duration::from_millis(800));
+        assert_eq!(j.backoff(1, 1.0), Duration::from_millis(1200));
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_the_field() {
+        let base = RetryPolicy::default();
+        let cases = [
+            (PolicyOverrides { max_attempts: Some(0), ..Default::default() }, "max_attempts"),
+            (PolicyOverrides { multiplier: Some(0.5), ..Default::default() }, "multiplier"),
+            (PolicyOverrides { multiplier: Some(f64::NAN), ..Default::default() }, "multiplier"),
+            (PolicyOverrides { jitter: Some(1.5), ..Default::default() }, "jitter"),
+            (
+                PolicyOverrides {
+                    initial_backoff: Some(Duration::from_secs(10)),
+                    max_backoff: Some(Duration::from_secs(5)),
+                    ..Default::default()
+                },
+                "max_backoff",
+            ),
+            (PolicyOverrides { ack_timeout: Some(Duration::ZERO), ..Default::default() }, "ack_timeout"),
+            (
+                PolicyOverrides { max_retry_duration: Some(Duration::ZERO), ..Default::default() },
+                "max_retry_duration",
+            ),
+            (
+                PolicyOverrides { max_deliveries_per_attempt: Some(0), ..Default::default() },
+                "max_deliveries_per_attempt",
+            ),
+        ];
+        for (o, field) in cases {
+            assert_eq!(base.apply(&o).validate().unwrap_err().field, field);
+        }
+        assert!(base.validate().is_ok());
+    }
+}

@@ -1,0 +1,674 @@
+//! The Cassandra (and ScyllaDB) implementation of the store. Every statement is prepared once
+//! at start and marked idempotent: each one is an upsert of fixed values or a read, so the
+//! driver may retry or speculate it safely, and a caller that saw a timeout may replay it.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use futures::TryStreamExt;
+use scylla::{
+    client::{
+        execution_profile::ExecutionProfile, session::Session, session_builder::SessionBuilder,
+    },
+    errors::{DbError, ExecutionError, PagerExecutionError, RequestAttemptError},
+    statement::prepared::PreparedStatement,
+    value::{CqlDate, CqlTimestamp},
+    DeserializeRow, SerializeRow,
+};
+
+use super::{
+    InstanceRow, Location, Pointer, RetryStore, Status, StoreError, StoreResult, TokenRange,
+    TxState,
+};
+use crate::{config::Config, policy::RetryPolicy, window::WindowId};
+
+/// Connection settings, taken from the node configuration.
+#[derive(Debug, Clone)]
+pub struct CassandraOptions {
+    pub contact_points: Vec<String>,
+    pub keyspace: String,
+    pub replication: String,
+    pub region: String,
+    pub cluster: String,
+    pub consistency: scylla::statement::Consistency,
+    pub serial_consistency: scylla::statement::SerialConsistency,
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+impl CassandraOptions {
+    pub fn from_config(c: &Config) -> Self {
+        Self {
+            contact_points: c.cassandra_contact_points.clone(),
+            keyspace: c.keyspace.clone(),
+            replication: c.replication.clone(),
+            region: c.region.clone(),
+            cluster: c.cluster.clone(),
+            consistency: crate::config::parse_consistency(&c.consistency)
+                .expect("validated consistency"),
+            serial_consistency: crate::config::parse_serial_consistency(&c.serial_consistency)
+                .expect("validated serial consistency"),
+            request_timeout: Duration::from_millis(c.cassandra_request_timeout_ms),
+            connect_timeout: Duration::from_millis(c.cassandra_connect_timeout_ms),
+        }
+    }
+}
+
+/// Opens a session with the configured consistency levels and client-side timeout.
+pub async fn connect(o: &CassandraOptions) -> StoreResult<Session> {
+    let profile = ExecutionProfile::builder()
+        .consistency(o.consistency)
+        .serial_consistency(Some(o.serial_consistency))
+        .request_timeout(Some(o.request_timeout))
+        .build();
+    SessionBuilder::new()
+        .known_nodes(&o.contact_points)
+        .connection_timeout(o.connect_timeout)
+        .default_execution_profile_handle(profile.into_handle())
+        .build()
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("cannot connect to {:?}: {e}", o.contact_points)))
+}
+
+/// Keeps trying to connect until `wait` has passed: a node started together with its database
+/// waits for it instead of failing.
+pub async fn connect_with_wait(o: &CassandraOptions, wait: Duration) -> StoreResult<Session> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut pause = Duration::from_millis(200);
+    loop {
+        match connect(o).await {
+            Ok(s) => return Ok(s),
+            Err(e) if tokio::time::Instant::now() + pause < deadline => {
+                tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "cassandra not reachable yet");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+struct Statements {
+    put_day: PreparedStatement,
+    put_window: PreparedStatement,
+    put_instance: PreparedStatement,
+    put_bucket: PreparedStatement,
+    put_pointer: PreparedStatement,
+    put_state: PreparedStatement,
+    get_state: PreparedStatement,
+    list_days: PreparedStatement,
+    list_windows: PreparedStatement,
+    list_instances: PreparedStatement,
+    list_buckets: PreparedStatement,
+    list_pointers: PreparedStatement,
+}
+
+/// The Cassandra store for one keyspace and one `ns` (region, cluster).
+pub struct CassandraStore {
+    session: Arc<Session>,
+    region: String,
+    cluster: String,
+    st: Statements,
+}
+
+impl std::fmt::Debug for CassandraStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CassandraStore")
+            .field("region", &self.region)
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+const STATE_COLUMNS: &str = "status, generation, attempt, payload, attributes, max_attempts, \
+     initial_backoff_ms, max_backoff_ms, multiplier, jitter, max_retry_duration_ms, \
+     ack_timeout_ms, max_deliveries_per_attempt, first_enqueued_at, last_enqueued_at, updated_at, \
+     due_at, last_error, loc_day, loc_window, loc_instance, loc_bucket, enqueue_count, \
+     delivery_count";
+
+impl CassandraStore {
+    /// Prepares every statement against `keyspace`, which must already be migrated.
+    pub async fn new(session: Arc<Session>, o: &CassandraOptions) -> StoreResult<Self> {
+        let ks = &o.keyspace;
+        let prep = |cql: String| {
+            let session = session.clone();
+            async move {
+                let mut ps = session.prepare(cql.clone()).await.map_err(|e| {
+                    map_prepare_error(&e, &cql)
+                })?;
+                ps.set_is_idempotent(true);
+                Ok::<_, StoreError>(ps)
+            }
+        };
+        let state_binds = vec!["?"; 4 + STATE_COLUMNS.split(',').count()].join(", ");
+        let st = Statements {
+            put_day: prep(format!(
+                "INSERT INTO {ks}.days_by_year (region, cluster, year, day) VALUES (?, ?, ?, ?)"
+            ))
+            .await?,
+            put_window: prep(format!(
+                "INSERT INTO {ks}.windows_by_day (region, cluster, day, window) VALUES (?, ?, ?, ?)"
+            ))
+            .await?,
+            put_instance: prep(format!(
+                "INSERT INTO {ks}.instances_by_window \
+                 (region, cluster, day, window, instance_token, service, instance) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            put_bucket: prep(format!(
+                "INSERT INTO {ks}.buckets_by_instance \
+                 (region, cluster, day, window, service, instance, bucket) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            put_pointer: prep(format!(
+                "INSERT INTO {ks}.retry_transactions_by_bucket \
+                 (region, cluster, day, window, service, instance, bucket, transaction_id, \
+                  generation, attempt, enqueued_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            put_state: prep(format!(
+                "INSERT INTO {ks}.transactions (region, cluster, service, transaction_id, \
+                 {STATE_COLUMNS}) VALUES ({state_binds}) USING TTL ?"
+            ))
+            .await?,
+            get_state: prep(format!(
+                "SELECT {STATE_COLUMNS} FROM {ks}.transactions \
+                 WHERE region = ? AND cluster = ? AND service = ? AND transaction_id = ?"
+            ))
+            .await?,
+            list_days: prep(format!(
+                "SELECT day FROM {ks}.days_by_year WHERE region = ? AND cluster = ? AND year = ?"
+            ))
+            .await?,
+            list_windows: prep(format!(
+                "SELECT window FROM {ks}.windows_by_day WHERE region = ? AND cluster = ? AND day = ?"
+            ))
+            .await?,
+            list_instances: prep(format!(
+                "SELECT instance_token, service, instance FROM {ks}.instances_by_window \
+                 WHERE region = ? AND cluster = ? AND day = ? AND window = ? \
+                 AND instance_token >= ? AND instance_token <= ?"
+            ))
+            .await?,
+            list_buckets: prep(format!(
+                "SELECT bucket FROM {ks}.buckets_by_instance WHERE region = ? AND cluster = ? \
+                 AND day = ? AND window = ? AND service = ? AND instance = ?"
+            ))
+            .await?,
+            list_pointers: prep(format!(
+                "SELECT transaction_id, generation, attempt, enqueued_at \
+                 FROM {ks}.retry_transactions_by_bucket WHERE region = ? AND cluster = ? \
+                 AND day = ? AND window = ? AND service = ? AND instance = ? AND bucket = ?"
+            ))
+            .await?,
+        };
+        Ok(Self {
+            session,
+            region: o.region.clone(),
+            cluster: o.cluster.clone(),
+            st,
+        })
+    }
+
+    async fn exec(
+        &self,
+        ps: &PreparedStatement,
+        values: impl scylla::serialize::row::SerializeRow,
+    ) -> StoreResult<()> {
+        self.session
+            .execute_unpaged(ps, values)
+            .await
+            .map(|_| ())
+            .map_err(|e| map_execution_error(&e))
+    }
+
+    /// Runs a paged read and collects every row (directory partitions are small and bounded).
+    async fn collect<R>(
+        &self,
+        ps: &PreparedStatement,
+        values: impl scylla::serialize::row::SerializeRow,
+    ) -> StoreResult<Vec<R>>
+    where
+        R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm> + Send + 'static,
+    {
+        let pager = self
+            .session
+            .execute_iter(ps.clone(), values)
+            .await
+            .map_err(|e| map_pager_error(&e))?;
+        pager
+            .rows_stream::<R>()
+            .map_err(|e| StoreError::Internal(format!("unexpected row type: {e}")))?
+            .try_collect()
+            .await
+            .map_err(|e| map_next_row_error(&e))
+    }
+}
+
+pub fn cql_date(day: i32) -> CqlDate {
+    CqlDate((i64::from(day) + (1i64 << 31)) as u32)
+}
+
+pub fn from_cql_date(d: CqlDate) -> i32 {
+    (i64::from(d.0) - (1i64 << 31)) as i32
+}
+
+fn ms_i64(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Bind values of the state-row upsert, in column order (the last one is the TTL).
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct StateValues<'a> {
+    region: &'a str,
+    cluster: &'a str,
+    service: &'a str,
+    transaction_id: &'a str,
+    status: &'a str,
+    generation: i64,
+    attempt: i32,
+    payload: &'a [u8],
+    attributes: &'a BTreeMap<String, String>,
+    max_attempts: i32,
+    initial_backoff_ms: i64,
+    max_backoff_ms: i64,
+    multiplier: f64,
+    jitter: f64,
+    max_retry_duration_ms: i64,
+    ack_timeout_ms: i64,
+    max_deliveries_per_attempt: i32,
+    first_enqueued_at: CqlTimestamp,
+    last_enqueued_at: CqlTimestamp,
+    updated_at: CqlTimestamp,
+    due_at: CqlTimestamp,
+    last_error: &'a str,
+    loc_day: Option<CqlDate>,
+    loc_window: Option<i32>,
+    loc_instance: Option<&'a str>,
+    loc_bucket: Option<i32>,
+    enqueue_count: i32,
+    delivery_count: i32,
+    ttl: i32,
+}
+
+#[derive(DeserializeRow)]
+struct StateRow {
+    status: Option<String>,
+    generation: Option<i64>,
+    attempt: Option<i32>,
+    payload: Option<Vec<u8>>,
+    attributes: Option<BTreeMap<String, String>>,
+    max_attempts: Option<i32>,
+    initial_backoff_ms: Option<i64>,
+    max_backoff_ms: Option<i64>,
+    multiplier: Option<f64>,
+    jitter: Option<f64>,
+    max_retry_duration_ms: Option<i64>,
+    ack_timeout_ms: Option<i64>,
+    max_deliveries_per_attempt: Option<i32>,
+    first_enqueued_at: Option<CqlTimestamp>,
+    last_enqueued_at: Option<CqlTimestamp>,
+    updated_at: Option<CqlTimestamp>,
+    due_at: Option<CqlTimestamp>,
+    last_error: Option<String>,
+    loc_day: Option<CqlDate>,
+    loc_window: Option<i32>,
+    loc_instance: Option<String>,
+    loc_bucket: Option<i32>,
+    enqueue_count: Option<i32>,
+    delivery_count: Option<i32>,
+}
+
+impl StateRow {
+    fn into_state(self, service: &str, transaction_id: &str) -> StoreResult<TxState> {
+        let d = RetryPolicy::default();
+        let dur = |v: Option<i64>, dflt: Duration| {
+            v.map(|ms| Duration::from_millis(ms.max(0) as u64))
+                .unwrap_or(dflt)
+        };
+        let status_text = self.status.unwrap_or_default();
+        let status = Status::parse(&status_text).ok_or_else(|| {
+            StoreError::Internal(format!(
+                "state row {service}/{transaction_id} has unknown status {status_text:?}"
+            ))
+        })?;
+        let location = match (self.loc_day, self.loc_window, self.loc_instance, self.loc_bucket) {
+            (Some(day), Some(window), Some(instance), Some(bucket)) => Some(Location {
+                window: WindowId {
+                    day: from_cql_date(day),
+                    index: window.max(0) as u32,
+                },
+                instance,
+                bucket: bucket.max(0) as u32,
+            }),
+            _ => None,
+        };
+        Ok(TxState {
+            service: service.to_string(),
+            transaction_id: transaction_id.to_string(),
+            status,
+            generation: self.generation.unwrap_or(0),
+            attempt: self.attempt.unwrap_or(0).max(0) as u32,
+            payload: self.payload.unwrap_or_default(),
+            attributes: self.attributes.unwrap_or_default(),
+            policy: RetryPolicy {
+                max_attempts: self
+                    .max_attempts
+                    .map(|v| v.max(1) as u32)
+                    .unwrap_or(d.max_attempts),
+                initial_backoff: dur(self.initial_backoff_ms, d.initial_backoff),
+                max_backoff: dur(self.max_backoff_ms, d.max_backoff),
+                multiplier: self.multiplier.unwrap_or(d.multiplier),
+                jitter: self.jitter.unwrap_or(d.jitter),
+                max_retry_duration: self
+                    .max_retry_duration_ms
+                    .filter(|ms| *ms > 0)
+                    .map(|ms| Duration::from_millis(ms as u64)),
+                ack_timeout: dur(self.ack_timeout_ms, d.ack_timeout),
+                max_deliveries_per_attempt: self
+                    .max_deliveries_per_attempt
+                    .map(|v| v.max(1) as u32)
+                    .unwrap_or(d.max_deliveries_per_attempt),
+            },
+            first_enqueued_at_ms: self.first_enqueued_at.map_or(0, |t| t.0),
+            last_enqueued_at_ms: self.last_enqueued_at.map_or(0, |t| t.0),
+            updated_at_ms: self.updated_at.map_or(0, |t| t.0),
+            due_at_ms: self.due_at.map_or(0, |t| t.0),
+            last_error: self.last_error.unwrap_or_default(),
+            location,
+            enqueue_count: self.enqueue_count.unwrap_or(0).max(0) as u32,
+            delivery_count: self.delivery_count.unwrap_or(0).max(0) as u32,
+        })
+    }
+}
+
+#[async_trait]
+impl RetryStore for CassandraStore {
+    async fn put_day(&self, year: i32, day: i32) -> StoreResult<()> {
+        self.exec(&self.st.put_day, (&self.region, &self.cluster, year, cql_date(day)))
+            .await
+    }
+
+    async fn put_window(&self, w: WindowId) -> StoreResult<()> {
+        self.exec(
+            &self.st.put_window,
+            (&self.region, &self.cluster, cql_date(w.day), w.index as i32),
+        )
+        .await
+    }
+
+    async fn put_instance(&self, w: WindowId, row: &InstanceRow) -> StoreResult<()> {
+        self.exec(
+            &self.st.put_instance,
+            (
+                &self.region,
+                &self.cluster,
+                cql_date(w.day),
+                w.index as i32,
+                row.instance_token,
+                &row.service,
+                &row.instance,
+            ),
+        )
+        .await
+    }
+
+    async fn put_bucket(
+        &self,
+        w: WindowId,
+        service: &str,
+        instance: &str,
+        bucket: u32,
+    ) -> StoreResult<()> {
+        self.exec(
+            &self.st.put_bucket,
+            (
+                &self.region,
+                &self.cluster,
+                cql_date(w.day),
+                w.index as i32,
+                service,
+                instance,
+                bucket as i32,
+            ),
+        )
+        .await
+    }
+
+    async fn put_pointer(&self, service: &str, loc: &Location, p: &Pointer) -> StoreResult<()> {
+        self.exec(
+            &self.st.put_pointer,
+            (
+                &self.region,
+                &self.cluster,
+                cql_date(loc.window.day),
+                loc.window.index as i32,
+                service,
+                &loc.instance,
+                loc.bucket as i32,
+                &p.transaction_id,
+                p.generation,
+                p.attempt as i32,
+                CqlTimestamp(p.enqueued_at_ms),
+            ),
+        )
+        .await
+    }
+
+    async fn put_state(&self, s: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {
+        let loc = s.location.as_ref();
+        let values = StateValues {
+            region: &self.region,
+            cluster: &self.cluster,
+            service: &s.service,
+            transaction_id: &s.transaction_id,
+            status: s.status.as_str(),
+            generation: s.generation,
+            attempt: s.attempt as i32,
+            payload: &s.payload,
+            attributes: &s.attributes,
+            max_attempts: s.policy.max_attempts as i32,
+            initial_backoff_ms: ms_i64(s.policy.initial_backoff),
+            max_backoff_ms: ms_i64(s.policy.max_backoff),
+            multiplier: s.policy.multiplier,
+            jitter: s.policy.jitter,
+            max_retry_duration_ms: s.policy.max_retry_duration.map_or(0, ms_i64),
+            ack_timeout_ms: ms_i64(s.policy.ack_timeout),
+            max_deliveries_per_attempt: s.policy.max_deliveries_per_attempt as i32,
+            first_enqueued_at: CqlTimestamp(s.first_enqueued_at_ms),
+            last_enqueued_at: CqlTimestamp(s.last_enqueued_at_ms),
+            updated_at: CqlTimestamp(s.updated_at_ms),
+            due_at: CqlTimestamp(s.due_at_ms),
+            last_error: &s.last_error,
+            loc_day: loc.map(|l| cql_date(l.window.day)),
+            loc_window: loc.map(|l| l.window.index as i32),
+            loc_instance: loc.map(|l| l.instance.as_str()),
+            loc_bucket: loc.map(|l| l.bucket as i32),
+            enqueue_count: s.enqueue_count as i32,
+            delivery_count: s.delivery_count as i32,
+            // TTL 0 means "no TTL": live rows are kept until they reach a terminal state.
+            ttl: ttl_seconds.map_or(0, |t| t.min(i32::MAX as u32) as i32),
+        };
+        self.exec(&self.st.put_state, values).await
+    }
+
+    async fn get_state(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {
+        let res = self
+            .session
+            .execute_unpaged(
+                &self.st.get_state,
+                (&self.region, &self.cluster, service, txid),
+            )
+            .await
+            .map_err(|e| map_execution_error(&e))?;
+        let rows = res
+            .into_rows_result()
+            .map_err(|e| StoreError::Internal(format!("state read returned no rows result: {e}")))?;
+        let row = rows
+            .maybe_first_row::<StateRow>()
+            .map_err(|e| StoreError::Internal(format!("bad state row: {e}")))?;
+        row.map(|r| r.into_state(service, txid)).transpose()
+    }
+
+    async fn list_days(&self, year: i32) -> StoreResult<Vec<i32>> {
+        let rows: Vec<(CqlDate,)> = self
+            .collect(&self.st.list_days, (&self.region, &self.cluster, year))
+            .await?;
+        Ok(rows.into_iter().map(|(d,)| from_cql_date(d)).collect())
+    }
+
+    async fn list_windows(&self, day: i32) -> StoreResult<Vec<u32>> {
+        let rows: Vec<(i32,)> = self
+            .collect(
+                &self.st.list_windows,
+                (&self.region, &self.cluster, cql_date(day)),
+            )
+            .await?;
+        Ok(rows.into_iter().map(|(w,)| w.max(0) as u32).collect())
+    }
+
+    async fn list_instances(&self, w: WindowId, r: TokenRange) -> StoreResult<Vec<InstanceRow>> {
+        let rows: Vec<(i64, String, String)> = self
+            .collect(
+                &self.st.list_instances,
+                (
+                    &self.region,
+                    &self.cluster,
+                    cql_date(w.day),
+                    w.index as i32,
+                    r.start,
+                    r.end,
+                ),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(instance_token, service, instance)| InstanceRow {
+                instance_token,
+                service,
+                instance,
+            })
+            .collect())
+    }
+
+    async fn list_buckets(&self, w: WindowId, service: &str, instance: &str) -> StoreResult<Vec<u32>> {
+        let rows: Vec<(i32,)> = self
+            .collect(
+                &self.st.list_buckets,
+                (
+                    &self.region,
+                    &self.cluster,
+                    cql_date(w.day),
+                    w.index as i32,
+                    service,
+                    instance,
+                ),
+            )
+            .await?;
+        Ok(rows.into_iter().map(|(b,)| b.max(0) as u32).collect())
+    }
+
+    async fn list_pointers(&self, service: &str, loc: &Location) -> StoreResult<Vec<Pointer>> {
+        let rows: Vec<(String, i64, i32, CqlTimestamp)> = self
+            .collect(
+                &self.st.list_pointers,
+                (
+                    &self.region,
+                    &self.cluster,
+                    cql_date(loc.window.day),
+                    loc.window.index as i32,
+                    service,
+                    &loc.instance,
+                    loc.bucket as i32,
+                ),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(transaction_id, generation, attempt, at)| Pointer {
+                transaction_id,
+                generation,
+                attempt: attempt.max(0) as u32,
+                enqueued_at_ms: at.0,
+            })
+            .collect())
+    }
+}
+
+/// Maps a driver error to the three kinds of `StoreError`: the only place that knows them.
+pub fn map_execution_error(e: &ExecutionError) -> StoreError {
+    match e {
+        ExecutionError::RequestTimeout(_) => StoreError::Timeout(e.to_string()),
+        ExecutionError::ConnectionPoolError(_) | ExecutionError::EmptyPlan => {
+            StoreError::Unavailable(e.to_string())
+        }
+        ExecutionError::LastAttemptError(a) => map_attempt_error(a, e),
+        _ => StoreError::Internal(e.to_string()),
+    }
+}
+
+fn map_attempt_error(a: &RequestAttemptError, whole: &dyn std::fmt::Display) -> StoreError {
+    match a {
+        RequestAttemptError::DbError(db, _) => match db {
+            DbError::ReadTimeout { .. } | DbError::WriteTimeout { .. } => {
+                StoreError::Timeout(whole.to_string())
+            }
+            DbError::Unavailable { .. }
+            | DbError::Overloaded
+            | DbError::IsBootstrapping
+            | DbError::RateLimitReached { .. }
+            | DbError::ReadFailure { .. }
+            | DbError::WriteFailure { .. } => StoreError::Unavailable(whole.to_string()),
+            _ => StoreError::Internal(whole.to_string()),
+        },
+        RequestAttemptError::BrokenConnectionError(_)
+        | RequestAttemptError::UnableToAllocStreamId => StoreError::Unavailable(whole.to_string()),
+        _ => StoreError::Internal(whole.to_string()),
+    }
+}
+
+fn map_pager_error(e: &PagerExecutionError) -> StoreError {
+    match e {
+        PagerExecutionError::NextPageError(n) => map_next_page_error(n, e),
+        _ => StoreError::Internal(e.to_string()),
+    }
+}
+
+fn map_next_page_error(n: &scylla::errors::NextPageError, whole: &dyn std::fmt::Display) -> StoreError {
+    use scylla::errors::NextPageError as N;
+    match n {
+        N::RequestFailure(r) => map_request_error(r, whole),
+        _ => StoreError::Internal(whole.to_string()),
+    }
+}
+
+fn map_request_error(r: &scylla::errors::RequestError, whole: &dyn std::fmt::Display) -> StoreError {
+    use scylla::errors::RequestError as R;
+    match r {
+        R::RequestTimeout(_) => StoreError::Timeout(whole.to_string()),
+        R::ConnectionPoolError(_) | R::EmptyPlan => StoreError::Unavailable(whole.to_string()),
+        R::LastAttemptError(a) => map_attempt_error(a, whole),
+        _ => StoreError::Internal(whole.to_string()),
+    }
+}
+
+fn map_next_row_error(e: &scylla::errors::NextRowError) -> StoreError {
+    use scylla::errors::NextRowError as N;
+    match e {
+        N::NextPageError(n) => map_next_page_error(n, e),
+        _ => StoreError::Internal(e.to_string()),
+    }
+}
+
+fn map_prepare_error(e: &scylla::errors::PrepareError, cql: &str) -> StoreError {
+    use scylla::errors::PrepareError as P;
+    let msg = format!("cannot prepare {cql:?}: {e}");
+    match e {
+        P::ConnectionPoolError(_) => StoreError::Unavailable(msg),
+        P::AllAttemptsFailed { .. } => StoreError::Unavailable(msg),
+        _ => StoreError::Internal(msg),
+    }
+}

@@ -1,0 +1,154 @@
+//! Schema migrations: the numbered files of `schema/`, embedded at build time, applied in order.
+//! The keyspace is created with the configured replication when it is missing, and the table
+//! `schema_migrations` records which versions ran. Every statement is `IF NOT EXISTS`, so two
+//! nodes migrating at once, or a migration interrupted half-way and run again, is harmless.
+
+use scylla::{client::session::Session, value::CqlTimestamp};
+
+use super::{cassandra::map_execution_error, StoreError, StoreResult};
+
+/// One numbered migration file.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    pub version: i32,
+    pub name: &'static str,
+    pub cql: &'static str,
+}
+
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_directory.cql",
+        cql: include_str!("../../../schema/0001_directory.cql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_state.cql",
+        cql: include_str!("../../../schema/0002_state.cql"),
+    },
+    Migration {
+        version: 3,
+        name: "0003_ring.cql",
+        cql: include_str!("../../../schema/0003_ring.cql"),
+    },
+];
+
+/// Splits a migration file into statements: drops `--` comment lines, splits on `;`.
+pub fn statements(cql: &str) -> Vec<String> {
+    let code: String = cql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    code.split(';')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// FNV-1a of the file, recorded so that an edited, already-applied migration is noticed.
+fn checksum(cql: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in cql.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Brings `keyspace` up to date; returns the versions applied by this call.
+pub async fn migrate(
+    session: &Session,
+    keyspace: &str,
+    replication: &str,
+    now_ms: i64,
+) -> StoreResult<Vec<i32>> {
+    let run = |cql: String| async move {
+        session
+            .query_unpaged(cql.clone(), ())
+            .await
+            .map_err(|e| match map_execution_error(&e) {
+                StoreError::Internal(m) => StoreError::Internal(format!("{m} (in {cql:?})")),
+                other => other,
+            })
+    };
+    run(format!(
+        "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {replication}"
+    ))
+    .await?;
+    run(format!(
+        "CREATE TABLE IF NOT EXISTS {keyspace}.schema_migrations (\
+         version int PRIMARY KEY, name text, checksum text, applied_at timestamp)"
+    ))
+    .await?;
+    let rows = run(format!(
+        "SELECT version, checksum FROM {keyspace}.schema_migrations"
+    ))
+    .await?
+    .into_rows_result()
+    .map_err(|e| StoreError::Internal(format!("schema_migrations: {e}")))?;
+    let mut applied = std::collections::HashMap::new();
+    for row in rows
+        .rows::<(i32, Option<String>)>()
+        .map_err(|e| StoreError::Internal(format!("schema_migrations: {e}")))?
+    {
+        let (v, sum) = row.map_err(|e| StoreError::Internal(format!("schema_migrations: {e}")))?;
+        applied.insert(v, sum.unwrap_or_default());
+    }
+    session
+        .use_keyspace(keyspace, false)
+        .await
+        .map_err(|e| StoreError::Internal(format!("USE {keyspace}: {e}")))?;
+    let mut done = Vec::new();
+    for m in MIGRATIONS {
+        if let Some(sum) = applied.get(&m.version) {
+            if *sum != checksum(m.cql) {
+                tracing::warn!(
+                    version = m.version,
+                    name = m.name,
+                    "applied migration differs from the embedded file; migrations are append-only"
+                );
+            }
+            continue;
+        }
+        tracing::info!(version = m.version, name = m.name, keyspace, "applying migration");
+        for stmt in statements(m.cql) {
+            run(stmt).await?;
+        }
+        session
+            .query_unpaged(
+                format!(
+                    "INSERT INTO {keyspace}.schema_migrations (version, name, checksum, applied_at) \
+                     VALUES (?, ?, ?, ?)"
+                ),
+                (m.version, m.name, checksum(m.cql), CqlTimestamp(now_ms)),
+            )
+            .await
+            .map_err(|e| map_execution_error(&e))?;
+        done.push(m.version);
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_migration_splits_into_create_statements() {
+        let mut versions = Vec::new();
+        for m in MIGRATIONS {
+            let stmts = statements(m.cql);
+            assert!(!stmts.is_empty(), "{}", m.name);
+            for s in stmts {
+                assert!(s.starts_with("CREATE TABLE IF NOT EXISTS"), "{}: {s}", m.name);
+            }
+            assert!(m.name.starts_with(&format!("{:04}_", m.version)));
+            versions.push(m.version);
+        }
+        let mut sorted = versions.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(versions, sorted);
+    }
+}

@@ -1,0 +1,172 @@
+//! Storage behind one trait. Nothing outside `store` knows CQL exists: the Cassandra
+//! implementation lives in `cassandra.rs`, migrations in `migrate.rs`.
+//!
+//! Every write here is an idempotent upsert or a whole-partition delete, so a write whose
+//! outcome is unknown (a timeout) can be replayed without harm: the write path's invariant is
+//! "directory rows, then the Tier-5 pointer, then the state row", and replaying any prefix of
+//! that sequence leaves either a pointer without a matching state row (skipped by the
+//! dispatcher) or the full sequence.
+
+pub mod cassandra;
+pub mod migrate;
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use crate::{policy::RetryPolicy, window::WindowId};
+
+/// The lifecycle of one retry (DESIGN.md "State row").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Scheduled,
+    Succeeded,
+    Dead,
+    Cancelled,
+}
+
+impl Status {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Status::Scheduled => "SCHEDULED",
+            Status::Succeeded => "SUCCEEDED",
+            Status::Dead => "DEAD",
+            Status::Cancelled => "CANCELLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Some(match s {
+            "SCHEDULED" => Status::Scheduled,
+            "SUCCEEDED" => Status::Succeeded,
+            "DEAD" => Status::Dead,
+            "CANCELLED" => Status::Cancelled,
+            _ => return None,
+        })
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, Status::Scheduled)
+    }
+}
+
+/// Where a pointer lives: Tier 3 to Tier 5 coordinates below the window.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Location {
+    pub window: WindowId,
+    pub instance: String,
+    pub bucket: u32,
+}
+
+/// A Tier-5 row: a small pointer to a state row, valid only while its generation is current.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pointer {
+    pub transaction_id: String,
+    pub generation: i64,
+    pub attempt: u32,
+    pub enqueued_at_ms: i64,
+}
+
+/// The state row of one retry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TxState {
+    pub service: String,
+    pub transaction_id: String,
+    pub status: Status,
+    pub generation: i64,
+    pub attempt: u32,
+    pub payload: Vec<u8>,
+    pub attributes: BTreeMap<String, String>,
+    pub policy: RetryPolicy,
+    pub first_enqueued_at_ms: i64,
+    pub last_enqueued_at_ms: i64,
+    pub updated_at_ms: i64,
+    /// When the retry becomes eligible: the end of its window.
+    pub due_at_ms: i64,
+    pub last_error: String,
+    pub location: Option<Location>,
+    pub enqueue_count: u32,
+    pub delivery_count: u32,
+}
+
+/// A Tier-3 row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceRow {
+    pub instance_token: i64,
+    pub service: String,
+    pub instance: String,
+}
+
+/// Why a storage call failed, in the three kinds callers treat differently.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached or refused for lack of replicas: nothing was written.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// No answer in time: the write may or may not have been applied.
+    #[error("storage timed out: {0}")]
+    Timeout(String),
+    #[error("storage error: {0}")]
+    Internal(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Inclusive range of Murmur3 tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenRange {
+    pub start: i64,
+    pub end: i64,
+}
+
+impl TokenRange {
+    pub const FULL: TokenRange = TokenRange {
+        start: i64::MIN,
+        end: i64::MAX,
+    };
+}
+
+/// The retry store: the five-tier directory and the state rows, for one `ns`
+/// (region, cluster) fixed when the store is built.
+#[async_trait]
+pub trait RetryStore: Send + Sync + std::fmt::Debug {
+    // Directory writes (idempotent upserts).
+    async fn put_day(&self, year: i32, day: i32) -> StoreResult<()>;
+    async fn put_window(&self, window: WindowId) -> StoreResult<()>;
+    async fn put_instance(&self, window: WindowId, row: &InstanceRow) -> StoreResult<()>;
+    async fn put_bucket(
+        &self,
+        window: WindowId,
+        service: &str,
+        instance: &str,
+        bucket: u32,
+    ) -> StoreResult<()>;
+    async fn put_pointer(
+        &self,
+        service: &str,
+        location: &Location,
+        pointer: &Pointer,
+    ) -> StoreResult<()>;
+
+    /// Writes the whole state row; `ttl_seconds` is set for terminal states.
+    async fn put_state(&self, state: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()>;
+    async fn get_state(&self, service: &str, transaction_id: &str)
+        -> StoreResult<Option<TxState>>;
+
+    // Directory reads, oldest first.
+    async fn list_days(&self, year: i32) -> StoreResult<Vec<i32>>;
+    async fn list_windows(&self, day: i32) -> StoreResult<Vec<u32>>;
+    async fn list_instances(
+        &self,
+        window: WindowId,
+        range: TokenRange,
+    ) -> StoreResult<Vec<InstanceRow>>;
+    async fn list_buckets(
+        &self,
+        window: WindowId,
+        service: &str,
+        instance: &str,
+    ) -> StoreResult<Vec<u32>>;
+    async fn list_pointers(&self, service: &str, location: &Location)
+        -> StoreResult<Vec<Pointer>>;
+}

@@ -1,0 +1,300 @@
+//! Request validation (DESIGN.md "Bad input and overload"): every rule runs before anything is
+//! written, and every refusal names the field and the limit.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use rebound_proto::v1 as pb;
+
+use crate::{error::ApiError, policy::PolicyOverrides};
+
+pub const MAX_SERVICE_LEN: usize = 64;
+pub const MAX_TRANSACTION_ID_BYTES: usize = 256;
+pub const MAX_ATTRIBUTES: usize = 64;
+pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 128;
+pub const MAX_ATTRIBUTE_VALUE_BYTES: usize = 4096;
+pub const MAX_LAST_ERROR_BYTES: usize = 8192;
+
+/// Shows at most 64 characters of a hostile value in an error message.
+fn show(v: &str) -> String {
+    let cut: String = v.chars().take(64).collect();
+    if cut.len() < v.len() {
+        format!("{cut:?}...")
+    } else {
+        format!("{cut:?}")
+    }
+}
+
+pub fn service(field: &str, v: &str) -> Result<(), ApiError> {
+    let ok = !v.is_empty()
+        && v.len() <= MAX_SERVICE_LEN
+        && v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && v
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else if v.is_empty() {
+        Err(ApiError::invalid(field, "is required"))
+    } else {
+        Err(ApiError::invalid(
+            field,
+            format!(
+                "must be 1-{MAX_SERVICE_LEN} characters of [A-Za-z0-9._-] starting with a letter or digit, got {}",
+                show(v)
+            ),
+        ))
+    }
+}
+
+pub fn transaction_id(field: &str, v: &str) -> Result<(), ApiError> {
+    if v.is_empty() {
+        return Err(ApiError::invalid(field, "is required"));
+    }
+    if v.len() > MAX_TRANSACTION_ID_BYTES {
+        return Err(ApiError::invalid(
+            field,
+            format!(
+                "must be at most {MAX_TRANSACTION_ID_BYTES} bytes, got {}",
+                v.len()
+            ),
+        ));
+    }
+    if v.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+fn duration(field: &str, d: &prost_types::Duration) -> Result<Duration, ApiError> {
+    if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
+        return Err(ApiError::invalid(
+            field,
+            format!(
+                "must be a non-negative duration, got {}s {}ns",
+                d.seconds, d.nanos
+            ),
+        ));
+    }
+    Ok(Duration::new(d.seconds as u64, d.nanos as u32))
+}
+
+pub fn timestamp_ms(field: &str, t: &prost_types::Timestamp) -> Result<i64, ApiError> {
+    // 0001-01-01 .. 9999-12-31, as google.protobuf.Timestamp defines it.
+    if !(-62_135_596_800..=253_402_300_799).contains(&t.seconds)
+        || !(0..1_000_000_000).contains(&t.nanos)
+    {
+        return Err(ApiError::invalid(
+            field,
+            "must be a valid timestamp between 0001-01-01 and 9999-12-31",
+        ));
+    }
+    Ok(t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
+}
+
+pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverrides, ApiError> {
+    let Some(p) = p else {
+        return Ok(PolicyOverrides::default());
+    };
+    let f = |name: &str| format!("{field}.{name}");
+    let dur = |name: &str, d: &Option<prost_types::Duration>| -> Result<Option<Duration>, ApiError> {
+        d.as_ref().map(|d| duration(&f(name), d)).transpose()
+    };
+    if p.max_attempts == Some(0) {
+        return Err(ApiError::invalid(f("max_attempts"), "must be at least 1, got 0"));
+    }
+    if p.max_deliveries_per_attempt == Some(0) {
+        return Err(ApiError::invalid(
+            f("max_deliveries_per_attempt"),
+            "must be at least 1, got 0",
+        ));
+    }
+    Ok(PolicyOverrides {
+        max_attempts: p.max_attempts,
+        initial_backoff: dur("initial_backoff", &p.initial_backoff)?,
+        max_backoff: dur("max_backoff", &p.max_backoff)?,
+        multiplier: p.multiplier,
+        jitter: p.jitter,
+        max_retry_duration: dur("max_retry_duration", &p.max_retry_duration)?,
+        ack_timeout: dur("ack_timeout", &p.ack_timeout)?,
+        max_deliveries_per_attempt: p.max_deliveries_per_attempt,
+    })
+}
+
+/// When the caller wants the retry.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Schedule {
+    /// Neither delay nor due_time: the policy's backoff for the attempts already made.
+    PolicyBackoff,
+    Delay(Duration),
+    DueAt(i64),
+}
+
+/// An enqueue request that passed every context-free check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnqueueInput {
+    pub service: String,
+    pub transaction_id: String,
+    pub payload: Vec<u8>,
+    pub attributes: BTreeMap<String, String>,
+    pub schedule: Schedule,
+    pub policy: PolicyOverrides,
+    pub attempt: u32,
+    pub last_error: String,
+}
+
+/// Validates an `EnqueueRetryRequest`; `prefix` is prepended to field names (batch items).
+pub fn enqueue(
+    prefix: &str,
+    r: pb::EnqueueRetryRequest,
+    max_payload_bytes: usize,
+) -> Result<EnqueueInput, ApiError> {
+    let f = |name: &str| format!("{prefix}{name}");
+    service(&f("service"), &r.service)?;
+    transaction_id(&f("transaction_id"), &r.transaction_id)?;
+    if r.payload.len() > max_payload_bytes {
+        return Err(ApiError::invalid(
+            f("payload"),
+            format!(
+                "is {} bytes, over the limit of {max_payload_bytes} bytes (REBOUND_MAX_PAYLOAD_BYTES)",
+                r.payload.len()
+            ),
+        ));
+    }
+    if r.attributes.len() > MAX_ATTRIBUTES {
+        return Err(ApiError::invalid(
+            f("attributes"),
+            format!(
+                "has {} entries, over the limit of {MAX_ATTRIBUTES}",
+                r.attributes.len()
+            ),
+        ));
+    }
+    for (k, v) in &r.attributes {
+        if k.is_empty() || k.len() > MAX_ATTRIBUTE_KEY_BYTES || k.chars().any(char::is_control) {
+            return Err(ApiError::invalid(
+                f("attributes"),
+                format!(
+                    "key {} must be 1-{MAX_ATTRIBUTE_KEY_BYTES} bytes with no control characters",
+                    show(k)
+                ),
+            ));
+        }
+        if v.len() > MAX_ATTRIBUTE_VALUE_BYTES {
+            return Err(ApiError::invalid(
+                f("attributes"),
+                format!(
+                    "value of {} is {} bytes, over the limit of {MAX_ATTRIBUTE_VALUE_BYTES}",
+                    show(k),
+                    v.len()
+                ),
+            ));
+        }
+    }
+    if r.last_error.len() > MAX_LAST_ERROR_BYTES {
+        return Err(ApiError::invalid(
+            f("last_error"),
+            format!(
+                "is {} bytes, over the limit of {MAX_LAST_ERROR_BYTES} bytes",
+                r.last_error.len()
+            ),
+        ));
+    }
+    let schedule = match &r.schedule {
+        None => Schedule::PolicyBackoff,
+        Some(pb::enqueue_retry_request::Schedule::Delay(d)) => {
+            Schedule::Delay(duration(&f("delay"), d)?)
+        }
+        Some(pb::enqueue_retry_request::Schedule::DueTime(t)) => {
+            Schedule::DueAt(timestamp_ms(&f("due_time"), t)?)
+        }
+    };
+    let policy = policy(&f("policy"), r.policy.as_ref())?;
+    Ok(EnqueueInput {
+        service: r.service,
+        transaction_id: r.transaction_id,
+        payload: r.payload,
+        attributes: r.attributes.into_iter().collect(),
+        schedule,
+        policy,
+        attempt: r.attempt,
+        last_error: r.last_error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> pb::EnqueueRetryRequest {
+        pb::EnqueueRetryRequest {
+            service: "orders".into(),
+            transaction_id: "tx-1".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn accepts_a_plain_request() {
+        let i = enqueue("", req(), 10).unwrap();
+        assert_eq!(i.schedule, Schedule::PolicyBackoff);
+    }
+
+    #[test]
+    fn refuses_each_bad_field_by_name() {
+        let cases: Vec<(Box<dyn Fn(&mut pb::EnqueueRetryRequest)>, &str)> = vec![
+            (Box::new(|r| r.service.clear()), "service"),
+            (Box::new(|r| r.service = "has space".into()), "service"),
+            (Box::new(|r| r.service = "-lead".into()), "service"),
+            (Box::new(|r| r.service = "x".repeat(65)), "service"),
+            (Box::new(|r| r.transaction_id.clear()), "transaction_id"),
+            (Box::new(|r| r.transaction_id = "x".repeat(257)), "transaction_id"),
+            (Box::new(|r| r.transaction_id = "a\nb".into()), "transaction_id"),
+            (Box::new(|r| r.payload = vec![0; 11]), "payload"),
+            (Box::new(|r| r.last_error = "e".repeat(8193)), "last_error"),
+            (
+                Box::new(|r| {
+                    r.schedule = Some(pb::enqueue_retry_request::Schedule::Delay(
+                        prost_types::Duration { seconds: -1, nanos: 0 },
+                    ))
+                }),
+                "delay",
+            ),
+            (
+                Box::new(|r| {
+                    r.schedule = Some(pb::enqueue_retry_request::Schedule::DueTime(
+                        prost_types::Timestamp { seconds: 0, nanos: -5 },
+                    ))
+                }),
+                "due_time",
+            ),
+            (
+                Box::new(|r| {
+                    r.policy = Some(pb::RetryPolicy {
+                        max_attempts: Some(0),
+                        ..Default::default()
+                    })
+                }),
+                "policy.max_attempts",
+            ),
+            (
+                Box::new(|r| {
+                    for i in 0..65 {
+                        r.attributes.insert(format!("k{i}"), "v".into());
+                    }
+                }),
+                "attributes",
+            ),
+        ];
+        for (mutate, field) in cases {
+            let mut r = req();
+            mutate(&mut r);
+            match enqueue("", r, 10) {
+                Err(ApiError::InvalidArgument { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: expected INVALID_ARGUMENT, got {other:?}"),
+            }
+        }
+    }
+}
