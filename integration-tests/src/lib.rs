@@ -1,1 +1,185 @@
+//! Harness for end-to-end tests against the real Cassandra started by `scripts/cassandra`.
+//! Each test gets its own keyspace and an in-process node on port 0 with an injected clock.
 
+use std::{
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use rebound_proto::v1::retry_service_client::RetryServiceClient;
+use rebound_server::{
+    clock::{ManualClock, SharedClock, SystemClock},
+    config::Config,
+    node::Node,
+};
+use scylla::client::{session::Session, session_builder::SessionBuilder};
+use tonic::transport::Channel;
+
+/// The Cassandra the tests use: `REBOUND_TEST_CASSANDRA` or 127.0.0.1:9042.
+pub fn contact_point() -> String {
+    std::env::var("REBOUND_TEST_CASSANDRA").unwrap_or_else(|_| "127.0.0.1:9042".into())
+}
+
+/// A keyspace name no other test (or earlier run) uses.
+pub fn unique_keyspace(test: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let short: String = test
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(20)
+        .collect();
+    format!(
+        "t_{}_{}_{}_{}",
+        short.to_ascii_lowercase(),
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst),
+        rand::random::<u16>()
+    )
+}
+
+pub async fn cql() -> Session {
+    SessionBuilder::new()
+        .known_node(contact_point())
+        .build()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot reach Cassandra at {} ({e}); start it with `scripts/cassandra start`",
+                contact_point()
+            )
+        })
+}
+
+/// A test configuration: 2 s windows, small buckets, few lanes, a unique keyspace.
+pub fn test_config(test: &str) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        cassandra_contact_points: vec![contact_point()],
+        keyspace: unique_keyspace(test),
+        node_id: "node-a".into(),
+        window_seconds: 2,
+        skew_margin_ms: 500,
+        bucket_size: 4,
+        lanes: 2,
+        cassandra_request_timeout_ms: 2_000,
+        cassandra_startup_wait_ms: 10_000,
+        shutdown_grace_ms: 1_000,
+        ..Config::default()
+    }
+}
+
+/// A node running in this process, its gRPC client and a CQL session for checks.
+pub struct TestNode {
+    pub node: Option<Node>,
+    pub client: RetryServiceClient<Channel>,
+    pub channel: Channel,
+    pub cql: Session,
+    pub config: Config,
+}
+
+impl TestNode {
+    pub async fn start(config: Config, clock: SharedClock) -> TestNode {
+        let node = Node::start(config.clone(), clock)
+            .await
+            .expect("node starts");
+        let channel = Channel::from_shared(format!("http://{}", node.local_addr()))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect to node");
+        TestNode {
+            node: Some(node),
+            client: RetryServiceClient::new(channel.clone()),
+            channel,
+            cql: cql().await,
+            config,
+        }
+    }
+
+    /// A node with a manual clock standing at `now_ms`.
+    pub async fn with_manual_clock(config: Config, now_ms: i64) -> (TestNode, ManualClock) {
+        let clock = ManualClock::new(now_ms);
+        let node = TestNode::start(config, Arc::new(clock.clone())).await;
+        (node, clock)
+    }
+
+    pub async fn with_system_clock(config: Config) -> TestNode {
+        TestNode::start(config, Arc::new(SystemClock)).await
+    }
+
+    pub fn ks(&self) -> &str {
+        &self.config.keyspace
+    }
+
+    /// Every row of a table as text, via CQL (`SELECT JSON`), sorted.
+    pub async fn rows(&self, table: &str, columns: &str) -> Vec<String> {
+        let res = self
+            .cql
+            .query_unpaged(
+                format!("SELECT JSON {columns} FROM {}.{table}", self.ks()),
+                (),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("reading {table}: {e}"))
+            .into_rows_result()
+            .unwrap();
+        let mut out: Vec<String> = res
+            .rows::<(String,)>()
+            .unwrap()
+            .map(|r| r.unwrap().0)
+            .collect();
+        out.sort();
+        out
+    }
+
+    pub async fn count(&self, table: &str) -> usize {
+        let res = self
+            .cql
+            .query_unpaged(format!("SELECT COUNT(*) FROM {}.{table}", self.ks()), ())
+            .await
+            .unwrap_or_else(|e| panic!("counting {table}: {e}"))
+            .into_rows_result()
+            .unwrap();
+        let (n,): (i64,) = res.single_row().unwrap();
+        n as usize
+    }
+
+    /// Stops the node and drops the keyspace.
+    pub async fn finish(mut self) {
+        if let Some(node) = self.node.take() {
+            tokio::time::timeout(Duration::from_secs(10), node.shutdown())
+                .await
+                .expect("node stops within 10 s")
+                .expect("node stops cleanly");
+        }
+        let _ = self
+            .cql
+            .query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", self.config.keyspace), ())
+            .await;
+    }
+}
+
+/// The directory tables, all of which must be empty when nothing was written.
+pub const DATA_TABLES: &[&str] = &[
+    "days_by_year",
+    "windows_by_day",
+    "instances_by_window",
+    "buckets_by_instance",
+    "retry_transactions_by_bucket",
+    "transactions",
+    "dead_letters",
+];
+
+/// Milliseconds of a UTC date-time written as `YYYY-MM-DD HH:MM:SS.mmm`.
+pub fn utc_ms(s: &str) -> i64 {
+    use chrono::{NaiveDateTime, TimeZone, Utc};
+    let t = NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.3f").expect("date-time");
+    Utc.from_utc_datetime(&t).timestamp_millis()
+}
+
+pub fn ts_ms(t: &prost_types::Timestamp) -> i64 {
+    t.seconds * 1000 + i64::from(t.nanos) / 1_000_000
+}
