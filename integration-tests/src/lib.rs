@@ -157,7 +157,10 @@ impl TestNode {
         }
         let _ = self
             .cql
-            .query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", self.config.keyspace), ())
+            .query_unpaged(
+                format!("DROP KEYSPACE IF EXISTS {}", self.config.keyspace),
+                (),
+            )
             .await;
     }
 }

@@ -7,9 +7,9 @@ use std::{
     time::Duration,
 };
 
+use chrono::NaiveDate as CqlDate;
 use rebound_integration_tests::{test_config, ts_ms, utc_ms, TestNode, DATA_TABLES};
 use rebound_proto::v1 as pb;
-use chrono::NaiveDate as CqlDate;
 use tonic::Code;
 
 fn req(service: &str, txid: &str, delay_ms: u64) -> pb::EnqueueRetryRequest {
@@ -43,6 +43,7 @@ fn abs_window(day: CqlDate, index: i32, window_ms: i64) -> i64 {
 }
 
 type PointerKey = (CqlDate, i32, String, String, i32);
+type InstanceKey = (CqlDate, i32, String, String);
 
 #[derive(Debug, Clone)]
 struct PointerRow {
@@ -123,16 +124,22 @@ async fn tiers_hold_exactly_the_expected_rows() {
     let mut c = n.client.clone();
     let mut expected_window: BTreeMap<String, i32> = BTreeMap::new();
     for i in 0..10 {
-        c.enqueue_retry(req("orders", &format!("o-{i}"), 0)).await.unwrap();
+        c.enqueue_retry(req("orders", &format!("o-{i}"), 0))
+            .await
+            .unwrap();
         expected_window.insert(format!("o-{i}"), 18001);
     }
     for i in 0..3 {
         // Due 10:00:05.500: window 18002.
-        c.enqueue_retry(req("orders", &format!("late-{i}"), 5_000)).await.unwrap();
+        c.enqueue_retry(req("orders", &format!("late-{i}"), 5_000))
+            .await
+            .unwrap();
         expected_window.insert(format!("late-{i}"), 18002);
     }
     for i in 0..2 {
-        c.enqueue_retry(req("billing", &format!("b-{i}"), 0)).await.unwrap();
+        c.enqueue_retry(req("billing", &format!("b-{i}"), 0))
+            .await
+            .unwrap();
         expected_window.insert(format!("b-{i}"), 18001);
     }
 
@@ -143,7 +150,12 @@ async fn tiers_hold_exactly_the_expected_rows() {
     for p in &ptrs {
         assert_eq!(date(p.day), "2026-11-30");
         assert_eq!(p.window, expected_window[&p.transaction_id], "{p:?}");
-        let lane: u32 = p.instance.strip_prefix(&prefix).expect("instance name").parse().unwrap();
+        let lane: u32 = p
+            .instance
+            .strip_prefix(&prefix)
+            .expect("instance name")
+            .parse()
+            .unwrap();
         assert!(lane < 2, "{p:?}");
     }
     let txids: BTreeSet<_> = ptrs.iter().map(|p| p.transaction_id.clone()).collect();
@@ -153,11 +165,16 @@ async fn tiers_hold_exactly_the_expected_rows() {
     let mut per_bucket: BTreeMap<PointerKey, usize> = BTreeMap::new();
     for p in &ptrs {
         *per_bucket
-            .entry((p.day, p.window, p.service.clone(), p.instance.clone(), p.bucket))
+            .entry((
+                p.day,
+                p.window,
+                p.service.clone(),
+                p.instance.clone(),
+                p.bucket,
+            ))
             .or_default() += 1;
     }
-    let mut per_instance: BTreeMap<(CqlDate, i32, String, String), Vec<(i32, usize)>> =
-        BTreeMap::new();
+    let mut per_instance: BTreeMap<InstanceKey, Vec<(i32, usize)>> = BTreeMap::new();
     for ((d, w, s, i, b), count) in &per_bucket {
         per_instance
             .entry((*d, *w, s.clone(), i.clone()))
@@ -179,7 +196,10 @@ async fn tiers_hold_exactly_the_expected_rows() {
     let res = n
         .cql
         .query_unpaged(
-            format!("SELECT day, window, service, instance, bucket FROM {}.buckets_by_instance", n.ks()),
+            format!(
+                "SELECT day, window, service, instance, bucket FROM {}.buckets_by_instance",
+                n.ks()
+            ),
             (),
         )
         .await
@@ -232,7 +252,10 @@ async fn tiers_hold_exactly_the_expected_rows() {
     for (_, _, token, service, instance) in &tier3 {
         n.cql
             .query_unpaged(
-                format!("INSERT INTO {}.token_check (service, instance) VALUES (?, ?)", n.ks()),
+                format!(
+                    "INSERT INTO {}.token_check (service, instance) VALUES (?, ?)",
+                    n.ks()
+                ),
                 (service, instance),
             )
             .await
@@ -258,7 +281,10 @@ async fn tiers_hold_exactly_the_expected_rows() {
     // Tiers 2 and 1.
     let res = n
         .cql
-        .query_unpaged(format!("SELECT day, window FROM {}.windows_by_day", n.ks()), ())
+        .query_unpaged(
+            format!("SELECT day, window FROM {}.windows_by_day", n.ks()),
+            (),
+        )
         .await
         .unwrap()
         .into_rows_result()
@@ -273,7 +299,10 @@ async fn tiers_hold_exactly_the_expected_rows() {
         .collect();
     assert_eq!(
         tier2,
-        BTreeSet::from([("2026-11-30".to_string(), 18001), ("2026-11-30".to_string(), 18002)])
+        BTreeSet::from([
+            ("2026-11-30".to_string(), 18001),
+            ("2026-11-30".to_string(), 18002)
+        ])
     );
     let res = n
         .cql
@@ -315,7 +344,9 @@ async fn bucket_rolls_at_bucket_size_and_per_window_and_boot() {
     let (n, clock) = TestNode::with_manual_clock(cfg.clone(), now).await;
     let mut c = n.client.clone();
     for i in 0..7 {
-        c.enqueue_retry(req("svc", &format!("t{i}"), 0)).await.unwrap();
+        c.enqueue_retry(req("svc", &format!("t{i}"), 0))
+            .await
+            .unwrap();
     }
     let count_by_bucket = |ptrs: &[PointerRow], window: i32| {
         let mut m: BTreeMap<(String, i32), usize> = BTreeMap::new();
@@ -329,12 +360,18 @@ async fn bucket_rolls_at_bucket_size_and_per_window_and_boot() {
     let w1 = 21_601; // 12:00:00 is window 21600; W+1.
     assert_eq!(
         count_by_bucket(&pointers(&n).await, w1),
-        BTreeMap::from([((inst.clone(), 0), 3), ((inst.clone(), 1), 3), ((inst.clone(), 2), 1)])
+        BTreeMap::from([
+            ((inst.clone(), 0), 3),
+            ((inst.clone(), 1), 3),
+            ((inst.clone(), 2), 1)
+        ])
     );
     // The next window starts again at bucket 0.
     clock.advance(2_000);
     for i in 7..9 {
-        c.enqueue_retry(req("svc", &format!("t{i}"), 0)).await.unwrap();
+        c.enqueue_retry(req("svc", &format!("t{i}"), 0))
+            .await
+            .unwrap();
     }
     assert_eq!(
         count_by_bucket(&pointers(&n).await, w1 + 1),
@@ -351,7 +388,9 @@ async fn bucket_rolls_at_bucket_size_and_per_window_and_boot() {
     let (n2, _clock2) = TestNode::with_manual_clock(cfg2, clock_now(&clock)).await;
     let mut c2 = n2.client.clone();
     for i in 9..13 {
-        c2.enqueue_retry(req("svc", &format!("t{i}"), 0)).await.unwrap();
+        c2.enqueue_retry(req("svc", &format!("t{i}"), 0))
+            .await
+            .unwrap();
     }
     let epoch2 = n2.node.as_ref().unwrap().boot_epoch;
     assert_ne!(epoch, epoch2);
@@ -410,7 +449,11 @@ async fn never_the_current_or_a_past_window_at_every_edge() {
             r.schedule = Some(s);
             let resp = c.enqueue_retry(r).await.unwrap().into_inner();
             // The response's due time is the end of the chosen window: W+1 ends at +2 windows.
-            assert_eq!(ts_ms(resp.due_time.as_ref().unwrap()), (current + 2) * window_ms, "{edge}");
+            assert_eq!(
+                ts_ms(resp.due_time.as_ref().unwrap()),
+                (current + 2) * window_ms,
+                "{edge}"
+            );
             let retry = c
                 .get_retry(pb::GetRetryRequest {
                     service: "edge".into(),
@@ -442,8 +485,14 @@ async fn never_the_current_or_a_past_window_at_every_edge() {
             (y, date(d))
         })
         .collect();
-    assert!(tier1.contains(&(2027, "2027-01-01".to_string())), "{tier1:?}");
-    assert!(tier1.contains(&(2026, "2026-12-01".to_string())), "{tier1:?}");
+    assert!(
+        tier1.contains(&(2027, "2027-01-01".to_string())),
+        "{tier1:?}"
+    );
+    assert!(
+        tier1.contains(&(2026, "2026-12-01".to_string())),
+        "{tier1:?}"
+    );
 
     // And for many random instants and delays, the window is never the current or a past one.
     let mut rng_state = 0x2545_f491_4f6c_dd1d_u64;
@@ -458,7 +507,9 @@ async fn never_the_current_or_a_past_window_at_every_edge() {
         clock.set(now);
         let delay = next() % 5_000;
         k += 1;
-        c.enqueue_retry(req("edge", &format!("e{k}"), delay)).await.unwrap();
+        c.enqueue_retry(req("edge", &format!("e{k}"), delay))
+            .await
+            .unwrap();
     }
     for p in pointers(&n).await {
         // The pointer's window must be after the window its enqueue happened in; the state row
@@ -479,10 +530,22 @@ async fn never_the_current_or_a_past_window_at_every_edge() {
         .unwrap()
         .into_rows_result()
         .unwrap();
-    for r in res.rows::<(CqlDate, i32, scylla::value::CqlTimestamp, scylla::value::CqlTimestamp)>().unwrap() {
+    for r in res
+        .rows::<(
+            CqlDate,
+            i32,
+            scylla::value::CqlTimestamp,
+            scylla::value::CqlTimestamp,
+        )>()
+        .unwrap()
+    {
         let (d, w, due, enqueued) = r.unwrap();
         let abs = abs_window(d, w, window_ms);
-        assert!(abs > enqueued.0.div_euclid(window_ms), "enqueued at {} landed in window {abs}", enqueued.0);
+        assert!(
+            abs > enqueued.0.div_euclid(window_ms),
+            "enqueued at {} landed in window {abs}",
+            enqueued.0
+        );
         assert_eq!(due.0, (abs + 1) * window_ms);
     }
     n.finish().await;
@@ -496,17 +559,29 @@ async fn re_enqueue_is_idempotent() {
     let mut c = n.client.clone();
 
     // Same transaction, same window: confirmed, same generation, one pointer.
-    let a = c.enqueue_retry(req("svc", "tx", 3_000)).await.unwrap().into_inner();
+    let a = c
+        .enqueue_retry(req("svc", "tx", 3_000))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(!a.deduplicated);
     clock.advance(100);
-    let b = c.enqueue_retry(req("svc", "tx", 3_000)).await.unwrap().into_inner();
+    let b = c
+        .enqueue_retry(req("svc", "tx", 3_000))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(b.deduplicated);
     assert_eq!(b.generation, a.generation);
     assert_eq!(b.due_time, a.due_time);
     assert_eq!(pointers(&n).await.len(), 1);
 
     // A different due time: rescheduled under a new generation; the old pointer is stale.
-    let d = c.enqueue_retry(req("svc", "tx", 30_000)).await.unwrap().into_inner();
+    let d = c
+        .enqueue_retry(req("svc", "tx", 30_000))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(d.deduplicated);
     assert!(d.generation > a.generation);
     let ptrs = pointers(&n).await;
@@ -515,7 +590,10 @@ async fn re_enqueue_is_idempotent() {
     let (status, generation, ..) = &st[&("svc".to_string(), "tx".to_string())];
     assert_eq!(status, "SCHEDULED");
     assert_eq!(*generation as u64, d.generation);
-    assert_eq!(ptrs.iter().filter(|p| p.generation == *generation).count(), 1);
+    assert_eq!(
+        ptrs.iter().filter(|p| p.generation == *generation).count(),
+        1
+    );
     let retry = c
         .get_retry(pb::GetRetryRequest {
             service: "svc".into(),
@@ -532,7 +610,10 @@ async fn re_enqueue_is_idempotent() {
     for i in 0..16u64 {
         let mut c = n.client.clone();
         handles.push(tokio::spawn(async move {
-            c.enqueue_retry(req("svc", "race", 2_000 + i * 2_000)).await.unwrap().into_inner()
+            c.enqueue_retry(req("svc", "race", 2_000 + i * 2_000))
+                .await
+                .unwrap()
+                .into_inner()
         }));
     }
     for h in handles {
@@ -540,9 +621,17 @@ async fn re_enqueue_is_idempotent() {
     }
     let st = states(&n).await;
     let (_, live, ..) = &st[&("svc".to_string(), "race".to_string())];
-    let race: Vec<_> = pointers(&n).await.into_iter().filter(|p| p.transaction_id == "race").collect();
+    let race: Vec<_> = pointers(&n)
+        .await
+        .into_iter()
+        .filter(|p| p.transaction_id == "race")
+        .collect();
     assert!(!race.is_empty());
-    assert_eq!(race.iter().filter(|p| p.generation == *live).count(), 1, "{race:?}");
+    assert_eq!(
+        race.iter().filter(|p| p.generation == *live).count(),
+        1,
+        "{race:?}"
+    );
 
     // Cancel: the state becomes CANCELLED; a second cancel reports it was already finished.
     let cancel = c
@@ -583,7 +672,11 @@ async fn re_enqueue_is_idempotent() {
         .unwrap();
     assert!(ttl.is_some_and(|t| t > 3_000 && t <= 3_600), "ttl {ttl:?}");
     // A cancelled transaction may be enqueued again: a new retry.
-    let e = c.enqueue_retry(req("svc", "tx", 0)).await.unwrap().into_inner();
+    let e = c
+        .enqueue_retry(req("svc", "tx", 0))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(!e.deduplicated);
 
     // A transaction that already succeeded is not run again by a late duplicate.
@@ -637,58 +730,139 @@ async fn bad_input_is_refused_by_name_and_writes_nothing() {
         Some(p)
     }
     fn d(s: i64) -> prost_types::Duration {
-        prost_types::Duration { seconds: s, nanos: 0 }
+        prost_types::Duration {
+            seconds: s,
+            nanos: 0,
+        }
     }
     type Mutation = Box<dyn Fn(&mut pb::EnqueueRetryRequest)>;
     let cases: Vec<(&str, Mutation, &str)> = vec![
         ("empty service", Box::new(|r| r.service.clear()), "service"),
-        ("space in service", Box::new(|r| r.service = "my service".into()), "service"),
-        ("unicode service", Box::new(|r| r.service = "sérvice".into()), "service"),
-        ("slash in service", Box::new(|r| r.service = "a/b".into()), "service"),
-        ("long service", Box::new(|r| r.service = "s".repeat(65)), "64"),
-        ("empty transaction", Box::new(|r| r.transaction_id.clear()), "transaction_id"),
-        ("long transaction", Box::new(|r| r.transaction_id = "t".repeat(300)), "256"),
-        ("control char", Box::new(|r| r.transaction_id = "a\u{0}b".into()), "transaction_id"),
-        ("payload over cap", Box::new(|r| r.payload = vec![7; 1_001]), "1000"),
-        ("delay over max", Box::new(|r| {
-            r.schedule = Some(pb::enqueue_retry_request::Schedule::Delay(d(3_601)))
-        }), "REBOUND_MAX_DELAY_SECONDS"),
-        ("negative delay", Box::new(|r| {
-            r.schedule = Some(pb::enqueue_retry_request::Schedule::Delay(d(-5)))
-        }), "delay"),
-        ("due time too far", Box::new(|r| {
-            r.schedule = Some(pb::enqueue_retry_request::Schedule::DueTime(prost_types::Timestamp {
-                seconds: utc_ms("2026-12-30 09:00:00.000") / 1000,
-                nanos: 0,
-            }))
-        }), "due_time"),
-        ("zero attempts", Box::new(move |r| r.policy = policy(&|p| p.max_attempts = Some(0))), "policy.max_attempts"),
-        ("multiplier below 1", Box::new(move |r| r.policy = policy(&|p| p.multiplier = Some(0.5))), "policy.multiplier"),
-        ("jitter above 1", Box::new(move |r| r.policy = policy(&|p| p.jitter = Some(1.5))), "policy.jitter"),
-        ("max below initial", Box::new(move |r| {
-            r.policy = policy(&|p| {
-                p.initial_backoff = Some(d(60));
-                p.max_backoff = Some(d(10));
-            })
-        }), "policy.max_backoff"),
-        ("negative backoff", Box::new(move |r| r.policy = policy(&|p| p.initial_backoff = Some(d(-1)))), "policy.initial_backoff"),
-        ("attempts exhausted", Box::new(move |r| {
-            r.attempt = 3;
-            r.policy = policy(&|p| p.max_attempts = Some(3));
-        }), "attempt"),
-        ("too many attributes", Box::new(|r| {
-            for i in 0..65 {
-                r.attributes.insert(format!("k{i}"), "v".into());
-            }
-        }), "attributes"),
-        ("huge last error", Box::new(|r| r.last_error = "x".repeat(9_000)), "last_error"),
+        (
+            "space in service",
+            Box::new(|r| r.service = "my service".into()),
+            "service",
+        ),
+        (
+            "unicode service",
+            Box::new(|r| r.service = "sérvice".into()),
+            "service",
+        ),
+        (
+            "slash in service",
+            Box::new(|r| r.service = "a/b".into()),
+            "service",
+        ),
+        (
+            "long service",
+            Box::new(|r| r.service = "s".repeat(65)),
+            "64",
+        ),
+        (
+            "empty transaction",
+            Box::new(|r| r.transaction_id.clear()),
+            "transaction_id",
+        ),
+        (
+            "long transaction",
+            Box::new(|r| r.transaction_id = "t".repeat(300)),
+            "256",
+        ),
+        (
+            "control char",
+            Box::new(|r| r.transaction_id = "a\u{0}b".into()),
+            "transaction_id",
+        ),
+        (
+            "payload over cap",
+            Box::new(|r| r.payload = vec![7; 1_001]),
+            "1000",
+        ),
+        (
+            "delay over max",
+            Box::new(|r| r.schedule = Some(pb::enqueue_retry_request::Schedule::Delay(d(3_601)))),
+            "REBOUND_MAX_DELAY_SECONDS",
+        ),
+        (
+            "negative delay",
+            Box::new(|r| r.schedule = Some(pb::enqueue_retry_request::Schedule::Delay(d(-5)))),
+            "delay",
+        ),
+        (
+            "due time too far",
+            Box::new(|r| {
+                r.schedule = Some(pb::enqueue_retry_request::Schedule::DueTime(
+                    prost_types::Timestamp {
+                        seconds: utc_ms("2026-12-30 09:00:00.000") / 1000,
+                        nanos: 0,
+                    },
+                ))
+            }),
+            "due_time",
+        ),
+        (
+            "zero attempts",
+            Box::new(move |r| r.policy = policy(&|p| p.max_attempts = Some(0))),
+            "policy.max_attempts",
+        ),
+        (
+            "multiplier below 1",
+            Box::new(move |r| r.policy = policy(&|p| p.multiplier = Some(0.5))),
+            "policy.multiplier",
+        ),
+        (
+            "jitter above 1",
+            Box::new(move |r| r.policy = policy(&|p| p.jitter = Some(1.5))),
+            "policy.jitter",
+        ),
+        (
+            "max below initial",
+            Box::new(move |r| {
+                r.policy = policy(&|p| {
+                    p.initial_backoff = Some(d(60));
+                    p.max_backoff = Some(d(10));
+                })
+            }),
+            "policy.max_backoff",
+        ),
+        (
+            "negative backoff",
+            Box::new(move |r| r.policy = policy(&|p| p.initial_backoff = Some(d(-1)))),
+            "policy.initial_backoff",
+        ),
+        (
+            "attempts exhausted",
+            Box::new(move |r| {
+                r.attempt = 3;
+                r.policy = policy(&|p| p.max_attempts = Some(3));
+            }),
+            "attempt",
+        ),
+        (
+            "too many attributes",
+            Box::new(|r| {
+                for i in 0..65 {
+                    r.attributes.insert(format!("k{i}"), "v".into());
+                }
+            }),
+            "attributes",
+        ),
+        (
+            "huge last error",
+            Box::new(|r| r.last_error = "x".repeat(9_000)),
+            "last_error",
+        ),
     ];
     for (name, mutate, needle) in &cases {
         let mut r = req("svc", "tx-bad", 0);
         mutate(&mut r);
         let err = c.enqueue_retry(r).await.expect_err(name);
         assert_eq!(err.code(), Code::InvalidArgument, "{name}: {err:?}");
-        assert!(err.message().contains(needle), "{name}: {:?} lacks {needle:?}", err.message());
+        assert!(
+            err.message().contains(needle),
+            "{name}: {:?} lacks {needle:?}",
+            err.message()
+        );
     }
     // A batch over the item limit is refused whole.
     let err = c
@@ -698,21 +872,35 @@ async fn bad_input_is_refused_by_name_and_writes_nothing() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().contains("requests") && err.message().contains('5'), "{}", err.message());
+    assert!(
+        err.message().contains("requests") && err.message().contains('5'),
+        "{}",
+        err.message()
+    );
     // Get and cancel validate too.
     let err = c
-        .get_retry(pb::GetRetryRequest { service: "bad service".into(), transaction_id: "x".into() })
+        .get_retry(pb::GetRetryRequest {
+            service: "bad service".into(),
+            transaction_id: "x".into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     let err = c
-        .cancel_retry(pb::CancelRetryRequest { service: "svc".into(), transaction_id: String::new() })
+        .cancel_retry(pb::CancelRetryRequest {
+            service: "svc".into(),
+            transaction_id: String::new(),
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
 
     for table in DATA_TABLES {
-        assert_eq!(n.count(table).await, 0, "{table} must be empty after refused requests");
+        assert_eq!(
+            n.count(table).await,
+            0,
+            "{table} must be empty after refused requests"
+        );
     }
     n.finish().await;
 }
@@ -746,7 +934,16 @@ async fn batch_gives_each_item_its_own_result() {
             pb::enqueue_retry_result::Result::Error(e) => e.code,
         })
         .collect();
-    assert_eq!(codes, vec![0, Code::InvalidArgument as i32, 0, Code::InvalidArgument as i32, 0]);
+    assert_eq!(
+        codes,
+        vec![
+            0,
+            Code::InvalidArgument as i32,
+            0,
+            Code::InvalidArgument as i32,
+            0
+        ]
+    );
     if let pb::enqueue_retry_result::Result::Error(e) = resp.results[1].result.as_ref().unwrap() {
         assert!(e.message.contains("requests[1].payload"), "{}", e.message);
     }
@@ -767,7 +964,10 @@ async fn policy_backoff_is_used_when_no_delay_is_given() {
     r.schedule = None;
     r.attempt = 3;
     r.policy = Some(pb::RetryPolicy {
-        initial_backoff: Some(prost_types::Duration { seconds: 10, nanos: 0 }),
+        initial_backoff: Some(prost_types::Duration {
+            seconds: 10,
+            nanos: 0,
+        }),
         jitter: Some(0.0),
         multiplier: Some(2.0),
         ..Default::default()
@@ -776,7 +976,10 @@ async fn policy_backoff_is_used_when_no_delay_is_given() {
     // Third attempt failed: 10 s * 2^2 = 40 s, in the 1 s window ending at +41 s.
     assert_eq!(ts_ms(resp.due_time.as_ref().unwrap()), now + 41_000);
     let retry = c
-        .get_retry(pb::GetRetryRequest { service: "svc".into(), transaction_id: "p".into() })
+        .get_retry(pb::GetRetryRequest {
+            service: "svc".into(),
+            transaction_id: "p".into(),
+        })
         .await
         .unwrap()
         .into_inner();
@@ -795,15 +998,22 @@ async fn health_reflection_and_shutdown_with_open_streams() {
     let n = TestNode::with_system_clock(cfg).await;
     let mut health = tonic_health::pb::health_client::HealthClient::new(n.channel.clone());
     let status = health
-        .check(tonic_health::pb::HealthCheckRequest { service: "rebound.v1.RetryService".into() })
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "rebound.v1.RetryService".into(),
+        })
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(status.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+    assert_eq!(
+        status.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
 
     // Both reflection versions list the API.
     use futures::StreamExt;
-    let mut v1 = tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(n.channel.clone());
+    let mut v1 = tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(
+        n.channel.clone(),
+    );
     let mut resp = v1
         .server_reflection_info(futures::stream::iter(vec![tonic_reflection::pb::v1::ServerReflectionRequest {
             host: String::new(),
@@ -814,7 +1024,10 @@ async fn health_reflection_and_shutdown_with_open_streams() {
         .into_inner();
     let first = format!("{:?}", resp.next().await.unwrap().unwrap());
     assert!(first.contains("rebound.v1.RetryService"), "{first}");
-    let mut v1alpha = tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient::new(n.channel.clone());
+    let mut v1alpha =
+        tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient::new(
+            n.channel.clone(),
+        );
     let mut resp = v1alpha
         .server_reflection_info(futures::stream::iter(vec![tonic_reflection::pb::v1alpha::ServerReflectionRequest {
             host: String::new(),
@@ -828,7 +1041,9 @@ async fn health_reflection_and_shutdown_with_open_streams() {
 
     // An open Watch stream does not hold shutdown past the grace period (1 s here).
     let mut watch = health
-        .watch(tonic_health::pb::HealthCheckRequest { service: String::new() })
+        .watch(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
         .await
         .unwrap()
         .into_inner();

@@ -144,31 +144,30 @@ impl pb::retry_service_server::RetryService for Api {
             })
             .collect();
         let writer = &self.writer;
-        let mut results: Vec<(usize, pb::EnqueueRetryResult)> = stream::iter(
-            checked.into_iter().enumerate(),
-        )
-        .map(|(i, item)| async move {
-            let res = match item {
-                Ok(input) => writer.enqueue(input).await,
-                Err(e) => Err(e),
-            };
-            let result = match res {
-                Ok(o) => pb::enqueue_retry_result::Result::Response(enqueue_pb(o)),
-                Err(e) => pb::enqueue_retry_result::Result::Error(pb::ItemError {
-                    code: e.code() as i32,
-                    message: e.to_string(),
-                }),
-            };
-            (
-                i,
-                pb::EnqueueRetryResult {
-                    result: Some(result),
-                },
-            )
-        })
-        .buffer_unordered(BATCH_CONCURRENCY)
-        .collect()
-        .await;
+        let mut results: Vec<(usize, pb::EnqueueRetryResult)> =
+            stream::iter(checked.into_iter().enumerate())
+                .map(|(i, item)| async move {
+                    let res = match item {
+                        Ok(input) => writer.enqueue(input).await,
+                        Err(e) => Err(e),
+                    };
+                    let result = match res {
+                        Ok(o) => pb::enqueue_retry_result::Result::Response(enqueue_pb(o)),
+                        Err(e) => pb::enqueue_retry_result::Result::Error(pb::ItemError {
+                            code: e.code() as i32,
+                            message: e.to_string(),
+                        }),
+                    };
+                    (
+                        i,
+                        pb::EnqueueRetryResult {
+                            result: Some(result),
+                        },
+                    )
+                })
+                .buffer_unordered(BATCH_CONCURRENCY)
+                .collect()
+                .await;
         results.sort_by_key(|(i, _)| *i);
         Ok(Response::new(pb::EnqueueRetryBatchResponse {
             results: results.into_iter().map(|(_, r)| r).collect(),
@@ -241,7 +240,10 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         Err(unimplemented("ExtendDeadline", "dispatch"))
     }
 
-    async fn get_ring(&self, _r: Request<pb::GetRingRequest>) -> Result<Response<pb::Ring>, Status> {
+    async fn get_ring(
+        &self,
+        _r: Request<pb::GetRingRequest>,
+    ) -> Result<Response<pb::Ring>, Status> {
         Err(unimplemented("GetRing", "lease ring"))
     }
 }

@@ -306,7 +306,10 @@ impl Config {
             "REBOUND_CASSANDRA_CONNECT_TIMEOUT_MS",
             cassandra_connect_timeout_ms
         );
-        num!("REBOUND_CASSANDRA_STARTUP_WAIT_MS", cassandra_startup_wait_ms);
+        num!(
+            "REBOUND_CASSANDRA_STARTUP_WAIT_MS",
+            cassandra_startup_wait_ms
+        );
         text!("REBOUND_REGION", region);
         text!("REBOUND_CLUSTER", cluster);
         text!("REBOUND_NODE_ID", node_id);
@@ -403,8 +406,12 @@ impl Config {
                 "must be a CQL replication map such as {'class': 'SimpleStrategy', 'replication_factor': 1}",
             ));
         }
-        parse_consistency(&self.consistency)
-            .ok_or_else(|| bad("REBOUND_CONSISTENCY", format!("unknown consistency level {:?}", self.consistency)))?;
+        parse_consistency(&self.consistency).ok_or_else(|| {
+            bad(
+                "REBOUND_CONSISTENCY",
+                format!("unknown consistency level {:?}", self.consistency),
+            )
+        })?;
         parse_serial_consistency(&self.serial_consistency).ok_or_else(|| {
             bad(
                 "REBOUND_SERIAL_CONSISTENCY",
@@ -581,7 +588,10 @@ mod tests {
         assert_eq!((c.slots, c.lease_ttl_ms), (64, 10_000));
         assert_eq!(c.max_payload_bytes, 262_144);
         assert_eq!(c.max_delay_seconds, 2_592_000);
-        assert_eq!((c.region.as_str(), c.cluster.as_str()), ("local", "default"));
+        assert_eq!(
+            (c.region.as_str(), c.cluster.as_str()),
+            ("local", "default")
+        );
     }
 
     #[test]

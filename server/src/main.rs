@@ -12,7 +12,11 @@ use rebound_server::{
 };
 
 #[derive(Parser, Debug)]
-#[command(name = "rebound-server", version, about = "Rebound node: retry-as-a-service over Apache Cassandra")]
+#[command(
+    name = "rebound-server",
+    version,
+    about = "Rebound node: retry-as-a-service over Apache Cassandra"
+)]
 struct Cli {
     /// TOML configuration file (keys are the REBOUND_* names, lower case, without the prefix).
     #[arg(long, global = true)]
@@ -60,7 +64,10 @@ fn main() -> ExitCode {
         }
     };
     telemetry::init(config.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("rebound-server: cannot start the runtime: {e}");
@@ -114,8 +121,8 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},

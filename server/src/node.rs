@@ -37,12 +37,20 @@ pub struct Node {
 /// Applies the schema migrations to the configured keyspace (the `migrate` command).
 pub async fn run_migrations(config: &Config, clock: &SharedClock) -> anyhow::Result<Vec<i32>> {
     let opts = CassandraOptions::from_config(config);
-    let session = connect_with_wait(&opts, Duration::from_millis(config.cassandra_startup_wait_ms))
-        .await
-        .context("connecting to Cassandra")?;
-    let applied = migrate(&session, &opts.keyspace, &config.replication, clock.now_ms())
-        .await
-        .context("applying migrations")?;
+    let session = connect_with_wait(
+        &opts,
+        Duration::from_millis(config.cassandra_startup_wait_ms),
+    )
+    .await
+    .context("connecting to Cassandra")?;
+    let applied = migrate(
+        &session,
+        &opts.keyspace,
+        &config.replication,
+        clock.now_ms(),
+    )
+    .await
+    .context("applying migrations")?;
     Ok(applied)
 }
 
@@ -53,13 +61,21 @@ impl Node {
         let boot_epoch = clock.now_ms();
         let opts = CassandraOptions::from_config(&config);
         let session = Arc::new(
-            connect_with_wait(&opts, Duration::from_millis(config.cassandra_startup_wait_ms))
-                .await
-                .context("connecting to Cassandra")?,
-        );
-        let applied = migrate(&session, &opts.keyspace, &config.replication, clock.now_ms())
+            connect_with_wait(
+                &opts,
+                Duration::from_millis(config.cassandra_startup_wait_ms),
+            )
             .await
-            .context("applying migrations")?;
+            .context("connecting to Cassandra")?,
+        );
+        let applied = migrate(
+            &session,
+            &opts.keyspace,
+            &config.replication,
+            clock.now_ms(),
+        )
+        .await
+        .context("applying migrations")?;
         if !applied.is_empty() {
             tracing::info!(?applied, keyspace = %opts.keyspace, "schema migrated");
         }
@@ -121,15 +137,13 @@ impl Node {
         let mut serve_stop = shutdown.subscribe();
         let grace = Duration::from_millis(config.shutdown_grace_ms);
         let task = tokio::spawn(async move {
-            let serve = router.serve_with_incoming_shutdown(
-                TcpListenerStream::new(listener),
-                async move {
+            let serve =
+                router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
                     let _ = serve_stop.wait_for(|s| *s).await.map(|_| ());
                     health
                         .set_not_serving::<pb::retry_service_server::RetryServiceServer<Api>>()
                         .await;
-                },
-            );
+                });
             tokio::pin!(serve);
             tokio::select! {
                 r = &mut serve => r.map_err(anyhow::Error::from),

@@ -102,7 +102,10 @@ impl RetryPolicy {
         if !(self.jitter.is_finite() && (0.0..=1.0).contains(&self.jitter)) {
             return err(
                 "jitter",
-                format!("must be a fraction between 0.0 and 1.0, got {}", self.jitter),
+                format!(
+                    "must be a fraction between 0.0 and 1.0, got {}",
+                    self.jitter
+                ),
             );
         }
         for (field, d) in [
@@ -113,7 +116,11 @@ impl RetryPolicy {
             if d > MAX_POLICY_DURATION {
                 return err(
                     field,
-                    format!("must be at most {}s, got {}s", MAX_POLICY_DURATION.as_secs(), d.as_secs()),
+                    format!(
+                        "must be at most {}s, got {}s",
+                        MAX_POLICY_DURATION.as_secs(),
+                        d.as_secs()
+                    ),
                 );
             }
         }
@@ -194,10 +201,34 @@ mod tests {
     fn nonsense_is_refused_with_the_field() {
         let base = RetryPolicy::default();
         let cases = [
-            (PolicyOverrides { max_attempts: Some(0), ..Default::default() }, "max_attempts"),
-            (PolicyOverrides { multiplier: Some(0.5), ..Default::default() }, "multiplier"),
-            (PolicyOverrides { multiplier: Some(f64::NAN), ..Default::default() }, "multiplier"),
-            (PolicyOverrides { jitter: Some(1.5), ..Default::default() }, "jitter"),
+            (
+                PolicyOverrides {
+                    max_attempts: Some(0),
+                    ..Default::default()
+                },
+                "max_attempts",
+            ),
+            (
+                PolicyOverrides {
+                    multiplier: Some(0.5),
+                    ..Default::default()
+                },
+                "multiplier",
+            ),
+            (
+                PolicyOverrides {
+                    multiplier: Some(f64::NAN),
+                    ..Default::default()
+                },
+                "multiplier",
+            ),
+            (
+                PolicyOverrides {
+                    jitter: Some(1.5),
+                    ..Default::default()
+                },
+                "jitter",
+            ),
             (
                 PolicyOverrides {
                     initial_backoff: Some(Duration::from_secs(10)),
@@ -206,13 +237,25 @@ mod tests {
                 },
                 "max_backoff",
             ),
-            (PolicyOverrides { ack_timeout: Some(Duration::ZERO), ..Default::default() }, "ack_timeout"),
             (
-                PolicyOverrides { max_retry_duration: Some(Duration::ZERO), ..Default::default() },
+                PolicyOverrides {
+                    ack_timeout: Some(Duration::ZERO),
+                    ..Default::default()
+                },
+                "ack_timeout",
+            ),
+            (
+                PolicyOverrides {
+                    max_retry_duration: Some(Duration::ZERO),
+                    ..Default::default()
+                },
                 "max_retry_duration",
             ),
             (
-                PolicyOverrides { max_deliveries_per_attempt: Some(0), ..Default::default() },
+                PolicyOverrides {
+                    max_deliveries_per_attempt: Some(0),
+                    ..Default::default()
+                },
                 "max_deliveries_per_attempt",
             ),
         ];

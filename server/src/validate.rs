@@ -28,8 +28,7 @@ pub fn service(field: &str, v: &str) -> Result<(), ApiError> {
     let ok = !v.is_empty()
         && v.len() <= MAX_SERVICE_LEN
         && v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && v
-            .chars()
+        && v.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
     if ok {
         Ok(())
@@ -99,11 +98,15 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
         return Ok(PolicyOverrides::default());
     };
     let f = |name: &str| format!("{field}.{name}");
-    let dur = |name: &str, d: &Option<prost_types::Duration>| -> Result<Option<Duration>, ApiError> {
-        d.as_ref().map(|d| duration(&f(name), d)).transpose()
-    };
+    let dur =
+        |name: &str, d: &Option<prost_types::Duration>| -> Result<Option<Duration>, ApiError> {
+            d.as_ref().map(|d| duration(&f(name), d)).transpose()
+        };
     if p.max_attempts == Some(0) {
-        return Err(ApiError::invalid(f("max_attempts"), "must be at least 1, got 0"));
+        return Err(ApiError::invalid(
+            f("max_attempts"),
+            "must be at least 1, got 0",
+        ));
     }
     if p.max_deliveries_per_attempt == Some(0) {
         return Err(ApiError::invalid(
@@ -244,20 +247,30 @@ mod tests {
 
     #[test]
     fn refuses_each_bad_field_by_name() {
-        let cases: Vec<(Box<dyn Fn(&mut pb::EnqueueRetryRequest)>, &str)> = vec![
+        type Mutation = Box<dyn Fn(&mut pb::EnqueueRetryRequest)>;
+        let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|r| r.service.clear()), "service"),
             (Box::new(|r| r.service = "has space".into()), "service"),
             (Box::new(|r| r.service = "-lead".into()), "service"),
             (Box::new(|r| r.service = "x".repeat(65)), "service"),
             (Box::new(|r| r.transaction_id.clear()), "transaction_id"),
-            (Box::new(|r| r.transaction_id = "x".repeat(257)), "transaction_id"),
-            (Box::new(|r| r.transaction_id = "a\nb".into()), "transaction_id"),
+            (
+                Box::new(|r| r.transaction_id = "x".repeat(257)),
+                "transaction_id",
+            ),
+            (
+                Box::new(|r| r.transaction_id = "a\nb".into()),
+                "transaction_id",
+            ),
             (Box::new(|r| r.payload = vec![0; 11]), "payload"),
             (Box::new(|r| r.last_error = "e".repeat(8193)), "last_error"),
             (
                 Box::new(|r| {
                     r.schedule = Some(pb::enqueue_retry_request::Schedule::Delay(
-                        prost_types::Duration { seconds: -1, nanos: 0 },
+                        prost_types::Duration {
+                            seconds: -1,
+                            nanos: 0,
+                        },
                     ))
                 }),
                 "delay",
@@ -265,7 +278,10 @@ mod tests {
             (
                 Box::new(|r| {
                     r.schedule = Some(pb::enqueue_retry_request::Schedule::DueTime(
-                        prost_types::Timestamp { seconds: 0, nanos: -5 },
+                        prost_types::Timestamp {
+                            seconds: 0,
+                            nanos: -5,
+                        },
                     ))
                 }),
                 "due_time",

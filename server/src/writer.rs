@@ -245,7 +245,9 @@ impl Writer {
         let prev_generation = previous.as_ref().map_or(0, |p| p.generation);
         state.generation = new_generation(prev_generation, now);
 
-        let location = self.place(&state.service, &state.transaction_id, target, now).await?;
+        let location = self
+            .place(&state.service, &state.transaction_id, target, now)
+            .await?;
         self.store
             .put_pointer(
                 &state.service,
@@ -294,7 +296,8 @@ impl Writer {
                 !dir.days.contains(&window.day),
                 !dir.windows.contains(&window),
                 !dir.instances.contains(&(window, service.to_string(), lane)),
-                !dir.buckets.contains(&(window, service.to_string(), lane, bucket)),
+                !dir.buckets
+                    .contains(&(window, service.to_string(), lane, bucket)),
             )
         };
         // The four directory rows are independent of each other; all must be durable before

@@ -1,1 +1,81 @@
+//! Typed Rust client for Rebound, retry-as-a-service over gRPC.
+//!
+//! A producer that hits a transient failure hands the work to Rebound with
+//! [`Client::enqueue`] and goes back to serving traffic; Rebound delivers it to the service's
+//! executors when it is due, backing off between attempts according to a [`RetryPolicy`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use rebound_client::{Client, RetryPolicy, RetryStatus};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), rebound_client::Error> {
+//!     // One client per process; clones share the connection.
+//!     let client = Client::connect("http://127.0.0.1:50051").await?;
+//!
+//!     // The charge failed once with a timeout: try again in 30 s, then back off
+//!     // 30 s, 60 s, 120 s, ... capped at 10 min, for at most 8 attempts in total.
+//!     let enqueued = client
+//!         .enqueue("payments", "charge-7f3a")
+//!         .payload(br#"{"order":"7f3a","amount_cents":1200}"#.to_vec())
+//!         .attribute("tenant", "acme")
+//!         .attributes([("region", "eu-west-1"), ("source", "checkout")])
+//!         .attempt(1)
+//!         .last_error("card processor timed out")
+//!         .delay(Duration::from_secs(30))
+//!         .policy(
+//!             RetryPolicy::new()
+//!                 .max_attempts(8)
+//!                 .initial_backoff(Duration::from_secs(30))
+//!                 .max_backoff(Duration::from_secs(600)),
+//!         )
+//!         .send()
+//!         .await?;
+//!     println!(
+//!         "due at {:?} (generation {}, deduplicated: {})",
+//!         enqueued.due_time, enqueued.generation, enqueued.deduplicated
+//!     );
+//!
+//!     let retry = client.get("payments", "charge-7f3a").await?;
+//!     assert_eq!(retry.status, RetryStatus::Scheduled);
+//!     println!("attempt {} of {:?}", retry.attempt, retry.policy.max_attempts);
+//!
+//!     // The customer paid another way: stop retrying.
+//!     let cancelled = client.cancel("payments", "charge-7f3a").await?;
+//!     println!("now {} (cancelled by this call: {})", cancelled.status, cancelled.cancelled);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Errors and retrying
+//!
+//! Every call returns [`Error`]. [`Error::is_retryable`] is true for `UNAVAILABLE`,
+//! `DEADLINE_EXCEEDED` and `RESOURCE_EXHAUSTED`, and re-sending is always safe: enqueue is
+//! idempotent by `(service, transaction_id)`, so a repeat of an enqueue whose outcome is
+//! unknown confirms or reschedules the pending retry (reporting `deduplicated = true`) and never
+//! schedules it twice. [`Client::enqueue_batch`] reports each item separately, so one bad item
+//! does not fail the others.
+//!
+//! # Raw API
+//!
+//! The generated types are re-exported as [`proto`]; [`Client::retry_service`] gives the
+//! generated client, and [`Retry::as_proto`] the full `GetRetry` response.
 
+mod client;
+mod enqueue;
+mod error;
+mod policy;
+mod retry;
+mod time;
+
+pub use client::{Client, CONNECT_TIMEOUT};
+pub use enqueue::{EnqueueBuilder, Enqueued, ItemError};
+pub use error::Error;
+pub use policy::RetryPolicy;
+pub use retry::{Cancelled, Retry, RetryStatus};
+
+/// The generated `rebound.v1` messages and clients.
+pub use rebound_proto::v1 as proto;
+/// gRPC status codes, as [`Error::code`] and [`ItemError::code`] report them.
+pub use tonic::Code;

@@ -67,7 +67,9 @@ pub async fn connect(o: &CassandraOptions) -> StoreResult<Session> {
         .default_execution_profile_handle(profile.into_handle())
         .build()
         .await
-        .map_err(|e| StoreError::Unavailable(format!("cannot connect to {:?}: {e}", o.contact_points)))
+        .map_err(|e| {
+            StoreError::Unavailable(format!("cannot connect to {:?}: {e}", o.contact_points))
+        })
 }
 
 /// Keeps trying to connect until `wait` has passed: a node started together with its database
@@ -133,9 +135,10 @@ impl CassandraStore {
         let prep = |cql: String| {
             let session = session.clone();
             async move {
-                let mut ps = session.prepare(cql.clone()).await.map_err(|e| {
-                    map_prepare_error(&e, &cql)
-                })?;
+                let mut ps = session
+                    .prepare(cql.clone())
+                    .await
+                    .map_err(|e| map_prepare_error(&e, &cql))?;
                 ps.set_is_idempotent(true);
                 Ok::<_, StoreError>(ps)
             }
@@ -335,7 +338,12 @@ impl StateRow {
                 "state row {service}/{transaction_id} has unknown status {status_text:?}"
             ))
         })?;
-        let location = match (self.loc_day, self.loc_window, self.loc_instance, self.loc_bucket) {
+        let location = match (
+            self.loc_day,
+            self.loc_window,
+            self.loc_instance,
+            self.loc_bucket,
+        ) {
             (Some(day), Some(window), Some(instance), Some(bucket)) => Some(Location {
                 window: WindowId {
                     day: from_cql_date(day),
@@ -388,8 +396,11 @@ impl StateRow {
 #[async_trait]
 impl RetryStore for CassandraStore {
     async fn put_day(&self, year: i32, day: i32) -> StoreResult<()> {
-        self.exec(&self.st.put_day, (&self.region, &self.cluster, year, cql_date(day)))
-            .await
+        self.exec(
+            &self.st.put_day,
+            (&self.region, &self.cluster, year, cql_date(day)),
+        )
+        .await
     }
 
     async fn put_window(&self, w: WindowId) -> StoreResult<()> {
@@ -504,9 +515,9 @@ impl RetryStore for CassandraStore {
             )
             .await
             .map_err(|e| map_execution_error(&e))?;
-        let rows = res
-            .into_rows_result()
-            .map_err(|e| StoreError::Internal(format!("state read returned no rows result: {e}")))?;
+        let rows = res.into_rows_result().map_err(|e| {
+            StoreError::Internal(format!("state read returned no rows result: {e}"))
+        })?;
         let row = rows
             .maybe_first_row::<StateRow>()
             .map_err(|e| StoreError::Internal(format!("bad state row: {e}")))?;
@@ -554,7 +565,12 @@ impl RetryStore for CassandraStore {
             .collect())
     }
 
-    async fn list_buckets(&self, w: WindowId, service: &str, instance: &str) -> StoreResult<Vec<u32>> {
+    async fn list_buckets(
+        &self,
+        w: WindowId,
+        service: &str,
+        instance: &str,
+    ) -> StoreResult<Vec<u32>> {
         let rows: Vec<(i32,)> = self
             .collect(
                 &self.st.list_buckets,
@@ -637,7 +653,10 @@ fn map_pager_error(e: &PagerExecutionError) -> StoreError {
     }
 }
 
-fn map_next_page_error(n: &scylla::errors::NextPageError, whole: &dyn std::fmt::Display) -> StoreError {
+fn map_next_page_error(
+    n: &scylla::errors::NextPageError,
+    whole: &dyn std::fmt::Display,
+) -> StoreError {
     use scylla::errors::NextPageError as N;
     match n {
         N::RequestFailure(r) => map_request_error(r, whole),
@@ -645,7 +664,10 @@ fn map_next_page_error(n: &scylla::errors::NextPageError, whole: &dyn std::fmt::
     }
 }
 
-fn map_request_error(r: &scylla::errors::RequestError, whole: &dyn std::fmt::Display) -> StoreError {
+fn map_request_error(
+    r: &scylla::errors::RequestError,
+    whole: &dyn std::fmt::Display,
+) -> StoreError {
     use scylla::errors::RequestError as R;
     match r {
         R::RequestTimeout(_) => StoreError::Timeout(whole.to_string()),

@@ -111,7 +111,12 @@ pub async fn migrate(
             }
             continue;
         }
-        tracing::info!(version = m.version, name = m.name, keyspace, "applying migration");
+        tracing::info!(
+            version = m.version,
+            name = m.name,
+            keyspace,
+            "applying migration"
+        );
         for stmt in statements(m.cql) {
             run(stmt).await?;
         }
@@ -141,7 +146,11 @@ mod tests {
             let stmts = statements(m.cql);
             assert!(!stmts.is_empty(), "{}", m.name);
             for s in stmts {
-                assert!(s.starts_with("CREATE TABLE IF NOT EXISTS"), "{}: {s}", m.name);
+                assert!(
+                    s.starts_with("CREATE TABLE IF NOT EXISTS"),
+                    "{}: {s}",
+                    m.name
+                );
             }
             assert!(m.name.starts_with(&format!("{:04}_", m.version)));
             versions.push(m.version);

@@ -150,8 +150,7 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
 
     /// Writes the whole state row; `ttl_seconds` is set for terminal states.
     async fn put_state(&self, state: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()>;
-    async fn get_state(&self, service: &str, transaction_id: &str)
-        -> StoreResult<Option<TxState>>;
+    async fn get_state(&self, service: &str, transaction_id: &str) -> StoreResult<Option<TxState>>;
 
     // Directory reads, oldest first.
     async fn list_days(&self, year: i32) -> StoreResult<Vec<i32>>;
@@ -167,6 +166,5 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
         service: &str,
         instance: &str,
     ) -> StoreResult<Vec<u32>>;
-    async fn list_pointers(&self, service: &str, location: &Location)
-        -> StoreResult<Vec<Pointer>>;
+    async fn list_pointers(&self, service: &str, location: &Location) -> StoreResult<Vec<Pointer>>;
 }
