@@ -55,21 +55,23 @@ async fn run(addr: &str, service: &str, transaction_id: &str) -> Result<(), Erro
         )
         .send()
         .await?;
-    println!("enqueued: {enqueued:#?}");
+    println!(
+        "enqueued {}: due {}, generation {}, deduplicated: {}",
+        enqueued.transaction_id,
+        describe(enqueued.due_time),
+        enqueued.generation,
+        enqueued.deduplicated,
+    );
 
     let retry = client.get(service, transaction_id).await?;
     println!(
-        "read back: {}/{} is {} (attempt {}, generation {}), due at {}s after the epoch",
+        "read back {}/{}: {} (attempt {}, generation {}), due {}",
         retry.service,
         retry.transaction_id,
         retry.status,
         retry.attempt,
         retry.generation,
-        retry
-            .due_time
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs(),
+        describe(retry.due_time),
     );
     println!(
         "payload: {}, attributes: {:?}, last error: {:?}",
@@ -79,4 +81,13 @@ async fn run(addr: &str, service: &str, transaction_id: &str) -> Result<(), Erro
     );
     println!("effective policy: {:#?}", retry.policy);
     Ok(())
+}
+
+/// A time as Unix seconds plus its distance from now, readable without a date library.
+fn describe(t: SystemTime) -> String {
+    let unix = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    match t.duration_since(SystemTime::now()) {
+        Ok(ahead) => format!("at {unix} (in {}s)", ahead.as_secs()),
+        Err(e) => format!("at {unix} ({}s ago)", e.duration().as_secs()),
+    }
 }
