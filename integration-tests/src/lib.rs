@@ -80,8 +80,19 @@ pub struct TestNode {
     pub config: Config,
 }
 
+/// Logs of the node under test, when `RUST_LOG` is set.
+pub fn init_logs() {
+    if std::env::var("RUST_LOG").is_ok() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 impl TestNode {
     pub async fn start(config: Config, clock: SharedClock) -> TestNode {
+        init_logs();
         let node = Node::start(config.clone(), clock)
             .await
             .expect("node starts");
@@ -185,4 +196,46 @@ pub fn utc_ms(s: &str) -> i64 {
 
 pub fn ts_ms(t: &prost_types::Timestamp) -> i64 {
     t.seconds * 1000 + i64::from(t.nanos) / 1_000_000
+}
+
+/// A configuration for dispatch tests: 1 s windows, a short skew margin, fast scans.
+pub fn dispatch_config(test: &str) -> Config {
+    Config {
+        window_seconds: 1,
+        skew_margin_ms: 200,
+        bucket_size: 3,
+        lanes: 2,
+        scan_interval_ms: 50,
+        compaction_interval_ms: 100,
+        ..test_config(test)
+    }
+}
+
+/// Waits for the next delivery on a subscription, or `None` after `within`.
+pub async fn next_delivery(
+    stream: &mut tonic::Streaming<rebound_proto::v1::Delivery>,
+    within: Duration,
+) -> Option<rebound_proto::v1::Delivery> {
+    match tokio::time::timeout(within, stream.message()).await {
+        Ok(Ok(Some(d))) => Some(d),
+        Ok(Ok(None)) => None,
+        Ok(Err(e)) => panic!("subscription failed: {e}"),
+        Err(_) => None,
+    }
+}
+
+/// Polls `check` every 100 ms until it is true or `within` has passed.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = std::time::Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < within,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -8,8 +8,9 @@ use rebound_proto::v1::{self as pb};
 use tonic::{Request, Response, Status};
 
 use crate::{
+    dispatch::{AttemptOutcome, Dispatcher, Resolution},
     error::ApiError,
-    store::{self, TxState},
+    store::{self, Status as StoreStatus, TxState},
     validate,
     window::day_to_date,
     writer::{EnqueueOutcome, Writer},
@@ -204,12 +205,176 @@ fn unimplemented(what: &str, issue: &str) -> Status {
     ApiError::Unimplemented(format!("{what} is not implemented yet ({issue})")).into()
 }
 
-/// The executor API. Dispatch is built in a later step; until then these calls answer
-/// UNIMPLEMENTED, which clients can tell apart from an outage.
-#[derive(Debug, Clone, Default)]
-pub struct ExecutorApi;
+/// The executor API: subscriptions, acknowledgements and deadline extensions.
+#[derive(Debug, Clone)]
+pub struct ExecutorApi {
+    pub dispatcher: Arc<Dispatcher>,
+    pub max_delay: std::time::Duration,
+}
+
+/// Most deliveries one stream may hold unacknowledged.
+pub const MAX_IN_FLIGHT: u32 = 10_000;
+/// Longest single deadline extension.
+pub const MAX_EXTENSION: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
 
 type DeliveryStream = Pin<Box<dyn Stream<Item = Result<pb::Delivery, Status>> + Send>>;
+
+/// The receiving end of a subscription; dropping it (the client went away or the node is
+/// stopping) hands the stream's unacknowledged deliveries to other subscribers.
+struct Subscription {
+    id: u64,
+    rx: tokio::sync::mpsc::Receiver<Result<pb::Delivery, Status>>,
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl Stream for Subscription {
+    type Item = Result<pb::Delivery, Status>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let orphans = self.dispatcher.hub.unsubscribe(self.id);
+        if !orphans.is_empty() {
+            tracing::info!(
+                subscriber = self.id,
+                items = orphans.len(),
+                "stream closed, redelivering its in-flight items"
+            );
+        }
+        if tokio::runtime::Handle::try_current().is_ok() {
+            for w in orphans {
+                self.dispatcher.requeue(w, Some(self.id));
+            }
+        }
+    }
+}
+
+fn ack_outcome(
+    r: &pb::AckRequest,
+    max_delay: std::time::Duration,
+    prefix: &str,
+) -> Result<AttemptOutcome, ApiError> {
+    if r.delivery_id.is_empty() || r.delivery_id.len() > 128 {
+        return Err(ApiError::invalid(
+            format!("{prefix}delivery_id"),
+            "must be the 1-128 byte id of a delivery",
+        ));
+    }
+    if r.error.len() > validate::MAX_LAST_ERROR_BYTES {
+        return Err(ApiError::invalid(
+            format!("{prefix}error"),
+            format!(
+                "is {} bytes, over the limit of {} bytes",
+                r.error.len(),
+                validate::MAX_LAST_ERROR_BYTES
+            ),
+        ));
+    }
+    let after = r
+        .retry_after
+        .as_ref()
+        .map(|d| validate::duration(&format!("{prefix}retry_after"), d))
+        .transpose()?;
+    if let Some(a) = after {
+        if a > max_delay {
+            return Err(ApiError::invalid(
+                format!("{prefix}retry_after"),
+                format!(
+                    "{}s is over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
+                    a.as_secs(),
+                    max_delay.as_secs()
+                ),
+            ));
+        }
+    }
+    match pb::AckOutcome::try_from(r.outcome) {
+        Ok(pb::AckOutcome::Succeeded) => Ok(AttemptOutcome::Succeeded),
+        Ok(pb::AckOutcome::Retry) => Ok(AttemptOutcome::Retry {
+            after,
+            error: r.error.clone(),
+        }),
+        Ok(pb::AckOutcome::Failed) => Ok(AttemptOutcome::Failed {
+            error: r.error.clone(),
+        }),
+        _ => Err(ApiError::invalid(
+            format!("{prefix}outcome"),
+            "must be SUCCEEDED, RETRY or FAILED",
+        )),
+    }
+}
+
+fn ack_response(r: Resolution) -> pb::AckResponse {
+    match r {
+        Resolution::Succeeded => pb::AckResponse::default(),
+        Resolution::Rescheduled { due_at_ms } => pb::AckResponse {
+            next_due_time: Some(ts(due_at_ms)),
+            dead_lettered: false,
+        },
+        Resolution::Dead => pb::AckResponse {
+            next_due_time: None,
+            dead_lettered: true,
+        },
+    }
+}
+
+impl ExecutorApi {
+    async fn ack_one(&self, r: &pb::AckRequest, prefix: &str) -> Result<pb::AckResponse, ApiError> {
+        let outcome = ack_outcome(r, self.max_delay, prefix)?;
+        let d = &self.dispatcher;
+        let Some(inflight) = d.hub.take(&r.delivery_id) else {
+            return Err(ApiError::NotFound(format!(
+                "delivery {:?} is not in flight on this node: unknown, already acknowledged, or its deadline passed",
+                r.delivery_id
+            )));
+        };
+        let (service, txid) = (
+            inflight.work.state.service.clone(),
+            inflight.work.state.transaction_id.clone(),
+        );
+        let current = match d.store_state(&service, &txid).await {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(w) = d.hub.put_back(r.delivery_id.clone(), inflight) {
+                    d.requeue(w, None);
+                }
+                return Err(e);
+            }
+        };
+        let live = current.as_ref().is_some_and(|s| {
+            s.generation == inflight.work.state.generation && s.status == StoreStatus::Scheduled
+        });
+        if !live {
+            inflight.work.resolve();
+            return Err(ApiError::FailedPrecondition(format!(
+                "delivery {:?} is stale: transaction {txid:?} was rescheduled, cancelled or finished since; nothing changed",
+                r.delivery_id
+            )));
+        }
+        let state = current.expect("checked live");
+        match d
+            .resolve(state, inflight.work.deliveries + 1, outcome)
+            .await
+        {
+            Ok(res) => {
+                inflight.work.resolve();
+                Ok(ack_response(res))
+            }
+            Err(e) => {
+                if let Some(w) = d.hub.put_back(r.delivery_id.clone(), inflight) {
+                    d.requeue(w, None);
+                }
+                Err(e)
+            }
+        }
+    }
+}
 
 #[tonic::async_trait]
 impl pb::executor_service_server::ExecutorService for ExecutorApi {
@@ -217,27 +382,102 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
 
     async fn subscribe(
         &self,
-        _request: Request<pb::SubscribeRequest>,
+        request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        Err(unimplemented("Subscribe", "dispatch"))
+        let r = request.into_inner();
+        validate::service("service", &r.service)?;
+        if r.max_in_flight == 0 || r.max_in_flight > MAX_IN_FLIGHT {
+            return Err(ApiError::invalid(
+                "max_in_flight",
+                format!(
+                    "must be between 1 and {MAX_IN_FLIGHT}, got {}",
+                    r.max_in_flight
+                ),
+            )
+            .into());
+        }
+        if r.executor_id.len() > 128 || r.executor_id.chars().any(char::is_control) {
+            return Err(ApiError::invalid(
+                "executor_id",
+                "must be at most 128 bytes with no control characters",
+            )
+            .into());
+        }
+        let (id, rx) = self.dispatcher.hub.subscribe(&r.service, r.max_in_flight);
+        tracing::info!(service = %r.service, executor_id = %r.executor_id, subscriber = id, max_in_flight = r.max_in_flight, "executor subscribed");
+        Ok(Response::new(Box::pin(Subscription {
+            id,
+            rx,
+            dispatcher: self.dispatcher.clone(),
+        })))
     }
 
-    async fn ack(&self, _r: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
-        Err(unimplemented("Ack", "dispatch"))
+    async fn ack(&self, r: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
+        Ok(Response::new(self.ack_one(&r.into_inner(), "").await?))
     }
 
     async fn ack_batch(
         &self,
-        _r: Request<pb::AckBatchRequest>,
+        r: Request<pb::AckBatchRequest>,
     ) -> Result<Response<pb::AckBatchResponse>, Status> {
-        Err(unimplemented("AckBatch", "dispatch"))
+        let acks = r.into_inner().acks;
+        if acks.len() > MAX_IN_FLIGHT as usize {
+            return Err(ApiError::invalid(
+                "acks",
+                format!(
+                    "has {} items, over the limit of {MAX_IN_FLIGHT}",
+                    acks.len()
+                ),
+            )
+            .into());
+        }
+        // Sequential: acks are cheap, and order keeps the response aligned with the request.
+        let mut results = Vec::with_capacity(acks.len());
+        for (i, a) in acks.iter().enumerate() {
+            let res = self.ack_one(a, &format!("acks[{i}].")).await;
+            results.push(pb::AckBatchResult {
+                result: Some(match res {
+                    Ok(r) => pb::ack_batch_result::Result::Response(r),
+                    Err(e) => pb::ack_batch_result::Result::Error(pb::AckError {
+                        code: e.code() as i32,
+                        message: e.to_string(),
+                    }),
+                }),
+            });
+        }
+        Ok(Response::new(pb::AckBatchResponse { results }))
     }
 
     async fn extend_deadline(
         &self,
-        _r: Request<pb::ExtendDeadlineRequest>,
+        r: Request<pb::ExtendDeadlineRequest>,
     ) -> Result<Response<pb::ExtendDeadlineResponse>, Status> {
-        Err(unimplemented("ExtendDeadline", "dispatch"))
+        let r = r.into_inner();
+        let ext = r
+            .extension
+            .as_ref()
+            .ok_or_else(|| ApiError::invalid("extension", "is required"))?;
+        let ext = validate::duration("extension", ext)?;
+        if ext.is_zero() || ext > MAX_EXTENSION {
+            return Err(ApiError::invalid(
+                "extension",
+                format!("must be between 1ms and {}s", MAX_EXTENSION.as_secs()),
+            )
+            .into());
+        }
+        let deadline = self
+            .dispatcher
+            .hub
+            .extend(&r.delivery_id, ext)
+            .ok_or_else(|| {
+                ApiError::NotFound(format!(
+                    "delivery {:?} is not in flight on this node",
+                    r.delivery_id
+                ))
+            })?;
+        Ok(Response::new(pb::ExtendDeadlineResponse {
+            ack_deadline: Some(ts(deadline)),
+        }))
     }
 
     async fn get_ring(

@@ -43,6 +43,12 @@ pub struct Config {
     /// Concurrent enqueues beyond this are shed with RESOURCE_EXHAUSTED.
     pub max_concurrent_writes: usize,
     pub shutdown_grace_ms: u64,
+    /// How long dead letters are kept.
+    pub dead_letter_retention_seconds: u32,
+    /// Pause between two dispatch scans of the directory.
+    pub scan_interval_ms: u64,
+    /// Pause between two compaction passes of Node-0.
+    pub compaction_interval_ms: u64,
     pub log_format: LogFormat,
     /// Node-wide default retry policy; services and enqueues override it.
     pub default_policy: RetryPolicy,
@@ -97,6 +103,9 @@ impl Default for Config {
             max_batch_items: 1_000,
             max_concurrent_writes: 4_096,
             shutdown_grace_ms: 5_000,
+            dead_letter_retention_seconds: 14 * 86_400,
+            scan_interval_ms: 500,
+            compaction_interval_ms: 2_000,
             log_format: LogFormat::Text,
             default_policy: RetryPolicy::default(),
         }
@@ -141,6 +150,9 @@ struct FileConfig {
     max_batch_items: Option<usize>,
     max_concurrent_writes: Option<usize>,
     shutdown_grace_ms: Option<u64>,
+    dead_letter_retention_seconds: Option<u32>,
+    scan_interval_ms: Option<u64>,
+    compaction_interval_ms: Option<u64>,
     log_format: Option<String>,
     default_policy: Option<FilePolicy>,
 }
@@ -238,6 +250,12 @@ impl Config {
         set(&mut self.max_batch_items, f.max_batch_items);
         set(&mut self.max_concurrent_writes, f.max_concurrent_writes);
         set(&mut self.shutdown_grace_ms, f.shutdown_grace_ms);
+        set(
+            &mut self.dead_letter_retention_seconds,
+            f.dead_letter_retention_seconds,
+        );
+        set(&mut self.scan_interval_ms, f.scan_interval_ms);
+        set(&mut self.compaction_interval_ms, f.compaction_interval_ms);
         if let Some(v) = f.log_format {
             self.log_format = parse_log_format("log_format", &v)?;
         }
@@ -325,6 +343,12 @@ impl Config {
         num!("REBOUND_MAX_BATCH_ITEMS", max_batch_items);
         num!("REBOUND_MAX_CONCURRENT_WRITES", max_concurrent_writes);
         num!("REBOUND_SHUTDOWN_GRACE_MS", shutdown_grace_ms);
+        num!(
+            "REBOUND_DEAD_LETTER_RETENTION_SECONDS",
+            dead_letter_retention_seconds
+        );
+        num!("REBOUND_SCAN_INTERVAL_MS", scan_interval_ms);
+        num!("REBOUND_COMPACTION_INTERVAL_MS", compaction_interval_ms);
         if let Some(v) = get("REBOUND_LOG_FORMAT") {
             self.log_format = parse_log_format("REBOUND_LOG_FORMAT", &v)?;
         }
@@ -483,6 +507,24 @@ impl Config {
             self.max_concurrent_writes as u64,
             1,
             1_000_000,
+        )?;
+        range(
+            "REBOUND_DEAD_LETTER_RETENTION_SECONDS",
+            u64::from(self.dead_letter_retention_seconds),
+            60,
+            10 * 365 * 86_400,
+        )?;
+        range(
+            "REBOUND_SCAN_INTERVAL_MS",
+            self.scan_interval_ms,
+            10,
+            60_000,
+        )?;
+        range(
+            "REBOUND_COMPACTION_INTERVAL_MS",
+            self.compaction_interval_ms,
+            10,
+            600_000,
         )?;
         self.default_policy
             .validate()

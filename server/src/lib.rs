@@ -4,8 +4,10 @@
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod dispatch;
 pub mod error;
 pub mod node;
+pub mod ownership;
 pub mod policy;
 pub mod store;
 pub mod telemetry;

@@ -13,6 +13,8 @@ use crate::{
     api::{AdminApi, Api, ExecutorApi},
     clock::SharedClock,
     config::Config,
+    dispatch::{hub::Hub, Compactor, DispatchOptions, Dispatcher},
+    ownership::{Ownership, WholeRing},
     store::{
         cassandra::{connect_with_wait, CassandraOptions, CassandraStore},
         migrate::migrate,
@@ -31,7 +33,10 @@ pub struct Node {
     shutdown: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<()>>,
     pub writer: Arc<Writer>,
+    pub dispatcher: Arc<Dispatcher>,
+    pub compactor: Arc<Compactor>,
     pub boot_epoch: i64,
+    background: Vec<JoinHandle<()>>,
 }
 
 /// Applies the schema migrations to the configured keyspace (the `migrate` command).
@@ -57,6 +62,15 @@ pub async fn run_migrations(config: &Config, clock: &SharedClock) -> anyhow::Res
 impl Node {
     /// Starts a node. `config.listen` may use port 0; `local_addr` tells the bound address.
     pub async fn start(config: Config, clock: SharedClock) -> anyhow::Result<Node> {
+        Node::start_with(config, clock, Arc::new(WholeRing)).await
+    }
+
+    /// Starts a node whose dispatch ranges and compactor role come from `ownership`.
+    pub async fn start_with(
+        config: Config,
+        clock: SharedClock,
+        ownership: Arc<dyn Ownership>,
+    ) -> anyhow::Result<Node> {
         config.validate()?;
         let boot_epoch = clock.now_ms();
         let opts = CassandraOptions::from_config(&config);
@@ -85,10 +99,45 @@ impl Node {
                 .context("preparing statements")?,
         );
         let writer = Arc::new(Writer::new(
-            store,
+            store.clone(),
             clock.clone(),
             WriterOptions::from_config(&config, boot_epoch),
         ));
+        let (shutdown, mut stop_rx) = watch::channel(false);
+        let hub = Arc::new(Hub::new(clock.clone(), boot_epoch));
+        let dispatcher = Arc::new(Dispatcher::new(
+            hub.clone(),
+            store.clone(),
+            writer.clone(),
+            ownership.clone(),
+            clock.clone(),
+            DispatchOptions {
+                skew_margin_ms: config.skew_margin_ms as i64,
+                fence_margin_ms: (config.lease_ttl_ms / 5) as i64,
+                scan_interval: Duration::from_millis(config.scan_interval_ms),
+                workers_per_service: 4,
+                read_ahead: 16,
+                dead_letter_ttl_seconds: config.dead_letter_retention_seconds,
+            },
+            shutdown.subscribe(),
+        ));
+        let compactor = Arc::new(Compactor::new(
+            store.clone(),
+            ownership.clone(),
+            clock.clone(),
+            writer.grid(),
+            // Gate 2 with twice the skew margin: a late writer has a full extra margin.
+            2 * config.skew_margin_ms as i64,
+            (config.lease_ttl_ms / 5) as i64,
+        ));
+        let background = vec![
+            tokio::spawn(dispatcher.clone().run_scanner()),
+            tokio::spawn(dispatcher.clone().run_reaper(Duration::from_millis(100))),
+            tokio::spawn(compactor.clone().run(
+                Duration::from_millis(config.compaction_interval_ms),
+                shutdown.subscribe(),
+            )),
+        ];
 
         let listener = TcpListener::bind(config.listen)
             .await
@@ -129,17 +178,22 @@ impl Node {
                     .max_decoding_message_size(max_message),
             )
             .add_service(pb::executor_service_server::ExecutorServiceServer::new(
-                ExecutorApi,
+                ExecutorApi {
+                    dispatcher: dispatcher.clone(),
+                    max_delay: Duration::from_secs(config.max_delay_seconds),
+                },
             ))
             .add_service(pb::admin_service_server::AdminServiceServer::new(AdminApi));
 
-        let (shutdown, mut stop_rx) = watch::channel(false);
         let mut serve_stop = shutdown.subscribe();
+        let serve_hub = hub.clone();
         let grace = Duration::from_millis(config.shutdown_grace_ms);
         let task = tokio::spawn(async move {
             let serve =
                 router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
                     let _ = serve_stop.wait_for(|s| *s).await.map(|_| ());
+                    // End every subscription so graceful shutdown is not held by them.
+                    serve_hub.close_all();
                     health
                         .set_not_serving::<pb::retry_service_server::RetryServiceServer<Api>>()
                         .await;
@@ -164,7 +218,10 @@ impl Node {
             shutdown,
             task,
             writer,
+            dispatcher,
+            compactor,
             boot_epoch,
+            background,
         })
     }
 
@@ -175,7 +232,13 @@ impl Node {
     /// Stops accepting calls, lets running calls finish within the grace period, then stops.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
-        self.task.await.context("server task")?
+        self.dispatcher.hub.wake();
+        let served = self.task.await.context("server task")?;
+        for t in self.background {
+            t.abort();
+            let _ = t.await;
+        }
+        served
     }
 
     /// Waits until the server stops on its own (it only does so on an error).

@@ -67,7 +67,7 @@ pub fn transaction_id(field: &str, v: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn duration(field: &str, d: &prost_types::Duration) -> Result<Duration, ApiError> {
+pub fn duration(field: &str, d: &prost_types::Duration) -> Result<Duration, ApiError> {
     if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
         return Err(ApiError::invalid(
             field,

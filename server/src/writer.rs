@@ -348,6 +348,50 @@ impl Writer {
         })
     }
 
+    /// Schedules the next attempt of `state` at `due_ms` under a new generation: a new pointer
+    /// in a future window, then the state row. The old pointer becomes stale.
+    pub async fn reschedule(&self, mut state: TxState, due_ms: i64) -> Result<TxState, ApiError> {
+        let now = self.clock.now_ms();
+        let target = self.grid.target(now, due_ms);
+        state.status = Status::Scheduled;
+        state.generation = new_generation(state.generation, now);
+        state.due_at_ms = self.grid.end_ms(target);
+        state.updated_at_ms = now;
+        let location = self
+            .place(&state.service, &state.transaction_id, target, now)
+            .await?;
+        self.store
+            .put_pointer(
+                &state.service,
+                &location,
+                &Pointer {
+                    transaction_id: state.transaction_id.clone(),
+                    generation: state.generation,
+                    attempt: state.attempt,
+                    enqueued_at_ms: now,
+                },
+            )
+            .await?;
+        state.location = Some(location);
+        self.store.put_state(&state, None).await?;
+        Ok(state)
+    }
+
+    /// Writes a terminal state (SUCCEEDED, DEAD, CANCELLED) with the terminal TTL.
+    pub async fn finish(&self, mut state: TxState, status: Status) -> Result<(), ApiError> {
+        debug_assert!(status.is_terminal());
+        state.status = status;
+        state.updated_at_ms = self.clock.now_ms();
+        self.store
+            .put_state(&state, Some(self.opts.terminal_ttl_seconds))
+            .await?;
+        Ok(())
+    }
+
+    pub fn max_delay(&self) -> Duration {
+        self.opts.max_delay
+    }
+
     pub async fn get(&self, service: &str, transaction_id: &str) -> Result<TxState, ApiError> {
         self.store
             .get_state(service, transaction_id)

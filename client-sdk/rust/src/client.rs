@@ -2,12 +2,16 @@
 
 use std::time::Duration;
 
-use rebound_proto::v1::{self as pb, retry_service_client::RetryServiceClient};
+use rebound_proto::v1::{
+    self as pb, executor_service_client::ExecutorServiceClient,
+    retry_service_client::RetryServiceClient,
+};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::{
     enqueue::{batch_item, EnqueueBuilder, Enqueued, ItemError},
     error::{malformed, Error},
+    executor::{Executor, ExecutorBuilder},
     retry::{Cancelled, Retry},
 };
 
@@ -25,6 +29,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct Client {
     retry: RetryServiceClient<Channel>,
+    executor: ExecutorServiceClient<Channel>,
 }
 
 impl Client {
@@ -42,7 +47,8 @@ impl Client {
     /// Wraps a channel the caller configured, for TLS, per-request timeouts or load balancing.
     pub fn from_channel(channel: Channel) -> Self {
         Client {
-            retry: RetryServiceClient::new(channel),
+            retry: RetryServiceClient::new(channel.clone()),
+            executor: ExecutorServiceClient::new(channel),
         }
     }
 
@@ -50,6 +56,18 @@ impl Client {
     pub fn retry_service(&self) -> RetryServiceClient<Channel> {
         // tonic's calls take `&mut self`; a clone is cheap and lets `Client` methods take `&self`.
         self.retry.clone()
+    }
+
+    /// The generated executor client (`Subscribe`, `Ack`, `ExtendDeadline`, ...), for callers
+    /// that drive deliveries themselves instead of through an [`Executor`].
+    pub fn executor_service(&self) -> ExecutorServiceClient<Channel> {
+        self.executor.clone()
+    }
+
+    /// Starts configuring an [`Executor`] that processes `service`'s due retries over this
+    /// client's connection; shorthand for [`Executor::builder`]`(self.clone(), service)`.
+    pub fn executor(&self, service: impl Into<String>) -> ExecutorBuilder {
+        Executor::builder(self.clone(), service)
     }
 
     /// Starts scheduling a retry of `transaction_id` for `service`; configure it on the builder
@@ -139,7 +157,7 @@ impl Client {
 
 /// The endpoint for a user-supplied address. A bare `host:port` is what people type (and what
 /// the server logs), so it is accepted as plain-text HTTP/2.
-fn endpoint(addr: &str) -> Result<Endpoint, Error> {
+pub(crate) fn endpoint(addr: &str) -> Result<Endpoint, Error> {
     let uri = if addr.contains("://") {
         addr.to_owned()
     } else {

@@ -107,7 +107,7 @@ pub(crate) fn malformed(what: impl fmt::Display) -> Error {
 
 /// Displays an error followed by its sources. tonic's transport errors print only a generic
 /// description ("transport error"); the useful part ("Connection refused") is in the sources.
-struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
 
 impl fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

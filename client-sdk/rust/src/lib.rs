@@ -48,6 +48,30 @@
 //! }
 //! ```
 //!
+//! # Executing retries
+//!
+//! The service's workers receive the due retries through an [`Executor`]: it subscribes,
+//! runs an async handler per delivery with bounded concurrency, acknowledges each with the
+//! handler's [`Outcome`], extends deadlines of long-running handlers, reconnects with backoff
+//! and shuts down gracefully. See the [`executor`] module.
+//!
+//! ```no_run
+//! use rebound_client::{Executor, Job, Outcome};
+//!
+//! # async fn run() -> Result<(), rebound_client::Error> {
+//! Executor::builder("http://127.0.0.1:50051", "payments")
+//!     .concurrency(8)
+//!     .run(
+//!         |job: Job| async move {
+//!             println!("{} (attempt {})", job.transaction_id, job.attempt);
+//!             Outcome::success()
+//!         },
+//!         tokio::signal::ctrl_c(),
+//!     )
+//!     .await
+//! # }
+//! ```
+//!
 //! # Errors and retrying
 //!
 //! Every call returns [`Error`]. [`Error::is_retryable`] is true for `UNAVAILABLE`,
@@ -60,11 +84,13 @@
 //! # Raw API
 //!
 //! The generated types are re-exported as [`proto`]; [`Client::retry_service`] gives the
-//! generated client, and [`Retry::as_proto`] the full `GetRetry` response.
+//! generated client, [`Client::executor_service`] the generated executor client, and
+//! [`Retry::as_proto`] the full `GetRetry` response.
 
 mod client;
 mod enqueue;
 mod error;
+pub mod executor;
 mod policy;
 mod retry;
 mod time;
@@ -72,6 +98,7 @@ mod time;
 pub use client::{Client, CONNECT_TIMEOUT};
 pub use enqueue::{EnqueueBuilder, Enqueued, ItemError};
 pub use error::Error;
+pub use executor::{Executor, ExecutorBuilder, HandlerError, Job, Outcome};
 pub use policy::RetryPolicy;
 pub use retry::{Cancelled, Retry, RetryStatus};
 

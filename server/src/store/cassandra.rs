@@ -17,8 +17,8 @@ use scylla::{
 };
 
 use super::{
-    InstanceRow, Location, Pointer, RetryStore, Status, StoreError, StoreResult, TokenRange,
-    TxState,
+    DeadLetter, InstanceRow, Location, Pointer, RetryStore, Status, StoreError, StoreResult,
+    TokenRange, TxState,
 };
 use crate::{config::Config, policy::RetryPolicy, window::WindowId};
 
@@ -103,6 +103,18 @@ struct Statements {
     list_instances: PreparedStatement,
     list_buckets: PreparedStatement,
     list_pointers: PreparedStatement,
+    put_dead_letter: PreparedStatement,
+    delete_pointer_partition: PreparedStatement,
+    delete_bucket: PreparedStatement,
+    delete_instance: PreparedStatement,
+    any_instance: PreparedStatement,
+    delete_window_instances: PreparedStatement,
+    delete_window: PreparedStatement,
+    delete_day: PreparedStatement,
+    get_low_water: PreparedStatement,
+    set_low_water: PreparedStatement,
+    delete_low_water: PreparedStatement,
+    list_windows_from: PreparedStatement,
 }
 
 /// The Cassandra store for one keyspace and one `ns` (region, cluster).
@@ -204,6 +216,66 @@ impl CassandraStore {
                 "SELECT transaction_id, generation, attempt, enqueued_at \
                  FROM {ks}.retry_transactions_by_bucket WHERE region = ? AND cluster = ? \
                  AND day = ? AND window = ? AND service = ? AND instance = ? AND bucket = ?"
+            ))
+            .await?,
+            put_dead_letter: prep(format!(
+                "INSERT INTO {ks}.dead_letters (region, cluster, service, day, dead_at, \
+                 transaction_id, attempt, last_error, generation) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+            ))
+            .await?,
+            delete_pointer_partition: prep(format!(
+                "DELETE FROM {ks}.retry_transactions_by_bucket WHERE region = ? AND cluster = ? \
+                 AND day = ? AND window = ? AND service = ? AND instance = ? AND bucket = ?"
+            ))
+            .await?,
+            delete_bucket: prep(format!(
+                "DELETE FROM {ks}.buckets_by_instance WHERE region = ? AND cluster = ? \
+                 AND day = ? AND window = ? AND service = ? AND instance = ? AND bucket = ?"
+            ))
+            .await?,
+            delete_instance: prep(format!(
+                "DELETE FROM {ks}.instances_by_window WHERE region = ? AND cluster = ? \
+                 AND day = ? AND window = ? AND instance_token = ? AND service = ? AND instance = ?"
+            ))
+            .await?,
+            any_instance: prep(format!(
+                "SELECT instance_token FROM {ks}.instances_by_window WHERE region = ? \
+                 AND cluster = ? AND day = ? AND window = ? LIMIT 1"
+            ))
+            .await?,
+            delete_window_instances: prep(format!(
+                "DELETE FROM {ks}.instances_by_window WHERE region = ? AND cluster = ? \
+                 AND day = ? AND window = ?"
+            ))
+            .await?,
+            delete_window: prep(format!(
+                "DELETE FROM {ks}.windows_by_day WHERE region = ? AND cluster = ? AND day = ? \
+                 AND window = ?"
+            ))
+            .await?,
+            delete_day: prep(format!(
+                "DELETE FROM {ks}.days_by_year WHERE region = ? AND cluster = ? AND year = ? \
+                 AND day = ?"
+            ))
+            .await?,
+            get_low_water: prep(format!(
+                "SELECT low_window FROM {ks}.window_low_water WHERE region = ? AND cluster = ? \
+                 AND day = ?"
+            ))
+            .await?,
+            set_low_water: prep(format!(
+                "INSERT INTO {ks}.window_low_water (region, cluster, day, low_window) \
+                 VALUES (?, ?, ?, ?)"
+            ))
+            .await?,
+            delete_low_water: prep(format!(
+                "DELETE FROM {ks}.window_low_water WHERE region = ? AND cluster = ? AND day = ?"
+            ))
+            .await?,
+            list_windows_from: prep(format!(
+                "SELECT window FROM {ks}.windows_by_day WHERE region = ? AND cluster = ? \
+                 AND day = ? AND window >= ?"
             ))
             .await?,
         };
@@ -611,6 +683,190 @@ impl RetryStore for CassandraStore {
                 enqueued_at_ms: at.0,
             })
             .collect())
+    }
+
+    async fn stream_pointers(
+        &self,
+        service: &str,
+        loc: &Location,
+    ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<Pointer>>> {
+        use futures::StreamExt;
+        let pager = self
+            .session
+            .execute_iter(
+                self.st.list_pointers.clone(),
+                (
+                    self.region.clone(),
+                    self.cluster.clone(),
+                    cql_date(loc.window.day),
+                    loc.window.index as i32,
+                    service.to_string(),
+                    loc.instance.clone(),
+                    loc.bucket as i32,
+                ),
+            )
+            .await
+            .map_err(|e| map_pager_error(&e))?;
+        let rows = pager
+            .rows_stream::<(String, i64, i32, CqlTimestamp)>()
+            .map_err(|e| StoreError::Internal(format!("unexpected row type: {e}")))?;
+        Ok(rows
+            .map(|r| {
+                r.map(|(transaction_id, generation, attempt, at)| Pointer {
+                    transaction_id,
+                    generation,
+                    attempt: attempt.max(0) as u32,
+                    enqueued_at_ms: at.0,
+                })
+                .map_err(|e| map_next_row_error(&e))
+            })
+            .boxed())
+    }
+
+    async fn put_dead_letter(&self, d: &DeadLetter, ttl_seconds: u32) -> StoreResult<()> {
+        self.exec(
+            &self.st.put_dead_letter,
+            (
+                &self.region,
+                &self.cluster,
+                &d.service,
+                cql_date(d.day),
+                CqlTimestamp(d.dead_at_ms),
+                &d.transaction_id,
+                d.attempt as i32,
+                &d.last_error,
+                d.generation,
+                ttl_seconds.min(i32::MAX as u32) as i32,
+            ),
+        )
+        .await
+    }
+
+    async fn delete_pointer_partition(&self, service: &str, loc: &Location) -> StoreResult<()> {
+        self.exec(
+            &self.st.delete_pointer_partition,
+            (
+                &self.region,
+                &self.cluster,
+                cql_date(loc.window.day),
+                loc.window.index as i32,
+                service,
+                &loc.instance,
+                loc.bucket as i32,
+            ),
+        )
+        .await
+    }
+
+    async fn delete_bucket(
+        &self,
+        w: WindowId,
+        service: &str,
+        instance: &str,
+        bucket: u32,
+    ) -> StoreResult<()> {
+        self.exec(
+            &self.st.delete_bucket,
+            (
+                &self.region,
+                &self.cluster,
+                cql_date(w.day),
+                w.index as i32,
+                service,
+                instance,
+                bucket as i32,
+            ),
+        )
+        .await
+    }
+
+    async fn delete_instance(&self, w: WindowId, row: &InstanceRow) -> StoreResult<()> {
+        self.exec(
+            &self.st.delete_instance,
+            (
+                &self.region,
+                &self.cluster,
+                cql_date(w.day),
+                w.index as i32,
+                row.instance_token,
+                &row.service,
+                &row.instance,
+            ),
+        )
+        .await
+    }
+
+    async fn window_has_instances(&self, w: WindowId) -> StoreResult<bool> {
+        let rows: Vec<(i64,)> = self
+            .collect(
+                &self.st.any_instance,
+                (&self.region, &self.cluster, cql_date(w.day), w.index as i32),
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn delete_window_instances(&self, w: WindowId) -> StoreResult<()> {
+        self.exec(
+            &self.st.delete_window_instances,
+            (&self.region, &self.cluster, cql_date(w.day), w.index as i32),
+        )
+        .await
+    }
+
+    async fn delete_window(&self, w: WindowId) -> StoreResult<()> {
+        self.exec(
+            &self.st.delete_window,
+            (&self.region, &self.cluster, cql_date(w.day), w.index as i32),
+        )
+        .await
+    }
+
+    async fn delete_day(&self, year: i32, day: i32) -> StoreResult<()> {
+        self.exec(
+            &self.st.delete_day,
+            (&self.region, &self.cluster, year, cql_date(day)),
+        )
+        .await
+    }
+
+    async fn low_water(&self, day: i32) -> StoreResult<u32> {
+        let rows: Vec<(Option<i32>,)> = self
+            .collect(
+                &self.st.get_low_water,
+                (&self.region, &self.cluster, cql_date(day)),
+            )
+            .await?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.0)
+            .map_or(0, |w| w.max(0) as u32))
+    }
+
+    async fn set_low_water(&self, day: i32, window: u32) -> StoreResult<()> {
+        self.exec(
+            &self.st.set_low_water,
+            (&self.region, &self.cluster, cql_date(day), window as i32),
+        )
+        .await
+    }
+
+    async fn delete_low_water(&self, day: i32) -> StoreResult<()> {
+        self.exec(
+            &self.st.delete_low_water,
+            (&self.region, &self.cluster, cql_date(day)),
+        )
+        .await
+    }
+
+    async fn list_windows_from(&self, day: i32, from: u32) -> StoreResult<Vec<u32>> {
+        let rows: Vec<(i32,)> = self
+            .collect(
+                &self.st.list_windows_from,
+                (&self.region, &self.cluster, cql_date(day), from as i32),
+            )
+            .await?;
+        Ok(rows.into_iter().map(|(w,)| w.max(0) as u32).collect())
     }
 }
 

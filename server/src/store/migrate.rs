@@ -31,6 +31,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_ring.cql",
         cql: include_str!("../../../schema/0003_ring.cql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_progress.cql",
+        cql: include_str!("../../../schema/0004_progress.cql"),
+    },
 ];
 
 /// Splits a migration file into statements: drops `--` comment lines, splits on `;`.

@@ -167,4 +167,51 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
         instance: &str,
     ) -> StoreResult<Vec<u32>>;
     async fn list_pointers(&self, service: &str, location: &Location) -> StoreResult<Vec<Pointer>>;
+    /// The pointers of one bucket as a stream read page by page, so that a 50,000-pointer
+    /// bucket never sits in memory whole.
+    async fn stream_pointers(
+        &self,
+        service: &str,
+        location: &Location,
+    ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<Pointer>>>;
+
+    // Dispatch writes.
+    async fn put_dead_letter(&self, letter: &DeadLetter, ttl_seconds: u32) -> StoreResult<()>;
+
+    // Deletes. Tier 5 only as whole partitions; Tiers 1-4 single rows in small partitions;
+    // a window's whole Tier-3 partition once Node-0 has seen it empty.
+    async fn delete_pointer_partition(&self, service: &str, location: &Location)
+        -> StoreResult<()>;
+    async fn delete_bucket(
+        &self,
+        window: WindowId,
+        service: &str,
+        instance: &str,
+        bucket: u32,
+    ) -> StoreResult<()>;
+    async fn delete_instance(&self, window: WindowId, row: &InstanceRow) -> StoreResult<()>;
+    /// Gate 1 of the compactor: does the window have any live Tier-3 row, cluster-wide?
+    async fn window_has_instances(&self, window: WindowId) -> StoreResult<bool>;
+    async fn delete_window_instances(&self, window: WindowId) -> StoreResult<()>;
+    async fn delete_window(&self, window: WindowId) -> StoreResult<()>;
+    async fn delete_day(&self, year: i32, day: i32) -> StoreResult<()>;
+
+    /// First window of `day` not yet compacted (0 when unknown).
+    async fn low_water(&self, day: i32) -> StoreResult<u32>;
+    async fn set_low_water(&self, day: i32, window: u32) -> StoreResult<()>;
+    async fn delete_low_water(&self, day: i32) -> StoreResult<()>;
+    /// Windows of `day` from `from` on, ascending.
+    async fn list_windows_from(&self, day: i32, from: u32) -> StoreResult<Vec<u32>>;
+}
+
+/// A `dead_letters` row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    pub service: String,
+    pub transaction_id: String,
+    pub day: i32,
+    pub dead_at_ms: i64,
+    pub attempt: u32,
+    pub last_error: String,
+    pub generation: i64,
 }

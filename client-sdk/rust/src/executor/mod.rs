@@ -1,0 +1,824 @@
+//! Processing due retries: the executor runtime.
+//!
+//! An [`Executor`] subscribes to a service's due retries, runs an async handler for each
+//! delivery, and acknowledges the delivery with the handler's [`Outcome`]: success, a retry
+//! (optionally after a given delay) or a permanent failure that dead-letters the retry.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use rebound_client::executor::{Executor, HandlerError, Job, Outcome};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), rebound_client::Error> {
+//!     Executor::builder("http://127.0.0.1:50051", "payments")
+//!         .executor_id("payments-worker-1")
+//!         // At most 8 handlers at once; also the server's max_in_flight for the stream.
+//!         .concurrency(8)
+//!         // Runs until Ctrl-C, then lets running handlers finish (for up to 30 s) and ack.
+//!         .drain_timeout(Duration::from_secs(30))
+//!         .run(charge, tokio::signal::ctrl_c())
+//!         .await
+//! }
+//!
+//! async fn charge(job: Job) -> Outcome {
+//!     println!("{} attempt {}", job.transaction_id, job.attempt);
+//!     match call_card_processor(&job.payload).await {
+//!         Ok(()) => Outcome::success(),
+//!         Err(Processor::RateLimited(after)) => Outcome::retry_after(after, "rate limited"),
+//!         Err(Processor::Declined(why)) => Outcome::fail(why), // retrying will not help
+//!         Err(Processor::Down(e)) => Outcome::retry(e),        // backoff per the policy
+//!     }
+//! }
+//!
+//! // Handlers may also return `Result<(), HandlerError>`: `?` on any error retries.
+//! async fn refund(job: Job) -> Result<(), HandlerError> {
+//!     let order = String::from_utf8(job.payload).map_err(HandlerError::fail)?;
+//!     std::fs::write(std::env::temp_dir().join(&job.transaction_id), order)?;
+//!     Ok(())
+//! }
+//! # enum Processor { RateLimited(Duration), Declined(String), Down(std::io::Error) }
+//! # async fn call_card_processor(_: &[u8]) -> Result<(), Processor> { Ok(()) }
+//! ```
+//!
+//! # What the runtime does
+//!
+//! - **Bounded concurrency.** At most [`concurrency`](ExecutorBuilder::concurrency) handlers
+//!   run at once, and the subscription asks the server for at most that many unacknowledged
+//!   deliveries. Each handler runs in its own tokio task, so handlers must be `Send`.
+//! - **Acks.** Each delivery is acknowledged with its handler's outcome. A handler that
+//!   panics counts as [`Outcome::Retry`] with the panic message as the error. An ack that
+//!   fails with `UNAVAILABLE`, `DEADLINE_EXCEEDED` or `RESOURCE_EXHAUSTED` is re-sent a few
+//!   times with backoff; one the server rejects as unknown (`NOT_FOUND`) or stale
+//!   (`FAILED_PRECONDITION`) is logged and dropped, since the delivery has already been
+//!   handed to another executor.
+//! - **Deadline extension.** A delivery not acknowledged by its `ack_deadline` is redelivered
+//!   elsewhere. While a delivery is held, the runtime calls `ExtendDeadline` when half of the
+//!   remaining time has passed (or every [`extend_every`](ExecutorBuilder::extend_every), if
+//!   sooner), each time by the ack timeout the delivery came with (or
+//!   [`extend_by`](ExecutorBuilder::extend_by)). The observed timeout is the time between
+//!   arrival and `ack_deadline` on the local clock, so clock skew between executor and server
+//!   should stay well below half the ack timeout.
+//! - **Reconnects.** When the stream ends or fails, the runtime subscribes again after a
+//!   capped exponential backoff with jitter ([`reconnect_backoff`]). The server hands the
+//!   closed stream's unacknowledged deliveries to other subscribers: handlers already running
+//!   finish and try to ack (the server may reject the ack as stale), and deliveries still
+//!   waiting for a free handler slot are dropped without running. `Subscribe` failing with
+//!   `INVALID_ARGUMENT`, `UNIMPLEMENTED`, `UNAUTHENTICATED` or `PERMISSION_DENIED` is not
+//!   retried: [`run`](Executor::run) returns it as an error.
+//! - **Graceful shutdown.** When the `shutdown` future completes, no further handler starts;
+//!   running handlers finish and ack while the stream stays open, bounded by the
+//!   [`drain_timeout`](ExecutorBuilder::drain_timeout). Then the stream closes, so the server
+//!   redelivers at once whatever was not acknowledged, and `run` returns. Handlers still
+//!   running at the timeout are aborted at their next `.await`.
+//!
+//! Delivery is at least once: after a missed deadline, a reconnect or a lost ack, a retry can
+//! be delivered again, possibly to another executor, so handlers should be idempotent by
+//! [`Job::transaction_id`].
+//!
+//! The runtime subscribes to the one address it is given; the server routes deliveries for
+//! the whole cluster through it. The runtime logs through [`tracing`]; each delivery's
+//! events (including those of the handler) are in a `rebound_job` span that carries the
+//! service, transaction id, attempt and delivery id.
+//!
+//! [`reconnect_backoff`]: ExecutorBuilder::reconnect_backoff
+//! [`tracing`]: https://docs.rs/tracing
+
+mod backoff;
+mod deadline;
+mod job;
+
+use std::{
+    fmt,
+    future::Future,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
+use tokio::{
+    sync::{watch, Semaphore},
+    task::{JoinError, JoinHandle, JoinSet},
+    time::{sleep, timeout, Instant},
+};
+use tonic::{transport::Channel, Code, Status, Streaming};
+use tracing::Instrument;
+
+use crate::{client::endpoint, error::is_retryable_code, Client, Error};
+
+use backoff::Backoff;
+use deadline::{extension_span, keep_extended, local_instant};
+
+pub use job::{HandlerError, IntoOutcome, Job, Outcome};
+
+/// Handlers that may run at once unless [`ExecutorBuilder::concurrency`] says otherwise.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// How long a shutdown waits for running handlers unless
+/// [`ExecutorBuilder::drain_timeout`] says otherwise.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The reconnect backoff unless [`ExecutorBuilder::reconnect_backoff`] says otherwise.
+const DEFAULT_RECONNECT: Backoff = Backoff {
+    initial: Duration::from_millis(250),
+    max: Duration::from_secs(30),
+};
+
+/// Bound on each `Ack` and `ExtendDeadline` call.
+pub(crate) const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Bound on `Subscribe` answering with its response headers.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Calls per ack, the first included, when the failures are transient.
+const ACK_ATTEMPTS: u32 = 5;
+
+const ACK_BACKOFF: Backoff = Backoff {
+    initial: Duration::from_millis(100),
+    max: Duration::from_secs(2),
+};
+
+/// A stream that stayed up this long (or delivered anything) was healthy, and the reconnect
+/// backoff starts over after it ends.
+const STABLE_STREAM: Duration = Duration::from_secs(10);
+
+/// HTTP/2 keep-alive for connections the executor opens itself, so that a silently dead
+/// connection (a half-open TCP connection after a network partition) ends the stream instead
+/// of leaving the executor waiting forever.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where an [`Executor`] subscribes: a [`Client`], a [`Channel`], or an address such as
+/// `"http://127.0.0.1:50051"` or `"127.0.0.1:50051"`.
+///
+/// For an address, the executor connects lazily with HTTP/2 keep-alive, so a node that is not
+/// up yet is just retried; an address that is not a URI makes [`Executor::run`] fail.
+#[derive(Debug, Clone)]
+pub struct Target(TargetKind);
+
+#[derive(Debug, Clone)]
+enum TargetKind {
+    Client(ExecutorServiceClient<Channel>),
+    Address(String),
+}
+
+impl Target {
+    fn into_client(self) -> Result<ExecutorServiceClient<Channel>, Error> {
+        match self.0 {
+            TargetKind::Client(client) => Ok(client),
+            TargetKind::Address(addr) => {
+                let channel = endpoint(&addr)?
+                    .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+                    .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+                    .connect_lazy();
+                Ok(ExecutorServiceClient::new(channel))
+            }
+        }
+    }
+}
+
+impl From<Client> for Target {
+    fn from(client: Client) -> Self {
+        Target(TargetKind::Client(client.executor_service()))
+    }
+}
+
+impl From<&Client> for Target {
+    fn from(client: &Client) -> Self {
+        Target(TargetKind::Client(client.executor_service()))
+    }
+}
+
+impl From<Channel> for Target {
+    fn from(channel: Channel) -> Self {
+        Target(TargetKind::Client(ExecutorServiceClient::new(channel)))
+    }
+}
+
+impl From<ExecutorServiceClient<Channel>> for Target {
+    fn from(client: ExecutorServiceClient<Channel>) -> Self {
+        Target(TargetKind::Client(client))
+    }
+}
+
+impl From<&str> for Target {
+    fn from(addr: &str) -> Self {
+        Target(TargetKind::Address(addr.to_owned()))
+    }
+}
+
+impl From<String> for Target {
+    fn from(addr: String) -> Self {
+        Target(TargetKind::Address(addr))
+    }
+}
+
+impl From<&String> for Target {
+    fn from(addr: &String) -> Self {
+        Target(TargetKind::Address(addr.clone()))
+    }
+}
+
+/// Processes one service's due retries; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Executor {
+    target: Target,
+    service: String,
+    executor_id: String,
+    concurrency: usize,
+    extend_every: Option<Duration>,
+    extend_by: Option<Duration>,
+    drain_timeout: Duration,
+    reconnect: Backoff,
+}
+
+/// Configures an [`Executor`]; created by [`Executor::builder`] or [`Client::executor`].
+#[derive(Debug, Clone)]
+#[must_use = "an ExecutorBuilder does nothing until `.run()` is awaited"]
+pub struct ExecutorBuilder {
+    executor: Executor,
+}
+
+impl Executor {
+    /// Starts configuring an executor for `service`'s due retries, subscribing through
+    /// `target`: a [`Client`] (or `&Client`), a [`Channel`], or an address.
+    pub fn builder(target: impl Into<Target>, service: impl Into<String>) -> ExecutorBuilder {
+        ExecutorBuilder {
+            executor: Executor {
+                target: target.into(),
+                service: service.into(),
+                executor_id: default_executor_id(),
+                concurrency: DEFAULT_CONCURRENCY,
+                extend_every: None,
+                extend_by: None,
+                drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+                reconnect: DEFAULT_RECONNECT,
+            },
+        }
+    }
+
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// The id this executor subscribes with, generated unless
+    /// [`ExecutorBuilder::executor_id`] set one.
+    pub fn executor_id(&self) -> &str {
+        &self.executor_id
+    }
+
+    /// Receives and handles deliveries until `shutdown` completes, then drains (see the
+    /// [module docs](self)) and returns `Ok(())`.
+    ///
+    /// `handler` is called once per delivery and its future runs in its own task; it resolves
+    /// to an [`Outcome`] or to a `Result` (see [`IntoOutcome`]). `shutdown` is any future, e.g.
+    /// `tokio::signal::ctrl_c()`; its output is ignored. Pass `std::future::pending::<()>()`
+    /// to run forever.
+    ///
+    /// Connection failures and broken streams are retried indefinitely. Returns an error for a
+    /// concurrency of 0 or an address that is not a URI ([`Error::InvalidArgument`]), and when
+    /// `Subscribe` fails in a way that retrying cannot fix: `INVALID_ARGUMENT` (e.g. a bad
+    /// service name), `UNIMPLEMENTED` (a server without the executor API),
+    /// `UNAUTHENTICATED` or `PERMISSION_DENIED`. Running handlers are drained first in that
+    /// case too.
+    ///
+    /// Must be called within a tokio runtime.
+    pub async fn run<H, F, S>(self, handler: H, shutdown: S) -> Result<(), Error>
+    where
+        H: Fn(Job) -> F + Send + Sync + 'static,
+        F: Future + Send + 'static,
+        F::Output: IntoOutcome,
+        S: Future,
+    {
+        if self.concurrency == 0 {
+            return Err(Error::InvalidArgument(
+                "executor concurrency must be at least 1".into(),
+            ));
+        }
+        let concurrency = self
+            .concurrency
+            .min(Semaphore::MAX_PERMITS)
+            .min(u32::MAX as usize);
+        let mut client = self.target.into_client()?;
+        let shared = Arc::new(Shared {
+            handler,
+            client: client.clone(),
+            permits: Arc::new(Semaphore::new(concurrency)),
+            extend_every: self.extend_every,
+            extend_by: self.extend_by,
+        });
+        let run_span = tracing::info_span!(
+            "rebound_executor",
+            service = %self.service,
+            executor_id = %self.executor_id,
+        );
+        async move {
+            let mut shutdown = std::pin::pin!(shutdown);
+            let mut tasks = JoinSet::new();
+            let mut failures = 0u32;
+            // While draining, the stream stays open so that the server keeps the running
+            // deliveries assigned to this executor and accepts their acks.
+            let mut held_stream = None;
+
+            let result = 'run: loop {
+                let request = pb::SubscribeRequest {
+                    service: self.service.clone(),
+                    executor_id: self.executor_id.clone(),
+                    max_in_flight: concurrency as u32,
+                };
+                let subscribed = tokio::select! {
+                    biased;
+                    _ = shutdown.as_mut() => break 'run Ok(()),
+                    r = subscribe(&mut client, request) => r,
+                };
+                let mut stream = match subscribed {
+                    Ok(stream) => stream,
+                    Err(status) if is_fatal(status.code()) => {
+                        tracing::error!(
+                            code = ?status.code(),
+                            message = status.message(),
+                            "cannot subscribe, and retrying will not help"
+                        );
+                        break 'run Err(Error::from(status));
+                    }
+                    Err(status) => {
+                        let delay = self.reconnect.delay(failures);
+                        failures = failures.saturating_add(1);
+                        tracing::warn!(
+                            code = ?status.code(),
+                            message = status.message(),
+                            retry_in = ?delay,
+                            "cannot subscribe"
+                        );
+                        tokio::select! {
+                            biased;
+                            _ = shutdown.as_mut() => break 'run Ok(()),
+                            () = sleep(delay) => continue 'run,
+                        }
+                    }
+                };
+                tracing::info!(max_in_flight = concurrency, "subscribed");
+                let opened = Instant::now();
+                let mut delivered = false;
+                // Set when the stream is done with: deliveries still waiting for a handler
+                // slot are then dropped, as the server hands them to other executors.
+                let (stop, stopped) = watch::channel(false);
+
+                let end = loop {
+                    tokio::select! {
+                        biased;
+                        _ = shutdown.as_mut() => {
+                            let _ = stop.send(true);
+                            held_stream = Some((stream, stop));
+                            break 'run Ok(());
+                        }
+                        Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                            check_joined(joined);
+                        }
+                        message = stream.message() => match message {
+                            Ok(Some(delivery)) => {
+                                delivered = true;
+                                let span = job_span(&delivery);
+                                let process =
+                                    process(Arc::clone(&shared), delivery, stopped.clone());
+                                tasks.spawn(process.instrument(span));
+                            }
+                            Ok(None) => break None,
+                            Err(status) => break Some(status),
+                        },
+                    }
+                };
+                let _ = stop.send(true);
+                drop(stream);
+                if delivered || opened.elapsed() >= STABLE_STREAM {
+                    failures = 0;
+                }
+                let delay = self.reconnect.delay(failures);
+                failures = failures.saturating_add(1);
+                match end {
+                    None => tracing::info!(reconnect_in = ?delay, "the server closed the stream"),
+                    Some(status) => tracing::warn!(
+                        code = ?status.code(),
+                        message = status.message(),
+                        reconnect_in = ?delay,
+                        "the stream failed"
+                    ),
+                }
+                tokio::select! {
+                    biased;
+                    _ = shutdown.as_mut() => break 'run Ok(()),
+                    () = sleep(delay) => {}
+                }
+            };
+
+            if !tasks.is_empty() {
+                tracing::info!(
+                    deliveries = tasks.len(),
+                    timeout = ?self.drain_timeout,
+                    "draining: waiting for running handlers to finish and ack"
+                );
+            }
+            let drain = async {
+                while let Some(joined) = tasks.join_next().await {
+                    check_joined(joined);
+                }
+            };
+            if timeout(self.drain_timeout, drain).await.is_err() {
+                tracing::warn!(
+                    deliveries = tasks.len(),
+                    "drain timeout passed; aborting the remaining handlers, whose deliveries \
+                     will be redelivered"
+                );
+                tasks.shutdown().await;
+            }
+            drop(held_stream);
+            tracing::info!("executor stopped");
+            result
+        }
+        .instrument(run_span)
+        .await
+    }
+}
+
+impl ExecutorBuilder {
+    /// Identifies this executor to the server (in its logs and metrics). Defaults to
+    /// `$HOSTNAME-<pid>-<random>`.
+    pub fn executor_id(mut self, id: impl Into<String>) -> Self {
+        self.executor.executor_id = id.into();
+        self
+    }
+
+    /// The most handlers that run at once, and the `max_in_flight` the subscription asks the
+    /// server for. At least 1; defaults to [`DEFAULT_CONCURRENCY`].
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.executor.concurrency = n;
+        self
+    }
+
+    /// Extends held deliveries' deadlines at least this often. By default they are extended
+    /// when half of the time to the deadline has passed, which is also the longest interval
+    /// used with this setting.
+    pub fn extend_every(mut self, interval: Duration) -> Self {
+        self.executor.extend_every = Some(interval);
+        self
+    }
+
+    /// How far each `ExtendDeadline` pushes a deadline. Defaults to the ack timeout the
+    /// delivery came with (the policy's `ack_timeout`, as observed on arrival).
+    pub fn extend_by(mut self, extension: Duration) -> Self {
+        self.executor.extend_by = Some(extension);
+        self
+    }
+
+    /// How long a shutdown waits for running handlers to finish and ack before aborting them.
+    /// Defaults to [`DEFAULT_DRAIN_TIMEOUT`].
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.executor.drain_timeout = timeout;
+        self
+    }
+
+    /// The delays between reconnect attempts: `initial`, doubling per consecutive failure up
+    /// to `max`, each with up to half taken off at random. Defaults to 250 ms and 30 s.
+    pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.executor.reconnect = Backoff { initial, max };
+        self
+    }
+
+    pub fn build(self) -> Executor {
+        self.executor
+    }
+
+    /// Shorthand for [`build`](Self::build) followed by [`Executor::run`].
+    pub async fn run<H, F, S>(self, handler: H, shutdown: S) -> Result<(), Error>
+    where
+        H: Fn(Job) -> F + Send + Sync + 'static,
+        F: Future + Send + 'static,
+        F::Output: IntoOutcome,
+        S: Future,
+    {
+        self.executor.run(handler, shutdown).await
+    }
+}
+
+/// What the tasks of one executor share.
+struct Shared<H> {
+    handler: H,
+    client: ExecutorServiceClient<Channel>,
+    /// One per running handler.
+    permits: Arc<Semaphore>,
+    extend_every: Option<Duration>,
+    extend_by: Option<Duration>,
+}
+
+fn default_executor_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "executor".to_owned());
+    format!(
+        "{host}-{}-{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
+}
+
+/// `Subscribe` failures that another try will not fix.
+fn is_fatal(code: Code) -> bool {
+    matches!(
+        code,
+        Code::InvalidArgument
+            | Code::Unimplemented
+            | Code::Unauthenticated
+            | Code::PermissionDenied
+    )
+}
+
+async fn subscribe(
+    client: &mut ExecutorServiceClient<Channel>,
+    request: pb::SubscribeRequest,
+) -> Result<Streaming<pb::Delivery>, Status> {
+    match timeout(SUBSCRIBE_TIMEOUT, client.subscribe(request)).await {
+        Ok(response) => response.map(tonic::Response::into_inner),
+        Err(_) => Err(Status::deadline_exceeded(
+            "Subscribe did not answer in time",
+        )),
+    }
+}
+
+fn job_span(d: &pb::Delivery) -> tracing::Span {
+    tracing::info_span!(
+        "rebound_job",
+        service = %d.service,
+        transaction_id = %d.transaction_id,
+        attempt = d.attempt,
+        delivery_id = %d.delivery_id,
+    )
+}
+
+/// Delivery tasks catch their handler's panics, so a failed join is a bug in this crate;
+/// it is logged rather than propagated so that the other deliveries carry on.
+fn check_joined(joined: Result<(), JoinError>) {
+    if let Err(e) = joined {
+        if e.is_panic() {
+            tracing::error!(error = %e, "delivery task panicked");
+        }
+    }
+}
+
+/// Aborts the task when dropped, so that aborting a delivery task aborts its handler too.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Handles one delivery: waits for a handler slot, runs the handler, acks its outcome, and
+/// extends the ack deadline all the while.
+async fn process<H, F>(
+    shared: Arc<Shared<H>>,
+    delivery: pb::Delivery,
+    mut stopped: watch::Receiver<bool>,
+) where
+    H: Fn(Job) -> F + Send + Sync + 'static,
+    F: Future + Send + 'static,
+    F::Output: IntoOutcome,
+{
+    let received = SystemTime::now();
+    let received_at = Instant::now();
+    let delivery_id = delivery.delivery_id.clone();
+    let job = match Job::try_from(delivery) {
+        Ok(job) => job,
+        Err(e) => {
+            // Dead-lettering over a decoding problem would lose the job, and ignoring it would
+            // hold a slot until the deadline; a retry keeps it and shows the error in its state.
+            tracing::error!(error = %e, "malformed delivery; acknowledging it as a retry");
+            ack(
+                &shared.client,
+                Outcome::retry(e).into_ack_request(delivery_id),
+            )
+            .await;
+            return;
+        }
+    };
+
+    let keeper = {
+        let span = extension_span(shared.extend_by, job.ack_deadline, received);
+        let deadline = local_instant(job.ack_deadline, received, received_at);
+        let keep = keep_extended(
+            shared.client.clone(),
+            delivery_id.clone(),
+            deadline,
+            span,
+            shared.extend_every,
+        );
+        async move {
+            keep.await;
+            // Extending is over, but the handler and the ack go on.
+            std::future::pending::<()>().await
+        }
+    };
+
+    let work = async {
+        let permit = tokio::select! {
+            biased;
+            _ = stopped.wait_for(|stopped| *stopped) => {
+                tracing::debug!("dropping a delivery that had not started: its stream is closed");
+                return;
+            }
+            permit = Arc::clone(&shared.permits).acquire_owned() => {
+                permit.expect("the semaphore is never closed")
+            }
+        };
+        let handler_task = {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(
+                async move { (shared.handler)(job).await.into_outcome() }
+                    .instrument(tracing::Span::current()),
+            )
+        };
+        let mut handler_task = AbortOnDrop(handler_task);
+        let outcome = match (&mut handler_task.0).await {
+            Ok(outcome) => outcome,
+            Err(e) if e.is_panic() => Outcome::from_panic(e.into_panic()),
+            // Only aborted by this task being dropped; not reached.
+            Err(_) => return,
+        };
+        drop(permit);
+        match &outcome {
+            Outcome::Success => tracing::debug!("handler succeeded"),
+            Outcome::Retry { after, error } => {
+                tracing::info!(?after, error = %error, "handler asked for a retry");
+            }
+            Outcome::Fail { error } => tracing::warn!(error = %error, "handler failed for good"),
+        }
+        ack(
+            &shared.client,
+            outcome.into_ack_request(delivery_id.clone()),
+        )
+        .await;
+    };
+
+    tokio::select! {
+        () = work => {}
+        () = keeper => {}
+    }
+}
+
+/// Sends an ack, re-sending it after transient failures. Failures are logged, not returned:
+/// an unacknowledged delivery is redelivered after its deadline, which is the best recovery
+/// there is.
+async fn ack(client: &ExecutorServiceClient<Channel>, request: pb::AckRequest) {
+    let mut client = client.clone();
+    let mut failures = 0;
+    loop {
+        let status = match timeout(RPC_TIMEOUT, client.ack(request.clone())).await {
+            Ok(Ok(response)) => {
+                let response = response.into_inner();
+                tracing::debug!(
+                    dead_lettered = response.dead_lettered,
+                    next_due_time = ?response.next_due_time,
+                    "acknowledged"
+                );
+                return;
+            }
+            Ok(Err(status)) => status,
+            Err(_) => Status::deadline_exceeded("Ack did not answer in time"),
+        };
+        failures += 1;
+        match status.code() {
+            Code::NotFound | Code::FailedPrecondition => {
+                tracing::warn!(
+                    code = ?status.code(),
+                    message = status.message(),
+                    "ack rejected: the delivery is unknown, expired or superseded (handed to \
+                     another executor); dropping it"
+                );
+                return;
+            }
+            code if is_retryable_code(code) && failures < ACK_ATTEMPTS => {
+                let delay = ACK_BACKOFF.delay(failures - 1);
+                tracing::debug!(
+                    ?code,
+                    message = status.message(),
+                    retry_in = ?delay,
+                    "ack failed; sending it again"
+                );
+                sleep(delay).await;
+            }
+            code => {
+                tracing::error!(
+                    ?code,
+                    message = status.message(),
+                    attempts = failures,
+                    "ack failed; the delivery will be redelivered after its deadline"
+                );
+                return;
+            }
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            TargetKind::Client(_) => f.write_str("client"),
+            TargetKind::Address(addr) => f.write_str(addr),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fatal_subscribe_codes() {
+        for code in [
+            Code::InvalidArgument,
+            Code::Unimplemented,
+            Code::Unauthenticated,
+            Code::PermissionDenied,
+        ] {
+            assert!(is_fatal(code), "{code:?}");
+        }
+        for code in [
+            Code::Unavailable,
+            Code::DeadlineExceeded,
+            Code::ResourceExhausted,
+            Code::Internal,
+            Code::Unknown,
+            Code::Cancelled,
+            Code::NotFound,
+        ] {
+            assert!(!is_fatal(code), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn builder_sets_every_option() {
+        let e = Executor::builder("127.0.0.1:50051", "orders")
+            .executor_id("w-1")
+            .concurrency(3)
+            .extend_every(Duration::from_secs(5))
+            .extend_by(Duration::from_secs(60))
+            .drain_timeout(Duration::from_secs(2))
+            .reconnect_backoff(Duration::from_millis(10), Duration::from_secs(1))
+            .build();
+        assert_eq!(e.service(), "orders");
+        assert_eq!(e.executor_id(), "w-1");
+        assert_eq!(e.concurrency, 3);
+        assert_eq!(e.extend_every, Some(Duration::from_secs(5)));
+        assert_eq!(e.extend_by, Some(Duration::from_secs(60)));
+        assert_eq!(e.drain_timeout, Duration::from_secs(2));
+        assert_eq!(
+            e.reconnect,
+            Backoff {
+                initial: Duration::from_millis(10),
+                max: Duration::from_secs(1)
+            }
+        );
+        assert_eq!(e.target.to_string(), "127.0.0.1:50051");
+
+        let defaults = Executor::builder("x:1", "s").build();
+        assert_eq!(defaults.concurrency, DEFAULT_CONCURRENCY);
+        assert_eq!(defaults.drain_timeout, DEFAULT_DRAIN_TIMEOUT);
+        assert_eq!(defaults.extend_every, None);
+        assert_eq!(defaults.extend_by, None);
+        assert!(!defaults.executor_id().is_empty());
+    }
+
+    #[tokio::test]
+    async fn rejects_bad_configuration() {
+        let handler = |_job: Job| async { Outcome::success() };
+        let e = Executor::builder("127.0.0.1:1", "s")
+            .concurrency(0)
+            .run(handler, std::future::pending::<()>())
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+
+        let e = Executor::builder("not a uri", "s")
+            .run(handler, std::future::pending::<()>())
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    }
+
+    #[tokio::test]
+    async fn shutdown_while_the_node_is_unreachable_returns() {
+        // Port 1 refuses connections, so the executor is in its reconnect loop when the
+        // shutdown comes.
+        let handler = |_job: Job| async { Outcome::success() };
+        let result = timeout(
+            Duration::from_secs(10),
+            Executor::builder("127.0.0.1:1", "s")
+                .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(50))
+                .run(handler, sleep(Duration::from_millis(200))),
+        )
+        .await
+        .expect("run returns after the shutdown");
+        assert!(result.is_ok(), "{result:?}");
+    }
+}

@@ -1,0 +1,611 @@
+//! Dispatch against a real Cassandra: due retries reach subscribers no earlier than due,
+//! acknowledgements resolve them, finished buckets disappear as partitions and the compactor
+//! empties the directory; retries back off, exhaust into dead letters, expire and move to
+//! another subscriber; a replayed bucket never redelivers a SUCCEEDED item.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use rebound_integration_tests::{
+    dispatch_config, eventually, next_delivery, ts_ms, utc_ms, TestNode,
+};
+use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
+use tonic::{transport::Channel, Code};
+
+fn req(service: &str, txid: &str, delay_ms: u64) -> pb::EnqueueRetryRequest {
+    pb::EnqueueRetryRequest {
+        service: service.into(),
+        transaction_id: txid.into(),
+        payload: txid.as_bytes().to_vec(),
+        schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
+            prost_types::Duration {
+                seconds: (delay_ms / 1000) as i64,
+                nanos: ((delay_ms % 1000) * 1_000_000) as i32,
+            },
+        )),
+        attempt: 1,
+        ..Default::default()
+    }
+}
+
+async fn subscribe(ch: &Channel, service: &str, max: u32) -> tonic::Streaming<pb::Delivery> {
+    ExecutorServiceClient::new(ch.clone())
+        .subscribe(pb::SubscribeRequest {
+            service: service.into(),
+            executor_id: "test".into(),
+            max_in_flight: max,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn ack(
+    ch: &Channel,
+    d: &pb::Delivery,
+    outcome: pb::AckOutcome,
+) -> Result<pb::AckResponse, tonic::Status> {
+    ExecutorServiceClient::new(ch.clone())
+        .ack(pb::AckRequest {
+            delivery_id: d.delivery_id.clone(),
+            outcome: outcome as i32,
+            retry_after: None,
+            error: "boom".into(),
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+const DIRECTORY: &[&str] = &[
+    "days_by_year",
+    "windows_by_day",
+    "instances_by_window",
+    "buckets_by_instance",
+    "retry_transactions_by_bucket",
+];
+
+async fn directory_counts(n: &TestNode) -> BTreeMap<&'static str, usize> {
+    let mut m = BTreeMap::new();
+    for t in DIRECTORY {
+        m.insert(*t, n.count(t).await);
+    }
+    m
+}
+
+#[tokio::test]
+async fn delivers_when_due_then_empties_the_directory() {
+    let cfg = dispatch_config("due");
+    // Near midnight, so the day itself ends during the test and Tier 1 can be compacted.
+    let start = utc_ms("2026-11-30 23:59:57.100");
+    let (n, clock) = TestNode::with_manual_clock(cfg, start).await;
+    let mut c = n.client.clone();
+    for i in 0..10 {
+        c.enqueue_retry(req("svc", &format!("t{i}"), 0))
+            .await
+            .unwrap();
+    }
+    c.enqueue_retry(req("other", "o1", 0)).await.unwrap();
+    let mut sub = subscribe(&n.channel, "svc", 100).await;
+    // Due in window 23:59:58-23:59:59: not readable before 23:59:59.200.
+    clock.set(utc_ms("2026-11-30 23:59:59.150"));
+    assert!(
+        next_delivery(&mut sub, Duration::from_millis(800))
+            .await
+            .is_none(),
+        "delivered before due"
+    );
+    clock.set(utc_ms("2026-12-01 00:00:00.500"));
+    let mut seen = BTreeMap::new();
+    while seen.len() < 10 {
+        let d = next_delivery(&mut sub, Duration::from_secs(10))
+            .await
+            .expect("delivery");
+        assert_eq!(d.service, "svc");
+        assert_eq!(d.attempt, 2);
+        assert_eq!(d.payload, d.transaction_id.as_bytes());
+        assert!(ts_ms(d.due_time.as_ref().unwrap()) <= utc_ms("2026-12-01 00:00:00.500"));
+        assert!(
+            seen.insert(d.transaction_id.clone(), d.clone()).is_none(),
+            "delivered twice"
+        );
+    }
+    for d in seen.values() {
+        ack(&n.channel, d, pb::AckOutcome::Succeeded).await.unwrap();
+    }
+    // The other service has no subscriber: its instance stays, which holds its window open.
+    eventually(
+        Duration::from_secs(15),
+        "svc's buckets to be deleted",
+        || async { n.count("retry_transactions_by_bucket").await == 1 },
+    )
+    .await;
+    assert_eq!(n.count("buckets_by_instance").await, 1);
+    assert_eq!(n.count("instances_by_window").await, 1);
+    assert_eq!(
+        n.count("windows_by_day").await,
+        1,
+        "Gate 1 keeps the window"
+    );
+    // Its executor arrives; everything drains and Node-0 compacts the window and the day.
+    let mut other = subscribe(&n.channel, "other", 1).await;
+    let d = next_delivery(&mut other, Duration::from_secs(10))
+        .await
+        .expect("other's delivery");
+    ack(&n.channel, &d, pb::AckOutcome::Succeeded)
+        .await
+        .unwrap();
+    clock.set(utc_ms("2026-12-01 00:00:02.000"));
+    eventually(Duration::from_secs(15), "an empty directory", || async {
+        directory_counts(&n).await.values().all(|c| *c == 0)
+    })
+    .await;
+    assert_eq!(n.count("window_low_water").await, 0);
+    let r = c
+        .get_retry(pb::GetRetryRequest {
+            service: "svc".into(),
+            transaction_id: "t3".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, pb::RetryStatus::Succeeded as i32);
+    // An ack for a finished delivery changes nothing.
+    let again = ack(
+        &n.channel,
+        seen.values().next().unwrap(),
+        pb::AckOutcome::Retry,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(again.code(), Code::NotFound);
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn retry_backs_off_then_succeeds_and_exhaustion_dead_letters() {
+    let cfg = dispatch_config("retry");
+    let start = utc_ms("2026-11-30 10:00:00.100");
+    let (n, clock) = TestNode::with_manual_clock(cfg, start).await;
+    let mut c = n.client.clone();
+    c.enqueue_retry(req("svc", "flaky", 0)).await.unwrap();
+    let mut limited = req("svc", "doomed", 0);
+    limited.policy = Some(pb::RetryPolicy {
+        max_attempts: Some(3),
+        ..Default::default()
+    });
+    c.enqueue_retry(limited).await.unwrap();
+    c.enqueue_retry(req("svc", "fatal", 0)).await.unwrap();
+    let mut sub = subscribe(&n.channel, "svc", 10).await;
+    clock.set(start + 2_500);
+    let mut got = BTreeMap::new();
+    for _ in 0..3 {
+        let d = next_delivery(&mut sub, Duration::from_secs(10))
+            .await
+            .expect("delivery");
+        got.insert(d.transaction_id.clone(), d);
+    }
+    // flaky: RETRY with retry_after 5 s -> rescheduled, attempt 2 done.
+    let r = ExecutorServiceClient::new(n.channel.clone())
+        .ack(pb::AckRequest {
+            delivery_id: got["flaky"].delivery_id.clone(),
+            outcome: pb::AckOutcome::Retry as i32,
+            retry_after: Some(prost_types::Duration {
+                seconds: 5,
+                nanos: 0,
+            }),
+            error: "timeout".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let next_due = ts_ms(r.next_due_time.as_ref().unwrap());
+    assert!(next_due >= start + 2_000 + 5_000, "next due {next_due}");
+    assert!(!r.dead_lettered);
+    // doomed: attempt 2 of 3 fails -> rescheduled; attempt 3 fails -> dead.
+    let r = ack(&n.channel, &got["doomed"], pb::AckOutcome::Retry)
+        .await
+        .unwrap();
+    assert!(!r.dead_lettered);
+    // fatal: FAILED -> dead at once.
+    let r = ack(&n.channel, &got["fatal"], pb::AckOutcome::Failed)
+        .await
+        .unwrap();
+    assert!(r.dead_lettered);
+    // Nothing more is due until the clock moves.
+    assert!(next_delivery(&mut sub, Duration::from_millis(500))
+        .await
+        .is_none());
+    clock.set(start + 10_000);
+    let mut second = BTreeMap::new();
+    for _ in 0..2 {
+        let d = next_delivery(&mut sub, Duration::from_secs(10))
+            .await
+            .expect("redelivery");
+        second.insert(d.transaction_id.clone(), d);
+    }
+    assert_eq!(second["flaky"].attempt, 3);
+    assert_eq!(second["flaky"].last_error, "timeout");
+    ack(&n.channel, &second["flaky"], pb::AckOutcome::Succeeded)
+        .await
+        .unwrap();
+    let r = ack(&n.channel, &second["doomed"], pb::AckOutcome::Retry)
+        .await
+        .unwrap();
+    assert!(
+        r.dead_lettered,
+        "third attempt of three exhausts the policy"
+    );
+
+    let status = |t: &'static str| {
+        let mut c = n.client.clone();
+        async move {
+            c.get_retry(pb::GetRetryRequest {
+                service: "svc".into(),
+                transaction_id: t.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }
+    };
+    assert_eq!(
+        status("flaky").await.status,
+        pb::RetryStatus::Succeeded as i32
+    );
+    let doomed = status("doomed").await;
+    assert_eq!(doomed.status, pb::RetryStatus::Dead as i32);
+    assert_eq!(doomed.attempt, 3);
+    assert_eq!(status("fatal").await.status, pb::RetryStatus::Dead as i32);
+    let letters = n.rows("dead_letters", "transaction_id, attempt").await;
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert!(
+        letters
+            .iter()
+            .any(|l| l.contains("doomed") && l.contains("\"attempt\": 3")),
+        "{letters:?}"
+    );
+    assert!(letters.iter().any(|l| l.contains("fatal")), "{letters:?}");
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn flow_control_sharing_and_redelivery_after_the_deadline() {
+    let cfg = dispatch_config("flow");
+    let start = utc_ms("2026-11-30 11:00:00.100");
+    let (n, clock) = TestNode::with_manual_clock(cfg, start).await;
+    let mut c = n.client.clone();
+    for i in 0..12 {
+        let mut r = req("svc", &format!("t{i}"), 0);
+        r.policy = Some(pb::RetryPolicy {
+            ack_timeout: Some(prost_types::Duration {
+                seconds: 5,
+                nanos: 0,
+            }),
+            ..Default::default()
+        });
+        c.enqueue_retry(r).await.unwrap();
+    }
+    let mut a = subscribe(&n.channel, "svc", 3).await;
+    let mut b = subscribe(&n.channel, "svc", 3).await;
+    clock.set(start + 2_500);
+    // Each stream gets exactly its max_in_flight and no more while nothing is acknowledged.
+    let mut got_a = Vec::new();
+    let mut got_b = Vec::new();
+    while let Some(d) = next_delivery(&mut a, Duration::from_millis(1_500)).await {
+        got_a.push(d);
+    }
+    while let Some(d) = next_delivery(&mut b, Duration::from_millis(300)).await {
+        got_b.push(d);
+    }
+    assert_eq!(
+        (got_a.len(), got_b.len()),
+        (3, 3),
+        "max_in_flight respected and load shared"
+    );
+    // An ack frees one slot: exactly one more arrives on that stream.
+    ack(&n.channel, &got_a[0], pb::AckOutcome::Succeeded)
+        .await
+        .unwrap();
+    let more = next_delivery(&mut a, Duration::from_secs(5))
+        .await
+        .expect("one more");
+    assert!(next_delivery(&mut a, Duration::from_millis(500))
+        .await
+        .is_none());
+    // Extending a deadline keeps that delivery; the rest of b's expire and move to a.
+    let ext = ExecutorServiceClient::new(n.channel.clone())
+        .extend_deadline(pb::ExtendDeadlineRequest {
+            delivery_id: got_b[0].delivery_id.clone(),
+            extension: Some(prost_types::Duration {
+                seconds: 60,
+                nanos: 0,
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ts_ms(ext.ack_deadline.as_ref().unwrap()) >= start + 62_000);
+    for d in got_a[1..].iter().chain(std::iter::once(&more)) {
+        ack(&n.channel, d, pb::AckOutcome::Succeeded).await.unwrap();
+    }
+    clock.set(start + 8_000); // past b's 5 s deadlines (delivered at +2 s)
+                              // Expired deliveries come again, preferably on the other stream.
+    let mut redelivered = Vec::new();
+    let mut moved_to_a = 0;
+    loop {
+        let mut any = false;
+        for (name, stream) in [("a", &mut a), ("b", &mut b)] {
+            while let Some(d) = next_delivery(stream, Duration::from_millis(700)).await {
+                any = true;
+                if got_b[1..]
+                    .iter()
+                    .any(|x| x.transaction_id == d.transaction_id)
+                {
+                    redelivered.push(d.transaction_id.clone());
+                    moved_to_a += usize::from(name == "a");
+                }
+                if let Err(e) = ack(&n.channel, &d, pb::AckOutcome::Succeeded).await {
+                    // Read after its deadline had passed: it was redelivered since.
+                    assert_eq!(e.code(), Code::NotFound);
+                    assert!(
+                        ts_ms(d.ack_deadline.as_ref().unwrap()) <= start + 8_000,
+                        "{e:?}"
+                    );
+                }
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    redelivered.sort();
+    redelivered.dedup();
+    let mut expected: Vec<String> = got_b[1..]
+        .iter()
+        .map(|d| d.transaction_id.clone())
+        .collect();
+    expected.sort();
+    assert_eq!(
+        redelivered, expected,
+        "expired deliveries are delivered again"
+    );
+    assert!(
+        moved_to_a > 0,
+        "an expired delivery moves to the other subscriber"
+    );
+    // The expired delivery ids are dead; the extended one is still valid.
+    let stale = ack(&n.channel, &got_b[1], pb::AckOutcome::Succeeded)
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), Code::NotFound);
+    ack(&n.channel, &got_b[0], pb::AckOutcome::Succeeded)
+        .await
+        .unwrap();
+    // Bad input on the executor API.
+    let mut ex = ExecutorServiceClient::new(n.channel.clone());
+    let err = ex
+        .subscribe(pb::SubscribeRequest {
+            service: "svc".into(),
+            executor_id: String::new(),
+            max_in_flight: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("max_in_flight"));
+    let err = ex
+        .ack(pb::AckRequest {
+            delivery_id: "x".into(),
+            outcome: 0,
+            retry_after: None,
+            error: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("outcome"));
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn a_closed_stream_hands_its_items_to_another() {
+    let cfg = dispatch_config("closed");
+    let start = utc_ms("2026-11-30 12:00:00.100");
+    let (n, clock) = TestNode::with_manual_clock(cfg, start).await;
+    let mut c = n.client.clone();
+    for i in 0..4 {
+        c.enqueue_retry(req("svc", &format!("t{i}"), 0))
+            .await
+            .unwrap();
+    }
+    let mut a = subscribe(&n.channel, "svc", 10).await;
+    clock.set(start + 2_500);
+    let mut first = Vec::new();
+    while let Some(d) = next_delivery(&mut a, Duration::from_millis(1_500)).await {
+        first.push(d.transaction_id);
+    }
+    assert_eq!(first.len(), 4);
+    drop(a);
+    let mut b = subscribe(&n.channel, "svc", 10).await;
+    let mut second = Vec::new();
+    while let Some(d) = next_delivery(&mut b, Duration::from_millis(2_000)).await {
+        second.push(d.transaction_id.clone());
+        ack(&n.channel, &d, pb::AckOutcome::Succeeded)
+            .await
+            .unwrap();
+    }
+    first.sort();
+    second.sort();
+    assert_eq!(first, second);
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn restart_mid_bucket_delivers_the_rest_and_never_a_succeeded_item() {
+    let mut cfg = dispatch_config("crash");
+    cfg.bucket_size = 50;
+    cfg.lanes = 1;
+    let start = utc_ms("2026-11-30 13:00:00.100");
+    let (n, clock) = TestNode::with_manual_clock(cfg.clone(), start).await;
+    let mut c = n.client.clone();
+    for i in 0..20 {
+        c.enqueue_retry(req("svc", &format!("t{i:02}"), 0))
+            .await
+            .unwrap();
+    }
+    let mut sub = subscribe(&n.channel, "svc", 20).await;
+    clock.set(start + 2_500);
+    let mut acked = Vec::new();
+    let mut unacked = Vec::new();
+    for k in 0..20 {
+        let d = next_delivery(&mut sub, Duration::from_secs(10))
+            .await
+            .expect("delivery");
+        if k % 2 == 0 {
+            ack(&n.channel, &d, pb::AckOutcome::Succeeded)
+                .await
+                .unwrap();
+            acked.push(d.transaction_id);
+        } else {
+            unacked.push(d.transaction_id);
+        }
+    }
+    // The node goes away mid-bucket: its bucket must stay whole.
+    let keyspace = n.config.keyspace.clone();
+    let mut n = n;
+    n.node.take().unwrap().shutdown().await.unwrap();
+    assert_eq!(
+        n.count("retry_transactions_by_bucket").await,
+        20,
+        "an unfinished bucket is kept"
+    );
+    // A new process replays the bucket: only the unacknowledged half comes back.
+    let mut cfg2 = cfg.clone();
+    cfg2.keyspace = keyspace;
+    let (n2, clock2) = TestNode::with_manual_clock(cfg2, start + 3_000).await;
+    let mut sub2 = subscribe(&n2.channel, "svc", 50).await;
+    clock2.set(start + 3_000);
+    let mut replayed = Vec::new();
+    while let Some(d) = next_delivery(&mut sub2, Duration::from_secs(3)).await {
+        assert!(
+            !acked.contains(&d.transaction_id),
+            "{} succeeded and was delivered again",
+            d.transaction_id
+        );
+        ack(&n2.channel, &d, pb::AckOutcome::Succeeded)
+            .await
+            .unwrap();
+        replayed.push(d.transaction_id);
+    }
+    replayed.sort();
+    unacked.sort();
+    assert_eq!(replayed, unacked);
+    eventually(
+        Duration::from_secs(10),
+        "the bucket to be deleted",
+        || async { n2.count("retry_transactions_by_bucket").await == 0 },
+    )
+    .await;
+    n2.finish().await;
+    let _ = n; // keyspace already dropped by n2
+}
+
+#[tokio::test]
+async fn compactor_refuses_windows_with_instances_or_not_ended() {
+    let mut cfg = dispatch_config("gates");
+    cfg.compaction_interval_ms = 60_000; // driven by hand below
+    let start = utc_ms("2026-11-30 14:00:00.100");
+    let (n, clock) = TestNode::with_manual_clock(cfg, start).await;
+    let mut c = n.client.clone();
+    c.enqueue_retry(req("nobody-listens", "x", 0))
+        .await
+        .unwrap(); // window +1
+    c.enqueue_retry(req("nobody-listens", "y", 4_000))
+        .await
+        .unwrap(); // window +4
+    let compactor = n.node.as_ref().unwrap().compactor.clone();
+    // Now: both windows are in the future (Gate 2) and have instances (Gate 1).
+    let report = compactor.compact().await.unwrap();
+    assert!(report.windows_deleted.is_empty(), "{report:?}");
+    // Later: the first window has ended but still has its instance (no subscriber).
+    clock.set(start + 3_000);
+    let report = compactor.compact().await.unwrap();
+    assert!(report.windows_deleted.is_empty(), "{report:?}");
+    assert_eq!(report.blocked_by_instances.len(), 1, "{report:?}");
+    assert_eq!(n.count("windows_by_day").await, 2);
+    // An empty window that has not ended is kept too (Gate 2).
+    n.cql
+        .query_unpaged(
+            format!(
+                "INSERT INTO {}.windows_by_day (region, cluster, day, window) VALUES ('local', 'default', '2026-11-30', 50450)",
+                n.ks()
+            ),
+            (),
+        )
+        .await
+        .unwrap();
+    let report = compactor.compact().await.unwrap();
+    assert!(report.windows_deleted.is_empty(), "{report:?}");
+    // Once drained and ended, both go.
+    let mut sub = subscribe(&n.channel, "nobody-listens", 5).await;
+    clock.set(start + 8_000);
+    for _ in 0..2 {
+        let d = next_delivery(&mut sub, Duration::from_secs(10))
+            .await
+            .expect("delivery");
+        ack(&n.channel, &d, pb::AckOutcome::Succeeded)
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(10), "instances gone", || async {
+        n.count("instances_by_window").await == 0
+    })
+    .await;
+    let report = compactor.compact().await.unwrap();
+    assert_eq!(report.windows_deleted.len(), 2, "{report:?}");
+    assert_eq!(
+        n.count("windows_by_day").await,
+        1,
+        "the future window stays"
+    );
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn a_backlog_over_three_past_days_drains_oldest_day_first() {
+    let mut cfg = dispatch_config("backlog");
+    cfg.max_delay_seconds = 10 * 86_400;
+    let d0 = utc_ms("2026-11-27 09:00:00.000");
+    let (n, clock) = TestNode::with_manual_clock(cfg, d0).await;
+    let mut c = n.client.clone();
+    for day in 0..3 {
+        clock.set(d0 + day * 86_400_000);
+        for i in 0..4 {
+            c.enqueue_retry(req("svc", &format!("d{day}-{i}"), 0))
+                .await
+                .unwrap();
+        }
+    }
+    // The node was "down" for days; now it is three days later.
+    clock.set(d0 + 3 * 86_400_000);
+    let mut sub = subscribe(&n.channel, "svc", 1).await;
+    let mut order = Vec::new();
+    while order.len() < 12 {
+        let d = next_delivery(&mut sub, Duration::from_secs(10))
+            .await
+            .expect("delivery");
+        order.push(d.transaction_id[1..2].parse::<u32>().unwrap());
+        ack(&n.channel, &d, pb::AckOutcome::Succeeded)
+            .await
+            .unwrap();
+    }
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(order, sorted, "days drained out of order: {order:?}");
+    eventually(
+        Duration::from_secs(15),
+        "the old days to be compacted",
+        || async { n.count("days_by_year").await == 0 },
+    )
+    .await;
+    n.finish().await;
+}

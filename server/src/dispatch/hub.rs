@@ -1,0 +1,352 @@
+//! Subscribers and in-flight deliveries of one node (DESIGN.md "Dispatch", flow control and
+//! ack deadlines).
+//!
+//! Each `Subscribe` stream is a `Subscriber` with `max_in_flight` permits; a delivery holds a
+//! permit until it is acknowledged, expires or its stream closes, so a stream never has more
+//! unacknowledged deliveries than it asked for. Deliveries go round-robin over the service's
+//! streams. A delivery whose deadline passes, or whose stream closes, is handed to another
+//! subscriber; the bucket worker that produced it waits on `Work::done` until the retry is
+//! resolved (acknowledged, rescheduled or dead-lettered), which is what lets it delete the
+//! bucket afterwards.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use rebound_proto::v1 as pb;
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+
+use crate::{clock::SharedClock, store::TxState};
+
+/// A due retry on its way to an executor.
+#[derive(Debug)]
+pub struct Work {
+    pub state: Box<TxState>,
+    /// Deliveries of the current attempt so far (ack-deadline expiries and closed streams).
+    pub deliveries: u32,
+    /// Fired once the retry is resolved; dropped unresolved when the node stops.
+    pub done: Option<oneshot::Sender<()>>,
+}
+
+impl Work {
+    pub fn resolve(mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(());
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Subscriber {
+    id: u64,
+    service: String,
+    tx: mpsc::Sender<Result<pb::Delivery, tonic::Status>>,
+    slots: Arc<Semaphore>,
+}
+
+/// A delivery waiting for its ack.
+#[derive(Debug)]
+pub struct InFlight {
+    pub work: Work,
+    pub subscriber: u64,
+    pub deadline_ms: i64,
+    _permit: OwnedSemaphorePermit,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    services: HashMap<String, Vec<Arc<Subscriber>>>,
+    next: HashMap<String, usize>,
+    inflight: HashMap<String, InFlight>,
+}
+
+#[derive(Debug)]
+pub struct Hub {
+    inner: Mutex<Inner>,
+    changed: Notify,
+    clock: SharedClock,
+    ids: AtomicU64,
+    boot_epoch: i64,
+}
+
+/// Items handed back by a closed stream or an expired deadline, to deliver again.
+pub type Requeue = mpsc::UnboundedSender<Work>;
+
+impl Hub {
+    pub fn new(clock: SharedClock, boot_epoch: i64) -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            changed: Notify::new(),
+            clock,
+            ids: AtomicU64::new(1),
+            boot_epoch,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("hub lock")
+    }
+
+    /// Registers a stream; returns its id and the receiving end.
+    pub fn subscribe(
+        &self,
+        service: &str,
+        max_in_flight: u32,
+    ) -> (u64, mpsc::Receiver<Result<pb::Delivery, tonic::Status>>) {
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(max_in_flight as usize + 1);
+        let sub = Arc::new(Subscriber {
+            id,
+            service: service.to_string(),
+            tx,
+            slots: Arc::new(Semaphore::new(max_in_flight as usize)),
+        });
+        self.lock()
+            .services
+            .entry(service.to_string())
+            .or_default()
+            .push(sub);
+        self.changed.notify_waiters();
+        (id, rx)
+    }
+
+    /// Removes a closed stream and returns its unacknowledged work for redelivery.
+    pub fn unsubscribe(&self, id: u64) -> Vec<Work> {
+        let mut inner = self.lock();
+        let mut service = None;
+        for (name, subs) in inner.services.iter_mut() {
+            if let Some(pos) = subs.iter().position(|s| s.id == id) {
+                subs.remove(pos);
+                service = Some(name.clone());
+                break;
+            }
+        }
+        if let Some(name) = service {
+            if inner.services.get(&name).is_some_and(|s| s.is_empty()) {
+                inner.services.remove(&name);
+                inner.next.remove(&name);
+            }
+        }
+        let ids: Vec<String> = inner
+            .inflight
+            .iter()
+            .filter(|(_, f)| f.subscriber == id)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut out = Vec::new();
+        for k in ids {
+            if let Some(f) = inner.inflight.remove(&k) {
+                let mut w = f.work;
+                w.deliveries += 1;
+                out.push(w);
+            }
+        }
+        drop(inner);
+        self.changed.notify_waiters();
+        out
+    }
+
+    pub fn has_subscriber(&self, service: &str) -> bool {
+        self.lock()
+            .services
+            .get(service)
+            .is_some_and(|s| !s.is_empty())
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.lock().inflight.len()
+    }
+
+    /// Tries to hand `work` to a subscriber of its service with a free slot, preferring one
+    /// other than `avoid`. Gives the work back when none has room.
+    pub fn try_deliver(&self, work: Work, avoid: Option<u64>) -> Result<(), Work> {
+        let mut inner = self.lock();
+        let service = work.state.service.clone();
+        let Some(subs) = inner.services.get(&service).cloned() else {
+            return Err(work);
+        };
+        let start = inner.next.get(&service).copied().unwrap_or(0);
+        let n = subs.len();
+        let mut order: Vec<usize> = (0..n).map(|k| (start + k) % n).collect();
+        if let Some(avoid) = avoid {
+            order.sort_by_key(|i| subs[*i].id == avoid);
+        }
+        for i in order {
+            let sub = &subs[i];
+            let Ok(permit) = sub.slots.clone().try_acquire_owned() else {
+                continue;
+            };
+            let now = self.clock.now_ms();
+            let deadline_ms = now + work.state.policy.ack_timeout.as_millis() as i64;
+            let delivery_id = format!(
+                "{}-{}-{}",
+                self.boot_epoch,
+                self.ids.fetch_add(1, Ordering::Relaxed),
+                rand::random::<u32>()
+            );
+            let delivery = delivery_pb(&delivery_id, &work.state, deadline_ms);
+            if sub.tx.try_send(Ok(delivery)).is_err() {
+                continue;
+            }
+            inner.next.insert(service.clone(), i + 1);
+            inner.inflight.insert(
+                delivery_id,
+                InFlight {
+                    work,
+                    subscriber: sub.id,
+                    deadline_ms,
+                    _permit: permit,
+                },
+            );
+            return Ok(());
+        }
+        Err(work)
+    }
+
+    /// Delivers `work`, waiting for a free slot; gives it back if `keep_going` turns false.
+    pub async fn deliver(
+        &self,
+        mut work: Work,
+        avoid: Option<u64>,
+        keep_going: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Result<(), Work> {
+        loop {
+            let notified = self.changed.notified();
+            match self.try_deliver(work, avoid) {
+                Ok(()) => return Ok(()),
+                Err(w) => work = w,
+            }
+            if !keep_going() {
+                return Err(work);
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+        }
+    }
+
+    /// Takes a delivery out of flight (for an ack). Its slot is freed.
+    pub fn take(&self, delivery_id: &str) -> Option<InFlight> {
+        let f = self.lock().inflight.remove(delivery_id);
+        if f.is_some() {
+            self.changed.notify_waiters();
+        }
+        f
+    }
+
+    /// Peeks at a delivery without taking it.
+    pub fn service_of(&self, delivery_id: &str) -> Option<(String, String, i64)> {
+        self.lock().inflight.get(delivery_id).map(|f| {
+            (
+                f.work.state.service.clone(),
+                f.work.state.transaction_id.clone(),
+                f.work.state.generation,
+            )
+        })
+    }
+
+    /// Puts back a delivery whose ack could not be stored, so the executor can ack again. If
+    /// its stream is gone the work is returned for redelivery instead.
+    pub fn put_back(&self, delivery_id: String, f: InFlight) -> Option<Work> {
+        let mut inner = self.lock();
+        let alive = inner
+            .services
+            .values()
+            .any(|subs| subs.iter().any(|s| s.id == f.subscriber));
+        if alive {
+            inner.inflight.insert(delivery_id, f);
+            None
+        } else {
+            Some(f.work)
+        }
+    }
+
+    /// Pushes a delivery's deadline to `now + extension`; returns the new deadline.
+    pub fn extend(&self, delivery_id: &str, extension: Duration) -> Option<i64> {
+        let now = self.clock.now_ms();
+        let mut inner = self.lock();
+        let f = inner.inflight.get_mut(delivery_id)?;
+        f.deadline_ms = f
+            .deadline_ms
+            .max(now + extension.as_millis().min(i64::MAX as u128) as i64);
+        Some(f.deadline_ms)
+    }
+
+    /// Removes every delivery whose deadline has passed.
+    pub fn expired(&self) -> Vec<(u64, Work)> {
+        let now = self.clock.now_ms();
+        let mut inner = self.lock();
+        let ids: Vec<String> = inner
+            .inflight
+            .iter()
+            .filter(|(_, f)| f.deadline_ms <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let out: Vec<(u64, Work)> = ids
+            .into_iter()
+            .filter_map(|k| inner.inflight.remove(&k))
+            .map(|f| {
+                let mut w = f.work;
+                w.deliveries += 1;
+                (f.subscriber, w)
+            })
+            .collect();
+        drop(inner);
+        if !out.is_empty() {
+            self.changed.notify_waiters();
+        }
+        out
+    }
+
+    /// Wakes every waiter, e.g. on shutdown.
+    pub fn wake(&self) {
+        self.changed.notify_waiters();
+    }
+
+    /// Closes every stream (on shutdown) so that clients see the end of their subscription.
+    pub fn close_all(&self) {
+        let mut inner = self.lock();
+        inner.services.clear();
+        inner.next.clear();
+        drop(inner);
+        self.changed.notify_waiters();
+    }
+
+    pub fn subscriber_service(&self, id: u64) -> Option<String> {
+        self.lock()
+            .services
+            .values()
+            .flatten()
+            .find(|s| s.id == id)
+            .map(|s| s.service.clone())
+    }
+}
+
+fn ts(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+fn delivery_pb(id: &str, s: &TxState, deadline_ms: i64) -> pb::Delivery {
+    pb::Delivery {
+        delivery_id: id.to_string(),
+        service: s.service.clone(),
+        transaction_id: s.transaction_id.clone(),
+        attempt: s.attempt + 1,
+        payload: s.payload.clone(),
+        attributes: s
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        due_time: Some(ts(s.due_at_ms)),
+        first_enqueued_at: Some(ts(s.first_enqueued_at_ms)),
+        ack_deadline: Some(ts(deadline_ms)),
+        last_error: s.last_error.clone(),
+    }
+}

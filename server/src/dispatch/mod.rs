@@ -1,0 +1,633 @@
+//! The retry-node half of the design (DESIGN.md "Dispatch", seed 000 sections 7-14): walk the
+//! directory oldest first within the held token ranges, deliver due retries to subscribers,
+//! resolve acknowledgements, and delete a bucket as one partition once every pointer in it is
+//! resolved and durable.
+//!
+//! Invariants kept here:
+//! - a pointer is delivered only when its generation equals the state row's and the status is
+//!   SCHEDULED (the execution marker: an acknowledged item is skipped on replay);
+//! - a bucket is deleted only after every one of its pointers is resolved, each resolution's
+//!   state write having returned; an abandoned bucket stays whole and is replayed;
+//! - every step and every delete checks the lease first (fencing) and stops when it is gone.
+
+pub mod hub;
+
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::{stream::FuturesUnordered, FutureExt, StreamExt};
+use rand::Rng;
+use tokio::sync::{oneshot, watch};
+
+use crate::{
+    clock::SharedClock,
+    error::ApiError,
+    ownership::{Lease, Ownership},
+    store::{DeadLetter, InstanceRow, Location, RetryStore, Status, TxState},
+    window::{WindowGrid, WindowId},
+    writer::Writer,
+};
+use hub::{Hub, Work};
+
+/// Dispatch settings, from the node configuration.
+#[derive(Debug, Clone)]
+pub struct DispatchOptions {
+    pub skew_margin_ms: i64,
+    /// Lease validity a step needs left before it starts (fencing margin).
+    pub fence_margin_ms: i64,
+    pub scan_interval: Duration,
+    /// Instance workers running at once per service (older windows first).
+    pub workers_per_service: usize,
+    /// State rows read ahead of delivery per bucket.
+    pub read_ahead: usize,
+    pub dead_letter_ttl_seconds: u32,
+}
+
+/// What became of an acknowledged delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    Succeeded,
+    Rescheduled { due_at_ms: i64 },
+    Dead,
+}
+
+/// How an executor (or an expired deadline) ended an attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptOutcome {
+    Succeeded,
+    Retry {
+        after: Option<Duration>,
+        error: String,
+    },
+    Failed {
+        error: String,
+    },
+}
+
+#[derive(Debug)]
+pub struct Dispatcher {
+    pub hub: Arc<Hub>,
+    store: Arc<dyn RetryStore>,
+    writer: Arc<Writer>,
+    ownership: Arc<dyn Ownership>,
+    clock: SharedClock,
+    grid: WindowGrid,
+    opts: DispatchOptions,
+    active: Mutex<HashSet<(WindowId, String, String)>>,
+    stopping: watch::Receiver<bool>,
+}
+
+impl Dispatcher {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        hub: Arc<Hub>,
+        store: Arc<dyn RetryStore>,
+        writer: Arc<Writer>,
+        ownership: Arc<dyn Ownership>,
+        clock: SharedClock,
+        opts: DispatchOptions,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            grid: writer.grid(),
+            hub,
+            store,
+            writer,
+            ownership,
+            clock,
+            opts,
+            active: Mutex::new(HashSet::new()),
+            stopping,
+        }
+    }
+
+    pub async fn store_state(
+        &self,
+        service: &str,
+        transaction_id: &str,
+    ) -> Result<Option<TxState>, ApiError> {
+        Ok(self.store.get_state(service, transaction_id).await?)
+    }
+
+    fn stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
+    fn fenced(&self, lease: &Lease) -> bool {
+        !self.stopping()
+            && self
+                .ownership
+                .still_holds(lease.range, self.clock.now_ms() + self.opts.fence_margin_ms)
+    }
+
+    /// Applies an attempt's outcome to the state row of `state`'s transaction. The caller has
+    /// checked that `state` is current (same generation, SCHEDULED).
+    pub async fn resolve(
+        &self,
+        mut state: TxState,
+        deliveries: u32,
+        outcome: AttemptOutcome,
+    ) -> Result<Resolution, ApiError> {
+        let now = self.clock.now_ms();
+        state.delivery_count = state.delivery_count.saturating_add(deliveries.max(1));
+        match outcome {
+            AttemptOutcome::Succeeded => {
+                self.writer.finish(state, Status::Succeeded).await?;
+                Ok(Resolution::Succeeded)
+            }
+            AttemptOutcome::Failed { error } => {
+                state.attempt += 1;
+                state.last_error = error;
+                self.dead_letter(state, now).await?;
+                Ok(Resolution::Dead)
+            }
+            AttemptOutcome::Retry { after, error } => {
+                state.attempt += 1;
+                state.last_error = error;
+                if state.attempt >= state.policy.max_attempts {
+                    state.last_error = format!(
+                        "{} (attempts exhausted: {} of {})",
+                        state.last_error, state.attempt, state.policy.max_attempts
+                    );
+                    self.dead_letter(state, now).await?;
+                    return Ok(Resolution::Dead);
+                }
+                let delay = after.unwrap_or_else(|| {
+                    state
+                        .policy
+                        .backoff(state.attempt, rand::rng().random::<f64>())
+                });
+                let due = now + delay.min(self.writer.max_delay()).as_millis() as i64;
+                if let Some(max) = state.policy.max_retry_duration {
+                    if due - state.first_enqueued_at_ms > max.as_millis() as i64 {
+                        state.last_error = format!(
+                            "{} (max_retry_duration of {}s exhausted)",
+                            state.last_error,
+                            max.as_secs()
+                        );
+                        self.dead_letter(state, now).await?;
+                        return Ok(Resolution::Dead);
+                    }
+                }
+                let state = self.writer.reschedule(state, due).await?;
+                Ok(Resolution::Rescheduled {
+                    due_at_ms: state.due_at_ms,
+                })
+            }
+        }
+    }
+
+    /// Dead letter first, then the terminal state: a crash in between leaves the retry
+    /// SCHEDULED (delivered again later), never DEAD without its letter.
+    async fn dead_letter(&self, state: TxState, now: i64) -> Result<(), ApiError> {
+        let letter = DeadLetter {
+            service: state.service.clone(),
+            transaction_id: state.transaction_id.clone(),
+            day: self.grid.window_of(now).day,
+            dead_at_ms: now,
+            attempt: state.attempt,
+            last_error: state.last_error.clone(),
+            generation: state.generation,
+        };
+        self.store
+            .put_dead_letter(&letter, self.opts.dead_letter_ttl_seconds)
+            .await?;
+        self.writer.finish(state, Status::Dead).await
+    }
+
+    /// Redelivers work handed back by a closed stream or an expired deadline; after
+    /// `max_deliveries_per_attempt` deliveries the attempt counts as failed.
+    pub fn requeue(self: &Arc<Self>, work: Work, avoid: Option<u64>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            if work.deliveries >= work.state.policy.max_deliveries_per_attempt {
+                let error = format!("not acknowledged after {} deliveries", work.deliveries);
+                this.resolve_expired(work, error).await;
+                return;
+            }
+            let keep = {
+                let this = this.clone();
+                move || !this.stopping()
+            };
+            // Dropped unresolved on shutdown: the bucket stays and is replayed.
+            let _ = this.hub.deliver(work, avoid, &keep).await;
+        });
+    }
+
+    async fn resolve_expired(self: &Arc<Self>, mut work: Work, error: String) {
+        loop {
+            let current = match self
+                .store
+                .get_state(&work.state.service, &work.state.transaction_id)
+                .await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read state of an expired delivery, will retry");
+                    if self.stopping() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let live = current.as_ref().is_some_and(|s| {
+                s.generation == work.state.generation && s.status == Status::Scheduled
+            });
+            if live {
+                let state = current.expect("checked");
+                let outcome = AttemptOutcome::Retry {
+                    after: None,
+                    error: error.clone(),
+                };
+                if let Err(e) = self.resolve(state, work.deliveries, outcome).await {
+                    tracing::warn!(error = %e, "cannot record an expired delivery, will retry");
+                    if self.stopping() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            }
+            work.deliveries = 0;
+            work.resolve();
+            return;
+        }
+    }
+
+    /// Expires overdue deliveries every `tick` until the node stops.
+    pub async fn run_reaper(self: Arc<Self>, tick: Duration) {
+        let mut stop = self.stopping.clone();
+        loop {
+            for (sub, work) in self.hub.expired() {
+                tracing::debug!(transaction_id = %work.state.transaction_id, "ack deadline passed, redelivering");
+                self.requeue(work, Some(sub));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// Scans for due work every `scan_interval` until the node stops.
+    pub async fn run_scanner(self: Arc<Self>) {
+        let mut stop = self.stopping.clone();
+        loop {
+            if let Err(e) = self.scan().await {
+                tracing::warn!(error = %e, "dispatch scan failed, will retry");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.opts.scan_interval) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// One pass over the directory, oldest day first: start a worker for every due instance
+    /// in the held ranges whose service has a subscriber (bounded per service).
+    pub async fn scan(self: &Arc<Self>) -> Result<(), ApiError> {
+        let leases = self.ownership.held();
+        if leases.is_empty() {
+            return Ok(());
+        }
+        let now = self.clock.now_ms();
+        let today = self.grid.window_of(now);
+        let year = today.year();
+        for y in [year - 1, year] {
+            let days = self.store.list_days(y).await?;
+            tracing::trace!(year = y, ?days, now, "scan");
+            for day in days {
+                if day > today.day {
+                    break;
+                }
+                let low = self.store.low_water(day).await?;
+                let windows = self.store.list_windows_from(day, low).await?;
+                tracing::trace!(day, low, ?windows, "scan day");
+                for index in windows {
+                    let window = WindowId { day, index };
+                    if !self.grid.is_readable(window, now, self.opts.skew_margin_ms) {
+                        break;
+                    }
+                    for lease in &leases {
+                        tracing::trace!(?window, fenced = self.fenced(lease), "scan window");
+                        if !self.fenced(lease) {
+                            continue;
+                        }
+                        for row in self.store.list_instances(window, lease.range).await? {
+                            tracing::trace!(?window, service = %row.service, instance = %row.instance, "due instance");
+                            self.maybe_start(window, row, *lease);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn maybe_start(self: &Arc<Self>, window: WindowId, row: InstanceRow, lease: Lease) {
+        if !self.hub.has_subscriber(&row.service) {
+            return;
+        }
+        let key = (window, row.service.clone(), row.instance.clone());
+        {
+            let mut active = self.active.lock().expect("active lock");
+            if active.contains(&key) {
+                return;
+            }
+            // Oldest day first: a service's newer days wait until its older ones are done.
+            let mut running = 0;
+            for k in active.iter().filter(|k| k.1 == row.service) {
+                if k.0.day < window.day {
+                    return;
+                }
+                running += 1;
+            }
+            if running >= self.opts.workers_per_service {
+                return;
+            }
+            active.insert(key.clone());
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = this.work_instance(window, &row, &lease).await {
+                tracing::warn!(error = %e, service = %row.service, instance = %row.instance, "instance worker stopped, will resume on a later scan");
+            }
+            this.active.lock().expect("active lock").remove(&key);
+        });
+    }
+
+    /// Delivers every bucket of one instance in one window, deleting each once all of its
+    /// pointers are resolved, then the instance's Tier-3 row when no bucket is left. Buckets
+    /// are fed one after another without waiting for the previous one's acks, so slow acks
+    /// on one bucket do not stall the next.
+    async fn work_instance(
+        self: &Arc<Self>,
+        window: WindowId,
+        row: &InstanceRow,
+        lease: &Lease,
+    ) -> Result<(), ApiError> {
+        let buckets = self
+            .store
+            .list_buckets(window, &row.service, &row.instance)
+            .await?;
+        let mut draining = FuturesUnordered::new();
+        let mut all_done = true;
+        for bucket in buckets {
+            let loc = Location {
+                window,
+                instance: row.instance.clone(),
+                bucket,
+            };
+            let (fed, mut pending) = self.feed_bucket(&row.service, &loc, lease).await?;
+            draining.push(async move {
+                let mut resolved = true;
+                while let Some(r) = pending.next().await {
+                    // Dropped unresolved: the node is stopping.
+                    resolved &= r.is_ok();
+                }
+                (loc, fed && resolved)
+            });
+            while let Some(Some((loc, ok))) = draining.next().now_or_never() {
+                all_done &= self.finish_bucket(&row.service, &loc, ok, lease).await?;
+            }
+            if !fed {
+                all_done = false;
+                break;
+            }
+        }
+        while let Some((loc, ok)) = draining.next().await {
+            all_done &= self.finish_bucket(&row.service, &loc, ok, lease).await?;
+        }
+        // The window is closed to writers (W+1), so no bucket can appear after this check.
+        if all_done
+            && self.fenced(lease)
+            && self
+                .store
+                .list_buckets(window, &row.service, &row.instance)
+                .await?
+                .is_empty()
+            && self.fenced(lease)
+        {
+            self.store.delete_instance(window, row).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a bucket whose every pointer is resolved and durable: its Tier-5 partition in
+    /// one partition tombstone, then its Tier-4 row. Returns whether it was deleted.
+    async fn finish_bucket(
+        &self,
+        service: &str,
+        loc: &Location,
+        resolved: bool,
+        lease: &Lease,
+    ) -> Result<bool, ApiError> {
+        if !resolved || !self.fenced(lease) {
+            return Ok(false);
+        }
+        self.store.delete_pointer_partition(service, loc).await?;
+        if !self.fenced(lease) {
+            return Ok(false);
+        }
+        self.store
+            .delete_bucket(loc.window, service, &loc.instance, loc.bucket)
+            .await?;
+        Ok(true)
+    }
+
+    /// Hands every live pointer of one bucket to the hub. Returns whether the whole bucket
+    /// was fed (false when abandoned: lease lost, node stopping, storage error) and the
+    /// resolutions to wait for. An abandoned bucket stays whole and is replayed later.
+    async fn feed_bucket(
+        self: &Arc<Self>,
+        service: &str,
+        loc: &Location,
+        lease: &Lease,
+    ) -> Result<(bool, FuturesUnordered<oneshot::Receiver<()>>), ApiError> {
+        let store = self.store.clone();
+        let svc = service.to_string();
+        let mut states = self
+            .store
+            .stream_pointers(service, loc)
+            .await?
+            .map(move |p| {
+                let store = store.clone();
+                let svc = svc.clone();
+                async move {
+                    let p = p?;
+                    let s = store.get_state(&svc, &p.transaction_id).await?;
+                    Ok::<_, crate::store::StoreError>((p, s))
+                }
+            })
+            .buffered(self.opts.read_ahead);
+        let pending = FuturesUnordered::new();
+        let keep = {
+            let this = self.clone();
+            let lease = *lease;
+            move || this.fenced(&lease)
+        };
+        while let Some(item) = states.next().await {
+            if !self.fenced(lease) {
+                return Ok((false, pending));
+            }
+            let (pointer, state) = match item {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading a bucket failed; it will be replayed");
+                    return Ok((false, pending));
+                }
+            };
+            let Some(state) = state else { continue };
+            if state.generation != pointer.generation || state.status != Status::Scheduled {
+                continue; // stale or already resolved: the execution marker
+            }
+            let (tx, rx) = oneshot::channel();
+            let work = Work {
+                state: Box::new(state),
+                deliveries: 0,
+                done: Some(tx),
+            };
+            if self.hub.deliver(work, None, &keep).await.is_err() {
+                return Ok((false, pending));
+            }
+            pending.push(rx);
+        }
+        Ok((true, pending))
+    }
+}
+
+/// Node-0: deletes Tier-2 and Tier-1 rows behind both gates of the seed, and moves the
+/// per-day low-water mark past compacted windows so no scan re-reads their tombstones.
+#[derive(Debug)]
+pub struct Compactor {
+    store: Arc<dyn RetryStore>,
+    ownership: Arc<dyn Ownership>,
+    clock: SharedClock,
+    grid: WindowGrid,
+    /// Gate 2: a window is compacted only once `now >= end + margin`.
+    margin_ms: i64,
+    fence_margin_ms: i64,
+}
+
+/// What one compaction pass did, for tests and logs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CompactionReport {
+    pub windows_deleted: Vec<WindowId>,
+    pub days_deleted: Vec<i32>,
+    pub blocked_by_instances: Vec<WindowId>,
+}
+
+impl Compactor {
+    pub fn new(
+        store: Arc<dyn RetryStore>,
+        ownership: Arc<dyn Ownership>,
+        clock: SharedClock,
+        grid: WindowGrid,
+        margin_ms: i64,
+        fence_margin_ms: i64,
+    ) -> Self {
+        Self {
+            store,
+            ownership,
+            clock,
+            grid,
+            margin_ms,
+            fence_margin_ms,
+        }
+    }
+
+    fn fenced(&self) -> bool {
+        self.ownership
+            .is_compactor(self.clock.now_ms() + self.fence_margin_ms)
+    }
+
+    pub async fn run(self: Arc<Self>, interval: Duration, mut stop: watch::Receiver<bool>) {
+        loop {
+            if let Err(e) = self.compact().await {
+                tracing::warn!(error = %e, "compaction pass failed, will retry");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// One pass over this year and the last.
+    pub async fn compact(&self) -> Result<CompactionReport, ApiError> {
+        let mut report = CompactionReport::default();
+        if !self.fenced() {
+            return Ok(report);
+        }
+        let now = self.clock.now_ms();
+        let year = self.grid.window_of(now).year();
+        for y in [year - 1, year] {
+            for day in self.store.list_days(y).await? {
+                if !self.fenced() {
+                    return Ok(report);
+                }
+                self.compact_day(y, day, now, &mut report).await?;
+            }
+        }
+        Ok(report)
+    }
+
+    async fn compact_day(
+        &self,
+        year: i32,
+        day: i32,
+        now: i64,
+        report: &mut CompactionReport,
+    ) -> Result<(), ApiError> {
+        let low = self.store.low_water(day).await?;
+        let mut new_low = None;
+        let windows = self.store.list_windows_from(day, low).await?;
+        let mut all_gone = true;
+        for index in &windows {
+            let window = WindowId { day, index: *index };
+            // Gate 2: the window has ended, plus the margin.
+            if !self.grid.is_readable(window, now, self.margin_ms) {
+                all_gone = false;
+                new_low.get_or_insert(*index);
+                break;
+            }
+            // Gate 1: no live Tier-3 row for the window, cluster-wide (no token filter).
+            if self.store.window_has_instances(window).await? {
+                report.blocked_by_instances.push(window);
+                all_gone = false;
+                new_low.get_or_insert(*index);
+                continue;
+            }
+            if !self.fenced() {
+                return Ok(());
+            }
+            // The whole Tier-3 partition goes first (clearing its row tombstones), then the
+            // Tier-2 row.
+            self.store.delete_window_instances(window).await?;
+            self.store.delete_window(window).await?;
+            report.windows_deleted.push(window);
+        }
+        let day_end = self.grid.start_ms(WindowId {
+            day: day + 1,
+            index: 0,
+        });
+        if all_gone && now >= day_end + self.margin_ms {
+            if !self.fenced() {
+                return Ok(());
+            }
+            self.store.delete_day(year, day).await?;
+            self.store.delete_low_water(day).await?;
+            report.days_deleted.push(day);
+            return Ok(());
+        }
+        let target = new_low.unwrap_or_else(|| windows.last().map_or(low, |w| w + 1));
+        if target > low {
+            self.store.set_low_water(day, target).await?;
+        }
+        Ok(())
+    }
+}

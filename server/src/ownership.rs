@@ -1,0 +1,46 @@
+//! Which token ranges this node may dispatch, and whether it is Node-0 (the compactor). The
+//! lease ring feeds this interface; a single node holds the whole ring for ever.
+//!
+//! Fencing (the seed's TimeWindowGuard): every dispatch step and every delete done for a range
+//! calls `still_holds` first, with a safety margin, and stops at once when it says no.
+
+use std::fmt::Debug;
+
+use crate::store::TokenRange;
+
+/// A held token range and the time its lease is valid until.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub range: TokenRange,
+    pub valid_until_ms: i64,
+}
+
+pub trait Ownership: Send + Sync + Debug {
+    /// The ranges held now.
+    fn held(&self) -> Vec<Lease>;
+    /// True while this node holds `range` until at least `until_ms`.
+    fn still_holds(&self, range: TokenRange, until_ms: i64) -> bool;
+    /// True while this node holds the compactor lease until at least `until_ms`.
+    fn is_compactor(&self, until_ms: i64) -> bool;
+}
+
+/// The whole token space and the compactor role, for a single-node deployment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WholeRing;
+
+impl Ownership for WholeRing {
+    fn held(&self) -> Vec<Lease> {
+        vec![Lease {
+            range: TokenRange::FULL,
+            valid_until_ms: i64::MAX,
+        }]
+    }
+
+    fn still_holds(&self, range: TokenRange, _until_ms: i64) -> bool {
+        range == TokenRange::FULL
+    }
+
+    fn is_compactor(&self, _until_ms: i64) -> bool {
+        true
+    }
+}
