@@ -609,3 +609,92 @@ async fn a_backlog_over_three_past_days_drains_oldest_day_first() {
     .await;
     n.finish().await;
 }
+
+#[tokio::test]
+async fn a_late_state_write_is_not_lost_and_an_old_orphan_is_dropped() {
+    let cfg = dispatch_config("orphan");
+    let start = utc_ms("2026-11-30 15:00:00.100");
+    let (n, clock) = TestNode::with_manual_clock(cfg, start).await;
+    let mut c = n.client.clone();
+    c.enqueue_retry(req("svc", "real", 0)).await.unwrap();
+    let loc = c
+        .get_retry(pb::GetRetryRequest {
+            service: "svc".into(),
+            transaction_id: "real".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .location
+        .unwrap();
+    // Two pointers in the same bucket whose state rows are missing: one written just now (its
+    // state write may still land), one written long ago (its enqueue failed).
+    for (txid, at) in [("ghost", start), ("old-ghost", start - 600_000)] {
+        n.cql
+            .query_unpaged(
+                format!(
+                    "INSERT INTO {}.retry_transactions_by_bucket (region, cluster, day, window, service, \
+                     instance, bucket, transaction_id, generation, attempt, enqueued_at) \
+                     VALUES ('local', 'default', ?, ?, 'svc', ?, ?, ?, 42, 1, ?)",
+                    n.ks()
+                ),
+                (
+                    chrono::NaiveDate::parse_from_str(&loc.day, "%Y-%m-%d").unwrap(),
+                    loc.window as i32,
+                    &loc.instance,
+                    loc.bucket as i32,
+                    txid,
+                    scylla::value::CqlTimestamp(at),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    let mut sub = subscribe(&n.channel, "svc", 10).await;
+    clock.set(start + 2_500);
+    let d = next_delivery(&mut sub, Duration::from_secs(10))
+        .await
+        .expect("delivery");
+    assert_eq!(d.transaction_id, "real");
+    ack(&n.channel, &d, pb::AckOutcome::Succeeded)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        n.count("retry_transactions_by_bucket").await,
+        3,
+        "a young orphan keeps its bucket"
+    );
+    // The late state row lands: the pointer is live after all and is delivered.
+    n.cql
+        .query_unpaged(
+            format!(
+                "INSERT INTO {}.transactions (region, cluster, service, transaction_id, status, generation, \
+                 attempt, payload, max_attempts, ack_timeout_ms, first_enqueued_at, due_at) \
+                 VALUES ('local', 'default', 'svc', 'ghost', 'SCHEDULED', 42, 1, 0x01, 5, 30000, ?, ?)",
+                n.ks()
+            ),
+            (scylla::value::CqlTimestamp(start), scylla::value::CqlTimestamp(start + 2_000)),
+        )
+        .await
+        .unwrap();
+    let d = next_delivery(&mut sub, Duration::from_secs(10))
+        .await
+        .expect("late delivery");
+    assert_eq!(d.transaction_id, "ghost");
+    ack(&n.channel, &d, pb::AckOutcome::Succeeded)
+        .await
+        .unwrap();
+    // Past the grace, the old orphan is skipped and the bucket goes.
+    clock.set(start + 10_000);
+    eventually(
+        Duration::from_secs(10),
+        "the bucket to be deleted",
+        || async { n.count("retry_transactions_by_bucket").await == 0 },
+    )
+    .await;
+    assert!(next_delivery(&mut sub, Duration::from_millis(300))
+        .await
+        .is_none());
+    n.finish().await;
+}

@@ -118,6 +118,8 @@ impl Node {
                 workers_per_service: 4,
                 read_ahead: 16,
                 dead_letter_ttl_seconds: config.dead_letter_retention_seconds,
+                orphan_grace_ms: (2 * config.cassandra_request_timeout_ms + config.skew_margin_ms)
+                    as i64,
             },
             shutdown.subscribe(),
         ));

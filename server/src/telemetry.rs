@@ -8,7 +8,10 @@ use crate::config::LogFormat;
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,scylla=warn,h2=warn,tower=warn"));
-    let builder = fmt().with_env_filter(filter).with_target(true);
+    let builder = fmt()
+        .with_env_filter(filter)
+        .with_target(true)
+        .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),

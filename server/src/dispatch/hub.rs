@@ -190,9 +190,11 @@ impl Hub {
                 rand::random::<u32>()
             );
             let delivery = delivery_pb(&delivery_id, &work.state, deadline_ms);
-            if sub.tx.try_send(Ok(delivery)).is_err() {
+            if let Err(e) = sub.tx.try_send(Ok(delivery)) {
+                tracing::debug!(subscriber = sub.id, error = %e, "subscriber channel refused a delivery");
                 continue;
             }
+            tracing::trace!(subscriber = sub.id, transaction_id = %work.state.transaction_id, "delivered");
             inner.next.insert(service.clone(), i + 1);
             inner.inflight.insert(
                 delivery_id,

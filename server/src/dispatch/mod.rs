@@ -44,6 +44,11 @@ pub struct DispatchOptions {
     /// State rows read ahead of delivery per bucket.
     pub read_ahead: usize,
     pub dead_letter_ttl_seconds: u32,
+    /// How long a pointer may wait for its state row. The writer writes the pointer first and
+    /// the state row second; a state write that timed out may still land a few seconds later.
+    /// A younger pointer without its state row keeps its bucket alive (replayed later); an
+    /// older one belongs to an enqueue that failed and is skipped.
+    pub orphan_grace_ms: i64,
 }
 
 /// What became of an acknowledged delivery.
@@ -76,7 +81,12 @@ pub struct Dispatcher {
     clock: SharedClock,
     grid: WindowGrid,
     opts: DispatchOptions,
+    /// Instances with a worker (feeding or waiting for acks): one worker per instance.
     active: Mutex<HashSet<(WindowId, String, String)>>,
+    /// Instances whose worker is still feeding deliveries; these count against
+    /// `workers_per_service` and the oldest-day-first rule, workers only waiting for acks
+    /// do not.
+    feeding: Mutex<HashSet<(WindowId, String, String)>>,
     stopping: watch::Receiver<bool>,
 }
 
@@ -100,6 +110,7 @@ impl Dispatcher {
             clock,
             opts,
             active: Mutex::new(HashSet::new()),
+            feeding: Mutex::new(HashSet::new()),
             stopping,
         }
     }
@@ -335,12 +346,13 @@ impl Dispatcher {
         let key = (window, row.service.clone(), row.instance.clone());
         {
             let mut active = self.active.lock().expect("active lock");
+            let mut feeding = self.feeding.lock().expect("feeding lock");
             if active.contains(&key) {
                 return;
             }
-            // Oldest day first: a service's newer days wait until its older ones are done.
+            // Oldest day first: a service's newer days wait until its older ones are fed.
             let mut running = 0;
-            for k in active.iter().filter(|k| k.1 == row.service) {
+            for k in feeding.iter().filter(|k| k.1 == row.service) {
                 if k.0.day < window.day {
                     return;
                 }
@@ -350,12 +362,14 @@ impl Dispatcher {
                 return;
             }
             active.insert(key.clone());
+            feeding.insert(key.clone());
         }
         let this = self.clone();
         tokio::spawn(async move {
             if let Err(e) = this.work_instance(window, &row, &lease).await {
                 tracing::warn!(error = %e, service = %row.service, instance = %row.instance, "instance worker stopped, will resume on a later scan");
             }
+            this.feeding.lock().expect("feeding lock").remove(&key);
             this.active.lock().expect("active lock").remove(&key);
         });
     }
@@ -382,7 +396,16 @@ impl Dispatcher {
                 instance: row.instance.clone(),
                 bucket,
             };
-            let (fed, mut pending) = self.feed_bucket(&row.service, &loc, lease).await?;
+            // A storage error abandons the instance but still waits below for what is in
+            // flight, so that no later worker delivers those items a second time.
+            let (feed, mut pending) = match self.feed_bucket(&row.service, &loc, lease).await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read a bucket; it will be replayed");
+                    (Feed::Abandoned, FuturesUnordered::new())
+                }
+            };
+            let fed = feed == Feed::Whole;
             draining.push(async move {
                 let mut resolved = true;
                 while let Some(r) = pending.next().await {
@@ -392,15 +415,21 @@ impl Dispatcher {
                 (loc, fed && resolved)
             });
             while let Some(Some((loc, ok))) = draining.next().now_or_never() {
-                all_done &= self.finish_bucket(&row.service, &loc, ok, lease).await?;
+                all_done &= self.finish_bucket(&row.service, &loc, ok, lease).await;
             }
-            if !fed {
+            if feed == Feed::Abandoned {
                 all_done = false;
                 break;
             }
         }
+        // Fed: let another instance of this service start while these acks come in.
+        self.feeding.lock().expect("feeding lock").remove(&(
+            window,
+            row.service.clone(),
+            row.instance.clone(),
+        ));
         while let Some((loc, ok)) = draining.next().await {
-            all_done &= self.finish_bucket(&row.service, &loc, ok, lease).await?;
+            all_done &= self.finish_bucket(&row.service, &loc, ok, lease).await;
         }
         // The window is closed to writers (W+1), so no bucket can appear after this check.
         if all_done
@@ -418,36 +447,44 @@ impl Dispatcher {
     }
 
     /// Deletes a bucket whose every pointer is resolved and durable: its Tier-5 partition in
-    /// one partition tombstone, then its Tier-4 row. Returns whether it was deleted.
+    /// one partition tombstone, then its Tier-4 row. Returns whether it was deleted; a
+    /// failed delete leaves the bucket for a later pass, which finds it resolved.
     async fn finish_bucket(
         &self,
         service: &str,
         loc: &Location,
         resolved: bool,
         lease: &Lease,
-    ) -> Result<bool, ApiError> {
+    ) -> bool {
         if !resolved || !self.fenced(lease) {
-            return Ok(false);
+            return false;
         }
-        self.store.delete_pointer_partition(service, loc).await?;
+        if let Err(e) = self.store.delete_pointer_partition(service, loc).await {
+            tracing::warn!(error = %e, "cannot delete a finished bucket; a later pass will");
+            return false;
+        }
         if !self.fenced(lease) {
-            return Ok(false);
+            return false;
         }
-        self.store
+        if let Err(e) = self
+            .store
             .delete_bucket(loc.window, service, &loc.instance, loc.bucket)
-            .await?;
-        Ok(true)
+            .await
+        {
+            tracing::warn!(error = %e, "cannot delete a finished bucket's row; a later pass will");
+            return false;
+        }
+        true
     }
 
-    /// Hands every live pointer of one bucket to the hub. Returns whether the whole bucket
-    /// was fed (false when abandoned: lease lost, node stopping, storage error) and the
-    /// resolutions to wait for. An abandoned bucket stays whole and is replayed later.
+    /// Hands every live pointer of one bucket to the hub. Returns how far it got and the
+    /// resolutions to wait for. An abandoned or partial bucket stays whole and is replayed.
     async fn feed_bucket(
         self: &Arc<Self>,
         service: &str,
         loc: &Location,
         lease: &Lease,
-    ) -> Result<(bool, FuturesUnordered<oneshot::Receiver<()>>), ApiError> {
+    ) -> Result<(Feed, FuturesUnordered<oneshot::Receiver<()>>), ApiError> {
         let store = self.store.clone();
         let svc = service.to_string();
         let mut states = self
@@ -470,17 +507,29 @@ impl Dispatcher {
             let lease = *lease;
             move || this.fenced(&lease)
         };
+        let mut whole = true;
         while let Some(item) = states.next().await {
             if !self.fenced(lease) {
-                return Ok((false, pending));
+                return Ok((Feed::Abandoned, pending));
             }
             let (pointer, state) = match item {
                 Ok(x) => x,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading a bucket failed; it will be replayed");
-                    return Ok((false, pending));
+                    return Ok((Feed::Abandoned, pending));
                 }
             };
+            tracing::trace!(transaction_id = %pointer.transaction_id, pointer_generation = pointer.generation, state = ?state.as_ref().map(|s| (s.generation, s.status)), "pointer");
+            let newer_than_state = state
+                .as_ref()
+                .is_none_or(|s| s.generation < pointer.generation);
+            if newer_than_state {
+                // Its state row has not landed (yet): keep the bucket while that can happen.
+                if self.clock.now_ms() - pointer.enqueued_at_ms < self.opts.orphan_grace_ms {
+                    whole = false;
+                }
+                continue;
+            }
             let Some(state) = state else { continue };
             if state.generation != pointer.generation || state.status != Status::Scheduled {
                 continue; // stale or already resolved: the execution marker
@@ -492,12 +541,23 @@ impl Dispatcher {
                 done: Some(tx),
             };
             if self.hub.deliver(work, None, &keep).await.is_err() {
-                return Ok((false, pending));
+                return Ok((Feed::Abandoned, pending));
             }
             pending.push(rx);
         }
-        Ok((true, pending))
+        Ok((if whole { Feed::Whole } else { Feed::Partial }, pending))
     }
+}
+
+/// How feeding a bucket ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Feed {
+    /// Every pointer was delivered or skipped as resolved: deletable once acks are in.
+    Whole,
+    /// Some pointer may still get its state row: keep the bucket, go on with the next.
+    Partial,
+    /// Lease lost, node stopping or a storage error: stop this instance.
+    Abandoned,
 }
 
 /// Node-0: deletes Tier-2 and Tier-1 rows behind both gates of the seed, and moves the

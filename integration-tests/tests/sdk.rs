@@ -1,0 +1,125 @@
+//! The Rust SDK end to end against a real node: the typed client enqueues, the executor
+//! runtime receives every due retry, and its handler's outcomes become SUCCEEDED, a retry
+//! after a delay, or a dead letter.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use rebound_client::{
+    executor::{Executor, Job, Outcome},
+    Client, RetryStatus,
+};
+use rebound_integration_tests::{dispatch_config, eventually, TestNode};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_enqueues_executes_retries_and_dead_letters() {
+    let n = TestNode::with_system_clock(dispatch_config("sdk")).await;
+    let addr = format!("http://{}", n.node.as_ref().unwrap().local_addr());
+    let client = Client::connect(&addr).await.unwrap();
+    for i in 0..20 {
+        let out = client
+            .enqueue("shipping", format!("ship-{i}"))
+            .payload(format!("parcel {i}"))
+            .attribute("carrier", "acme")
+            .attempt(1)
+            .last_error("carrier API 503")
+            .delay(Duration::ZERO)
+            .send()
+            .await
+            .unwrap();
+        assert!(!out.deduplicated);
+    }
+    client
+        .enqueue("shipping", "flaky")
+        .attempt(1)
+        .delay(Duration::ZERO)
+        .send()
+        .await
+        .unwrap();
+    client
+        .enqueue("shipping", "poison")
+        .attempt(1)
+        .delay(Duration::ZERO)
+        .send()
+        .await
+        .unwrap();
+
+    let attempts: Arc<Mutex<HashMap<String, Vec<u32>>>> = Arc::default();
+    let seen = attempts.clone();
+    let handler = move |job: Job| {
+        let seen = seen.clone();
+        async move {
+            seen.lock()
+                .unwrap()
+                .entry(job.transaction_id.clone())
+                .or_default()
+                .push(job.attempt);
+            match job.transaction_id.as_str() {
+                "poison" => Outcome::fail("malformed address"),
+                "flaky" if job.attempt == 2 => {
+                    Outcome::retry_after(Duration::from_secs(1), "still down")
+                }
+                _ => {
+                    assert_eq!(
+                        job.attributes.get("carrier").map(String::as_str),
+                        job.transaction_id.starts_with("ship-").then_some("acme")
+                    );
+                    Outcome::success()
+                }
+            }
+        }
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let executor = tokio::spawn(
+        Executor::builder(addr.as_str(), "shipping")
+            .executor_id("sdk-test")
+            .concurrency(4)
+            .run(handler, async move {
+                let _ = stop_rx.await;
+            }),
+    );
+    eventually(Duration::from_secs(30), "every retry to finish", || {
+        let client = client.clone();
+        async move {
+            for id in (0..20)
+                .map(|i| format!("ship-{i}"))
+                .chain(["flaky".into(), "poison".into()])
+            {
+                if !client
+                    .get("shipping", id)
+                    .await
+                    .unwrap()
+                    .status
+                    .is_terminal()
+                {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    let _ = stop_tx.send(());
+    executor.await.unwrap().unwrap();
+
+    assert_eq!(
+        client.get("shipping", "ship-7").await.unwrap().status,
+        RetryStatus::Succeeded
+    );
+    let flaky = client.get("shipping", "flaky").await.unwrap();
+    assert_eq!(flaky.status, RetryStatus::Succeeded);
+    assert_eq!(attempts.lock().unwrap()["flaky"], vec![2, 3]);
+    let poison = client.get("shipping", "poison").await.unwrap();
+    assert_eq!(poison.status, RetryStatus::Dead);
+    assert_eq!(poison.last_error.as_deref(), Some("malformed address"));
+    assert_eq!(n.count("dead_letters").await, 1);
+    for (id, a) in attempts.lock().unwrap().iter() {
+        if id.starts_with("ship-") {
+            assert_eq!(a, &vec![2], "{id} was delivered {a:?}");
+        }
+    }
+    n.finish().await;
+}
