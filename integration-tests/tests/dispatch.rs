@@ -698,3 +698,57 @@ async fn a_late_state_write_is_not_lost_and_an_old_orphan_is_dropped() {
         .is_none());
     n.finish().await;
 }
+
+#[tokio::test]
+async fn max_retry_duration_stops_retries_before_max_attempts() {
+    let cfg = dispatch_config("duration");
+    let start = utc_ms("2026-11-30 16:00:00.100");
+    let (n, clock) = TestNode::with_manual_clock(cfg, start).await;
+    let mut c = n.client.clone();
+    let mut r = req("svc", "slow-burn", 0);
+    r.policy = Some(pb::RetryPolicy {
+        max_attempts: Some(100),
+        max_retry_duration: Some(prost_types::Duration {
+            seconds: 4,
+            nanos: 0,
+        }),
+        ..Default::default()
+    });
+    c.enqueue_retry(r).await.unwrap();
+    let mut sub = subscribe(&n.channel, "svc", 5).await;
+    clock.set(start + 2_500);
+    let d = next_delivery(&mut sub, Duration::from_secs(10))
+        .await
+        .expect("delivery");
+    // The next attempt would start 5 s from now, past the 4 s budget: dead now, not later.
+    let resp = ExecutorServiceClient::new(n.channel.clone())
+        .ack(pb::AckRequest {
+            delivery_id: d.delivery_id,
+            outcome: pb::AckOutcome::Retry as i32,
+            retry_after: Some(prost_types::Duration {
+                seconds: 5,
+                nanos: 0,
+            }),
+            error: "still failing".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(resp.dead_lettered);
+    let retry = c
+        .get_retry(pb::GetRetryRequest {
+            service: "svc".into(),
+            transaction_id: "slow-burn".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(retry.status, pb::RetryStatus::Dead as i32);
+    assert!(
+        retry.last_error.contains("max_retry_duration"),
+        "{}",
+        retry.last_error
+    );
+    assert_eq!(n.count("dead_letters").await, 1);
+    n.finish().await;
+}

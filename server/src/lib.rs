@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod clock;
+pub mod compactor;
 pub mod config;
 pub mod dispatch;
 pub mod error;

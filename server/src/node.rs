@@ -12,8 +12,9 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::{
     api::{AdminApi, Api, ExecutorApi},
     clock::SharedClock,
+    compactor::Compactor,
     config::Config,
-    dispatch::{hub::Hub, Compactor, DispatchOptions, Dispatcher},
+    dispatch::{hub::Hub, DispatchOptions, Dispatcher},
     ownership::{Ownership, WholeRing},
     store::{
         cassandra::{connect_with_wait, CassandraOptions, CassandraStore},
@@ -41,6 +42,15 @@ pub struct Node {
 
 /// Applies the schema migrations to the configured keyspace (the `migrate` command).
 pub async fn run_migrations(config: &Config, clock: &SharedClock) -> anyhow::Result<Vec<i32>> {
+    Ok(connect_and_migrate(config, clock).await?.1)
+}
+
+/// Connects (waiting for Cassandra up to `cassandra_startup_wait_ms`) and brings the keyspace
+/// up to date; returns the session and the migrations this call applied.
+async fn connect_and_migrate(
+    config: &Config,
+    clock: &SharedClock,
+) -> anyhow::Result<(scylla::client::session::Session, Vec<i32>)> {
     let opts = CassandraOptions::from_config(config);
     let session = connect_with_wait(
         &opts,
@@ -56,7 +66,7 @@ pub async fn run_migrations(config: &Config, clock: &SharedClock) -> anyhow::Res
     )
     .await
     .context("applying migrations")?;
-    Ok(applied)
+    Ok((session, applied))
 }
 
 impl Node {
@@ -74,22 +84,8 @@ impl Node {
         config.validate()?;
         let boot_epoch = clock.now_ms();
         let opts = CassandraOptions::from_config(&config);
-        let session = Arc::new(
-            connect_with_wait(
-                &opts,
-                Duration::from_millis(config.cassandra_startup_wait_ms),
-            )
-            .await
-            .context("connecting to Cassandra")?,
-        );
-        let applied = migrate(
-            &session,
-            &opts.keyspace,
-            &config.replication,
-            clock.now_ms(),
-        )
-        .await
-        .context("applying migrations")?;
+        let (session, applied) = connect_and_migrate(&config, &clock).await?;
+        let session = Arc::new(session);
         if !applied.is_empty() {
             tracing::info!(?applied, keyspace = %opts.keyspace, "schema migrated");
         }

@@ -245,23 +245,7 @@ impl Writer {
         let prev_generation = previous.as_ref().map_or(0, |p| p.generation);
         state.generation = new_generation(prev_generation, now);
 
-        let location = self
-            .place(&state.service, &state.transaction_id, target, now)
-            .await?;
-        self.store
-            .put_pointer(
-                &state.service,
-                &location,
-                &Pointer {
-                    transaction_id: state.transaction_id.clone(),
-                    generation: state.generation,
-                    attempt: state.attempt,
-                    enqueued_at_ms: now,
-                },
-            )
-            .await?;
-        state.location = Some(location);
-        self.store.put_state(&state, None).await?;
+        self.write_schedule(&mut state, target, now).await?;
         Ok(EnqueueOutcome {
             transaction_id: state.transaction_id,
             due_at_ms,
@@ -357,6 +341,18 @@ impl Writer {
         state.generation = new_generation(state.generation, now);
         state.due_at_ms = self.grid.end_ms(target);
         state.updated_at_ms = now;
+        self.write_schedule(&mut state, target, now).await?;
+        Ok(state)
+    }
+
+    /// The write order of every schedule: directory rows (cached), the Tier-5 pointer with
+    /// `state.generation`, then the state row pointing at it.
+    async fn write_schedule(
+        &self,
+        state: &mut TxState,
+        target: WindowId,
+        now: i64,
+    ) -> Result<(), ApiError> {
         let location = self
             .place(&state.service, &state.transaction_id, target, now)
             .await?;
@@ -373,8 +369,8 @@ impl Writer {
             )
             .await?;
         state.location = Some(location);
-        self.store.put_state(&state, None).await?;
-        Ok(state)
+        self.store.put_state(state, None).await?;
+        Ok(())
     }
 
     /// Writes a terminal state (SUCCEEDED, DEAD, CANCELLED) with the terminal TTL.

@@ -308,6 +308,7 @@ impl Dispatcher {
         let now = self.clock.now_ms();
         let today = self.grid.window_of(now);
         let year = today.year();
+        let mut held_at: std::collections::HashMap<String, i32> = Default::default();
         for y in [year - 1, year] {
             let days = self.store.list_days(y).await?;
             tracing::trace!(year = y, ?days, now, "scan");
@@ -330,7 +331,15 @@ impl Dispatcher {
                         }
                         for row in self.store.list_instances(window, lease.range).await? {
                             tracing::trace!(?window, service = %row.service, instance = %row.instance, "due instance");
-                            self.maybe_start(window, row, *lease);
+                            // Oldest day first within one pass too: once a service started or
+                            // waited on some day, its later days wait for the next pass.
+                            if held_at.get(&row.service).is_some_and(|d| *d < day) {
+                                continue;
+                            }
+                            let service = row.service.clone();
+                            if self.maybe_start(window, row, *lease) != Start::AlreadyActive {
+                                held_at.entry(service).or_insert(day);
+                            }
                         }
                     }
                 }
@@ -339,27 +348,31 @@ impl Dispatcher {
         Ok(())
     }
 
-    fn maybe_start(self: &Arc<Self>, window: WindowId, row: InstanceRow, lease: Lease) {
+    fn maybe_start(self: &Arc<Self>, window: WindowId, row: InstanceRow, lease: Lease) -> Start {
         if !self.hub.has_subscriber(&row.service) {
-            return;
+            return Start::NoSubscriber;
         }
         let key = (window, row.service.clone(), row.instance.clone());
         {
             let mut active = self.active.lock().expect("active lock");
             let mut feeding = self.feeding.lock().expect("feeding lock");
             if active.contains(&key) {
-                return;
+                return if feeding.contains(&key) {
+                    Start::Waiting
+                } else {
+                    Start::AlreadyActive
+                };
             }
             // Oldest day first: a service's newer days wait until its older ones are fed.
             let mut running = 0;
             for k in feeding.iter().filter(|k| k.1 == row.service) {
                 if k.0.day < window.day {
-                    return;
+                    return Start::Waiting;
                 }
                 running += 1;
             }
             if running >= self.opts.workers_per_service {
-                return;
+                return Start::Waiting;
             }
             active.insert(key.clone());
             feeding.insert(key.clone());
@@ -372,6 +385,7 @@ impl Dispatcher {
             this.feeding.lock().expect("feeding lock").remove(&key);
             this.active.lock().expect("active lock").remove(&key);
         });
+        Start::Started
     }
 
     /// Delivers every bucket of one instance in one window, deleting each once all of its
@@ -549,6 +563,18 @@ impl Dispatcher {
     }
 }
 
+/// What `maybe_start` did with a due instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    Started,
+    /// Its service has no subscriber on this node.
+    NoSubscriber,
+    /// Fed already, waiting for acks: newer work of the service may go ahead.
+    AlreadyActive,
+    /// Held back (older day still feeding, or the per-service limit).
+    Waiting,
+}
+
 /// How feeding a bucket ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Feed {
@@ -558,136 +584,4 @@ enum Feed {
     Partial,
     /// Lease lost, node stopping or a storage error: stop this instance.
     Abandoned,
-}
-
-/// Node-0: deletes Tier-2 and Tier-1 rows behind both gates of the seed, and moves the
-/// per-day low-water mark past compacted windows so no scan re-reads their tombstones.
-#[derive(Debug)]
-pub struct Compactor {
-    store: Arc<dyn RetryStore>,
-    ownership: Arc<dyn Ownership>,
-    clock: SharedClock,
-    grid: WindowGrid,
-    /// Gate 2: a window is compacted only once `now >= end + margin`.
-    margin_ms: i64,
-    fence_margin_ms: i64,
-}
-
-/// What one compaction pass did, for tests and logs.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct CompactionReport {
-    pub windows_deleted: Vec<WindowId>,
-    pub days_deleted: Vec<i32>,
-    pub blocked_by_instances: Vec<WindowId>,
-}
-
-impl Compactor {
-    pub fn new(
-        store: Arc<dyn RetryStore>,
-        ownership: Arc<dyn Ownership>,
-        clock: SharedClock,
-        grid: WindowGrid,
-        margin_ms: i64,
-        fence_margin_ms: i64,
-    ) -> Self {
-        Self {
-            store,
-            ownership,
-            clock,
-            grid,
-            margin_ms,
-            fence_margin_ms,
-        }
-    }
-
-    fn fenced(&self) -> bool {
-        self.ownership
-            .is_compactor(self.clock.now_ms() + self.fence_margin_ms)
-    }
-
-    pub async fn run(self: Arc<Self>, interval: Duration, mut stop: watch::Receiver<bool>) {
-        loop {
-            if let Err(e) = self.compact().await {
-                tracing::warn!(error = %e, "compaction pass failed, will retry");
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
-        }
-    }
-
-    /// One pass over this year and the last.
-    pub async fn compact(&self) -> Result<CompactionReport, ApiError> {
-        let mut report = CompactionReport::default();
-        if !self.fenced() {
-            return Ok(report);
-        }
-        let now = self.clock.now_ms();
-        let year = self.grid.window_of(now).year();
-        for y in [year - 1, year] {
-            for day in self.store.list_days(y).await? {
-                if !self.fenced() {
-                    return Ok(report);
-                }
-                self.compact_day(y, day, now, &mut report).await?;
-            }
-        }
-        Ok(report)
-    }
-
-    async fn compact_day(
-        &self,
-        year: i32,
-        day: i32,
-        now: i64,
-        report: &mut CompactionReport,
-    ) -> Result<(), ApiError> {
-        let low = self.store.low_water(day).await?;
-        let mut new_low = None;
-        let windows = self.store.list_windows_from(day, low).await?;
-        let mut all_gone = true;
-        for index in &windows {
-            let window = WindowId { day, index: *index };
-            // Gate 2: the window has ended, plus the margin.
-            if !self.grid.is_readable(window, now, self.margin_ms) {
-                all_gone = false;
-                new_low.get_or_insert(*index);
-                break;
-            }
-            // Gate 1: no live Tier-3 row for the window, cluster-wide (no token filter).
-            if self.store.window_has_instances(window).await? {
-                report.blocked_by_instances.push(window);
-                all_gone = false;
-                new_low.get_or_insert(*index);
-                continue;
-            }
-            if !self.fenced() {
-                return Ok(());
-            }
-            // The whole Tier-3 partition goes first (clearing its row tombstones), then the
-            // Tier-2 row.
-            self.store.delete_window_instances(window).await?;
-            self.store.delete_window(window).await?;
-            report.windows_deleted.push(window);
-        }
-        let day_end = self.grid.start_ms(WindowId {
-            day: day + 1,
-            index: 0,
-        });
-        if all_gone && now >= day_end + self.margin_ms {
-            if !self.fenced() {
-                return Ok(());
-            }
-            self.store.delete_day(year, day).await?;
-            self.store.delete_low_water(day).await?;
-            report.days_deleted.push(day);
-            return Ok(());
-        }
-        let target = new_low.unwrap_or_else(|| windows.last().map_or(low, |w| w + 1));
-        if target > low {
-            self.store.set_low_water(day, target).await?;
-        }
-        Ok(())
-    }
 }

@@ -1,0 +1,150 @@
+//! Node-0's directory compaction (DESIGN.md "The lease ring", seed 000 section 9): only the
+//! holder of the compactor lease deletes Tier-2 and Tier-1 rows, and only behind both gates.
+//! Gate 1: the window has no live Tier-3 row, cluster-wide (no token filter), so no node still
+//! has work in it. Gate 2: the window has ended plus a margin, so no writer can add to it.
+//! Deleting a window that fails either gate would hide its remaining pointers from every
+//! traversal, which is the one way this layout can lose a retry.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::watch;
+
+use crate::{
+    clock::SharedClock,
+    error::ApiError,
+    ownership::Ownership,
+    store::RetryStore,
+    window::{WindowGrid, WindowId},
+};
+
+/// Node-0: deletes Tier-2 and Tier-1 rows behind both gates of the seed, and moves the
+/// per-day low-water mark past compacted windows so no scan re-reads their tombstones.
+#[derive(Debug)]
+pub struct Compactor {
+    store: Arc<dyn RetryStore>,
+    ownership: Arc<dyn Ownership>,
+    clock: SharedClock,
+    grid: WindowGrid,
+    /// Gate 2: a window is compacted only once `now >= end + margin`.
+    margin_ms: i64,
+    fence_margin_ms: i64,
+}
+
+/// What one compaction pass did, for tests and logs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CompactionReport {
+    pub windows_deleted: Vec<WindowId>,
+    pub days_deleted: Vec<i32>,
+    pub blocked_by_instances: Vec<WindowId>,
+}
+
+impl Compactor {
+    pub fn new(
+        store: Arc<dyn RetryStore>,
+        ownership: Arc<dyn Ownership>,
+        clock: SharedClock,
+        grid: WindowGrid,
+        margin_ms: i64,
+        fence_margin_ms: i64,
+    ) -> Self {
+        Self {
+            store,
+            ownership,
+            clock,
+            grid,
+            margin_ms,
+            fence_margin_ms,
+        }
+    }
+
+    fn fenced(&self) -> bool {
+        self.ownership
+            .is_compactor(self.clock.now_ms() + self.fence_margin_ms)
+    }
+
+    pub async fn run(self: Arc<Self>, interval: Duration, mut stop: watch::Receiver<bool>) {
+        loop {
+            if let Err(e) = self.compact().await {
+                tracing::warn!(error = %e, "compaction pass failed, will retry");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// One pass over this year and the last.
+    pub async fn compact(&self) -> Result<CompactionReport, ApiError> {
+        let mut report = CompactionReport::default();
+        if !self.fenced() {
+            return Ok(report);
+        }
+        let now = self.clock.now_ms();
+        let year = self.grid.window_of(now).year();
+        for y in [year - 1, year] {
+            for day in self.store.list_days(y).await? {
+                if !self.fenced() {
+                    return Ok(report);
+                }
+                self.compact_day(y, day, now, &mut report).await?;
+            }
+        }
+        Ok(report)
+    }
+
+    async fn compact_day(
+        &self,
+        year: i32,
+        day: i32,
+        now: i64,
+        report: &mut CompactionReport,
+    ) -> Result<(), ApiError> {
+        let low = self.store.low_water(day).await?;
+        let mut new_low = None;
+        let windows = self.store.list_windows_from(day, low).await?;
+        let mut all_gone = true;
+        for index in &windows {
+            let window = WindowId { day, index: *index };
+            // Gate 2: the window has ended, plus the margin.
+            if !self.grid.is_readable(window, now, self.margin_ms) {
+                all_gone = false;
+                new_low.get_or_insert(*index);
+                break;
+            }
+            // Gate 1: no live Tier-3 row for the window, cluster-wide (no token filter).
+            if self.store.window_has_instances(window).await? {
+                report.blocked_by_instances.push(window);
+                all_gone = false;
+                new_low.get_or_insert(*index);
+                continue;
+            }
+            if !self.fenced() {
+                return Ok(());
+            }
+            // The whole Tier-3 partition goes first (clearing its row tombstones), then the
+            // Tier-2 row.
+            self.store.delete_window_instances(window).await?;
+            self.store.delete_window(window).await?;
+            report.windows_deleted.push(window);
+        }
+        let day_end = self.grid.start_ms(WindowId {
+            day: day + 1,
+            index: 0,
+        });
+        if all_gone && now >= day_end + self.margin_ms {
+            if !self.fenced() {
+                return Ok(());
+            }
+            self.store.delete_day(year, day).await?;
+            self.store.delete_low_water(day).await?;
+            report.days_deleted.push(day);
+            return Ok(());
+        }
+        let target = new_low.unwrap_or_else(|| windows.last().map_or(low, |w| w + 1));
+        if target > low {
+            self.store.set_low_water(day, target).await?;
+        }
+        Ok(())
+    }
+}
