@@ -67,6 +67,8 @@ pub fn test_config(test: &str) -> Config {
         cassandra_request_timeout_ms: 2_000,
         cassandra_startup_wait_ms: 10_000,
         shutdown_grace_ms: 1_000,
+        slots: 8,
+        lease_ttl_ms: 3_000,
         ..Config::default()
     }
 }
@@ -119,6 +121,25 @@ impl TestNode {
 
     pub async fn with_system_clock(config: Config) -> TestNode {
         TestNode::start(config, Arc::new(SystemClock)).await
+    }
+
+    /// Waits until this node holds the compactor lease for at least another second of `now`
+    /// (after a manual clock jump the ring needs one renewal round).
+    pub async fn wait_for_compactor_lease(&self, now_ms: i64) {
+        use rebound_server::ownership::Ownership;
+        let ring = self
+            .node
+            .as_ref()
+            .and_then(|n| n.ring.clone())
+            .expect("a ring");
+        let started = std::time::Instant::now();
+        while !ring.is_compactor(now_ms + 1_000) {
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "no compactor lease"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     pub fn ks(&self) -> &str {

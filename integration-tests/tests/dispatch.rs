@@ -524,10 +524,12 @@ async fn compactor_refuses_windows_with_instances_or_not_ended() {
         .unwrap(); // window +4
     let compactor = n.node.as_ref().unwrap().compactor.clone();
     // Now: both windows are in the future (Gate 2) and have instances (Gate 1).
+    n.wait_for_compactor_lease(clock_now(&clock)).await;
     let report = compactor.compact().await.unwrap();
     assert!(report.windows_deleted.is_empty(), "{report:?}");
     // Later: the first window has ended but still has its instance (no subscriber).
     clock.set(start + 3_000);
+    n.wait_for_compactor_lease(clock_now(&clock)).await;
     let report = compactor.compact().await.unwrap();
     assert!(report.windows_deleted.is_empty(), "{report:?}");
     assert_eq!(report.blocked_by_instances.len(), 1, "{report:?}");
@@ -543,6 +545,7 @@ async fn compactor_refuses_windows_with_instances_or_not_ended() {
         )
         .await
         .unwrap();
+    n.wait_for_compactor_lease(clock_now(&clock)).await;
     let report = compactor.compact().await.unwrap();
     assert!(report.windows_deleted.is_empty(), "{report:?}");
     // Once drained and ended, both go.
@@ -560,6 +563,7 @@ async fn compactor_refuses_windows_with_instances_or_not_ended() {
         n.count("instances_by_window").await == 0
     })
     .await;
+    n.wait_for_compactor_lease(clock_now(&clock)).await;
     let report = compactor.compact().await.unwrap();
     assert_eq!(report.windows_deleted.len(), 2, "{report:?}");
     assert_eq!(
@@ -751,4 +755,9 @@ async fn max_retry_duration_stops_retries_before_max_attempts() {
     );
     assert_eq!(n.count("dead_letters").await, 1);
     n.finish().await;
+}
+
+fn clock_now(c: &rebound_server::clock::ManualClock) -> i64 {
+    use rebound_server::clock::Clock;
+    c.now_ms()
 }

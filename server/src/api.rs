@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status};
 use crate::{
     dispatch::{AttemptOutcome, Dispatcher, Resolution},
     error::ApiError,
+    ring::LeaseRing,
     store::{self, Status as StoreStatus, TxState},
     validate,
     window::day_to_date,
@@ -208,6 +209,10 @@ fn unimplemented(what: &str, issue: &str) -> Status {
 /// The executor API: subscriptions, acknowledgements and deadline extensions.
 #[derive(Debug, Clone)]
 pub struct ExecutorApi {
+    /// None when the node was given a fixed ownership (it then reports the whole ring).
+    pub ring: Option<Arc<LeaseRing>>,
+    pub node_id: String,
+    pub address: String,
     pub dispatcher: Arc<Dispatcher>,
     pub max_delay: std::time::Duration,
 }
@@ -484,7 +489,31 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         &self,
         _r: Request<pb::GetRingRequest>,
     ) -> Result<Response<pb::Ring>, Status> {
-        Err(unimplemented("GetRing", "lease ring"))
+        let token = |r: &crate::store::TokenRange| pb::TokenRange {
+            start: r.start,
+            end: r.end,
+        };
+        let nodes = match &self.ring {
+            None => vec![pb::RingNode {
+                node_id: self.node_id.clone(),
+                address: self.address.clone(),
+                compactor: true,
+                ranges: vec![token(&crate::store::TokenRange::FULL)],
+            }],
+            Some(ring) => ring
+                .view()
+                .await
+                .map_err(ApiError::from)?
+                .into_iter()
+                .map(|(m, compactor, ranges)| pb::RingNode {
+                    node_id: m.node_id,
+                    address: m.address,
+                    compactor,
+                    ranges: ranges.iter().map(token).collect(),
+                })
+                .collect(),
+        };
+        Ok(Response::new(pb::Ring { nodes }))
     }
 }
 

@@ -10,6 +10,7 @@ pub mod error;
 pub mod node;
 pub mod ownership;
 pub mod policy;
+pub mod ring;
 pub mod store;
 pub mod telemetry;
 pub mod token;

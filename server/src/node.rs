@@ -15,7 +15,8 @@ use crate::{
     compactor::Compactor,
     config::Config,
     dispatch::{hub::Hub, DispatchOptions, Dispatcher},
-    ownership::{Ownership, WholeRing},
+    ownership::Ownership,
+    ring::{LeaseRing, RingOptions},
     store::{
         cassandra::{connect_with_wait, CassandraOptions, CassandraStore},
         migrate::migrate,
@@ -38,6 +39,8 @@ pub struct Node {
     pub compactor: Arc<Compactor>,
     pub boot_epoch: i64,
     background: Vec<JoinHandle<()>>,
+    ring_task: Option<JoinHandle<()>>,
+    pub ring: Option<Arc<LeaseRing>>,
 }
 
 /// Applies the schema migrations to the configured keyspace (the `migrate` command).
@@ -71,15 +74,16 @@ async fn connect_and_migrate(
 
 impl Node {
     /// Starts a node. `config.listen` may use port 0; `local_addr` tells the bound address.
+    /// Its dispatch ranges and compactor role come from the lease ring.
     pub async fn start(config: Config, clock: SharedClock) -> anyhow::Result<Node> {
-        Node::start_with(config, clock, Arc::new(WholeRing)).await
+        Node::start_with(config, clock, None).await
     }
 
-    /// Starts a node whose dispatch ranges and compactor role come from `ownership`.
+    /// Starts a node; `ownership` replaces the lease ring when given (e.g. `WholeRing`).
     pub async fn start_with(
         config: Config,
         clock: SharedClock,
-        ownership: Arc<dyn Ownership>,
+        ownership: Option<Arc<dyn Ownership>>,
     ) -> anyhow::Result<Node> {
         config.validate()?;
         let boot_epoch = clock.now_ms();
@@ -94,6 +98,34 @@ impl Node {
                 .await
                 .context("preparing statements")?,
         );
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {} (REBOUND_LISTEN)", config.listen))?;
+        let addr = listener.local_addr()?;
+        // What GetRing tells executors: the configured address, else the bound one, with the
+        // host name in place of an unspecified IP (0.0.0.0 is no use to a client).
+        let advertised = match &config.advertise {
+            Some(a) => a.clone(),
+            None if addr.ip().is_unspecified() => format!("{}:{}", config.node_id, addr.port()),
+            None => addr.to_string(),
+        };
+        let (ring, ownership): (Option<Arc<LeaseRing>>, Arc<dyn Ownership>) = match ownership {
+            Some(o) => (None, o),
+            None => {
+                let ring = Arc::new(LeaseRing::new(
+                    store.clone(),
+                    clock.clone(),
+                    RingOptions {
+                        node_id: config.node_id.clone(),
+                        address: advertised.clone(),
+                        boot_epoch,
+                        slots: config.slots,
+                        lease_ttl_ms: config.lease_ttl_ms as i64,
+                    },
+                ));
+                (Some(ring.clone()), ring)
+            }
+        };
         let writer = Arc::new(Writer::new(
             store.clone(),
             clock.clone(),
@@ -128,6 +160,9 @@ impl Node {
             2 * config.skew_margin_ms as i64,
             (config.lease_ttl_ms / 5) as i64,
         ));
+        let ring_task = ring
+            .clone()
+            .map(|r| tokio::spawn(r.run(shutdown.subscribe())));
         let background = vec![
             tokio::spawn(dispatcher.clone().run_scanner()),
             tokio::spawn(dispatcher.clone().run_reaper(Duration::from_millis(100))),
@@ -136,11 +171,6 @@ impl Node {
                 shutdown.subscribe(),
             )),
         ];
-
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("binding {} (REBOUND_LISTEN)", config.listen))?;
-        let addr = listener.local_addr()?;
 
         let max_message = config.max_payload_bytes.saturating_mul(4) + MESSAGE_OVERHEAD;
         let api = Api {
@@ -177,6 +207,9 @@ impl Node {
             )
             .add_service(pb::executor_service_server::ExecutorServiceServer::new(
                 ExecutorApi {
+                    ring: ring.clone(),
+                    node_id: config.node_id.clone(),
+                    address: advertised.clone(),
                     dispatcher: dispatcher.clone(),
                     max_delay: Duration::from_secs(config.max_delay_seconds),
                 },
@@ -220,6 +253,8 @@ impl Node {
             compactor,
             boot_epoch,
             background,
+            ring_task,
+            ring,
         })
     }
 
@@ -235,6 +270,10 @@ impl Node {
         for t in self.background {
             t.abort();
             let _ = t.await;
+        }
+        // The ring hands its leases back so that other nodes take over at once.
+        if let Some(t) = self.ring_task {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
         served
     }

@@ -47,6 +47,8 @@ fn spawn(keyspace: &str, port: u16) -> Proc {
                 ("REBOUND_SKEW_MARGIN_MS", "200".to_string()),
                 ("REBOUND_BUCKET_SIZE", "100".to_string()),
                 ("REBOUND_SCAN_INTERVAL_MS", "50".to_string()),
+                ("REBOUND_SLOTS", "8".to_string()),
+                ("REBOUND_LEASE_TTL_MS", "3000".to_string()),
                 (
                     "RUST_LOG",
                     std::env::var("CHILD_LOG").unwrap_or_else(|_| "warn".into()),

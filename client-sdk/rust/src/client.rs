@@ -64,8 +64,10 @@ impl Client {
         self.executor.clone()
     }
 
-    /// Starts configuring an [`Executor`] that processes `service`'s due retries over this
-    /// client's connection; shorthand for [`Executor::builder`]`(self.clone(), service)`.
+    /// Starts configuring an [`Executor`] that processes `service`'s due retries: it asks this
+    /// client's node for the ring and subscribes to each ring node (or over this client's
+    /// connection when there is no ring); shorthand for
+    /// [`Executor::builder`]`(self.clone(), service)`.
     pub fn executor(&self, service: impl Into<String>) -> ExecutorBuilder {
         Executor::builder(self.clone(), service)
     }

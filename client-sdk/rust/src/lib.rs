@@ -50,8 +50,9 @@
 //!
 //! # Executing retries
 //!
-//! The service's workers receive the due retries through an [`Executor`]: it subscribes,
-//! runs an async handler per delivery with bounded concurrency, acknowledges each with the
+//! The service's workers receive the due retries through an [`Executor`]: it subscribes to
+//! every node of the cluster (following the ring as nodes join and leave), runs an async
+//! handler per delivery with bounded concurrency, acknowledges each with the
 //! handler's [`Outcome`], extends deadlines of long-running handlers, reconnects with backoff
 //! and shuts down gracefully. See the [`executor`] module.
 //!

@@ -1,7 +1,9 @@
 //! The executor runtime against an in-process fake `ExecutorService`, scripted per test.
 //!
 //! The fake records every call as an [`Event`], so the tests assert what the runtime sent:
-//! subscriptions, acks and deadline extensions.
+//! subscriptions, acks and deadline extensions. `GetRing` is answered as scripted (by default
+//! `UNIMPLEMENTED`, so that the executor subscribes to the address it is given) and only
+//! counted; the ring tests run several fakes, one per node.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -14,7 +16,7 @@ use std::{
 };
 
 use rebound_client::{
-    executor::Executor,
+    executor::{Executor, ExecutorBuilder},
     proto::{
         self as pb,
         executor_service_server::{ExecutorService, ExecutorServiceServer},
@@ -23,7 +25,7 @@ use rebound_client::{
 };
 use tokio::{
     net::TcpListener,
-    sync::{mpsc, oneshot},
+    sync::{mpsc, oneshot, Semaphore},
     task::JoinHandle,
     time::{sleep, timeout},
 };
@@ -53,11 +55,22 @@ struct Script {
     subscribes: VecDeque<Result<DeliveryRx, Status>>,
     /// One entry per `Ack` call, in order; `Ok` once used up.
     ack_replies: VecDeque<Result<pb::AckResponse, Status>>,
+    /// The answer to every `GetRing`.
+    ring: RingReply,
+}
+
+#[derive(Debug, Clone, Default)]
+enum RingReply {
+    #[default]
+    Unimplemented,
+    Fail(Code),
+    Ring(pb::Ring),
 }
 
 struct Fake {
     script: Mutex<Script>,
     events: mpsc::UnboundedSender<Event>,
+    ring_calls: AtomicUsize,
 }
 
 #[tonic::async_trait]
@@ -111,12 +124,21 @@ impl ExecutorService for Fake {
         &self,
         _request: Request<pb::GetRingRequest>,
     ) -> Result<Response<pb::Ring>, Status> {
-        Err(Status::unimplemented("not used by the executor"))
+        self.ring_calls.fetch_add(1, Ordering::SeqCst);
+        let reply = self.script.lock().unwrap().ring.clone();
+        match reply {
+            RingReply::Unimplemented => Err(Status::unimplemented("no ring here")),
+            RingReply::Fail(code) => Err(Status::new(code, "scripted GetRing failure")),
+            RingReply::Ring(ring) => Ok(Response::new(ring)),
+        }
     }
 }
 
 struct Harness {
+    /// `http://127.0.0.1:port`, for the executor.
     addr: String,
+    /// `127.0.0.1:port`, as a ring lists the node.
+    host_port: String,
     fake: Arc<Fake>,
     events: mpsc::UnboundedReceiver<Event>,
 }
@@ -127,16 +149,46 @@ impl Harness {
         let fake = Arc::new(Fake {
             script: Mutex::default(),
             events: events_tx,
+            ring_calls: AtomicUsize::new(0),
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = format!("http://{}", listener.local_addr().unwrap());
+        let host_port = listener.local_addr().unwrap().to_string();
+        let addr = format!("http://{host_port}");
         let service = ExecutorServiceServer::from_arc(Arc::clone(&fake));
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(service)
                 .serve_with_incoming(TcpListenerStream::new(listener)),
         );
-        Harness { addr, fake, events }
+        Harness {
+            addr,
+            host_port,
+            fake,
+            events,
+        }
+    }
+
+    /// Answers `GetRing` with these nodes from now on.
+    fn set_ring(&self, nodes: &[&Harness]) {
+        let nodes = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| pb::RingNode {
+                node_id: format!("node-{i}"),
+                address: node.host_port.clone(),
+                compactor: i == 0,
+                ranges: Vec::new(),
+            })
+            .collect();
+        self.set_ring_reply(RingReply::Ring(pb::Ring { nodes }));
+    }
+
+    fn set_ring_reply(&self, reply: RingReply) {
+        self.fake.script.lock().unwrap().ring = reply;
+    }
+
+    fn ring_calls(&self) -> usize {
+        self.fake.ring_calls.load(Ordering::SeqCst)
     }
 
     /// Scripts the next subscription to serve what is sent on the returned sender.
@@ -218,29 +270,41 @@ fn outcome_of(ack: &pb::AckRequest) -> pb::AckOutcome {
     pb::AckOutcome::try_from(ack.outcome).unwrap()
 }
 
-/// Runs an executor for `orders` with a fast reconnect backoff; it stops when the returned
-/// sender is sent to or dropped.
-fn spawn_executor<H, F, R>(
-    h: &Harness,
-    concurrency: usize,
-    handler: H,
-) -> (
-    oneshot::Sender<()>,
-    JoinHandle<Result<(), rebound_client::Error>>,
-)
+type Run = JoinHandle<Result<(), rebound_client::Error>>;
+
+/// An executor for `orders` through `h`, with a fast reconnect backoff.
+fn executor(h: &Harness, concurrency: usize) -> ExecutorBuilder {
+    Executor::builder(h.addr.as_str(), "orders")
+        .executor_id("test-executor")
+        .concurrency(concurrency)
+        .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(50))
+        .drain_timeout(Duration::from_secs(5))
+}
+
+/// Runs `executor`; it stops when the returned sender is sent to or dropped.
+fn spawn<H, F, R>(executor: ExecutorBuilder, handler: H) -> (oneshot::Sender<()>, Run)
 where
     H: Fn(Job) -> F + Send + Sync + 'static,
     F: std::future::Future<Output = R> + Send + 'static,
     R: rebound_client::executor::IntoOutcome,
 {
     let (stop, stopped) = oneshot::channel::<()>();
-    let run = Executor::builder(h.addr.as_str(), "orders")
-        .executor_id("test-executor")
-        .concurrency(concurrency)
-        .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(50))
-        .drain_timeout(Duration::from_secs(5))
-        .run(handler, stopped);
-    (stop, tokio::spawn(run))
+    (stop, tokio::spawn(executor.run(handler, stopped)))
+}
+
+/// Runs an executor for `orders` through `h` with a fast reconnect backoff; it stops when the
+/// returned sender is sent to or dropped.
+fn spawn_executor<H, F, R>(
+    h: &Harness,
+    concurrency: usize,
+    handler: H,
+) -> (oneshot::Sender<()>, Run)
+where
+    H: Fn(Job) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = R> + Send + 'static,
+    R: rebound_client::executor::IntoOutcome,
+{
+    spawn(executor(h, concurrency), handler)
 }
 
 #[tokio::test]
@@ -570,4 +634,275 @@ async fn unfixable_subscribe_errors_end_the_run() {
     let e = timeout(WAIT, run).await.unwrap().unwrap().unwrap_err();
     assert_eq!(e.code(), Code::Unimplemented);
     assert!(e.to_string().contains("no executor API here"), "{e}");
+}
+
+/// Waits until `h` has answered `GetRing` at least `n` times.
+async fn wait_for_ring_calls(h: &Harness, n: usize) {
+    timeout(WAIT, async {
+        while h.ring_calls() < n {
+            sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("GetRing was called {} times, not {n}", h.ring_calls()));
+}
+
+#[tokio::test]
+async fn subscribes_to_every_ring_node_and_acks_where_delivered() {
+    // The given address only answers GetRing (like a load balancer in front of the nodes);
+    // the ring lists two nodes, each with its own stream.
+    let mut seed = Harness::start().await;
+    let mut a = Harness::start().await;
+    let mut b = Harness::start().await;
+    seed.set_ring(&[&a, &b]);
+    let a_tx = a.stream();
+    let b_tx = b.stream();
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (running, most) = (Arc::clone(&running), Arc::clone(&most));
+        move |job: Job| {
+            let (running, most) = (Arc::clone(&running), Arc::clone(&most));
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                let work = if job.payload == b"slow" { 1_500 } else { 100 };
+                sleep(Duration::from_millis(work)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Outcome::success()
+            }
+        }
+    };
+    let (stop, run) = spawn_executor(&seed, 2, handler);
+
+    // Each stream may have the full concurrency in flight...
+    assert_eq!(a.next_subscribe().await.max_in_flight, 2);
+    assert_eq!(b.next_subscribe().await.max_in_flight, 2);
+    assert!(seed.ring_calls() >= 1);
+    for i in 0..3 {
+        let ack_timeout = Duration::from_secs(30);
+        a_tx.send(Ok(delivery(&format!("a{i}"), "", ack_timeout)))
+            .unwrap();
+        b_tx.send(Ok(delivery(&format!("b{i}"), "", ack_timeout)))
+            .unwrap();
+    }
+    // ...and each delivery is acked on the node that sent it.
+    for (node, prefix) in [(&mut a, "a"), (&mut b, "b")] {
+        let mut acked = HashSet::new();
+        while acked.len() < 3 {
+            let ack = node.next_ack().await;
+            assert!(ack.delivery_id.starts_with(prefix), "{ack:?}");
+            assert_eq!(outcome_of(&ack), pb::AckOutcome::Succeeded);
+            assert!(acked.insert(ack.delivery_id), "acked twice");
+        }
+    }
+    // ...but one concurrency limit holds across both streams.
+    assert_eq!(most.load(Ordering::SeqCst), 2);
+
+    // Deadline extensions also go to the node that sent the delivery.
+    b_tx.send(Ok(delivery("b-slow", "slow", Duration::from_secs(2))))
+        .unwrap();
+    let mut extended = false;
+    loop {
+        match b.next().await {
+            Event::Extend(r) => {
+                assert_eq!(r.delivery_id, "b-slow");
+                extended = true;
+            }
+            Event::Ack(ack) => {
+                assert_eq!(ack.delivery_id, "b-slow");
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(extended, "the slow delivery's deadline was not extended");
+    a.assert_quiet(Duration::from_millis(100)).await;
+    // Nothing subscribed to the given address: the ring's addresses are authoritative.
+    seed.assert_quiet(Duration::ZERO).await;
+
+    stop.send(()).unwrap();
+    timeout(WAIT, run).await.unwrap().unwrap().unwrap();
+    timeout(WAIT, a_tx.closed()).await.unwrap();
+    timeout(WAIT, b_tx.closed()).await.unwrap();
+}
+
+#[tokio::test]
+async fn follows_ring_changes() {
+    let mut seed = Harness::start().await;
+    let mut a = Harness::start().await;
+    let mut b = Harness::start().await;
+    let mut c = Harness::start().await;
+    seed.set_ring(&[&a, &b]);
+    let a_tx = a.stream();
+    let b_tx = b.stream();
+    let c_tx = c.stream();
+    let gate = Arc::new(Semaphore::new(0));
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let handler = {
+        let gate = Arc::clone(&gate);
+        move |job: Job| {
+            let _ = started_tx.send(job.delivery_id.clone());
+            let gate = Arc::clone(&gate);
+            async move {
+                if job.payload == b"hold" {
+                    gate.acquire().await.unwrap().forget();
+                }
+                Outcome::success()
+            }
+        }
+    };
+    let (stop, run) = spawn(
+        executor(&seed, 4).ring_refresh(Duration::from_millis(100)),
+        handler,
+    );
+    a.next_subscribe().await;
+    b.next_subscribe().await;
+
+    // B leaves the ring while one of its deliveries is being handled, and C joins.
+    b_tx.send(Ok(delivery("b-held", "hold", Duration::from_secs(30))))
+        .unwrap();
+    assert_eq!(
+        timeout(WAIT, started.recv()).await.unwrap().unwrap(),
+        "b-held"
+    );
+    seed.set_ring(&[&a, &c]);
+    c.next_subscribe().await;
+    // B's stream stays open while the handler runs, so that B accepts the ack...
+    sleep(Duration::from_millis(300)).await;
+    assert!(!b_tx.is_closed());
+    gate.add_permits(1);
+    let ack = b.next_ack().await;
+    assert_eq!(ack.delivery_id, "b-held");
+    assert_eq!(outcome_of(&ack), pb::AckOutcome::Succeeded);
+    // ...and then closes for good.
+    timeout(WAIT, b_tx.closed()).await.unwrap();
+    b.assert_quiet(Duration::from_millis(300)).await;
+
+    // A's subscription carried on through the change; C's works.
+    a_tx.send(Ok(delivery("a1", "", Duration::from_secs(30))))
+        .unwrap();
+    assert_eq!(a.next_ack().await.delivery_id, "a1");
+    c_tx.send(Ok(delivery("c1", "", Duration::from_secs(30))))
+        .unwrap();
+    assert_eq!(c.next_ack().await.delivery_id, "c1");
+
+    // While the given address cannot answer, the ring nodes are asked instead.
+    a.set_ring(&[&a]);
+    c.set_ring(&[&a]);
+    seed.set_ring_reply(RingReply::Fail(Code::Unavailable));
+    timeout(WAIT, c_tx.closed()).await.unwrap();
+    assert!(!a_tx.is_closed());
+    a.assert_quiet(Duration::from_millis(300)).await;
+    seed.assert_quiet(Duration::ZERO).await;
+
+    stop.send(()).unwrap();
+    timeout(WAIT, run).await.unwrap().unwrap().unwrap();
+    timeout(WAIT, a_tx.closed()).await.unwrap();
+}
+
+#[tokio::test]
+async fn subscribes_to_the_given_address_without_a_ring() {
+    for reply in [
+        RingReply::Unimplemented,
+        RingReply::Ring(pb::Ring::default()),
+        RingReply::Ring(pb::Ring {
+            nodes: vec![pb::RingNode {
+                node_id: "blank".into(),
+                address: " ".into(),
+                compactor: true,
+                ranges: Vec::new(),
+            }],
+        }),
+        RingReply::Fail(Code::Unavailable),
+    ] {
+        let mut seed = Harness::start().await;
+        seed.set_ring_reply(reply.clone());
+        let tx = seed.stream();
+        let handler = |_job: Job| async { Outcome::success() };
+        let (stop, run) = spawn(
+            executor(&seed, 2).ring_refresh(Duration::from_millis(100)),
+            handler,
+        );
+        seed.next_subscribe().await;
+        tx.send(Ok(delivery("1", "", Duration::from_secs(30))))
+            .unwrap();
+        assert_eq!(seed.next_ack().await.delivery_id, "1", "{reply:?}");
+        // GetRing is asked again on every refresh, without disturbing the subscription.
+        wait_for_ring_calls(&seed, 3).await;
+        seed.assert_quiet(Duration::from_millis(100)).await;
+        assert!(!tx.is_closed(), "{reply:?}");
+
+        // Once there is a ring, the executor follows it instead.
+        let mut node = Harness::start().await;
+        seed.set_ring(&[&node]);
+        node.next_subscribe().await;
+        timeout(WAIT, tx.closed()).await.unwrap();
+
+        stop.send(()).unwrap();
+        timeout(WAIT, run).await.unwrap().unwrap().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn follow_ring_false_ignores_the_ring() {
+    let mut seed = Harness::start().await;
+    let node = Harness::start().await;
+    seed.set_ring(&[&node]);
+    let tx = seed.stream();
+    let handler = |_job: Job| async { Outcome::success() };
+    let (stop, run) = spawn(
+        executor(&seed, 1)
+            .follow_ring(false)
+            .ring_refresh(Duration::from_millis(50)),
+        handler,
+    );
+    seed.next_subscribe().await;
+    tx.send(Ok(delivery("1", "", Duration::from_secs(30))))
+        .unwrap();
+    assert_eq!(seed.next_ack().await.delivery_id, "1");
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(seed.ring_calls(), 0);
+    assert_eq!(node.ring_calls(), 0);
+    stop.send(()).unwrap();
+    timeout(WAIT, run).await.unwrap().unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_drains_every_node() {
+    let mut seed = Harness::start().await;
+    let mut a = Harness::start().await;
+    let mut b = Harness::start().await;
+    seed.set_ring(&[&a, &b]);
+    let a_tx = a.stream();
+    let b_tx = b.stream();
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let handler = move |job: Job| {
+        let _ = started_tx.send(job.delivery_id.clone());
+        async {
+            sleep(Duration::from_millis(500)).await;
+            Outcome::success()
+        }
+    };
+    let (stop, run) = spawn_executor(&seed, 2, handler);
+    a.next_subscribe().await;
+    b.next_subscribe().await;
+    a_tx.send(Ok(delivery("a", "", Duration::from_secs(30))))
+        .unwrap();
+    b_tx.send(Ok(delivery("b", "", Duration::from_secs(30))))
+        .unwrap();
+    for _ in 0..2 {
+        timeout(WAIT, started.recv()).await.unwrap().unwrap();
+    }
+    stop.send(()).unwrap();
+
+    // Both handlers finish and ack, each on its node, while both streams stay open.
+    sleep(Duration::from_millis(100)).await;
+    assert!(!a_tx.is_closed() && !b_tx.is_closed());
+    assert_eq!(a.next_ack().await.delivery_id, "a");
+    assert_eq!(b.next_ack().await.delivery_id, "b");
+    timeout(WAIT, run).await.unwrap().unwrap().unwrap();
+    timeout(WAIT, a_tx.closed()).await.unwrap();
+    timeout(WAIT, b_tx.closed()).await.unwrap();
+    seed.assert_quiet(Duration::ZERO).await;
 }

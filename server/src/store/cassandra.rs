@@ -17,8 +17,8 @@ use scylla::{
 };
 
 use super::{
-    DeadLetter, InstanceRow, Location, Pointer, RetryStore, Status, StoreError, StoreResult,
-    TokenRange, TxState,
+    Cas, DeadLetter, InstanceRow, LeaseRow, Location, Member, Pointer, RetryStore, Status,
+    StoreError, StoreResult, TokenRange, TxState,
 };
 use crate::{config::Config, policy::RetryPolicy, window::WindowId};
 
@@ -37,6 +37,16 @@ pub struct CassandraOptions {
 }
 
 impl CassandraOptions {
+    /// Reads of lease rows use the serial level, so they see every committed LWT.
+    fn serial_as_read_consistency(&self) -> scylla::statement::Consistency {
+        match self.serial_consistency {
+            scylla::statement::SerialConsistency::Serial => scylla::statement::Consistency::Serial,
+            scylla::statement::SerialConsistency::LocalSerial => {
+                scylla::statement::Consistency::LocalSerial
+            }
+        }
+    }
+
     pub fn from_config(c: &Config) -> Self {
         Self {
             contact_points: c.cassandra_contact_points.clone(),
@@ -115,6 +125,11 @@ struct Statements {
     set_low_water: PreparedStatement,
     delete_low_water: PreparedStatement,
     list_windows_from: PreparedStatement,
+    heartbeat: PreparedStatement,
+    list_members: PreparedStatement,
+    read_lease: PreparedStatement,
+    create_lease: PreparedStatement,
+    replace_lease: PreparedStatement,
 }
 
 /// The Cassandra store for one keyspace and one `ns` (region, cluster).
@@ -278,6 +293,44 @@ impl CassandraStore {
                  AND day = ? AND window >= ?"
             ))
             .await?,
+            heartbeat: prep(format!(
+                "INSERT INTO {ks}.ring_members (region, cluster, node_id, address, boot_epoch, \
+                 heartbeat_at) VALUES (?, ?, ?, ?, ?, ?) USING TTL ?"
+            ))
+            .await?,
+            list_members: prep(format!(
+                "SELECT node_id, address, boot_epoch, heartbeat_at FROM {ks}.ring_members \
+                 WHERE region = ? AND cluster = ?"
+            ))
+            .await?,
+            read_lease: {
+                let mut ps = prep(format!(
+                    "SELECT slot, owner, epoch, expires_at, address FROM {ks}.ring_leases \
+                     WHERE region = ? AND cluster = ? AND slot = ?"
+                ))
+                .await?;
+                ps.set_consistency(o.serial_as_read_consistency());
+                ps
+            },
+            create_lease: {
+                // A lightweight transaction: never retried blindly by the driver.
+                let mut ps = prep(format!(
+                    "INSERT INTO {ks}.ring_leases (region, cluster, slot, owner, epoch, \
+                     expires_at, address) VALUES (?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
+                ))
+                .await?;
+                ps.set_is_idempotent(false);
+                ps
+            },
+            replace_lease: {
+                let mut ps = prep(format!(
+                    "UPDATE {ks}.ring_leases SET owner = ?, epoch = ?, expires_at = ?, address = ? \
+                     WHERE region = ? AND cluster = ? AND slot = ? IF epoch = ?"
+                ))
+                .await?;
+                ps.set_is_idempotent(false);
+                ps
+            },
         };
         Ok(Self {
             session,
@@ -868,6 +921,156 @@ impl RetryStore for CassandraStore {
             .await?;
         Ok(rows.into_iter().map(|(w,)| w.max(0) as u32).collect())
     }
+
+    async fn heartbeat(&self, m: &Member, ttl_seconds: u32) -> StoreResult<()> {
+        self.exec(
+            &self.st.heartbeat,
+            (
+                &self.region,
+                &self.cluster,
+                &m.node_id,
+                &m.address,
+                m.boot_epoch,
+                CqlTimestamp(m.heartbeat_at_ms),
+                ttl_seconds.min(i32::MAX as u32) as i32,
+            ),
+        )
+        .await
+    }
+
+    async fn list_members(&self) -> StoreResult<Vec<Member>> {
+        let rows: Vec<(String, Option<String>, Option<i64>, Option<CqlTimestamp>)> = self
+            .collect(&self.st.list_members, (&self.region, &self.cluster))
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(node_id, address, boot_epoch, at)| Member {
+                node_id,
+                address: address.unwrap_or_default(),
+                boot_epoch: boot_epoch.unwrap_or(0),
+                heartbeat_at_ms: at.map_or(0, |t| t.0),
+            })
+            .collect())
+    }
+
+    async fn read_lease(&self, slot: i32) -> StoreResult<Option<LeaseRow>> {
+        let rows: Vec<LeaseTuple> = self
+            .collect(&self.st.read_lease, (&self.region, &self.cluster, slot))
+            .await?;
+        Ok(rows.into_iter().next().map(lease_row))
+    }
+
+    async fn create_lease(&self, l: &LeaseRow) -> StoreResult<Cas> {
+        let res = self
+            .session
+            .execute_unpaged(
+                &self.st.create_lease,
+                (
+                    &self.region,
+                    &self.cluster,
+                    l.slot,
+                    &l.owner,
+                    l.epoch,
+                    CqlTimestamp(l.expires_at_ms),
+                    &l.address,
+                ),
+            )
+            .await
+            .map_err(|e| map_execution_error(&e))?;
+        cas_outcome(res, l.slot)
+    }
+
+    async fn replace_lease(&self, l: &LeaseRow, expected_epoch: i64) -> StoreResult<Cas> {
+        let res = self
+            .session
+            .execute_unpaged(
+                &self.st.replace_lease,
+                (
+                    &l.owner,
+                    l.epoch,
+                    CqlTimestamp(l.expires_at_ms),
+                    &l.address,
+                    &self.region,
+                    &self.cluster,
+                    l.slot,
+                    expected_epoch,
+                ),
+            )
+            .await
+            .map_err(|e| map_execution_error(&e))?;
+        cas_outcome(res, l.slot)
+    }
+}
+
+type LeaseTuple = (
+    i32,
+    Option<String>,
+    Option<i64>,
+    Option<CqlTimestamp>,
+    Option<String>,
+);
+
+fn lease_row((slot, owner, epoch, expires, address): LeaseTuple) -> LeaseRow {
+    LeaseRow {
+        slot,
+        owner: owner.unwrap_or_default(),
+        epoch: epoch.unwrap_or(0),
+        expires_at_ms: expires.map_or(0, |t| t.0),
+        address: address.unwrap_or_default(),
+    }
+}
+
+/// Reads an LWT result. Cassandra answers `[applied]` alone when applied, and `[applied]`
+/// plus the current row when not; the first column is the verdict either way.
+fn cas_outcome(res: scylla::response::query_result::QueryResult, slot: i32) -> StoreResult<Cas> {
+    use scylla::value::CqlValue;
+    let rows = res
+        .into_rows_result()
+        .map_err(|e| StoreError::Internal(format!("LWT returned no rows result: {e}")))?;
+    let names: Vec<String> = rows
+        .column_specs()
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect();
+    let Some(row) = rows
+        .rows::<scylla::value::Row>()
+        .map_err(|e| StoreError::Internal(format!("LWT result: {e}")))?
+        .next()
+        .transpose()
+        .map_err(|e| StoreError::Internal(format!("LWT result: {e}")))?
+    else {
+        return Err(StoreError::Internal("LWT returned no row".into()));
+    };
+    let applied = matches!(row.columns.first(), Some(Some(CqlValue::Boolean(true))));
+    if applied {
+        return Ok(Cas::Applied);
+    }
+    let col = |name: &str| {
+        names
+            .iter()
+            .position(|n| n == name)
+            .and_then(|i| row.columns.get(i).cloned().flatten())
+    };
+    let current = col("epoch").map(|epoch| LeaseRow {
+        slot,
+        owner: match col("owner") {
+            Some(CqlValue::Text(s)) => s,
+            _ => String::new(),
+        },
+        epoch: match epoch {
+            CqlValue::BigInt(v) => v,
+            _ => 0,
+        },
+        expires_at_ms: match col("expires_at") {
+            Some(CqlValue::Timestamp(t)) => t.0,
+            _ => 0,
+        },
+        address: match col("address") {
+            Some(CqlValue::Text(s)) => s,
+            _ => String::new(),
+        },
+    });
+    Ok(Cas::Rejected(current))
 }
 
 /// Maps a driver error to the three kinds of `StoreError`: the only place that knows them.

@@ -202,6 +202,44 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
     async fn delete_low_water(&self, day: i32) -> StoreResult<()>;
     /// Windows of `day` from `from` on, ascending.
     async fn list_windows_from(&self, day: i32, from: u32) -> StoreResult<Vec<u32>>;
+
+    // The lease ring. Lease changes are lightweight transactions (SERIAL consistency); a
+    // timeout of one is an unknown outcome, which the caller resolves with `read_lease`.
+    async fn heartbeat(&self, member: &Member, ttl_seconds: u32) -> StoreResult<()>;
+    async fn list_members(&self) -> StoreResult<Vec<Member>>;
+    /// Reads a lease with SERIAL consistency, so that it reflects every committed LWT.
+    async fn read_lease(&self, slot: i32) -> StoreResult<Option<LeaseRow>>;
+    /// Creates the lease of a slot that has never been held.
+    async fn create_lease(&self, lease: &LeaseRow) -> StoreResult<Cas>;
+    /// Replaces the lease if its epoch is still `expected_epoch` (take, renew or release).
+    async fn replace_lease(&self, lease: &LeaseRow, expected_epoch: i64) -> StoreResult<Cas>;
+}
+
+/// A `ring_leases` row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRow {
+    pub slot: i32,
+    pub owner: String,
+    pub epoch: i64,
+    pub expires_at_ms: i64,
+    pub address: String,
+}
+
+/// A `ring_members` row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub node_id: String,
+    pub address: String,
+    pub boot_epoch: i64,
+    pub heartbeat_at_ms: i64,
+}
+
+/// The outcome of a lightweight transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cas {
+    Applied,
+    /// Not applied; the row as it is now (None when it does not exist).
+    Rejected(Option<LeaseRow>),
 }
 
 /// A `dead_letters` row.

@@ -13,7 +13,7 @@
 //! async fn main() -> Result<(), rebound_client::Error> {
 //!     Executor::builder("http://127.0.0.1:50051", "payments")
 //!         .executor_id("payments-worker-1")
-//!         // At most 8 handlers at once; also the server's max_in_flight for the stream.
+//!         // At most 8 handlers at once, across all nodes; also each stream's max_in_flight.
 //!         .concurrency(8)
 //!         // Runs until Ctrl-C, then lets running handlers finish (for up to 30 s) and ack.
 //!         .drain_timeout(Duration::from_secs(30))
@@ -43,43 +43,61 @@
 //!
 //! # What the runtime does
 //!
+//! - **Every node.** Each node of a cluster dispatches only the retries of the token ranges
+//!   it holds, so the runtime subscribes to every live node. It asks the address it is given
+//!   for the ring (`GetRing`) at start and then every
+//!   [`ring_refresh`](ExecutorBuilder::ring_refresh) (5 s), and keeps one subscription, over
+//!   a channel of its own, to each address the ring lists: a node that joins the ring gets a
+//!   subscription, and one that leaves it is unsubscribed from once the handlers of its
+//!   deliveries have finished and acked. A node that is listed but unreachable is retried as
+//!   under *Reconnects*. The ring's addresses are authoritative: the given address (which may
+//!   be a load balancer) is only asked for the ring, or, when the given address cannot answer
+//!   it, the nodes subscribed to are. When there is no ring (`GetRing` is `UNIMPLEMENTED` or
+//!   lists no nodes) or the first `GetRing` fails, the runtime subscribes to the given address
+//!   alone, and switches to the ring as soon as one is listed; a later failed `GetRing`
+//!   leaves the subscriptions as they are. [`follow_ring(false)`](ExecutorBuilder::follow_ring)
+//!   turns all this off: the runtime then subscribes to the given address only. The ring
+//!   nodes' channels are plain-text HTTP/2 to `http://{address}`, whatever the given
+//!   [`Client`] or [`Channel`] was configured with.
 //! - **Bounded concurrency.** At most [`concurrency`](ExecutorBuilder::concurrency) handlers
-//!   run at once, and the subscription asks the server for at most that many unacknowledged
-//!   deliveries. Each handler runs in its own tokio task, so handlers must be `Send`.
-//! - **Acks.** Each delivery is acknowledged with its handler's outcome. A handler that
-//!   panics counts as [`Outcome::Retry`] with the panic message as the error. An ack that
-//!   fails with `UNAVAILABLE`, `DEADLINE_EXCEEDED` or `RESOURCE_EXHAUSTED` is re-sent a few
-//!   times with backoff; one the server rejects as unknown (`NOT_FOUND`) or stale
+//!   run at once, across all nodes, and each subscription asks its node for at most that
+//!   many unacknowledged deliveries. Each handler runs in its own tokio task, so handlers
+//!   must be `Send`.
+//! - **Acks.** Each delivery is acknowledged, on the node that sent it, with its handler's
+//!   outcome (delivery ids are only known to that node). A handler that panics counts as
+//!   [`Outcome::Retry`] with the panic message as the error. An ack that fails with
+//!   `UNAVAILABLE`, `DEADLINE_EXCEEDED` or `RESOURCE_EXHAUSTED` is re-sent a few times with
+//!   backoff; one the server rejects as unknown (`NOT_FOUND`) or stale
 //!   (`FAILED_PRECONDITION`) is logged and dropped, since the delivery has already been
 //!   handed to another executor.
 //! - **Deadline extension.** A delivery not acknowledged by its `ack_deadline` is redelivered
-//!   elsewhere. While a delivery is held, the runtime calls `ExtendDeadline` when half of the
-//!   remaining time has passed (or every [`extend_every`](ExecutorBuilder::extend_every), if
-//!   sooner), each time by the ack timeout the delivery came with (or
-//!   [`extend_by`](ExecutorBuilder::extend_by)). The observed timeout is the time between
-//!   arrival and `ack_deadline` on the local clock, so clock skew between executor and server
-//!   should stay well below half the ack timeout.
-//! - **Reconnects.** When the stream ends or fails, the runtime subscribes again after a
+//!   elsewhere. While a delivery is held, the runtime calls `ExtendDeadline` (on the node
+//!   that sent it) when half of the remaining time has passed (or every
+//!   [`extend_every`](ExecutorBuilder::extend_every), if sooner), each time by the ack
+//!   timeout the delivery came with (or [`extend_by`](ExecutorBuilder::extend_by)). The
+//!   observed timeout is the time between arrival and `ack_deadline` on the local clock, so
+//!   clock skew between executor and server should stay well below half the ack timeout.
+//! - **Reconnects.** When a stream ends or fails, the runtime subscribes again after a
 //!   capped exponential backoff with jitter ([`reconnect_backoff`]). The server hands the
 //!   closed stream's unacknowledged deliveries to other subscribers: handlers already running
 //!   finish and try to ack (the server may reject the ack as stale), and deliveries still
 //!   waiting for a free handler slot are dropped without running. `Subscribe` failing with
 //!   `INVALID_ARGUMENT`, `UNIMPLEMENTED`, `UNAUTHENTICATED` or `PERMISSION_DENIED` is not
-//!   retried: [`run`](Executor::run) returns it as an error.
+//!   retried, whichever node answers it: [`run`](Executor::run) returns it as an error.
 //! - **Graceful shutdown.** When the `shutdown` future completes, no further handler starts;
-//!   running handlers finish and ack while the stream stays open, bounded by the
-//!   [`drain_timeout`](ExecutorBuilder::drain_timeout). Then the stream closes, so the server
-//!   redelivers at once whatever was not acknowledged, and `run` returns. Handlers still
+//!   running handlers finish and ack while their streams stay open, bounded by the
+//!   [`drain_timeout`](ExecutorBuilder::drain_timeout). Then the streams close, so the nodes
+//!   redeliver at once whatever was not acknowledged, and `run` returns. Handlers still
 //!   running at the timeout are aborted at their next `.await`.
 //!
 //! Delivery is at least once: after a missed deadline, a reconnect or a lost ack, a retry can
 //! be delivered again, possibly to another executor, so handlers should be idempotent by
 //! [`Job::transaction_id`].
 //!
-//! The runtime subscribes to the one address it is given; the server routes deliveries for
-//! the whole cluster through it. The runtime logs through [`tracing`]; each delivery's
-//! events (including those of the handler) are in a `rebound_job` span that carries the
-//! service, transaction id, attempt and delivery id.
+//! The runtime logs through [`tracing`]; each subscription's events are in a
+//! `rebound_subscription` span that carries the node's address (and node id), and each
+//! delivery's events (including those of the handler) are in a `rebound_job` span within it
+//! that carries the service, transaction id, attempt and delivery id.
 //!
 //! [`reconnect_backoff`]: ExecutorBuilder::reconnect_backoff
 //! [`tracing`]: https://docs.rs/tracing
@@ -87,6 +105,8 @@
 mod backoff;
 mod deadline;
 mod job;
+mod ring;
+mod subscription;
 
 use std::{
     fmt,
@@ -97,17 +117,20 @@ use std::{
 
 use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
 use tokio::{
-    sync::{watch, Semaphore},
-    task::{JoinError, JoinHandle, JoinSet},
+    sync::{mpsc, watch, Semaphore},
+    task::{JoinError, JoinHandle},
     time::{sleep, timeout, Instant},
 };
-use tonic::{transport::Channel, Code, Status, Streaming};
+use tonic::{transport::Channel, Code, Status};
 use tracing::Instrument;
 
 use crate::{client::endpoint, error::is_retryable_code, Client, Error};
 
 use backoff::Backoff;
 use deadline::{extension_span, keep_extended, local_instant};
+use ring::{ask_ring, ask_ring_after, Subscriptions, MIN_RING_REFRESH};
+
+type ExecClient = ExecutorServiceClient<Channel>;
 
 pub use job::{HandlerError, IntoOutcome, Job, Outcome};
 
@@ -117,6 +140,10 @@ pub const DEFAULT_CONCURRENCY: usize = 16;
 /// How long a shutdown waits for running handlers unless
 /// [`ExecutorBuilder::drain_timeout`] says otherwise.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often the executor asks for the ring unless [`ExecutorBuilder::ring_refresh`] says
+/// otherwise.
+pub const DEFAULT_RING_REFRESH: Duration = Duration::from_secs(5);
 
 /// The reconnect backoff unless [`ExecutorBuilder::reconnect_backoff`] says otherwise.
 const DEFAULT_RECONNECT: Backoff = Backoff {
@@ -128,7 +155,7 @@ const DEFAULT_RECONNECT: Backoff = Backoff {
 pub(crate) const RPC_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bound on `Subscribe` answering with its response headers.
-const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Calls per ack, the first included, when the failures are transient.
 const ACK_ATTEMPTS: u32 = 5;
@@ -140,7 +167,7 @@ const ACK_BACKOFF: Backoff = Backoff {
 
 /// A stream that stayed up this long (or delivered anything) was healthy, and the reconnect
 /// backoff starts over after it ends.
-const STABLE_STREAM: Duration = Duration::from_secs(10);
+pub(super) const STABLE_STREAM: Duration = Duration::from_secs(10);
 
 /// HTTP/2 keep-alive for connections the executor opens itself, so that a silently dead
 /// connection (a half-open TCP connection after a network partition) ends the stream instead
@@ -148,8 +175,9 @@ const STABLE_STREAM: Duration = Duration::from_secs(10);
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Where an [`Executor`] subscribes: a [`Client`], a [`Channel`], or an address such as
-/// `"http://127.0.0.1:50051"` or `"127.0.0.1:50051"`.
+/// Where an [`Executor`] asks for the ring (and subscribes when there is none, see the
+/// [module docs](self)): a [`Client`], a [`Channel`], or an address such as
+/// `"http://127.0.0.1:50051"` or `"127.0.0.1:50051"`, possibly of a load balancer.
 ///
 /// For an address, the executor connects lazily with HTTP/2 keep-alive, so a node that is not
 /// up yet is just retried; an address that is not a URI makes [`Executor::run`] fail.
@@ -163,18 +191,21 @@ enum TargetKind {
 }
 
 impl Target {
-    fn into_client(self) -> Result<ExecutorServiceClient<Channel>, Error> {
+    fn into_client(self) -> Result<ExecClient, Error> {
         match self.0 {
             TargetKind::Client(client) => Ok(client),
-            TargetKind::Address(addr) => {
-                let channel = endpoint(&addr)?
-                    .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-                    .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-                    .connect_lazy();
-                Ok(ExecutorServiceClient::new(channel))
-            }
+            TargetKind::Address(addr) => lazy_client(&addr),
         }
     }
+}
+
+/// A client for `addr` (`host:port` or a URI) that connects lazily, with HTTP/2 keep-alive.
+pub(super) fn lazy_client(addr: &str) -> Result<ExecClient, Error> {
+    let channel = endpoint(addr)?
+        .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+        .connect_lazy();
+    Ok(ExecutorServiceClient::new(channel))
 }
 
 impl From<Client> for Target {
@@ -230,6 +261,8 @@ pub struct Executor {
     extend_by: Option<Duration>,
     drain_timeout: Duration,
     reconnect: Backoff,
+    follow_ring: bool,
+    ring_refresh: Duration,
 }
 
 /// Configures an [`Executor`]; created by [`Executor::builder`] or [`Client::executor`].
@@ -240,8 +273,10 @@ pub struct ExecutorBuilder {
 }
 
 impl Executor {
-    /// Starts configuring an executor for `service`'s due retries, subscribing through
-    /// `target`: a [`Client`] (or `&Client`), a [`Channel`], or an address.
+    /// Starts configuring an executor for `service`'s due retries from the cluster that
+    /// `target` belongs to: a [`Client`] (or `&Client`), a [`Channel`], or an address. The
+    /// executor subscribes to every node of the ring `target` reports, or to `target` itself
+    /// when it reports none.
     pub fn builder(target: impl Into<Target>, service: impl Into<String>) -> ExecutorBuilder {
         ExecutorBuilder {
             executor: Executor {
@@ -253,6 +288,8 @@ impl Executor {
                 extend_by: None,
                 drain_timeout: DEFAULT_DRAIN_TIMEOUT,
                 reconnect: DEFAULT_RECONNECT,
+                follow_ring: true,
+                ring_refresh: DEFAULT_RING_REFRESH,
             },
         }
     }
@@ -275,11 +312,11 @@ impl Executor {
     /// `tokio::signal::ctrl_c()`; its output is ignored. Pass `std::future::pending::<()>()`
     /// to run forever.
     ///
-    /// Connection failures and broken streams are retried indefinitely. Returns an error for a
-    /// concurrency of 0 or an address that is not a URI ([`Error::InvalidArgument`]), and when
-    /// `Subscribe` fails in a way that retrying cannot fix: `INVALID_ARGUMENT` (e.g. a bad
-    /// service name), `UNIMPLEMENTED` (a server without the executor API),
-    /// `UNAUTHENTICATED` or `PERMISSION_DENIED`. Running handlers are drained first in that
+    /// Connection failures, broken streams and failed `GetRing` calls are retried
+    /// indefinitely. Returns an error for a concurrency of 0 or an address that is not a URI
+    /// ([`Error::InvalidArgument`]), and when `Subscribe` (to any node) fails in a way that
+    /// retrying cannot fix: `INVALID_ARGUMENT` (e.g. a bad service name), `UNIMPLEMENTED` (a
+    /// server without the executor API), `UNAUTHENTICATED` or `PERMISSION_DENIED`. Running handlers are drained first in that
     /// case too.
     ///
     /// Must be called within a tokio runtime.
@@ -299,10 +336,10 @@ impl Executor {
             .concurrency
             .min(Semaphore::MAX_PERMITS)
             .min(u32::MAX as usize);
-        let mut client = self.target.into_client()?;
+        let given_label = self.target.to_string();
+        let given = self.target.into_client()?;
         let shared = Arc::new(Shared {
             handler,
-            client: client.clone(),
             permits: Arc::new(Semaphore::new(concurrency)),
             extend_every: self.extend_every,
             extend_by: self.extend_by,
@@ -312,126 +349,54 @@ impl Executor {
             service = %self.service,
             executor_id = %self.executor_id,
         );
+        // Every stream may have the full concurrency in flight: the shared semaphore bounds
+        // the handlers, and a node whose share of the retries is large is not held back.
+        let request = pb::SubscribeRequest {
+            service: self.service,
+            executor_id: self.executor_id,
+            max_in_flight: concurrency as u32,
+        };
+        let follow_ring = self.follow_ring;
+        let refresh_every = self.ring_refresh.max(MIN_RING_REFRESH);
+        let drain_timeout = self.drain_timeout;
+        let reconnect = self.reconnect;
         async move {
             let mut shutdown = std::pin::pin!(shutdown);
-            let mut tasks = JoinSet::new();
-            let mut failures = 0u32;
-            // While draining, the stream stays open so that the server keeps the running
-            // deliveries assigned to this executor and accepts their acks.
-            let mut held_stream = None;
+            let (fatal_tx, mut fatal) = mpsc::unbounded_channel();
+            let mut subscriptions =
+                Subscriptions::new(shared, request, reconnect, given, given_label, fatal_tx);
 
-            let result = 'run: loop {
-                let request = pb::SubscribeRequest {
-                    service: self.service.clone(),
-                    executor_id: self.executor_id.clone(),
-                    max_in_flight: concurrency as u32,
-                };
-                let subscribed = tokio::select! {
-                    biased;
-                    _ = shutdown.as_mut() => break 'run Ok(()),
-                    r = subscribe(&mut client, request) => r,
-                };
-                let mut stream = match subscribed {
-                    Ok(stream) => stream,
-                    Err(status) if is_fatal(status.code()) => {
-                        tracing::error!(
-                            code = ?status.code(),
-                            message = status.message(),
-                            "cannot subscribe, and retrying will not help"
-                        );
-                        break 'run Err(Error::from(status));
-                    }
-                    Err(status) => {
-                        let delay = self.reconnect.delay(failures);
-                        failures = failures.saturating_add(1);
-                        tracing::warn!(
-                            code = ?status.code(),
-                            message = status.message(),
-                            retry_in = ?delay,
-                            "cannot subscribe"
-                        );
-                        tokio::select! {
-                            biased;
-                            _ = shutdown.as_mut() => break 'run Ok(()),
-                            () = sleep(delay) => continue 'run,
-                        }
-                    }
-                };
-                tracing::info!(max_in_flight = concurrency, "subscribed");
-                let opened = Instant::now();
-                let mut delivered = false;
-                // Set when the stream is done with: deliveries still waiting for a handler
-                // slot are then dropped, as the server hands them to other executors.
-                let (stop, stopped) = watch::channel(false);
-
-                let end = loop {
+            let result = 'run: {
+                if follow_ring {
+                    let answer = tokio::select! {
+                        biased;
+                        _ = shutdown.as_mut() => break 'run Ok(()),
+                        answer = ask_ring(subscriptions.ring_sources()) => answer,
+                    };
+                    subscriptions.apply(answer);
+                } else {
+                    subscriptions.subscribe_given();
+                }
+                let mut refresh =
+                    std::pin::pin!(ask_ring_after(refresh_every, subscriptions.ring_sources()));
+                loop {
                     tokio::select! {
                         biased;
-                        _ = shutdown.as_mut() => {
-                            let _ = stop.send(true);
-                            held_stream = Some((stream, stop));
-                            break 'run Ok(());
+                        _ = shutdown.as_mut() => break 'run Ok(()),
+                        Some(status) = fatal.recv() => break 'run Err(Error::from(status)),
+                        Some(()) = subscriptions.join_next(), if !subscriptions.is_idle() => {}
+                        answer = refresh.as_mut(), if follow_ring => {
+                            subscriptions.apply(answer);
+                            refresh.set(ask_ring_after(
+                                refresh_every,
+                                subscriptions.ring_sources(),
+                            ));
                         }
-                        Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                            check_joined(joined);
-                        }
-                        message = stream.message() => match message {
-                            Ok(Some(delivery)) => {
-                                delivered = true;
-                                let span = job_span(&delivery);
-                                let process =
-                                    process(Arc::clone(&shared), delivery, stopped.clone());
-                                tasks.spawn(process.instrument(span));
-                            }
-                            Ok(None) => break None,
-                            Err(status) => break Some(status),
-                        },
                     }
-                };
-                let _ = stop.send(true);
-                drop(stream);
-                if delivered || opened.elapsed() >= STABLE_STREAM {
-                    failures = 0;
-                }
-                let delay = self.reconnect.delay(failures);
-                failures = failures.saturating_add(1);
-                match end {
-                    None => tracing::info!(reconnect_in = ?delay, "the server closed the stream"),
-                    Some(status) => tracing::warn!(
-                        code = ?status.code(),
-                        message = status.message(),
-                        reconnect_in = ?delay,
-                        "the stream failed"
-                    ),
-                }
-                tokio::select! {
-                    biased;
-                    _ = shutdown.as_mut() => break 'run Ok(()),
-                    () = sleep(delay) => {}
                 }
             };
 
-            if !tasks.is_empty() {
-                tracing::info!(
-                    deliveries = tasks.len(),
-                    timeout = ?self.drain_timeout,
-                    "draining: waiting for running handlers to finish and ack"
-                );
-            }
-            let drain = async {
-                while let Some(joined) = tasks.join_next().await {
-                    check_joined(joined);
-                }
-            };
-            if timeout(self.drain_timeout, drain).await.is_err() {
-                tracing::warn!(
-                    deliveries = tasks.len(),
-                    "drain timeout passed; aborting the remaining handlers, whose deliveries \
-                     will be redelivered"
-                );
-                tasks.shutdown().await;
-            }
-            drop(held_stream);
+            subscriptions.drain(drain_timeout).await;
             tracing::info!("executor stopped");
             result
         }
@@ -448,8 +413,9 @@ impl ExecutorBuilder {
         self
     }
 
-    /// The most handlers that run at once, and the `max_in_flight` the subscription asks the
-    /// server for. At least 1; defaults to [`DEFAULT_CONCURRENCY`].
+    /// The most handlers that run at once, across the subscriptions to all nodes, and the
+    /// `max_in_flight` each subscription asks its node for. At least 1; defaults to
+    /// [`DEFAULT_CONCURRENCY`].
     pub fn concurrency(mut self, n: usize) -> Self {
         self.executor.concurrency = n;
         self
@@ -484,6 +450,23 @@ impl ExecutorBuilder {
         self
     }
 
+    /// Whether to follow the cluster ring (see the [module docs](self)): subscribe to every
+    /// node that `GetRing` lists, and keep the subscriptions in step with the ring. Defaults
+    /// to `true`. With `false`, the executor subscribes to the address (or client) it was given
+    /// and nothing else, e.g. when the nodes' advertised addresses are not reachable from the
+    /// executor and a single node or proxy is known to route the whole cluster's deliveries.
+    pub fn follow_ring(mut self, follow: bool) -> Self {
+        self.executor.follow_ring = follow;
+        self
+    }
+
+    /// How often to ask for the ring while following it; defaults to
+    /// [`DEFAULT_RING_REFRESH`]. Intervals below 50 ms count as 50 ms.
+    pub fn ring_refresh(mut self, interval: Duration) -> Self {
+        self.executor.ring_refresh = interval;
+        self
+    }
+
     pub fn build(self) -> Executor {
         self.executor
     }
@@ -500,10 +483,9 @@ impl ExecutorBuilder {
     }
 }
 
-/// What the tasks of one executor share.
-struct Shared<H> {
+/// What the tasks of one executor share, across all its subscriptions.
+pub(super) struct Shared<H> {
     handler: H,
-    client: ExecutorServiceClient<Channel>,
     /// One per running handler.
     permits: Arc<Semaphore>,
     extend_every: Option<Duration>,
@@ -522,30 +504,7 @@ fn default_executor_id() -> String {
     )
 }
 
-/// `Subscribe` failures that another try will not fix.
-fn is_fatal(code: Code) -> bool {
-    matches!(
-        code,
-        Code::InvalidArgument
-            | Code::Unimplemented
-            | Code::Unauthenticated
-            | Code::PermissionDenied
-    )
-}
-
-async fn subscribe(
-    client: &mut ExecutorServiceClient<Channel>,
-    request: pb::SubscribeRequest,
-) -> Result<Streaming<pb::Delivery>, Status> {
-    match timeout(SUBSCRIBE_TIMEOUT, client.subscribe(request)).await {
-        Ok(response) => response.map(tonic::Response::into_inner),
-        Err(_) => Err(Status::deadline_exceeded(
-            "Subscribe did not answer in time",
-        )),
-    }
-}
-
-fn job_span(d: &pb::Delivery) -> tracing::Span {
+pub(super) fn job_span(d: &pb::Delivery) -> tracing::Span {
     tracing::info_span!(
         "rebound_job",
         service = %d.service,
@@ -557,7 +516,7 @@ fn job_span(d: &pb::Delivery) -> tracing::Span {
 
 /// Delivery tasks catch their handler's panics, so a failed join is a bug in this crate;
 /// it is logged rather than propagated so that the other deliveries carry on.
-fn check_joined(joined: Result<(), JoinError>) {
+pub(super) fn check_joined(joined: Result<(), JoinError>) {
     if let Err(e) = joined {
         if e.is_panic() {
             tracing::error!(error = %e, "delivery task panicked");
@@ -575,9 +534,11 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 /// Handles one delivery: waits for a handler slot, runs the handler, acks its outcome, and
-/// extends the ack deadline all the while.
-async fn process<H, F>(
+/// extends the ack deadline all the while. Acks and extensions go through `client`, the
+/// channel of the node that sent the delivery: only that node knows the delivery id.
+pub(super) async fn process<H, F>(
     shared: Arc<Shared<H>>,
+    client: ExecClient,
     delivery: pb::Delivery,
     mut stopped: watch::Receiver<bool>,
 ) where
@@ -594,11 +555,7 @@ async fn process<H, F>(
             // Dead-lettering over a decoding problem would lose the job, and ignoring it would
             // hold a slot until the deadline; a retry keeps it and shows the error in its state.
             tracing::error!(error = %e, "malformed delivery; acknowledging it as a retry");
-            ack(
-                &shared.client,
-                Outcome::retry(e).into_ack_request(delivery_id),
-            )
-            .await;
+            ack(&client, Outcome::retry(e).into_ack_request(delivery_id)).await;
             return;
         }
     };
@@ -607,7 +564,7 @@ async fn process<H, F>(
         let span = extension_span(shared.extend_by, job.ack_deadline, received);
         let deadline = local_instant(job.ack_deadline, received, received_at);
         let keep = keep_extended(
-            shared.client.clone(),
+            client.clone(),
             delivery_id.clone(),
             deadline,
             span,
@@ -653,11 +610,7 @@ async fn process<H, F>(
             }
             Outcome::Fail { error } => tracing::warn!(error = %error, "handler failed for good"),
         }
-        ack(
-            &shared.client,
-            outcome.into_ack_request(delivery_id.clone()),
-        )
-        .await;
+        ack(&client, outcome.into_ack_request(delivery_id.clone())).await;
     };
 
     tokio::select! {
@@ -669,7 +622,7 @@ async fn process<H, F>(
 /// Sends an ack, re-sending it after transient failures. Failures are logged, not returned:
 /// an unacknowledged delivery is redelivered after its deadline, which is the best recovery
 /// there is.
-async fn ack(client: &ExecutorServiceClient<Channel>, request: pb::AckRequest) {
+async fn ack(client: &ExecClient, request: pb::AckRequest) {
     let mut client = client.clone();
     let mut failures = 0;
     loop {
@@ -734,29 +687,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fatal_subscribe_codes() {
-        for code in [
-            Code::InvalidArgument,
-            Code::Unimplemented,
-            Code::Unauthenticated,
-            Code::PermissionDenied,
-        ] {
-            assert!(is_fatal(code), "{code:?}");
-        }
-        for code in [
-            Code::Unavailable,
-            Code::DeadlineExceeded,
-            Code::ResourceExhausted,
-            Code::Internal,
-            Code::Unknown,
-            Code::Cancelled,
-            Code::NotFound,
-        ] {
-            assert!(!is_fatal(code), "{code:?}");
-        }
-    }
-
-    #[test]
     fn builder_sets_every_option() {
         let e = Executor::builder("127.0.0.1:50051", "orders")
             .executor_id("w-1")
@@ -765,6 +695,8 @@ mod tests {
             .extend_by(Duration::from_secs(60))
             .drain_timeout(Duration::from_secs(2))
             .reconnect_backoff(Duration::from_millis(10), Duration::from_secs(1))
+            .follow_ring(false)
+            .ring_refresh(Duration::from_secs(1))
             .build();
         assert_eq!(e.service(), "orders");
         assert_eq!(e.executor_id(), "w-1");
@@ -780,12 +712,16 @@ mod tests {
             }
         );
         assert_eq!(e.target.to_string(), "127.0.0.1:50051");
+        assert!(!e.follow_ring);
+        assert_eq!(e.ring_refresh, Duration::from_secs(1));
 
         let defaults = Executor::builder("x:1", "s").build();
         assert_eq!(defaults.concurrency, DEFAULT_CONCURRENCY);
         assert_eq!(defaults.drain_timeout, DEFAULT_DRAIN_TIMEOUT);
         assert_eq!(defaults.extend_every, None);
         assert_eq!(defaults.extend_by, None);
+        assert!(defaults.follow_ring);
+        assert_eq!(defaults.ring_refresh, DEFAULT_RING_REFRESH);
         assert!(!defaults.executor_id().is_empty());
     }
 

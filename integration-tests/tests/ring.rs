@@ -1,0 +1,243 @@
+//! Several nodes on one keyspace share the token space through LWT leases: the ring covers
+//! every token exactly once with one compactor, rebalances when a node joins or leaves, and
+//! dispatch splits the work with every retry delivered once.
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use rebound_integration_tests::{dispatch_config, next_delivery, TestNode};
+use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
+use rebound_server::{clock::SystemClock, config::Config};
+
+fn ring_config(keyspace: &str, node: &str) -> Config {
+    let mut c = dispatch_config("ring");
+    c.keyspace = keyspace.to_string();
+    c.node_id = node.to_string();
+    c.slots = 16;
+    c.lease_ttl_ms = 2_000;
+    c
+}
+
+async fn ring(n: &TestNode) -> pb::Ring {
+    ExecutorServiceClient::new(n.channel.clone())
+        .get_ring(pb::GetRingRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// True when the ring's ranges cover the token space exactly once among `nodes` live nodes,
+/// with exactly one compactor.
+fn covers_exactly_once(r: &pb::Ring, nodes: usize) -> Result<(), String> {
+    if r.nodes.len() != nodes {
+        return Err(format!("{} nodes listed", r.nodes.len()));
+    }
+    let compactors = r.nodes.iter().filter(|n| n.compactor).count();
+    if compactors != 1 {
+        return Err(format!("{compactors} compactors"));
+    }
+    let mut ranges: Vec<(i64, i64)> = r
+        .nodes
+        .iter()
+        .flat_map(|n| n.ranges.iter().map(|t| (t.start, t.end)))
+        .collect();
+    ranges.sort();
+    let mut next = i64::MIN;
+    for (s, e) in &ranges {
+        if *s != next {
+            return Err(format!("gap or overlap at {next}: {ranges:?}"));
+        }
+        next = e.wrapping_add(1);
+    }
+    if ranges.last().map(|r| r.1) != Some(i64::MAX) {
+        return Err(format!("does not reach the end: {ranges:?}"));
+    }
+    Ok(())
+}
+
+async fn converge(n: &TestNode, nodes: usize, balanced: bool) -> pb::Ring {
+    let started = std::time::Instant::now();
+    loop {
+        let r = ring(n).await;
+        let ok = covers_exactly_once(&r, nodes);
+        // Balanced: every node holds at least one slot and at most ceil(16 / nodes).
+        let slot = (1i128 << 64) / 16;
+        let share = 16_i128.div_euclid(nodes as i128) + i128::from(16 % nodes != 0);
+        let even = !balanced
+            || r.nodes.iter().all(|x| {
+                let width: i128 = x
+                    .ranges
+                    .iter()
+                    .map(|t| i128::from(t.end) - i128::from(t.start) + 1)
+                    .sum();
+                width >= slot && width <= share * slot + 16
+            });
+        if ok.is_ok() && even {
+            return r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "ring did not converge to {nodes} nodes: {ok:?} {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_share_the_ring_rebalance_and_take_over() {
+    let keyspace = rebound_integration_tests::unique_keyspace("ring");
+    let mut nodes = Vec::new();
+    for id in ["n1", "n2", "n3"] {
+        nodes.push(TestNode::start(ring_config(&keyspace, id), Arc::new(SystemClock)).await);
+    }
+    let r = converge(&nodes[0], 3, true).await;
+    eprintln!(
+        "3 nodes: {:?}",
+        r.nodes
+            .iter()
+            .map(|n| (&n.node_id, n.ranges.len(), n.compactor))
+            .collect::<Vec<_>>()
+    );
+
+    // A fourth node joins and gets its share.
+    let joined = std::time::Instant::now();
+    nodes.push(TestNode::start(ring_config(&keyspace, "n4"), Arc::new(SystemClock)).await);
+    let r = converge(&nodes[0], 4, true).await;
+    eprintln!("rebalanced after a join in {:?}", joined.elapsed());
+    assert!(r
+        .nodes
+        .iter()
+        .any(|n| n.node_id == "n4" && !n.ranges.is_empty()));
+
+    // Work enqueued anywhere is delivered once, by whichever node holds its range.
+    let mut c = nodes[0].client.clone();
+    for i in 0..40 {
+        c.enqueue_retry(pb::EnqueueRetryRequest {
+            service: "split".into(),
+            transaction_id: format!("s{i}"),
+            attempt: 1,
+            schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
+                prost_types::Duration::default(),
+            )),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let mut subs = Vec::new();
+    for n in &nodes {
+        subs.push(
+            ExecutorServiceClient::new(n.channel.clone())
+                .subscribe(pb::SubscribeRequest {
+                    service: "split".into(),
+                    executor_id: "t".into(),
+                    max_in_flight: 100,
+                })
+                .await
+                .unwrap()
+                .into_inner(),
+        );
+    }
+    let mut seen = BTreeSet::new();
+    let started = std::time::Instant::now();
+    while seen.len() < 40 && started.elapsed() < Duration::from_secs(30) {
+        for (k, s) in subs.iter_mut().enumerate() {
+            while let Some(d) = next_delivery(s, Duration::from_millis(200)).await {
+                assert!(
+                    seen.insert(d.transaction_id.clone()),
+                    "{} delivered twice",
+                    d.transaction_id
+                );
+                ExecutorServiceClient::new(nodes[k].channel.clone())
+                    .ack(pb::AckRequest {
+                        delivery_id: d.delivery_id,
+                        outcome: pb::AckOutcome::Succeeded as i32,
+                        retry_after: None,
+                        error: String::new(),
+                    })
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+    assert_eq!(seen.len(), 40);
+    drop(subs);
+
+    // The SDK's executor, given one node's address, follows the ring to all four.
+    for i in 0..30 {
+        c.enqueue_retry(pb::EnqueueRetryRequest {
+            service: "sdk-split".into(),
+            transaction_id: format!("k{i}"),
+            attempt: 1,
+            schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
+                prost_types::Duration::default(),
+            )),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let got: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let sink = got.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let addr = format!("http://{}", nodes[1].node.as_ref().unwrap().local_addr());
+    let exec = tokio::spawn(
+        rebound_client::executor::Executor::builder(addr.as_str(), "sdk-split")
+            .concurrency(8)
+            .ring_refresh(Duration::from_millis(500))
+            .run(
+                move |job: rebound_client::executor::Job| {
+                    let sink = sink.clone();
+                    async move {
+                        sink.lock().unwrap().push(job.transaction_id.clone());
+                        rebound_client::executor::Outcome::success()
+                    }
+                },
+                async move {
+                    let _ = stopped.await;
+                },
+            ),
+    );
+    let started = std::time::Instant::now();
+    while got.lock().unwrap().len() < 30 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "sdk got {:?}",
+            got.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop.send(());
+    exec.await.unwrap().unwrap();
+    let mut all = got.lock().unwrap().clone();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 30, "every retry once, from every node");
+
+    // The compactor leaves: its leases are handed back and taken over, compactor included.
+    let compactor = r
+        .nodes
+        .iter()
+        .find(|n| n.compactor)
+        .unwrap()
+        .node_id
+        .clone();
+    let pos = nodes
+        .iter()
+        .position(|n| n.config.node_id == compactor)
+        .unwrap();
+    let mut gone = nodes.remove(pos);
+    let left = std::time::Instant::now();
+    gone.node.take().unwrap().shutdown().await.unwrap();
+    let r = converge(&nodes[0], 3, false).await;
+    eprintln!(
+        "ring whole again {:?} after {compactor} left",
+        left.elapsed()
+    );
+    assert!(!r.nodes.iter().any(|n| n.node_id == compactor));
+    let first = nodes.remove(0);
+    for n in nodes {
+        let mut n = n;
+        n.node.take().unwrap().shutdown().await.unwrap();
+    }
+    first.finish().await;
+}

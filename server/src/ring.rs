@@ -1,0 +1,351 @@
+//! The lease ring (DESIGN.md "The lease ring"): nodes share the token space through leases in
+//! Cassandra, taken and renewed with lightweight transactions, so there is no coordinator to
+//! deploy and no single point of failure.
+//!
+//! The token space is cut into `slots` equal ranges, each with a lease row; slot -1 is the
+//! compactor (Node-0) lease. Every `lease_ttl / 3` a node heartbeats into `ring_members`,
+//! renews what it holds (`IF epoch = ours`), hands back what exceeds its share
+//! `ceil(slots / live nodes)` and takes expired or never-held slots up to its share (`IF epoch
+//! = the expired one`, or `IF NOT EXISTS`). Every take bumps the epoch, the fencing token.
+//!
+//! Invariants kept here:
+//! - a node stops using a slot before it releases it, and treats a slot as held only until
+//!   the expiry it wrote itself; dispatch checks `still_holds` with a margin before each step;
+//! - a lease LWT that times out has an unknown outcome: the slot is re-read with SERIAL
+//!   consistency and counted as held only if the row shows this node and the new epoch.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use tokio::sync::watch;
+
+use crate::{
+    clock::SharedClock,
+    ownership::{Lease, Ownership},
+    store::{Cas, LeaseRow, Member, RetryStore, StoreError, TokenRange},
+};
+
+/// The compactor lease's slot number.
+pub const COMPACTOR_SLOT: i32 = -1;
+
+#[derive(Debug, Clone)]
+pub struct RingOptions {
+    pub node_id: String,
+    pub address: String,
+    pub boot_epoch: i64,
+    pub slots: u32,
+    pub lease_ttl_ms: i64,
+}
+
+/// The token range of `slot` out of `slots` equal ranges covering `[i64::MIN, i64::MAX]`.
+pub fn slot_range(slot: u32, slots: u32) -> TokenRange {
+    let span: i128 = 1i128 << 64;
+    let lo = i128::from(i64::MIN) + span * i128::from(slot) / i128::from(slots);
+    let hi = i128::from(i64::MIN) + span * i128::from(slot + 1) / i128::from(slots) - 1;
+    TokenRange {
+        start: lo as i64,
+        end: hi as i64,
+    }
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    /// slot -> (epoch, expires_at_ms as written by this node)
+    slots: BTreeMap<i32, (i64, i64)>,
+}
+
+#[derive(Debug)]
+pub struct LeaseRing {
+    store: Arc<dyn RetryStore>,
+    clock: SharedClock,
+    opts: RingOptions,
+    held: Mutex<Held>,
+}
+
+impl LeaseRing {
+    pub fn new(store: Arc<dyn RetryStore>, clock: SharedClock, opts: RingOptions) -> Self {
+        Self {
+            store,
+            clock,
+            opts,
+            held: Mutex::new(Held::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().expect("ring lock")
+    }
+
+    /// Slots (compactor excluded) held now.
+    pub fn held_slots(&self) -> Vec<i32> {
+        let now = self.clock.now_ms();
+        self.lock()
+            .slots
+            .iter()
+            .filter(|(s, (_, exp))| **s >= 0 && *exp > now)
+            .map(|(s, _)| *s)
+            .collect()
+    }
+
+    /// Runs the lease loop until `stop` turns true, then hands every lease back.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let period = Duration::from_millis((self.opts.lease_ttl_ms / 3).max(100) as u64);
+        loop {
+            if let Err(e) = self.cycle().await {
+                tracing::warn!(error = %e, "lease ring cycle failed, will retry");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+        self.release_all().await;
+    }
+
+    /// One round: heartbeat, renew, hand back surplus, take up to the share.
+    pub async fn cycle(&self) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let ttl = self.opts.lease_ttl_ms;
+        self.store
+            .heartbeat(
+                &Member {
+                    node_id: self.opts.node_id.clone(),
+                    address: self.opts.address.clone(),
+                    boot_epoch: self.opts.boot_epoch,
+                    heartbeat_at_ms: now,
+                },
+                // A dead node's membership lapses after two lease lifetimes.
+                ((2 * ttl) / 1000).max(2) as u32,
+            )
+            .await?;
+        let live = self.store.list_members().await?.len().max(1) as u32;
+        let share = self.opts.slots.div_ceil(live) as usize;
+
+        // Renew everything held (and the compactor lease).
+        let held: Vec<(i32, (i64, i64))> =
+            self.lock().slots.iter().map(|(s, v)| (*s, *v)).collect();
+        for (slot, (epoch, _)) in held {
+            let row = self.row(slot, epoch, now + ttl);
+            match self.cas(&row, Some(epoch)).await {
+                Ok(true) => {
+                    self.lock().slots.insert(slot, (epoch, now + ttl));
+                }
+                Ok(false) => {
+                    tracing::info!(slot, "lease lost");
+                    self.lock().slots.remove(&slot);
+                }
+                Err(e) => {
+                    tracing::warn!(slot, error = %e, "cannot renew a lease; keeping its old expiry")
+                }
+            }
+        }
+
+        // Hand back the surplus: stop using a slot first, then release it.
+        let mut mine: Vec<(i32, i64)> = self
+            .lock()
+            .slots
+            .iter()
+            .filter(|(s, _)| **s >= 0)
+            .map(|(s, (e, _))| (*s, *e))
+            .collect();
+        while mine.len() > share {
+            let (slot, epoch) = mine.pop().expect("non-empty");
+            self.lock().slots.remove(&slot);
+            let row = self.row(slot, epoch, 0);
+            if let Err(e) = self.cas(&row, Some(epoch)).await {
+                tracing::warn!(slot, error = %e, "cannot hand a lease back; it will expire");
+            } else {
+                tracing::info!(slot, "lease handed back");
+            }
+        }
+
+        // Take expired or never-held slots up to the share, starting at a node-specific slot so
+        // that nodes starting together do not all race for slot 0.
+        let offset = (crate::token::token_of(self.opts.node_id.as_bytes()) as u64
+            % u64::from(self.opts.slots)) as u32;
+        let mut count = mine.len();
+        for k in 0..self.opts.slots {
+            if count >= share {
+                break;
+            }
+            let slot = ((k + offset) % self.opts.slots) as i32;
+            if self.lock().slots.contains_key(&slot) {
+                continue;
+            }
+            if self.try_take(slot, now).await? {
+                count += 1;
+            }
+        }
+        // The compactor lease: whoever finds it free takes it.
+        if !self.lock().slots.contains_key(&COMPACTOR_SLOT) {
+            self.try_take(COMPACTOR_SLOT, now).await?;
+        }
+        Ok(())
+    }
+
+    fn row(&self, slot: i32, epoch: i64, expires_at_ms: i64) -> LeaseRow {
+        LeaseRow {
+            slot,
+            owner: self.opts.node_id.clone(),
+            epoch,
+            expires_at_ms,
+            address: self.opts.address.clone(),
+        }
+    }
+
+    /// Takes `slot` if it was never held or its lease has expired.
+    async fn try_take(&self, slot: i32, now: i64) -> Result<bool, StoreError> {
+        let current = self.store.read_lease(slot).await?;
+        let (epoch, expected) = match &current {
+            None => (1, None),
+            Some(r) if r.expires_at_ms < now => (r.epoch + 1, Some(r.epoch)),
+            Some(_) => return Ok(false),
+        };
+        let row = self.row(slot, epoch, now + self.opts.lease_ttl_ms);
+        match self.cas(&row, expected).await {
+            Ok(true) => {
+                tracing::info!(slot, epoch, "lease taken");
+                self.lock().slots.insert(slot, (epoch, row.expires_at_ms));
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(e) => {
+                tracing::warn!(slot, error = %e, "taking a lease failed");
+                Ok(false)
+            }
+        }
+    }
+
+    /// A lease LWT; a timeout is resolved by a SERIAL read: applied only if the row now shows
+    /// exactly what this node wrote.
+    async fn cas(&self, row: &LeaseRow, expected_epoch: Option<i64>) -> Result<bool, StoreError> {
+        let res = match expected_epoch {
+            None => self.store.create_lease(row).await,
+            Some(e) => self.store.replace_lease(row, e).await,
+        };
+        match res {
+            Ok(Cas::Applied) => Ok(true),
+            Ok(Cas::Rejected(_)) => Ok(false),
+            Err(StoreError::Timeout(m)) => {
+                tracing::warn!(slot = row.slot, error = %m, "lease LWT outcome unknown, re-reading");
+                let now = self.store.read_lease(row.slot).await?;
+                Ok(now.is_some_and(|r| {
+                    r.owner == row.owner
+                        && r.epoch == row.epoch
+                        && r.expires_at_ms == row.expires_at_ms
+                }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn release_all(&self) {
+        let held: Vec<(i32, i64)> = {
+            let mut h = self.lock();
+            let v = h.slots.iter().map(|(s, (e, _))| (*s, *e)).collect();
+            h.slots.clear();
+            v
+        };
+        for (slot, epoch) in held {
+            let row = self.row(slot, epoch, 0);
+            let _ = self.cas(&row, Some(epoch)).await;
+        }
+    }
+
+    /// The ring as Cassandra sees it: live members and the unexpired leases they hold.
+    pub async fn view(&self) -> Result<Vec<(Member, bool, Vec<TokenRange>)>, StoreError> {
+        let now = self.clock.now_ms();
+        let members = self.store.list_members().await?;
+        let mut by_owner: BTreeMap<String, (bool, Vec<u32>)> = BTreeMap::new();
+        for slot in std::iter::once(COMPACTOR_SLOT).chain(0..self.opts.slots as i32) {
+            if let Some(r) = self.store.read_lease(slot).await? {
+                if r.expires_at_ms > now {
+                    let e = by_owner.entry(r.owner).or_default();
+                    if slot == COMPACTOR_SLOT {
+                        e.0 = true;
+                    } else {
+                        e.1.push(slot as u32);
+                    }
+                }
+            }
+        }
+        Ok(members
+            .into_iter()
+            .map(|m| {
+                let (compactor, slots) = by_owner.remove(&m.node_id).unwrap_or_default();
+                let ranges = merge(slots.into_iter().map(|s| slot_range(s, self.opts.slots)));
+                (m, compactor, ranges)
+            })
+            .collect())
+    }
+}
+
+/// Joins adjacent ranges.
+fn merge(ranges: impl Iterator<Item = TokenRange>) -> Vec<TokenRange> {
+    let mut out: Vec<TokenRange> = Vec::new();
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if last.end.checked_add(1) == Some(r.start) => last.end = r.end,
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+impl Ownership for LeaseRing {
+    fn held(&self) -> Vec<Lease> {
+        let now = self.clock.now_ms();
+        self.lock()
+            .slots
+            .iter()
+            .filter(|(s, (_, exp))| **s >= 0 && *exp > now)
+            .map(|(s, (_, exp))| Lease {
+                range: slot_range(*s as u32, self.opts.slots),
+                valid_until_ms: *exp,
+            })
+            .collect()
+    }
+
+    fn still_holds(&self, range: TokenRange, until_ms: i64) -> bool {
+        self.lock().slots.iter().any(|(s, (_, exp))| {
+            *s >= 0 && slot_range(*s as u32, self.opts.slots) == range && *exp >= until_ms
+        })
+    }
+
+    fn is_compactor(&self, until_ms: i64) -> bool {
+        self.lock()
+            .slots
+            .get(&COMPACTOR_SLOT)
+            .is_some_and(|(_, exp)| *exp >= until_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_cover_the_token_space_without_gaps() {
+        for slots in [1u32, 2, 3, 7, 64, 1000] {
+            let mut next = i64::MIN;
+            for s in 0..slots {
+                let r = slot_range(s, slots);
+                assert_eq!(r.start, next, "slots={slots} slot={s}");
+                assert!(r.end >= r.start);
+                next = r.end.wrapping_add(1);
+            }
+            assert_eq!(slot_range(slots - 1, slots).end, i64::MAX);
+        }
+    }
+
+    #[test]
+    fn adjacent_ranges_merge() {
+        let m = merge((0..4).map(|s| slot_range(s, 4)));
+        assert_eq!(m, vec![TokenRange::FULL]);
+        let m = merge([0, 2].into_iter().map(|s| slot_range(s, 4)));
+        assert_eq!(m.len(), 2);
+    }
+}
