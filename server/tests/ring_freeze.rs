@@ -1,0 +1,193 @@
+//! A node frozen with SIGSTOP past its leases and then resumed: the other node takes its
+//! slots and redelivers what was in flight on it; once resumed, the frozen node delivers no
+//! retry that already succeeded, and its late acks of deliveries made before the freeze are
+//! refused as stale and change nothing.
+
+mod common;
+
+use std::{
+    collections::{HashMap, HashSet},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use common::{connect, contact_point, free_port, spawn_node};
+use rebound_proto::v1::{
+    self as pb, executor_service_client::ExecutorServiceClient,
+    retry_service_client::RetryServiceClient,
+};
+use tonic::Code;
+
+async fn ring_ok(ch: &tonic::transport::Channel, nodes: usize) -> bool {
+    let r = ExecutorServiceClient::new(ch.clone())
+        .get_ring(pb::GetRingRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    r.nodes.len() == nodes && r.nodes.iter().all(|n| !n.ranges.is_empty())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
+    let keyspace = format!("t_freeze_{}_{}", std::process::id(), rand::random::<u16>());
+    let (p1, p2) = (free_port(), free_port());
+    let n1 = spawn_node(&keyspace, p1, "f1");
+    let c1 = connect(p1).await;
+    let n2 = spawn_node(&keyspace, p2, "f2");
+    let c2 = connect(p2).await;
+    let started = Instant::now();
+    while !ring_ok(&c1, 2).await {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "ring did not form"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let requests = (0..400)
+        .map(|i| pb::EnqueueRetryRequest {
+            service: "frz".into(),
+            transaction_id: format!("f{i:03}"),
+            attempt: 1,
+            schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
+                prost_types::Duration::default(),
+            )),
+            ..Default::default()
+        })
+        .collect();
+    RetryServiceClient::new(c1.clone())
+        .enqueue_retry_batch(pb::EnqueueRetryBatchRequest { requests })
+        .await
+        .unwrap();
+
+    // f2's executor takes deliveries and holds them unacknowledged.
+    let mut held_on_f2 = Vec::new();
+    let mut s2 = ExecutorServiceClient::new(c2.clone())
+        .subscribe(pb::SubscribeRequest {
+            service: "frz".into(),
+            executor_id: "x2".into(),
+            max_in_flight: 20,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    while held_on_f2.len() < 20 {
+        let d = tokio::time::timeout(Duration::from_secs(20), s2.message())
+            .await
+            .expect("f2 delivers")
+            .unwrap()
+            .unwrap();
+        held_on_f2.push(d);
+    }
+    // Freeze f2 well past its 2 s leases.
+    let pid = n2.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let frozen_at = Instant::now();
+
+    // f1 takes over and drains everything, f2's in-flight items included.
+    let mut acked: HashMap<String, Instant> = HashMap::new();
+    let mut s1 = ExecutorServiceClient::new(c1.clone())
+        .subscribe(pb::SubscribeRequest {
+            service: "frz".into(),
+            executor_id: "x1".into(),
+            max_in_flight: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ex1 = ExecutorServiceClient::new(c1.clone());
+    while acked.len() < 400 {
+        assert!(
+            frozen_at.elapsed() < Duration::from_secs(60),
+            "f1 acked only {}",
+            acked.len()
+        );
+        let Ok(Ok(Some(d))) = tokio::time::timeout(Duration::from_secs(5), s1.message()).await
+        else {
+            continue;
+        };
+        assert!(
+            !acked.contains_key(&d.transaction_id),
+            "{} delivered again after success",
+            d.transaction_id
+        );
+        ex1.ack(pb::AckRequest {
+            delivery_id: d.delivery_id,
+            outcome: pb::AckOutcome::Succeeded as i32,
+            retry_after: None,
+            error: String::new(),
+        })
+        .await
+        .unwrap();
+        acked.insert(d.transaction_id, Instant::now());
+    }
+    let frozen_for = frozen_at.elapsed();
+    assert!(
+        frozen_for > Duration::from_secs(2),
+        "f1 cannot have taken f2's leases that fast"
+    );
+
+    // Resume f2: its old leases are gone; it delivers nothing that already succeeded, and its
+    // late acks of pre-freeze deliveries are refused and change nothing.
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut ex2 = ExecutorServiceClient::new(c2.clone());
+    for d in &held_on_f2 {
+        let err = ex2
+            .ack(pb::AckRequest {
+                delivery_id: d.delivery_id.clone(),
+                outcome: pb::AckOutcome::Retry as i32,
+                retry_after: None,
+                error: "late".into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    }
+    let mut after: HashSet<String> = HashSet::new();
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        if let Ok(Ok(Some(d))) =
+            tokio::time::timeout(Duration::from_millis(300), s2.message()).await
+        {
+            after.insert(d.transaction_id);
+        }
+    }
+    assert!(
+        after.is_empty(),
+        "resumed f2 delivered succeeded retries: {after:?}"
+    );
+    let mut rc = RetryServiceClient::new(c1.clone());
+    for d in &held_on_f2 {
+        let r = rc
+            .get_retry(pb::GetRetryRequest {
+                service: "frz".into(),
+                transaction_id: d.transaction_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            r.status,
+            pb::RetryStatus::Succeeded as i32,
+            "a late ack changed {}",
+            d.transaction_id
+        );
+    }
+    eprintln!("f2 frozen for {frozen_for:?}; f1 drained all 400, {} of them redeliveries of f2's in-flight items", held_on_f2.len());
+    drop((n1, n2));
+    let cql = scylla::client::session_builder::SessionBuilder::new()
+        .known_node(contact_point())
+        .build()
+        .await
+        .unwrap();
+    let _ = cql
+        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+        .await;
+}

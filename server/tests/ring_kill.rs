@@ -1,0 +1,292 @@
+//! Three real `rebound-server` processes share the ring; one is killed with SIGKILL in the
+//! middle of a 20,000-item drain. Its slots are taken once its leases expire, every retry is
+//! delivered and acknowledged, no SUCCEEDED retry is delivered again, and the only duplicates
+//! are retries that were in flight on the killed node. Meanwhile the lease rows are sampled:
+//! a slot never changes hands before its previous lease has expired or been handed back.
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use common::{connect, contact_point, free_port, spawn_node, Proc};
+use rebound_proto::v1::{
+    self as pb, executor_service_client::ExecutorServiceClient,
+    retry_service_client::RetryServiceClient,
+};
+use scylla::value::CqlTimestamp;
+
+const ITEMS: usize = 20_000;
+
+#[derive(Default)]
+struct Log {
+    /// transaction -> nodes that delivered it, in order
+    deliveries: HashMap<String, Vec<String>>,
+    /// transactions whose SUCCEEDED ack was accepted, and when
+    acked: HashMap<String, Instant>,
+    /// deliveries made after the transaction's SUCCEEDED ack was accepted
+    after_success: Vec<String>,
+    /// (node, transaction) delivered but not acknowledged, per node
+    unacked: HashMap<String, HashSet<String>>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_one_of_three_nodes_during_a_drain() {
+    let keyspace = format!(
+        "t_ringkill_{}_{}",
+        std::process::id(),
+        rand::random::<u16>()
+    );
+    let ids = ["r1", "r2", "r3"];
+    let ports: Vec<u16> = ids.iter().map(|_| free_port()).collect();
+    let mut procs: Vec<Option<Proc>> = Vec::new();
+    for (id, port) in ids.iter().zip(&ports) {
+        procs.push(Some(spawn_node(&keyspace, *port, id)));
+        // Let the first node create the schema before the others race for it.
+        if procs.len() == 1 {
+            connect(*port).await;
+        }
+    }
+    let mut chans = Vec::new();
+    for port in &ports {
+        chans.push(connect(*port).await);
+    }
+    // Wait for the ring to cover all three.
+    let started = Instant::now();
+    loop {
+        let ring = ExecutorServiceClient::new(chans[0].clone())
+            .get_ring(pb::GetRingRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        if ring.nodes.len() == 3 && ring.nodes.iter().all(|n| !n.ranges.is_empty()) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "ring: {ring:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Sample the lease rows all along.
+    let cql = Arc::new(
+        scylla::client::session_builder::SessionBuilder::new()
+            .known_node(contact_point())
+            .build()
+            .await
+            .unwrap(),
+    );
+    let history: Arc<Mutex<Vec<(i64, i32, String, i64, i64)>>> = Arc::default();
+    let sampler = {
+        let cql = cql.clone();
+        let history = history.clone();
+        let keyspace = keyspace.clone();
+        tokio::spawn(async move {
+            loop {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as i64;
+                if let Ok(r) = cql
+                    .query_unpaged(
+                        format!(
+                            "SELECT slot, owner, epoch, expires_at FROM {keyspace}.ring_leases"
+                        ),
+                        (),
+                    )
+                    .await
+                {
+                    let rows = r.into_rows_result().unwrap();
+                    let mut h = history.lock().unwrap();
+                    for row in rows.rows::<(i32, String, i64, CqlTimestamp)>().unwrap() {
+                        let (slot, owner, epoch, exp) = row.unwrap();
+                        h.push((now, slot, owner, epoch, exp.0));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    // Enqueue through every node.
+    let enqueue_started = Instant::now();
+    let mut tasks = Vec::new();
+    for chunk in 0..(ITEMS / 500) {
+        let ch = chans[chunk % 3].clone();
+        tasks.push(tokio::spawn(async move {
+            let requests = (chunk * 500..(chunk + 1) * 500)
+                .map(|i| pb::EnqueueRetryRequest {
+                    service: "drain".into(),
+                    transaction_id: format!("d{i:05}"),
+                    attempt: 1,
+                    schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
+                        prost_types::Duration::default(),
+                    )),
+                    ..Default::default()
+                })
+                .collect();
+            let r = RetryServiceClient::new(ch)
+                .enqueue_retry_batch(pb::EnqueueRetryBatchRequest { requests })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(r.results.iter().all(|r| matches!(
+                r.result,
+                Some(pb::enqueue_retry_result::Result::Response(_))
+            )));
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    eprintln!("enqueued {ITEMS} in {:?}", enqueue_started.elapsed());
+
+    // Executors on every node, acking as they go.
+    let log: Arc<Mutex<Log>> = Arc::default();
+    let mut subs = Vec::new();
+    for (k, ch) in chans.iter().enumerate() {
+        let ch = ch.clone();
+        let log = log.clone();
+        let node = ids[k].to_string();
+        subs.push(tokio::spawn(async move {
+            let mut ex = ExecutorServiceClient::new(ch.clone());
+            let Ok(resp) = ex
+                .subscribe(pb::SubscribeRequest {
+                    service: "drain".into(),
+                    executor_id: format!("x-{node}"),
+                    max_in_flight: 200,
+                })
+                .await
+            else {
+                return;
+            };
+            let mut stream = resp.into_inner();
+            while let Ok(Some(d)) = stream.message().await {
+                {
+                    let mut l = log.lock().unwrap();
+                    if l.acked.contains_key(&d.transaction_id) {
+                        l.after_success.push(d.transaction_id.clone());
+                    }
+                    l.deliveries
+                        .entry(d.transaction_id.clone())
+                        .or_default()
+                        .push(node.clone());
+                    l.unacked
+                        .entry(node.clone())
+                        .or_default()
+                        .insert(d.transaction_id.clone());
+                }
+                let mut ex = ex.clone();
+                let log = log.clone();
+                let node = node.clone();
+                tokio::spawn(async move {
+                    let ok = ex
+                        .ack(pb::AckRequest {
+                            delivery_id: d.delivery_id,
+                            outcome: pb::AckOutcome::Succeeded as i32,
+                            retry_after: None,
+                            error: String::new(),
+                        })
+                        .await
+                        .is_ok();
+                    let mut l = log.lock().unwrap();
+                    if ok {
+                        l.acked
+                            .entry(d.transaction_id.clone())
+                            .or_insert_with(Instant::now);
+                        l.unacked.entry(node).or_default().remove(&d.transaction_id);
+                    }
+                });
+            }
+        }));
+    }
+    // Kill r2 once a quarter has been acknowledged.
+    let drain_started = Instant::now();
+    while log.lock().unwrap().acked.len() < ITEMS / 4 {
+        assert!(
+            drain_started.elapsed() < Duration::from_secs(120),
+            "drain stalled before the kill"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut victim = procs[1].take().unwrap();
+    victim.0.kill().unwrap();
+    victim.0.wait().unwrap();
+    let killed_at = Instant::now();
+    let in_flight_at_kill: HashSet<String> = log
+        .lock()
+        .unwrap()
+        .unacked
+        .get("r2")
+        .cloned()
+        .unwrap_or_default();
+    eprintln!(
+        "killed r2 after {} acks, with {} deliveries in flight on it",
+        ITEMS / 4,
+        in_flight_at_kill.len()
+    );
+    while log.lock().unwrap().acked.len() < ITEMS {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(180),
+            "only {} of {ITEMS} acknowledged",
+            log.lock().unwrap().acked.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let drain = drain_started.elapsed();
+    sampler.abort();
+    for s in subs {
+        s.abort();
+    }
+
+    let l = log.lock().unwrap();
+    let dups: BTreeMap<&String, &Vec<String>> =
+        l.deliveries.iter().filter(|(_, v)| v.len() > 1).collect();
+    eprintln!(
+        "drained {ITEMS} in {drain:?}; {} delivered more than once",
+        dups.len()
+    );
+    assert!(
+        l.after_success.is_empty(),
+        "SUCCEEDED retries delivered again: {:?}",
+        l.after_success
+    );
+    for (txid, nodes) in &dups {
+        assert!(
+            in_flight_at_kill.contains(*txid) && nodes[0] == "r2",
+            "{txid} delivered by {nodes:?} but was not in flight on the killed node"
+        );
+    }
+
+    // Lease history: an epoch change on a slot is first seen only after the previous epoch's
+    // lease had expired or was handed back (expiry 0), by the shared clock of this machine.
+    let h = history.lock().unwrap();
+    let mut last: HashMap<i32, (String, i64, i64)> = HashMap::new();
+    let mut handovers = 0;
+    for (seen_at, slot, owner, epoch, exp) in h.iter() {
+        if let Some((prev_owner, prev_epoch, prev_exp)) = last.get(slot) {
+            if *epoch != *prev_epoch && owner != prev_owner {
+                handovers += 1;
+                assert!(
+                    *prev_exp <= *seen_at,
+                    "slot {slot}: {owner} took epoch {epoch} at {seen_at} while {prev_owner}'s epoch {prev_epoch} ran to {prev_exp}"
+                );
+            }
+        }
+        last.insert(*slot, (owner.clone(), *epoch, *exp));
+    }
+    eprintln!(
+        "{} lease samples, {handovers} handovers, none overlapping",
+        h.len()
+    );
+    drop(h);
+    drop(l);
+    drop(procs);
+    let _ = cql
+        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+        .await;
+}
