@@ -243,48 +243,48 @@ async fn sigkill_one_of_three_nodes_during_a_drain() {
         s.abort();
     }
 
-    let l = log.lock().unwrap();
-    let dups: BTreeMap<&String, &Vec<String>> =
-        l.deliveries.iter().filter(|(_, v)| v.len() > 1).collect();
-    eprintln!(
-        "drained {ITEMS} in {drain:?}; {} delivered more than once",
-        dups.len()
-    );
-    assert!(
-        l.after_success.is_empty(),
-        "SUCCEEDED retries delivered again: {:?}",
-        l.after_success
-    );
-    for (txid, nodes) in &dups {
+    {
+        let l = log.lock().unwrap();
+        let dups: BTreeMap<&String, &Vec<String>> =
+            l.deliveries.iter().filter(|(_, v)| v.len() > 1).collect();
+        eprintln!(
+            "drained {ITEMS} in {drain:?}; {} delivered more than once",
+            dups.len()
+        );
         assert!(
-            in_flight_at_kill.contains(*txid) && nodes[0] == "r2",
-            "{txid} delivered by {nodes:?} but was not in flight on the killed node"
+            l.after_success.is_empty(),
+            "SUCCEEDED retries delivered again: {:?}",
+            l.after_success
+        );
+        for (txid, nodes) in &dups {
+            assert!(
+                in_flight_at_kill.contains(*txid) && nodes[0] == "r2",
+                "{txid} delivered by {nodes:?} but was not in flight on the killed node"
+            );
+        }
+
+        // Lease history: an epoch change on a slot is first seen only after the previous epoch's
+        // lease had expired or was handed back (expiry 0), by the shared clock of this machine.
+        let h = history.lock().unwrap();
+        let mut last: HashMap<i32, (String, i64, i64)> = HashMap::new();
+        let mut handovers = 0;
+        for (seen_at, slot, owner, epoch, exp) in h.iter() {
+            if let Some((prev_owner, prev_epoch, prev_exp)) = last.get(slot) {
+                if *epoch != *prev_epoch && owner != prev_owner {
+                    handovers += 1;
+                    assert!(
+                        *prev_exp <= *seen_at,
+                        "slot {slot}: {owner} took epoch {epoch} at {seen_at} while {prev_owner}'s epoch {prev_epoch} ran to {prev_exp}"
+                    );
+                }
+            }
+            last.insert(*slot, (owner.clone(), *epoch, *exp));
+        }
+        eprintln!(
+            "{} lease samples, {handovers} handovers, none overlapping",
+            h.len()
         );
     }
-
-    // Lease history: an epoch change on a slot is first seen only after the previous epoch's
-    // lease had expired or was handed back (expiry 0), by the shared clock of this machine.
-    let h = history.lock().unwrap();
-    let mut last: HashMap<i32, (String, i64, i64)> = HashMap::new();
-    let mut handovers = 0;
-    for (seen_at, slot, owner, epoch, exp) in h.iter() {
-        if let Some((prev_owner, prev_epoch, prev_exp)) = last.get(slot) {
-            if *epoch != *prev_epoch && owner != prev_owner {
-                handovers += 1;
-                assert!(
-                    *prev_exp <= *seen_at,
-                    "slot {slot}: {owner} took epoch {epoch} at {seen_at} while {prev_owner}'s epoch {prev_epoch} ran to {prev_exp}"
-                );
-            }
-        }
-        last.insert(*slot, (owner.clone(), *epoch, *exp));
-    }
-    eprintln!(
-        "{} lease samples, {handovers} handovers, none overlapping",
-        h.len()
-    );
-    drop(h);
-    drop(l);
     drop(procs);
     let _ = cql
         .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
