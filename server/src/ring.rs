@@ -167,16 +167,50 @@ impl LeaseRing {
         let offset = (crate::token::token_of(self.opts.node_id.as_bytes()) as u64
             % u64::from(self.opts.slots)) as u32;
         let mut count = mine.len();
-        for k in 0..self.opts.slots {
-            if count >= share {
-                break;
+        if count < share {
+            // A cheap overview first; only slots that look free get a SERIAL read and an LWT.
+            let unheld: Vec<i32> = {
+                let h = self.lock();
+                (0..self.opts.slots as i32)
+                    .filter(|s| !h.slots.contains_key(s))
+                    .collect()
+            };
+            let seen: BTreeMap<i32, i64> = self
+                .store
+                .peek_leases(&unheld)
+                .await?
+                .into_iter()
+                .map(|r| (r.slot, r.expires_at_ms))
+                .collect();
+            for k in 0..self.opts.slots {
+                if count >= share {
+                    break;
+                }
+                let slot = ((k + offset) % self.opts.slots) as i32;
+                let looks_free = seen.get(&slot).is_none_or(|exp| *exp < now);
+                if !unheld.contains(&slot) || !looks_free {
+                    continue;
+                }
+                if self.try_take(slot, now).await? {
+                    count += 1;
+                }
             }
-            let slot = ((k + offset) % self.opts.slots) as i32;
-            if self.lock().slots.contains_key(&slot) {
-                continue;
-            }
-            if self.try_take(slot, now).await? {
-                count += 1;
+        }
+        // A slot abandoned by a dead node (expired for a whole renewal period, not handed back)
+        // is better held over the share than by nobody until the dead node's membership
+        // lapses; the surplus is handed back on a later round.
+        let period = ttl / 3;
+        let unheld: Vec<i32> = {
+            let h = self.lock();
+            (0..self.opts.slots as i32)
+                .filter(|s| !h.slots.contains_key(s))
+                .collect()
+        };
+        if !unheld.is_empty() {
+            for r in self.store.peek_leases(&unheld).await? {
+                if r.expires_at_ms > 0 && r.expires_at_ms < now - period {
+                    self.try_take(r.slot, now).await?;
+                }
             }
         }
         // The compactor lease: whoever finds it free takes it.
@@ -260,15 +294,18 @@ impl LeaseRing {
         let now = self.clock.now_ms();
         let members = self.store.list_members().await?;
         let mut by_owner: BTreeMap<String, (bool, Vec<u32>)> = BTreeMap::new();
-        for slot in std::iter::once(COMPACTOR_SLOT).chain(0..self.opts.slots as i32) {
-            if let Some(r) = self.store.read_lease(slot).await? {
-                if r.expires_at_ms > now {
-                    let e = by_owner.entry(r.owner).or_default();
-                    if slot == COMPACTOR_SLOT {
-                        e.0 = true;
-                    } else {
-                        e.1.push(slot as u32);
-                    }
+        let slots: Vec<i32> = std::iter::once(COMPACTOR_SLOT)
+            .chain(0..self.opts.slots as i32)
+            .collect();
+        let mut rows = self.store.peek_leases(&slots).await?;
+        rows.sort_by_key(|r| r.slot);
+        for r in rows {
+            if r.expires_at_ms > now {
+                let e = by_owner.entry(r.owner).or_default();
+                if r.slot == COMPACTOR_SLOT {
+                    e.0 = true;
+                } else {
+                    e.1.push(r.slot as u32);
                 }
             }
         }

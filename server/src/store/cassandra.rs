@@ -128,6 +128,7 @@ struct Statements {
     heartbeat: PreparedStatement,
     list_members: PreparedStatement,
     read_lease: PreparedStatement,
+    peek_leases: PreparedStatement,
     create_lease: PreparedStatement,
     replace_lease: PreparedStatement,
 }
@@ -312,6 +313,11 @@ impl CassandraStore {
                 ps.set_consistency(o.serial_as_read_consistency());
                 ps
             },
+            peek_leases: prep(format!(
+                "SELECT slot, owner, epoch, expires_at, address FROM {ks}.ring_leases \
+                 WHERE region = ? AND cluster = ? AND slot IN ?"
+            ))
+            .await?,
             create_lease: {
                 // A lightweight transaction: never retried blindly by the driver.
                 let mut ps = prep(format!(
@@ -958,6 +964,13 @@ impl RetryStore for CassandraStore {
             .collect(&self.st.read_lease, (&self.region, &self.cluster, slot))
             .await?;
         Ok(rows.into_iter().next().map(lease_row))
+    }
+
+    async fn peek_leases(&self, slots: &[i32]) -> StoreResult<Vec<LeaseRow>> {
+        let rows: Vec<LeaseTuple> = self
+            .collect(&self.st.peek_leases, (&self.region, &self.cluster, slots))
+            .await?;
+        Ok(rows.into_iter().map(lease_row).collect())
     }
 
     async fn create_lease(&self, l: &LeaseRow) -> StoreResult<Cas> {

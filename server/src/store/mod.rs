@@ -209,6 +209,9 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
     async fn list_members(&self) -> StoreResult<Vec<Member>>;
     /// Reads a lease with SERIAL consistency, so that it reflects every committed LWT.
     async fn read_lease(&self, slot: i32) -> StoreResult<Option<LeaseRow>>;
+    /// Reads the leases of `slots` at the normal consistency: a cheap, possibly slightly stale
+    /// overview (no Paxos round); decisions are still taken by LWT.
+    async fn peek_leases(&self, slots: &[i32]) -> StoreResult<Vec<LeaseRow>>;
     /// Creates the lease of a slot that has never been held.
     async fn create_lease(&self, lease: &LeaseRow) -> StoreResult<Cas>;
     /// Replaces the lease if its epoch is still `expected_epoch` (take, renew or release).
