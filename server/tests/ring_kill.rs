@@ -90,10 +90,6 @@ async fn sigkill_one_of_three_nodes_during_a_drain() {
         let keyspace = keyspace.clone();
         tokio::spawn(async move {
             loop {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_millis() as i64;
                 if let Ok(r) = cql
                     .query_unpaged(
                         format!(
@@ -103,6 +99,11 @@ async fn sigkill_one_of_three_nodes_during_a_drain() {
                     )
                     .await
                 {
+                    // Taken after the answer: every row seen existed by then.
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis() as i64;
                     let rows = r.into_rows_result().unwrap();
                     let mut h = history.lock().unwrap();
                     for row in rows.rows::<(i32, String, i64, CqlTimestamp)>().unwrap() {
