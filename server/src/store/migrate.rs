@@ -7,6 +7,9 @@ use scylla::{client::session::Session, value::CqlTimestamp};
 
 use super::{cassandra::map_execution_error, StoreError, StoreResult};
 
+/// Client-side timeout of one schema statement.
+const DDL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// One numbered migration file.
 #[derive(Debug, Clone, Copy)]
 pub struct Migration {
@@ -69,8 +72,12 @@ pub async fn migrate(
     now_ms: i64,
 ) -> StoreResult<Vec<i32>> {
     let run = |cql: String| async move {
+        // Schema changes wait for agreement across the cluster and can take far longer than
+        // the request timeout meant for reads and writes, more so on a loaded machine.
+        let mut stmt = scylla::statement::unprepared::Statement::new(cql.clone());
+        stmt.set_request_timeout(Some(DDL_TIMEOUT));
         session
-            .query_unpaged(cql.clone(), ())
+            .query_unpaged(stmt, ())
             .await
             .map_err(|e| match map_execution_error(&e) {
                 StoreError::Internal(m) => StoreError::Internal(format!("{m} (in {cql:?})")),
