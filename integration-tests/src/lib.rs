@@ -167,6 +167,21 @@ impl TestNode {
         out
     }
 
+    /// Runs `cql` (with `{ks}` standing for the test keyspace) and deserializes every row.
+    pub async fn select<R>(&self, cql: &str) -> Vec<R>
+    where
+        R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
+    {
+        let res = self
+            .cql
+            .query_unpaged(cql.replace("{ks}", self.ks()), ())
+            .await
+            .unwrap_or_else(|e| panic!("{cql}: {e}"))
+            .into_rows_result()
+            .unwrap();
+        res.rows::<R>().unwrap().map(|r| r.unwrap()).collect()
+    }
+
     pub async fn count(&self, table: &str) -> usize {
         let res = self
             .cql

@@ -304,20 +304,11 @@ async fn tiers_hold_exactly_the_expected_rows() {
             ("2026-11-30".to_string(), 18002)
         ])
     );
-    let res = n
-        .cql
-        .query_unpaged(format!("SELECT year, day FROM {}.days_by_year", n.ks()), ())
+    let tier1: Vec<(i32, String)> = n
+        .select::<(i32, CqlDate)>("SELECT year, day FROM {ks}.days_by_year")
         .await
-        .unwrap()
-        .into_rows_result()
-        .unwrap();
-    let tier1: Vec<(i32, String)> = res
-        .rows::<(i32, CqlDate)>()
-        .unwrap()
-        .map(|r| {
-            let (y, d) = r.unwrap();
-            (y, date(d))
-        })
+        .into_iter()
+        .map(|(y, d)| (y, date(d)))
         .collect();
     assert_eq!(tier1, vec![(2026, "2026-11-30".to_string())]);
 
@@ -470,20 +461,11 @@ async fn never_the_current_or_a_past_window_at_every_edge() {
         }
     }
     // The year rolled over: Tier 1 lists 2027-01-01 under 2027.
-    let res = n
-        .cql
-        .query_unpaged(format!("SELECT year, day FROM {}.days_by_year", n.ks()), ())
+    let tier1: BTreeSet<(i32, String)> = n
+        .select::<(i32, CqlDate)>("SELECT year, day FROM {ks}.days_by_year")
         .await
-        .unwrap()
-        .into_rows_result()
-        .unwrap();
-    let tier1: BTreeSet<(i32, String)> = res
-        .rows::<(i32, CqlDate)>()
-        .unwrap()
-        .map(|r| {
-            let (y, d) = r.unwrap();
-            (y, date(d))
-        })
+        .into_iter()
+        .map(|(y, d)| (y, date(d)))
         .collect();
     assert!(
         tier1.contains(&(2027, "2027-01-01".to_string())),

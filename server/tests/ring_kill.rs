@@ -1,8 +1,10 @@
-//! Three real `rebound-server` processes share the ring; one is killed with SIGKILL in the
-//! middle of a 20,000-item drain. Its slots are taken once its leases expire, every retry is
-//! delivered and acknowledged, no SUCCEEDED retry is delivered again, and the only duplicates
-//! are retries that were in flight on the killed node. Meanwhile the lease rows are sampled:
-//! a slot never changes hands before its previous lease has expired or been handed back.
+//! Three real `rebound-server` processes form a ring that covers every token exactly once with
+//! one compactor; a fourth joins and gets its share; then the compactor (Node-0) is killed with
+//! SIGKILL in the middle of a 20,000-item drain. Its slots and the compactor role are taken
+//! once its leases expire, every retry is delivered and acknowledged, no SUCCEEDED retry is
+//! delivered again, and the only duplicates are retries that were in flight on the killed
+//! node. All along the lease rows are sampled: a slot never changes hands before its previous
+//! lease has expired or been handed back.
 
 mod common;
 
@@ -36,15 +38,64 @@ struct Log {
     unacked: HashMap<String, HashSet<String>>,
 }
 
+/// Waits until the ring (as `ch` reports it) lists `members` nodes whose ranges, leaving out
+/// `dead`, cover every token exactly once, every live node with a share, and exactly one live
+/// compactor.
+async fn wait_exact(
+    ch: &tonic::transport::Channel,
+    members: usize,
+    dead: Option<&str>,
+) -> pb::Ring {
+    let started = Instant::now();
+    loop {
+        let ring = ExecutorServiceClient::new(ch.clone())
+            .get_ring(pb::GetRingRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        let live: Vec<&pb::RingNode> = ring
+            .nodes
+            .iter()
+            .filter(|n| Some(n.node_id.as_str()) != dead)
+            .collect();
+        let mut ranges: Vec<(i64, i64)> = live
+            .iter()
+            .flat_map(|n| n.ranges.iter().map(|t| (t.start, t.end)))
+            .collect();
+        ranges.sort();
+        // Expected start of the next range; None once i64::MAX has been covered.
+        let mut next = Some(i64::MIN);
+        let mut contiguous = true;
+        for (s, e) in &ranges {
+            if next != Some(*s) {
+                contiguous = false;
+                break;
+            }
+            next = e.checked_add(1);
+        }
+        let exact = contiguous && !ranges.is_empty() && next.is_none();
+        let compactors = live.iter().filter(|n| n.compactor).count();
+        let shared = live.iter().all(|n| !n.ranges.is_empty());
+        if exact && compactors == 1 && shared && live.len() == members {
+            return ring;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "ring never exact: {ring:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_one_of_three_nodes_during_a_drain() {
+async fn sigkill_the_compactor_of_four_nodes_during_a_drain() {
     let keyspace = format!(
         "t_ringkill_{}_{}",
         std::process::id(),
         rand::random::<u16>()
     );
-    let ids = ["r1", "r2", "r3"];
-    let ports: Vec<u16> = ids.iter().map(|_| free_port()).collect();
+    let mut ids: Vec<String> = ["r1", "r2", "r3"].iter().map(|s| s.to_string()).collect();
+    let mut ports: Vec<u16> = ids.iter().map(|_| free_port()).collect();
     let mut procs: Vec<Option<Proc>> = Vec::new();
     for (id, port) in ids.iter().zip(&ports) {
         procs.push(Some(spawn_node(&keyspace, *port, id)));
@@ -57,23 +108,13 @@ async fn sigkill_one_of_three_nodes_during_a_drain() {
     for port in &ports {
         chans.push(connect(*port).await);
     }
-    // Wait for the ring to cover all three.
+    // The ring covers the token space exactly once, with one compactor, within seconds.
     let started = Instant::now();
-    loop {
-        let ring = ExecutorServiceClient::new(chans[0].clone())
-            .get_ring(pb::GetRingRequest {})
-            .await
-            .unwrap()
-            .into_inner();
-        if ring.nodes.len() == 3 && ring.nodes.iter().all(|n| !n.ranges.is_empty()) {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "ring: {ring:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_exact(&chans[0], 3, None).await;
+    eprintln!(
+        "3 processes: ring complete {:?} after start",
+        started.elapsed()
+    );
 
     // Sample the lease rows all along.
     let cql = Arc::new(
@@ -116,11 +157,28 @@ async fn sigkill_one_of_three_nodes_during_a_drain() {
         })
     };
 
+    // A fourth process joins and gets its share.
+    ids.push("r4".to_string());
+    ports.push(free_port());
+    procs.push(Some(spawn_node(&keyspace, ports[3], "r4")));
+    chans.push(connect(ports[3]).await);
+    let joined = Instant::now();
+    let ring = wait_exact(&chans[0], 4, None).await;
+    eprintln!("r4 joined: ring rebalanced in {:?}", joined.elapsed());
+    let victim = ring
+        .nodes
+        .iter()
+        .find(|n| n.compactor)
+        .unwrap()
+        .node_id
+        .clone();
+    let victim_index = ids.iter().position(|i| *i == victim).unwrap();
+
     // Enqueue through every node.
     let enqueue_started = Instant::now();
     let mut tasks = Vec::new();
     for chunk in 0..(ITEMS / 500) {
-        let ch = chans[chunk % 3].clone();
+        let ch = chans[chunk % chans.len()].clone();
         tasks.push(tokio::spawn(async move {
             let requests = (chunk * 500..(chunk + 1) * 500)
                 .map(|i| pb::EnqueueRetryRequest {
@@ -208,7 +266,7 @@ async fn sigkill_one_of_three_nodes_during_a_drain() {
             }
         }));
     }
-    // Kill r2 once a quarter has been acknowledged.
+    // Kill the compactor (Node-0) once a quarter has been acknowledged.
     let drain_started = Instant::now();
     while log.lock().unwrap().acked.len() < ITEMS / 4 {
         assert!(
@@ -217,52 +275,32 @@ async fn sigkill_one_of_three_nodes_during_a_drain() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut victim = procs[1].take().unwrap();
-    victim.0.kill().unwrap();
-    victim.0.wait().unwrap();
+    let mut dying = procs[victim_index].take().unwrap();
+    dying.0.kill().unwrap();
+    dying.0.wait().unwrap();
     let killed_at = Instant::now();
     let in_flight_at_kill: HashSet<String> = log
         .lock()
         .unwrap()
         .unacked
-        .get("r2")
+        .get(&victim)
         .cloned()
         .unwrap_or_default();
     eprintln!(
-        "killed r2 after {} acks, with {} deliveries in flight on it",
+        "killed {victim} (the compactor) after {} acks, with {} deliveries in flight on it",
         ITEMS / 4,
         in_flight_at_kill.len()
     );
-    // Time until r2's slots belong to the survivors again.
-    let takeover = {
-        let mut ex = ExecutorServiceClient::new(chans[0].clone());
-        loop {
-            let ring = ex
-                .get_ring(pb::GetRingRequest {})
-                .await
-                .unwrap()
-                .into_inner();
-            let width: i128 = ring
-                .nodes
-                .iter()
-                .filter(|n| n.node_id != "r2")
-                .flat_map(|n| n.ranges.iter())
-                .map(|t| i128::from(t.end) - i128::from(t.start) + 1)
-                .sum();
-            if width == 1i128 << 64 {
-                break killed_at.elapsed();
-            }
-            assert!(
-                killed_at.elapsed() < Duration::from_secs(60),
-                "r2's slots not taken: {ring:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    eprintln!("r2's slots taken over {takeover:?} after the kill (lease TTL 2 s)");
-    // Done when every retry is acknowledged, or SUCCEEDED in Cassandra: an ack sent to r2 just
+    // Time until the survivors cover its slots and one of them is the compactor.
+    let survivor = chans[(victim_index + 1) % chans.len()].clone();
+    wait_exact(&survivor, 3, Some(&victim)).await;
+    eprintln!(
+        "{victim}'s slots and the compactor role taken over {:?} after the kill (lease TTL 2 s)",
+        killed_at.elapsed()
+    );
+    // Done when every retry is acknowledged, or SUCCEEDED in Cassandra: an ack sent to the victim just
     // before the kill may have been applied without its answer reaching the executor.
-    let mut retries = RetryServiceClient::new(chans[0].clone());
+    let mut retries = RetryServiceClient::new(survivor.clone());
     loop {
         let missing: Vec<String> = {
             let l = log.lock().unwrap();
@@ -287,7 +325,7 @@ async fn sigkill_one_of_three_nodes_during_a_drain() {
                 }
             }
             if open == 0 {
-                eprintln!("{} acks were lost with r2 but applied", missing.len());
+                eprintln!("{} acks were lost with {victim} but applied", missing.len());
                 break;
             }
         }
@@ -317,16 +355,16 @@ async fn sigkill_one_of_three_nodes_during_a_drain() {
             "SUCCEEDED retries delivered again: {:?}",
             l.after_success
         );
-        // In flight on r2 at the kill: delivered by r2 and never acknowledged there (acks to r2
+        // In flight on the victim at the kill: delivered by it and never acknowledged there (acks
         // fail from the kill on; deliveries still in the client's buffer count too).
-        let lost_with_r2 = l.unacked.get("r2").cloned().unwrap_or_default();
+        let lost_with_victim = l.unacked.get(&victim).cloned().unwrap_or_default();
         eprintln!(
-            "{} deliveries were unacknowledged on r2 when it died",
-            lost_with_r2.len()
+            "{} deliveries were unacknowledged on {victim} when it died",
+            lost_with_victim.len()
         );
         for (txid, nodes) in &dups {
             assert!(
-                lost_with_r2.contains(*txid) && nodes[0] == "r2",
+                lost_with_victim.contains(*txid) && nodes[0] == victim,
                 "{txid} delivered by {nodes:?} but was not in flight on the killed node"
             );
         }
