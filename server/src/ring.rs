@@ -79,17 +79,6 @@ impl LeaseRing {
         self.held.lock().expect("ring lock")
     }
 
-    /// Slots (compactor excluded) held now.
-    pub fn held_slots(&self) -> Vec<i32> {
-        let now = self.clock.now_ms();
-        self.lock()
-            .slots
-            .iter()
-            .filter(|(s, (_, exp))| **s >= 0 && *exp > now)
-            .map(|(s, _)| *s)
-            .collect()
-    }
-
     /// Runs the lease loop until `stop` turns true, then hands every lease back.
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let period = Duration::from_millis((self.opts.lease_ttl_ms / 3).max(100) as u64);

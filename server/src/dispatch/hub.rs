@@ -44,7 +44,6 @@ impl Work {
 #[derive(Debug)]
 struct Subscriber {
     id: u64,
-    service: String,
     tx: mpsc::Sender<Result<pb::Delivery, tonic::Status>>,
     slots: Arc<Semaphore>,
 }
@@ -102,7 +101,6 @@ impl Hub {
         let (tx, rx) = mpsc::channel(max_in_flight as usize + 1);
         let sub = Arc::new(Subscriber {
             id,
-            service: service.to_string(),
             tx,
             slots: Arc::new(Semaphore::new(max_in_flight as usize)),
         });
@@ -156,10 +154,6 @@ impl Hub {
             .services
             .get(service)
             .is_some_and(|s| !s.is_empty())
-    }
-
-    pub fn in_flight(&self) -> usize {
-        self.lock().inflight.len()
     }
 
     /// Tries to hand `work` to a subscriber of its service with a free slot, preferring one
@@ -239,17 +233,6 @@ impl Hub {
         f
     }
 
-    /// Peeks at a delivery without taking it.
-    pub fn service_of(&self, delivery_id: &str) -> Option<(String, String, i64)> {
-        self.lock().inflight.get(delivery_id).map(|f| {
-            (
-                f.work.state.service.clone(),
-                f.work.state.transaction_id.clone(),
-                f.work.state.generation,
-            )
-        })
-    }
-
     /// Puts back a delivery whose ack could not be stored, so the executor can ack again. If
     /// its stream is gone the work is returned for redelivery instead.
     pub fn put_back(&self, delivery_id: String, f: InFlight) -> Option<Work> {
@@ -315,15 +298,6 @@ impl Hub {
         inner.next.clear();
         drop(inner);
         self.changed.notify_waiters();
-    }
-
-    pub fn subscriber_service(&self, id: u64) -> Option<String> {
-        self.lock()
-            .services
-            .values()
-            .flatten()
-            .find(|s| s.id == id)
-            .map(|s| s.service.clone())
     }
 }
 

@@ -109,7 +109,6 @@ struct Statements {
     put_state: PreparedStatement,
     get_state: PreparedStatement,
     list_days: PreparedStatement,
-    list_windows: PreparedStatement,
     list_instances: PreparedStatement,
     list_buckets: PreparedStatement,
     list_pointers: PreparedStatement,
@@ -211,10 +210,6 @@ impl CassandraStore {
             .await?,
             list_days: prep(format!(
                 "SELECT day FROM {ks}.days_by_year WHERE region = ? AND cluster = ? AND year = ?"
-            ))
-            .await?,
-            list_windows: prep(format!(
-                "SELECT window FROM {ks}.windows_by_day WHERE region = ? AND cluster = ? AND day = ?"
             ))
             .await?,
             list_instances: prep(format!(
@@ -662,16 +657,6 @@ impl RetryStore for CassandraStore {
         Ok(rows.into_iter().map(|(d,)| from_cql_date(d)).collect())
     }
 
-    async fn list_windows(&self, day: i32) -> StoreResult<Vec<u32>> {
-        let rows: Vec<(i32,)> = self
-            .collect(
-                &self.st.list_windows,
-                (&self.region, &self.cluster, cql_date(day)),
-            )
-            .await?;
-        Ok(rows.into_iter().map(|(w,)| w.max(0) as u32).collect())
-    }
-
     async fn list_instances(&self, w: WindowId, r: TokenRange) -> StoreResult<Vec<InstanceRow>> {
         let rows: Vec<(i64, String, String)> = self
             .collect(
@@ -716,32 +701,6 @@ impl RetryStore for CassandraStore {
             )
             .await?;
         Ok(rows.into_iter().map(|(b,)| b.max(0) as u32).collect())
-    }
-
-    async fn list_pointers(&self, service: &str, loc: &Location) -> StoreResult<Vec<Pointer>> {
-        let rows: Vec<(String, i64, i32, CqlTimestamp)> = self
-            .collect(
-                &self.st.list_pointers,
-                (
-                    &self.region,
-                    &self.cluster,
-                    cql_date(loc.window.day),
-                    loc.window.index as i32,
-                    service,
-                    &loc.instance,
-                    loc.bucket as i32,
-                ),
-            )
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(transaction_id, generation, attempt, at)| Pointer {
-                transaction_id,
-                generation,
-                attempt: attempt.max(0) as u32,
-                enqueued_at_ms: at.0,
-            })
-            .collect())
     }
 
     async fn stream_pointers(

@@ -154,7 +154,6 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
 
     // Directory reads, oldest first.
     async fn list_days(&self, year: i32) -> StoreResult<Vec<i32>>;
-    async fn list_windows(&self, day: i32) -> StoreResult<Vec<u32>>;
     async fn list_instances(
         &self,
         window: WindowId,
@@ -166,7 +165,6 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
         service: &str,
         instance: &str,
     ) -> StoreResult<Vec<u32>>;
-    async fn list_pointers(&self, service: &str, location: &Location) -> StoreResult<Vec<Pointer>>;
     /// The pointers of one bucket as a stream read page by page, so that a 50,000-pointer
     /// bucket never sits in memory whole.
     async fn stream_pointers(
