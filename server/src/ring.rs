@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use crate::{
     clock::SharedClock,
     ownership::{Lease, Ownership},
-    store::{Cas, LeaseRow, Member, RetryStore, StoreError, TokenRange},
+    store::{Cas, LeaseChange, LeaseRow, Member, RetryStore, StoreError, TokenRange},
 };
 
 /// The compactor lease's slot number.
@@ -118,7 +118,7 @@ impl LeaseRing {
             self.lock().slots.iter().map(|(s, v)| (*s, *v)).collect();
         for (slot, (epoch, _)) in held {
             let row = self.row(slot, epoch, now + ttl);
-            match self.cas(&row, Some(epoch)).await {
+            match self.cas(&row, Some(epoch), LeaseChange::Renew).await {
                 Ok(true) => {
                     self.lock().slots.insert(slot, (epoch, now + ttl));
                 }
@@ -143,8 +143,8 @@ impl LeaseRing {
         while mine.len() > share {
             let (slot, epoch) = mine.pop().expect("non-empty");
             self.lock().slots.remove(&slot);
-            let row = self.row(slot, epoch, 0);
-            if let Err(e) = self.cas(&row, Some(epoch)).await {
+            let row = self.release_row(slot, epoch);
+            if let Err(e) = self.cas(&row, Some(epoch), LeaseChange::Release).await {
                 tracing::warn!(slot, error = %e, "cannot hand a lease back; it will expire");
             } else {
                 tracing::info!(slot, "lease handed back");
@@ -216,6 +216,18 @@ impl LeaseRing {
             epoch,
             expires_at_ms,
             address: self.opts.address.clone(),
+            taken_at_ms: self.clock.now_ms(),
+            released_at_ms: 0,
+            released_epoch: 0,
+        }
+    }
+
+    /// The row that hands `epoch` back: expired, with the release recorded.
+    fn release_row(&self, slot: i32, epoch: i64) -> LeaseRow {
+        LeaseRow {
+            released_at_ms: self.clock.now_ms(),
+            released_epoch: epoch,
+            ..self.row(slot, epoch, 0)
         }
     }
 
@@ -228,7 +240,7 @@ impl LeaseRing {
             Some(_) => return Ok(false),
         };
         let row = self.row(slot, epoch, now + self.opts.lease_ttl_ms);
-        match self.cas(&row, expected).await {
+        match self.cas(&row, expected, LeaseChange::Take).await {
             Ok(true) => {
                 tracing::info!(slot, epoch, "lease taken");
                 self.lock().slots.insert(slot, (epoch, row.expires_at_ms));
@@ -244,10 +256,15 @@ impl LeaseRing {
 
     /// A lease LWT; a timeout is resolved by a SERIAL read: applied only if the row now shows
     /// exactly what this node wrote.
-    async fn cas(&self, row: &LeaseRow, expected_epoch: Option<i64>) -> Result<bool, StoreError> {
+    async fn cas(
+        &self,
+        row: &LeaseRow,
+        expected_epoch: Option<i64>,
+        change: LeaseChange,
+    ) -> Result<bool, StoreError> {
         let res = match expected_epoch {
             None => self.store.create_lease(row).await,
-            Some(e) => self.store.replace_lease(row, e).await,
+            Some(e) => self.store.replace_lease(row, e, change).await,
         };
         match res {
             Ok(Cas::Applied) => Ok(true),
@@ -273,8 +290,8 @@ impl LeaseRing {
             v
         };
         for (slot, epoch) in held {
-            let row = self.row(slot, epoch, 0);
-            let _ = self.cas(&row, Some(epoch)).await;
+            let row = self.release_row(slot, epoch);
+            let _ = self.cas(&row, Some(epoch), LeaseChange::Release).await;
         }
     }
 

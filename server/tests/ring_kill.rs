@@ -23,8 +23,17 @@ use scylla::value::CqlTimestamp;
 
 const ITEMS: usize = 20_000;
 
-/// (seen at, slot, owner, epoch, expires at)
-type Sample = (i64, i32, String, i64, i64);
+/// One sampled lease row.
+#[derive(Debug, Clone)]
+struct Sample {
+    slot: i32,
+    owner: String,
+    epoch: i64,
+    expires_at: i64,
+    taken_at: i64,
+    released_at: i64,
+    released_epoch: i64,
+}
 
 #[derive(Default)]
 struct Log {
@@ -131,25 +140,34 @@ async fn sigkill_the_compactor_of_four_nodes_during_a_drain() {
         let keyspace = keyspace.clone();
         tokio::spawn(async move {
             loop {
-                if let Ok(r) = cql
-                    .query_unpaged(
-                        format!(
-                            "SELECT slot, owner, epoch, expires_at FROM {keyspace}.ring_leases"
-                        ),
-                        (),
-                    )
-                    .await
-                {
-                    // Taken after the answer: every row seen existed by then.
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .unwrap()
-                        .as_millis() as i64;
+                let cql_text = format!(
+                    "SELECT slot, owner, epoch, expires_at, taken_at, released_at, \
+                     released_epoch FROM {keyspace}.ring_leases"
+                );
+                if let Ok(r) = cql.query_unpaged(cql_text, ()).await {
                     let rows = r.into_rows_result().unwrap();
                     let mut h = history.lock().unwrap();
-                    for row in rows.rows::<(i32, String, i64, CqlTimestamp)>().unwrap() {
-                        let (slot, owner, epoch, exp) = row.unwrap();
-                        h.push((now, slot, owner, epoch, exp.0));
+                    type Row = (
+                        i32,
+                        String,
+                        i64,
+                        CqlTimestamp,
+                        Option<CqlTimestamp>,
+                        Option<CqlTimestamp>,
+                        Option<i64>,
+                    );
+                    for row in rows.rows::<Row>().unwrap() {
+                        let (slot, owner, epoch, exp, taken, released, released_epoch) =
+                            row.unwrap();
+                        h.push(Sample {
+                            slot,
+                            owner,
+                            epoch,
+                            expires_at: exp.0,
+                            taken_at: taken.map_or(0, |t| t.0),
+                            released_at: released.map_or(0, |t| t.0),
+                            released_epoch: released_epoch.unwrap_or(0),
+                        });
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -369,36 +387,56 @@ async fn sigkill_the_compactor_of_four_nodes_during_a_drain() {
             );
         }
 
-        // Lease history. A slot taken from the killed node (which cannot hand anything back)
-        // must be first seen under its new epoch only after the victim's last sampled expiry:
-        // that is the check that no slot was ever held by two nodes at once. Slots handed back
-        // by a live node (on the join) are released and retaken within milliseconds, faster
-        // than the 100 ms sampling can see the release, so they are only counted.
+        // Lease history: every change of owner is checked from the new row itself. A take
+        // records `taken_at`; a hand-back records `released_at`/`released_epoch`, which the
+        // later take leaves in place. So a slot handed back by a live node (the join) must be
+        // taken at or after its release, and a slot of the killed node only after the
+        // victim's last sampled expiry: no slot is held by two nodes at once.
         let h = history.lock().unwrap();
-        let mut last: HashMap<i32, (String, i64, i64)> = HashMap::new();
-        let (mut from_victim, mut handed_back) = (0, 0);
-        for (seen_at, slot, owner, epoch, exp) in h.iter() {
-            if let Some((prev_owner, prev_epoch, prev_exp)) = last.get(slot) {
-                if *epoch != *prev_epoch && owner != prev_owner {
-                    if *prev_owner == victim {
-                        from_victim += 1;
+        let mut last: HashMap<i32, Sample> = HashMap::new();
+        let (mut expired, mut handed_back) = (0, 0);
+        for row in h.iter() {
+            if let Some(prev) = last.get(&row.slot) {
+                if row.epoch != prev.epoch && row.owner != prev.owner {
+                    assert!(row.taken_at > 0, "take without taken_at: {row:?}");
+                    if row.released_epoch == prev.epoch {
+                        handed_back += 1;
                         assert!(
-                            *prev_exp <= *seen_at,
-                            "slot {slot}: {owner} took epoch {epoch} at {seen_at} while {prev_owner}'s epoch {prev_epoch} ran to {prev_exp}"
+                            row.taken_at >= row.released_at,
+                            "slot {}: {} took epoch {} at {} before {} released epoch {} at {}",
+                            row.slot,
+                            row.owner,
+                            row.epoch,
+                            row.taken_at,
+                            prev.owner,
+                            prev.epoch,
+                            row.released_at
                         );
                     } else {
-                        handed_back += 1;
+                        expired += 1;
+                        assert!(
+                            row.taken_at >= prev.expires_at,
+                            "slot {}: {} took epoch {} at {} while {}'s epoch {} ran to {}",
+                            row.slot,
+                            row.owner,
+                            row.epoch,
+                            row.taken_at,
+                            prev.owner,
+                            prev.epoch,
+                            prev.expires_at
+                        );
                     }
                 }
             }
-            last.insert(*slot, (owner.clone(), *epoch, *exp));
+            last.insert(row.slot, row.clone());
         }
         assert!(
-            from_victim > 0,
+            expired > 0,
             "no slot of the killed node was seen changing hands"
         );
+        assert!(handed_back > 0, "no slot was seen handed back on the join");
         eprintln!(
-            "{} lease samples: {from_victim} slots taken from the killed node, none before its lease expired; {handed_back} handed back by live nodes",
+            "{} lease samples: {handed_back} hand-backs and {expired} takeovers after expiry, none overlapping",
             h.len()
         );
     }

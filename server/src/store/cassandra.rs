@@ -17,8 +17,8 @@ use scylla::{
 };
 
 use super::{
-    Cas, DeadLetter, InstanceRow, LeaseRow, Location, Member, Pointer, RetryStore, Status,
-    StoreError, StoreResult, TokenRange, TxState,
+    Cas, DeadLetter, InstanceRow, LeaseChange, LeaseRow, Location, Member, Pointer, RetryStore,
+    Status, StoreError, StoreResult, TokenRange, TxState,
 };
 use crate::{config::Config, policy::RetryPolicy, window::WindowId};
 
@@ -130,6 +130,8 @@ struct Statements {
     peek_leases: PreparedStatement,
     create_lease: PreparedStatement,
     replace_lease: PreparedStatement,
+    take_lease: PreparedStatement,
+    release_lease: PreparedStatement,
 }
 
 /// The Cassandra store for one keyspace and one `ns` (region, cluster).
@@ -301,7 +303,8 @@ impl CassandraStore {
             .await?,
             read_lease: {
                 let mut ps = prep(format!(
-                    "SELECT slot, owner, epoch, expires_at, address FROM {ks}.ring_leases \
+                    "SELECT slot, owner, epoch, expires_at, address, taken_at, released_at, \
+                     released_epoch FROM {ks}.ring_leases \
                      WHERE region = ? AND cluster = ? AND slot = ?"
                 ))
                 .await?;
@@ -309,15 +312,15 @@ impl CassandraStore {
                 ps
             },
             peek_leases: prep(format!(
-                "SELECT slot, owner, epoch, expires_at, address FROM {ks}.ring_leases \
-                 WHERE region = ? AND cluster = ? AND slot IN ?"
+                "SELECT slot, owner, epoch, expires_at, address, taken_at, released_at, \
+                 released_epoch FROM {ks}.ring_leases WHERE region = ? AND cluster = ? AND slot IN ?"
             ))
             .await?,
             create_lease: {
                 // A lightweight transaction: never retried blindly by the driver.
                 let mut ps = prep(format!(
                     "INSERT INTO {ks}.ring_leases (region, cluster, slot, owner, epoch, \
-                     expires_at, address) VALUES (?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
+                     expires_at, address, taken_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
                 ))
                 .await?;
                 ps.set_is_idempotent(false);
@@ -326,6 +329,25 @@ impl CassandraStore {
             replace_lease: {
                 let mut ps = prep(format!(
                     "UPDATE {ks}.ring_leases SET owner = ?, epoch = ?, expires_at = ?, address = ? \
+                     WHERE region = ? AND cluster = ? AND slot = ? IF epoch = ?"
+                ))
+                .await?;
+                ps.set_is_idempotent(false);
+                ps
+            },
+            take_lease: {
+                let mut ps = prep(format!(
+                    "UPDATE {ks}.ring_leases SET owner = ?, epoch = ?, expires_at = ?, address = ?, \
+                     taken_at = ? WHERE region = ? AND cluster = ? AND slot = ? IF epoch = ?"
+                ))
+                .await?;
+                ps.set_is_idempotent(false);
+                ps
+            },
+            release_lease: {
+                let mut ps = prep(format!(
+                    "UPDATE {ks}.ring_leases SET owner = ?, epoch = ?, expires_at = ?, address = ?, \
+                     released_at = ?, released_epoch = ? \
                      WHERE region = ? AND cluster = ? AND slot = ? IF epoch = ?"
                 ))
                 .await?;
@@ -945,6 +967,7 @@ impl RetryStore for CassandraStore {
                     l.epoch,
                     CqlTimestamp(l.expires_at_ms),
                     &l.address,
+                    CqlTimestamp(l.taken_at_ms),
                 ),
             )
             .await
@@ -952,24 +975,63 @@ impl RetryStore for CassandraStore {
         cas_outcome(res, l.slot)
     }
 
-    async fn replace_lease(&self, l: &LeaseRow, expected_epoch: i64) -> StoreResult<Cas> {
-        let res = self
-            .session
-            .execute_unpaged(
-                &self.st.replace_lease,
-                (
-                    &l.owner,
-                    l.epoch,
-                    CqlTimestamp(l.expires_at_ms),
-                    &l.address,
-                    &self.region,
-                    &self.cluster,
-                    l.slot,
-                    expected_epoch,
-                ),
-            )
-            .await
-            .map_err(|e| map_execution_error(&e))?;
+    async fn replace_lease(
+        &self,
+        l: &LeaseRow,
+        expected_epoch: i64,
+        change: LeaseChange,
+    ) -> StoreResult<Cas> {
+        let (owner, epoch, exp, addr) =
+            (&l.owner, l.epoch, CqlTimestamp(l.expires_at_ms), &l.address);
+        let key = (&self.region, &self.cluster, l.slot, expected_epoch);
+        let res = match change {
+            LeaseChange::Renew => {
+                self.session
+                    .execute_unpaged(
+                        &self.st.replace_lease,
+                        (owner, epoch, exp, addr, key.0, key.1, key.2, key.3),
+                    )
+                    .await
+            }
+            LeaseChange::Take => {
+                self.session
+                    .execute_unpaged(
+                        &self.st.take_lease,
+                        (
+                            owner,
+                            epoch,
+                            exp,
+                            addr,
+                            CqlTimestamp(l.taken_at_ms),
+                            key.0,
+                            key.1,
+                            key.2,
+                            key.3,
+                        ),
+                    )
+                    .await
+            }
+            LeaseChange::Release => {
+                self.session
+                    .execute_unpaged(
+                        &self.st.release_lease,
+                        (
+                            owner,
+                            epoch,
+                            exp,
+                            addr,
+                            CqlTimestamp(l.released_at_ms),
+                            l.released_epoch,
+                            key.0,
+                            key.1,
+                            key.2,
+                            key.3,
+                        ),
+                    )
+                    .await
+            }
+        }
+        .map_err(|e| map_execution_error(&e))?;
         cas_outcome(res, l.slot)
     }
 }
@@ -980,15 +1042,23 @@ type LeaseTuple = (
     Option<i64>,
     Option<CqlTimestamp>,
     Option<String>,
+    Option<CqlTimestamp>,
+    Option<CqlTimestamp>,
+    Option<i64>,
 );
 
-fn lease_row((slot, owner, epoch, expires, address): LeaseTuple) -> LeaseRow {
+fn lease_row(
+    (slot, owner, epoch, expires, address, taken, released, released_epoch): LeaseTuple,
+) -> LeaseRow {
     LeaseRow {
         slot,
         owner: owner.unwrap_or_default(),
         epoch: epoch.unwrap_or(0),
         expires_at_ms: expires.map_or(0, |t| t.0),
         address: address.unwrap_or_default(),
+        taken_at_ms: taken.map_or(0, |t| t.0),
+        released_at_ms: released.map_or(0, |t| t.0),
+        released_epoch: released_epoch.unwrap_or(0),
     }
 }
 
@@ -1041,6 +1111,9 @@ fn cas_outcome(res: scylla::response::query_result::QueryResult, slot: i32) -> S
             Some(CqlValue::Text(s)) => s,
             _ => String::new(),
         },
+        taken_at_ms: 0,
+        released_at_ms: 0,
+        released_epoch: 0,
     });
     Ok(Cas::Rejected(current))
 }

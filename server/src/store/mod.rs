@@ -213,7 +213,12 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
     /// Creates the lease of a slot that has never been held.
     async fn create_lease(&self, lease: &LeaseRow) -> StoreResult<Cas>;
     /// Replaces the lease if its epoch is still `expected_epoch` (take, renew or release).
-    async fn replace_lease(&self, lease: &LeaseRow, expected_epoch: i64) -> StoreResult<Cas>;
+    async fn replace_lease(
+        &self,
+        lease: &LeaseRow,
+        expected_epoch: i64,
+        change: LeaseChange,
+    ) -> StoreResult<Cas>;
 }
 
 /// A `ring_leases` row.
@@ -224,9 +229,22 @@ pub struct LeaseRow {
     pub epoch: i64,
     pub expires_at_ms: i64,
     pub address: String,
+    /// When the current epoch was taken (0 if unknown).
+    pub taken_at_ms: i64,
+    /// The last hand-back: when, and which epoch (0 if none).
+    pub released_at_ms: i64,
+    pub released_epoch: i64,
 }
 
-/// A `ring_members` row.
+/// What a lease LWT does besides setting owner, epoch and expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseChange {
+    /// A new epoch: records `taken_at`.
+    Take,
+    Renew,
+    /// Hands the lease back: expiry 0, records `released_at` and `released_epoch`.
+    Release,
+}
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
     pub node_id: String,
