@@ -28,7 +28,8 @@ pub struct Api {
 /// How many items of one batch are written concurrently.
 const BATCH_CONCURRENCY: usize = 32;
 
-fn ts(ms: i64) -> prost_types::Timestamp {
+/// Milliseconds since the epoch as a protobuf timestamp.
+pub(crate) fn ts(ms: i64) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: ms.div_euclid(1000),
         nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,

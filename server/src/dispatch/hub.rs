@@ -21,7 +21,7 @@ use std::{
 use rebound_proto::v1 as pb;
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::{clock::SharedClock, store::TxState};
+use crate::{api::ts, clock::SharedClock, store::TxState};
 
 /// A due retry on its way to an executor.
 #[derive(Debug)]
@@ -298,13 +298,6 @@ impl Hub {
         inner.next.clear();
         drop(inner);
         self.changed.notify_waiters();
-    }
-}
-
-fn ts(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
     }
 }
 
