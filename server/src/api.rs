@@ -62,6 +62,7 @@ pub fn policy_pb(p: &crate::policy::RetryPolicy) -> pb::RetryPolicy {
         max_retry_duration: p.max_retry_duration.map(dur),
         ack_timeout: Some(dur(p.ack_timeout)),
         max_deliveries_per_attempt: Some(p.max_deliveries_per_attempt),
+        ..Default::default()
     }
 }
 
@@ -321,11 +322,11 @@ fn ack_response(r: Resolution) -> pb::AckResponse {
         Resolution::Succeeded => pb::AckResponse::default(),
         Resolution::Rescheduled { due_at_ms } => pb::AckResponse {
             next_due_time: Some(ts(due_at_ms)),
-            dead_lettered: false,
+            ..Default::default()
         },
         Resolution::Dead => pb::AckResponse {
-            next_due_time: None,
             dead_lettered: true,
+            ..Default::default()
         },
     }
 }
@@ -571,6 +572,24 @@ impl pb::admin_service_server::AdminService for AdminApi {
         _r: Request<pb::PurgeDeadLettersRequest>,
     ) -> Result<Response<pb::PurgeDeadLettersResponse>, Status> {
         Err(unimplemented("PurgeDeadLetters", "admin"))
+    }
+    async fn get_service(
+        &self,
+        _r: Request<pb::GetServiceRequest>,
+    ) -> Result<Response<pb::ServiceInfo>, Status> {
+        Err(unimplemented("GetService", "admin"))
+    }
+    async fn set_service_limits(
+        &self,
+        _r: Request<pb::SetServiceLimitsRequest>,
+    ) -> Result<Response<pb::SetServiceLimitsResponse>, Status> {
+        Err(unimplemented("SetServiceLimits", "admin"))
+    }
+    async fn purge_service(
+        &self,
+        _r: Request<pb::PurgeServiceRequest>,
+    ) -> Result<Response<pb::PurgeServiceResponse>, Status> {
+        Err(unimplemented("PurgeService", "admin"))
     }
     async fn inspect_window(
         &self,

@@ -111,6 +111,7 @@ impl From<RetryPolicy> for pb::RetryPolicy {
             max_retry_duration: p.max_retry_duration.map(duration_to_proto),
             ack_timeout: p.ack_timeout.map(duration_to_proto),
             max_deliveries_per_attempt: p.max_deliveries_per_attempt,
+            ..Default::default()
         }
     }
 }

@@ -129,6 +129,7 @@ impl Outcome {
             outcome: outcome as i32,
             retry_after,
             error,
+            ..Default::default()
         }
     }
 
