@@ -50,6 +50,7 @@ async fn ack(
             outcome: outcome as i32,
             retry_after: None,
             error: "boom".into(),
+            ..Default::default()
         })
         .await
         .map(|r| r.into_inner())
@@ -191,6 +192,7 @@ async fn retry_backs_off_then_succeeds_and_exhaustion_dead_letters() {
             retry_after: Some(prost_types::Duration {
                 seconds: 5,
                 nanos: 0,
+                ..Default::default()
             }),
             error: "timeout".into(),
         })
@@ -398,6 +400,7 @@ async fn flow_control_sharing_and_redelivery_after_the_deadline() {
             outcome: 0,
             retry_after: None,
             error: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -732,6 +735,7 @@ async fn max_retry_duration_stops_retries_before_max_attempts() {
             retry_after: Some(prost_types::Duration {
                 seconds: 5,
                 nanos: 0,
+                ..Default::default()
             }),
             error: "still failing".into(),
         })

@@ -153,6 +153,7 @@ async fn nodes_share_the_ring_rebalance_and_take_over() {
                         outcome: pb::AckOutcome::Succeeded as i32,
                         retry_after: None,
                         error: String::new(),
+                        ..Default::default()
                     })
                     .await
                     .unwrap();

@@ -119,6 +119,7 @@ async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
             outcome: pb::AckOutcome::Succeeded as i32,
             retry_after: None,
             error: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -145,6 +146,7 @@ async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
                 outcome: pb::AckOutcome::Retry as i32,
                 retry_after: None,
                 error: "late".into(),
+                ..Default::default()
             })
             .await
             .unwrap_err();

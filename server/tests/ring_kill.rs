@@ -270,6 +270,7 @@ async fn sigkill_the_compactor_of_four_nodes_during_a_drain() {
                             outcome: pb::AckOutcome::Succeeded as i32,
                             retry_after: None,
                             error: String::new(),
+                            ..Default::default()
                         })
                         .await
                         .is_ok();

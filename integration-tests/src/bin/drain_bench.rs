@@ -112,6 +112,7 @@ async fn main() -> anyhow::Result<()> {
                             outcome: pb::AckOutcome::Succeeded as i32,
                             retry_after: None,
                             error: String::new(),
+                            ..Default::default()
                         })
                         .await
                         .is_ok()

@@ -98,6 +98,7 @@ pub async fn ack(ch: &Channel, d: &pb::Delivery) {
             outcome: pb::AckOutcome::Succeeded as i32,
             retry_after: None,
             error: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -338,6 +338,7 @@ mod tests {
                 outcome: pb::AckOutcome::Succeeded as i32,
                 retry_after: None,
                 error: String::new(),
+                ..Default::default()
             }
         );
         assert_eq!(
@@ -347,6 +348,7 @@ mod tests {
                 outcome: pb::AckOutcome::Retry as i32,
                 retry_after: None,
                 error: "503".into(),
+                ..Default::default()
             }
         );
         assert_eq!(
@@ -360,6 +362,7 @@ mod tests {
                     nanos: 500_000_000
                 }),
                 error: "rate limited".into(),
+                ..Default::default()
             }
         );
         assert_eq!(
@@ -369,6 +372,7 @@ mod tests {
                 outcome: pb::AckOutcome::Failed as i32,
                 retry_after: None,
                 error: "bad payload".into(),
+                ..Default::default()
             }
         );
     }
