@@ -192,9 +192,9 @@ async fn retry_backs_off_then_succeeds_and_exhaustion_dead_letters() {
             retry_after: Some(prost_types::Duration {
                 seconds: 5,
                 nanos: 0,
-                ..Default::default()
             }),
             error: "timeout".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -735,9 +735,9 @@ async fn max_retry_duration_stops_retries_before_max_attempts() {
             retry_after: Some(prost_types::Duration {
                 seconds: 5,
                 nanos: 0,
-                ..Default::default()
             }),
             error: "still failing".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
