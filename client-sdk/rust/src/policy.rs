@@ -177,6 +177,7 @@ mod tests {
                     nanos: 500_000_000
                 }),
                 max_deliveries_per_attempt: Some(3),
+                ..Default::default()
             }
         );
         assert_eq!(RetryPolicy::from(proto), policy);
