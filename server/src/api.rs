@@ -53,8 +53,11 @@ fn status_pb(s: store::Status) -> pb::RetryStatus {
 }
 
 pub fn policy_pb(p: &crate::policy::RetryPolicy) -> pb::RetryPolicy {
+    let unlimited = p.max_attempts == crate::policy::UNLIMITED_ATTEMPTS;
     pb::RetryPolicy {
-        max_attempts: Some(p.max_attempts),
+        max_attempts: (!unlimited).then_some(p.max_attempts),
+        unlimited_attempts: unlimited.then_some(true),
+        non_retryable_error_classes: p.non_retryable.clone(),
         initial_backoff: Some(dur(p.initial_backoff)),
         max_backoff: Some(dur(p.max_backoff)),
         multiplier: Some(p.multiplier),
@@ -62,7 +65,6 @@ pub fn policy_pb(p: &crate::policy::RetryPolicy) -> pb::RetryPolicy {
         max_retry_duration: p.max_retry_duration.map(dur),
         ack_timeout: Some(dur(p.ack_timeout)),
         max_deliveries_per_attempt: Some(p.max_deliveries_per_attempt),
-        ..Default::default()
     }
 }
 
@@ -204,10 +206,6 @@ impl pb::retry_service_server::RetryService for Api {
     }
 }
 
-fn unimplemented(what: &str, issue: &str) -> Status {
-    ApiError::Unimplemented(format!("{what} is not implemented yet ({issue})")).into()
-}
-
 /// The executor API: subscriptions, acknowledgements and deadline extensions.
 #[derive(Debug, Clone)]
 pub struct ExecutorApi {
@@ -301,11 +299,37 @@ fn ack_outcome(
             ));
         }
     }
-    match pb::AckOutcome::try_from(r.outcome) {
+    if !r.error_class.is_empty() && !crate::policy::error_class_ok(&r.error_class) {
+        return Err(ApiError::invalid(
+            format!("{prefix}error_class"),
+            format!(
+                "must be 1-{} characters of [A-Za-z0-9._:/-]",
+                crate::policy::MAX_ERROR_CLASS_LEN
+            ),
+        ));
+    }
+    let outcome = pb::AckOutcome::try_from(r.outcome);
+    if r.snooze {
+        if outcome != Ok(pb::AckOutcome::Retry) {
+            return Err(ApiError::invalid(
+                format!("{prefix}snooze"),
+                "is only allowed with outcome RETRY",
+            ));
+        }
+        if after.is_none_or(|a| a.is_zero()) {
+            return Err(ApiError::invalid(
+                format!("{prefix}retry_after"),
+                "is required with snooze and must be more than 0s",
+            ));
+        }
+    }
+    match outcome {
         Ok(pb::AckOutcome::Succeeded) => Ok(AttemptOutcome::Succeeded),
         Ok(pb::AckOutcome::Retry) => Ok(AttemptOutcome::Retry {
             after,
             error: r.error.clone(),
+            error_class: r.error_class.clone(),
+            snooze: r.snooze,
         }),
         Ok(pb::AckOutcome::Failed) => Ok(AttemptOutcome::Failed {
             error: r.error.clone(),
@@ -320,8 +344,9 @@ fn ack_outcome(
 fn ack_response(r: Resolution) -> pb::AckResponse {
     match r {
         Resolution::Succeeded => pb::AckResponse::default(),
-        Resolution::Rescheduled { due_at_ms } => pb::AckResponse {
+        Resolution::Rescheduled { due_at_ms, snoozed } => pb::AckResponse {
             next_due_time: Some(ts(due_at_ms)),
+            snoozed,
             ..Default::default()
         },
         Resolution::Dead => pb::AckResponse {
@@ -519,9 +544,11 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
     }
 }
 
-/// The operator API; answers UNIMPLEMENTED until the admin features land.
-#[derive(Debug, Clone, Default)]
-pub struct AdminApi;
+/// The operator API (see `admin.rs`).
+#[derive(Debug, Clone)]
+pub struct AdminApi {
+    pub admin: Arc<crate::admin::Admin>,
+}
 
 #[tonic::async_trait]
 impl pb::admin_service_server::AdminService for AdminApi {
@@ -529,72 +556,89 @@ impl pb::admin_service_server::AdminService for AdminApi {
         &self,
         _r: Request<pb::ListServicesRequest>,
     ) -> Result<Response<pb::ListServicesResponse>, Status> {
-        Err(unimplemented("ListServices", "admin"))
-    }
-    async fn get_stats(
-        &self,
-        _r: Request<pb::GetStatsRequest>,
-    ) -> Result<Response<pb::GetStatsResponse>, Status> {
-        Err(unimplemented("GetStats", "admin"))
-    }
-    async fn pause_service(
-        &self,
-        _r: Request<pb::PauseServiceRequest>,
-    ) -> Result<Response<pb::PauseServiceResponse>, Status> {
-        Err(unimplemented("PauseService", "admin"))
-    }
-    async fn resume_service(
-        &self,
-        _r: Request<pb::ResumeServiceRequest>,
-    ) -> Result<Response<pb::ResumeServiceResponse>, Status> {
-        Err(unimplemented("ResumeService", "admin"))
-    }
-    async fn set_service_policy(
-        &self,
-        _r: Request<pb::SetServicePolicyRequest>,
-    ) -> Result<Response<pb::SetServicePolicyResponse>, Status> {
-        Err(unimplemented("SetServicePolicy", "admin"))
-    }
-    async fn list_dead_letters(
-        &self,
-        _r: Request<pb::ListDeadLettersRequest>,
-    ) -> Result<Response<pb::ListDeadLettersResponse>, Status> {
-        Err(unimplemented("ListDeadLetters", "admin"))
-    }
-    async fn redrive_dead_letters(
-        &self,
-        _r: Request<pb::RedriveDeadLettersRequest>,
-    ) -> Result<Response<pb::RedriveDeadLettersResponse>, Status> {
-        Err(unimplemented("RedriveDeadLetters", "admin"))
-    }
-    async fn purge_dead_letters(
-        &self,
-        _r: Request<pb::PurgeDeadLettersRequest>,
-    ) -> Result<Response<pb::PurgeDeadLettersResponse>, Status> {
-        Err(unimplemented("PurgeDeadLetters", "admin"))
+        Ok(Response::new(self.admin.list_services().await?))
     }
     async fn get_service(
         &self,
-        _r: Request<pb::GetServiceRequest>,
+        r: Request<pb::GetServiceRequest>,
     ) -> Result<Response<pb::ServiceInfo>, Status> {
-        Err(unimplemented("GetService", "admin"))
+        Ok(Response::new(
+            self.admin.get_service(&r.into_inner().service).await?,
+        ))
+    }
+    async fn get_stats(
+        &self,
+        r: Request<pb::GetStatsRequest>,
+    ) -> Result<Response<pb::GetStatsResponse>, Status> {
+        Ok(Response::new(self.admin.stats(&r.into_inner()).await?))
+    }
+    async fn pause_service(
+        &self,
+        r: Request<pb::PauseServiceRequest>,
+    ) -> Result<Response<pb::PauseServiceResponse>, Status> {
+        let s = self.admin.set_paused(&r.into_inner().service, true).await?;
+        Ok(Response::new(pb::PauseServiceResponse { service: Some(s) }))
+    }
+    async fn resume_service(
+        &self,
+        r: Request<pb::ResumeServiceRequest>,
+    ) -> Result<Response<pb::ResumeServiceResponse>, Status> {
+        let s = self
+            .admin
+            .set_paused(&r.into_inner().service, false)
+            .await?;
+        Ok(Response::new(pb::ResumeServiceResponse {
+            service: Some(s),
+        }))
+    }
+    async fn set_service_policy(
+        &self,
+        r: Request<pb::SetServicePolicyRequest>,
+    ) -> Result<Response<pb::SetServicePolicyResponse>, Status> {
+        Ok(Response::new(self.admin.set_policy(&r.into_inner()).await?))
     }
     async fn set_service_limits(
         &self,
-        _r: Request<pb::SetServiceLimitsRequest>,
+        r: Request<pb::SetServiceLimitsRequest>,
     ) -> Result<Response<pb::SetServiceLimitsResponse>, Status> {
-        Err(unimplemented("SetServiceLimits", "admin"))
+        Ok(Response::new(self.admin.set_limits(&r.into_inner()).await?))
     }
     async fn purge_service(
         &self,
-        _r: Request<pb::PurgeServiceRequest>,
+        r: Request<pb::PurgeServiceRequest>,
     ) -> Result<Response<pb::PurgeServiceResponse>, Status> {
-        Err(unimplemented("PurgeService", "admin"))
+        Ok(Response::new(
+            self.admin.purge_service(&r.into_inner()).await?,
+        ))
+    }
+    async fn list_dead_letters(
+        &self,
+        r: Request<pb::ListDeadLettersRequest>,
+    ) -> Result<Response<pb::ListDeadLettersResponse>, Status> {
+        Ok(Response::new(
+            self.admin.list_dead_letters(&r.into_inner()).await?,
+        ))
+    }
+    async fn redrive_dead_letters(
+        &self,
+        r: Request<pb::RedriveDeadLettersRequest>,
+    ) -> Result<Response<pb::RedriveDeadLettersResponse>, Status> {
+        Ok(Response::new(self.admin.redrive(&r.into_inner()).await?))
+    }
+    async fn purge_dead_letters(
+        &self,
+        r: Request<pb::PurgeDeadLettersRequest>,
+    ) -> Result<Response<pb::PurgeDeadLettersResponse>, Status> {
+        Ok(Response::new(
+            self.admin.purge_dead_letters(&r.into_inner()).await?,
+        ))
     }
     async fn inspect_window(
         &self,
-        _r: Request<pb::InspectWindowRequest>,
+        r: Request<pb::InspectWindowRequest>,
     ) -> Result<Response<pb::InspectWindowResponse>, Status> {
-        Err(unimplemented("InspectWindow", "admin"))
+        Ok(Response::new(
+            self.admin.inspect_window(&r.into_inner()).await?,
+        ))
     }
 }

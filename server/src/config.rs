@@ -47,6 +47,8 @@ pub struct Config {
     pub dead_letter_retention_seconds: u32,
     /// Pause between two dispatch scans of the directory.
     pub scan_interval_ms: u64,
+    /// How often each node rereads the service settings (pause, policy, limits).
+    pub settings_refresh_ms: u64,
     /// Pause between two compaction passes of Node-0.
     pub compaction_interval_ms: u64,
     pub log_format: LogFormat,
@@ -105,6 +107,7 @@ impl Default for Config {
             shutdown_grace_ms: 5_000,
             dead_letter_retention_seconds: 14 * 86_400,
             scan_interval_ms: 500,
+            settings_refresh_ms: 1000,
             compaction_interval_ms: 2_000,
             log_format: LogFormat::Text,
             default_policy: RetryPolicy::default(),
@@ -152,6 +155,7 @@ struct FileConfig {
     shutdown_grace_ms: Option<u64>,
     dead_letter_retention_seconds: Option<u32>,
     scan_interval_ms: Option<u64>,
+    settings_refresh_ms: Option<u64>,
     compaction_interval_ms: Option<u64>,
     log_format: Option<String>,
     default_policy: Option<FilePolicy>,
@@ -255,6 +259,7 @@ impl Config {
             f.dead_letter_retention_seconds,
         );
         set(&mut self.scan_interval_ms, f.scan_interval_ms);
+        set(&mut self.settings_refresh_ms, f.settings_refresh_ms);
         set(&mut self.compaction_interval_ms, f.compaction_interval_ms);
         if let Some(v) = f.log_format {
             self.log_format = parse_log_format("log_format", &v)?;
@@ -348,6 +353,7 @@ impl Config {
             dead_letter_retention_seconds
         );
         num!("REBOUND_SCAN_INTERVAL_MS", scan_interval_ms);
+        num!("REBOUND_SETTINGS_REFRESH_MS", settings_refresh_ms);
         num!("REBOUND_COMPACTION_INTERVAL_MS", compaction_interval_ms);
         if let Some(v) = get("REBOUND_LOG_FORMAT") {
             self.log_format = parse_log_format("REBOUND_LOG_FORMAT", &v)?;
@@ -517,6 +523,12 @@ impl Config {
         range(
             "REBOUND_SCAN_INTERVAL_MS",
             self.scan_interval_ms,
+            10,
+            60_000,
+        )?;
+        range(
+            "REBOUND_SETTINGS_REFRESH_MS",
+            self.settings_refresh_ms,
             10,
             60_000,
         )?;

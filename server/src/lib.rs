@@ -1,6 +1,7 @@
 //! Rebound: retry-as-a-service over Apache Cassandra. See DESIGN.md for the architecture; each
 //! module says which part of it it owns.
 
+pub mod admin;
 pub mod api;
 pub mod clock;
 pub mod compactor;
@@ -11,6 +12,7 @@ pub mod node;
 pub mod ownership;
 pub mod policy;
 pub mod ring;
+pub mod services;
 pub mod store;
 pub mod telemetry;
 pub mod token;

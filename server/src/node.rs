@@ -10,6 +10,7 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::{
+    admin::Admin,
     api::{AdminApi, Api, ExecutorApi},
     clock::SharedClock,
     compactor::Compactor,
@@ -17,6 +18,7 @@ use crate::{
     dispatch::{hub::Hub, DispatchOptions, Dispatcher},
     ownership::Ownership,
     ring::{LeaseRing, RingOptions},
+    services::Services,
     store::{
         cassandra::{connect_with_wait, CassandraOptions, CassandraStore},
         migrate::migrate,
@@ -126,10 +128,20 @@ impl Node {
                 (Some(ring.clone()), ring)
             }
         };
+        let services = Arc::new(Services::new(
+            store.clone(),
+            clock.clone(),
+            config.default_policy.clone(),
+        ));
+        services
+            .refresh()
+            .await
+            .context("reading service settings")?;
         let writer = Arc::new(Writer::new(
             store.clone(),
             clock.clone(),
             WriterOptions::from_config(&config, boot_epoch),
+            services.clone(),
         ));
         let (shutdown, mut stop_rx) = watch::channel(false);
         let hub = Arc::new(Hub::new(clock.clone(), boot_epoch));
@@ -137,6 +149,7 @@ impl Node {
             hub.clone(),
             store.clone(),
             writer.clone(),
+            services.clone(),
             ownership.clone(),
             clock.clone(),
             DispatchOptions {
@@ -164,6 +177,10 @@ impl Node {
             .clone()
             .map(|r| tokio::spawn(r.run(shutdown.subscribe())));
         let background = vec![
+            tokio::spawn(services.clone().run(
+                Duration::from_millis(config.settings_refresh_ms),
+                shutdown.subscribe(),
+            )),
             tokio::spawn(dispatcher.clone().run_scanner()),
             tokio::spawn(dispatcher.clone().run_reaper(Duration::from_millis(100))),
             tokio::spawn(compactor.clone().run(
@@ -214,7 +231,27 @@ impl Node {
                     max_delay: Duration::from_secs(config.max_delay_seconds),
                 },
             ))
-            .add_service(pb::admin_service_server::AdminServiceServer::new(AdminApi));
+            .add_service(pb::admin_service_server::AdminServiceServer::new(
+                AdminApi {
+                    admin: Arc::new(Admin {
+                        store: store.clone(),
+                        services: services.clone(),
+                        writer: writer.clone(),
+                        hub: hub.clone(),
+                        ownership: ownership.clone(),
+                        ring: ring.clone(),
+                        clock: clock.clone(),
+                        node_id: config.node_id.clone(),
+                        address: advertised.clone(),
+                        slots: config.slots,
+                        skew_margin_ms: config.skew_margin_ms as i64,
+                        orphan_grace_ms: (2 * config.cassandra_request_timeout_ms
+                            + config.skew_margin_ms)
+                            as i64,
+                        dead_letter_retention_seconds: config.dead_letter_retention_seconds,
+                    }),
+                },
+            ));
 
         let mut serve_stop = shutdown.subscribe();
         let serve_hub = hub.clone();

@@ -8,7 +8,8 @@ use std::time::Duration;
 /// overrides.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
-    /// Total attempts, counting the caller's first try.
+    /// Total attempts, counting the caller's first try. `UNLIMITED_ATTEMPTS` (0): no limit,
+    /// which a caller gets only by asking for it explicitly.
     pub max_attempts: u32,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
@@ -19,6 +20,21 @@ pub struct RetryPolicy {
     pub max_retry_duration: Option<Duration>,
     pub ack_timeout: Duration,
     pub max_deliveries_per_attempt: u32,
+    /// Error classes for which a RETRY ack dead-letters at once.
+    pub non_retryable: Vec<String>,
+}
+
+/// `max_attempts` value meaning "no limit on attempts".
+pub const UNLIMITED_ATTEMPTS: u32 = 0;
+pub const MAX_ERROR_CLASSES: usize = 32;
+pub const MAX_ERROR_CLASS_LEN: usize = 128;
+
+/// Checks one error class: 1-128 characters of `[A-Za-z0-9._:/-]`.
+pub fn error_class_ok(c: &str) -> bool {
+    !c.is_empty()
+        && c.len() <= MAX_ERROR_CLASS_LEN
+        && c.chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '_' | ':' | '/' | '-'))
 }
 
 impl Default for RetryPolicy {
@@ -32,6 +48,7 @@ impl Default for RetryPolicy {
             max_retry_duration: None,
             ack_timeout: Duration::from_secs(30),
             max_deliveries_per_attempt: 3,
+            non_retryable: Vec::new(),
         }
     }
 }
@@ -47,6 +64,8 @@ pub struct PolicyOverrides {
     pub max_retry_duration: Option<Duration>,
     pub ack_timeout: Option<Duration>,
     pub max_deliveries_per_attempt: Option<u32>,
+    /// `None` (or, from the API, an empty list): keep the underlying list.
+    pub non_retryable: Option<Vec<String>>,
 }
 
 /// A policy field that is out of range; `field` is the path the caller used.
@@ -73,7 +92,21 @@ impl RetryPolicy {
             max_deliveries_per_attempt: o
                 .max_deliveries_per_attempt
                 .unwrap_or(self.max_deliveries_per_attempt),
+            non_retryable: o
+                .non_retryable
+                .clone()
+                .unwrap_or_else(|| self.non_retryable.clone()),
         }
+    }
+
+    /// Whether `attempts_made` attempts use up the policy's attempts.
+    pub fn attempts_exhausted(&self, attempts_made: u32) -> bool {
+        self.max_attempts != UNLIMITED_ATTEMPTS && attempts_made >= self.max_attempts
+    }
+
+    /// Whether a RETRY with this error class should dead-letter at once.
+    pub fn is_non_retryable(&self, error_class: &str) -> bool {
+        !error_class.is_empty() && self.non_retryable.iter().any(|c| c == error_class)
     }
 
     /// Checks the policy as a whole; field names are relative (`max_attempts`, ...).
@@ -84,12 +117,30 @@ impl RetryPolicy {
                 message,
             })
         };
-        if self.max_attempts == 0 || self.max_attempts > MAX_ATTEMPTS_LIMIT {
+        if self.max_attempts > MAX_ATTEMPTS_LIMIT {
             return err(
                 "max_attempts",
                 format!(
-                    "must be between 1 and {MAX_ATTEMPTS_LIMIT}, got {}",
+                    "must be between 1 and {MAX_ATTEMPTS_LIMIT} (or unlimited_attempts), got {}",
                     self.max_attempts
+                ),
+            );
+        }
+        if self.non_retryable.len() > MAX_ERROR_CLASSES {
+            return err(
+                "non_retryable_error_classes",
+                format!(
+                    "at most {MAX_ERROR_CLASSES} classes, got {}",
+                    self.non_retryable.len()
+                ),
+            );
+        }
+        if let Some(bad) = self.non_retryable.iter().find(|c| !error_class_ok(c)) {
+            let shown: String = bad.chars().take(64).collect();
+            return err(
+                "non_retryable_error_classes",
+                format!(
+                    "each class must be 1-{MAX_ERROR_CLASS_LEN} characters of [A-Za-z0-9._:/-], got {shown:?}"
                 ),
             );
         }
@@ -203,10 +254,24 @@ mod tests {
         let cases = [
             (
                 PolicyOverrides {
-                    max_attempts: Some(0),
+                    max_attempts: Some(MAX_ATTEMPTS_LIMIT + 1),
                     ..Default::default()
                 },
                 "max_attempts",
+            ),
+            (
+                PolicyOverrides {
+                    non_retryable: Some(vec!["ok".into(), "has space".into()]),
+                    ..Default::default()
+                },
+                "non_retryable_error_classes",
+            ),
+            (
+                PolicyOverrides {
+                    non_retryable: Some(vec!["x".into(); MAX_ERROR_CLASSES + 1]),
+                    ..Default::default()
+                },
+                "non_retryable_error_classes",
             ),
             (
                 PolicyOverrides {
@@ -263,5 +328,24 @@ mod tests {
             assert_eq!(base.apply(&o).validate().unwrap_err().field, field);
         }
         assert!(base.validate().is_ok());
+    }
+
+    #[test]
+    fn unlimited_attempts_and_non_retryable_classes() {
+        let p = RetryPolicy::default().apply(&PolicyOverrides {
+            max_attempts: Some(UNLIMITED_ATTEMPTS),
+            non_retryable: Some(vec!["http.404".into(), "auth/denied".into()]),
+            ..Default::default()
+        });
+        assert!(p.validate().is_ok());
+        assert!(!p.attempts_exhausted(u32::MAX - 1));
+        assert!(RetryPolicy::default().attempts_exhausted(5));
+        assert!(!RetryPolicy::default().attempts_exhausted(4));
+        assert!(p.is_non_retryable("http.404"));
+        assert!(!p.is_non_retryable("http.503"));
+        assert!(!p.is_non_retryable(""));
+        // An override without a list keeps the underlying one.
+        let q = p.apply(&PolicyOverrides::default());
+        assert_eq!(q.non_retryable, p.non_retryable);
     }
 }

@@ -108,6 +108,40 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
             "must be at least 1, got 0",
         ));
     }
+    let max_attempts = match (p.unlimited_attempts, p.max_attempts) {
+        (Some(true), Some(n)) => {
+            return Err(ApiError::invalid(
+                f("max_attempts"),
+                format!("must be unset when unlimited_attempts is true, got {n}"),
+            ))
+        }
+        (Some(true), None) => Some(crate::policy::UNLIMITED_ATTEMPTS),
+        (_, n) => n,
+    };
+    if p.non_retryable_error_classes.len() > crate::policy::MAX_ERROR_CLASSES {
+        return Err(ApiError::invalid(
+            f("non_retryable_error_classes"),
+            format!(
+                "at most {} classes, got {}",
+                crate::policy::MAX_ERROR_CLASSES,
+                p.non_retryable_error_classes.len()
+            ),
+        ));
+    }
+    if let Some(bad) = p
+        .non_retryable_error_classes
+        .iter()
+        .find(|c| !crate::policy::error_class_ok(c))
+    {
+        return Err(ApiError::invalid(
+            f("non_retryable_error_classes"),
+            format!(
+                "each class must be 1-{} characters of [A-Za-z0-9._:/-], got {}",
+                crate::policy::MAX_ERROR_CLASS_LEN,
+                show(bad)
+            ),
+        ));
+    }
     if p.max_deliveries_per_attempt == Some(0) {
         return Err(ApiError::invalid(
             f("max_deliveries_per_attempt"),
@@ -115,7 +149,7 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
         ));
     }
     Ok(PolicyOverrides {
-        max_attempts: p.max_attempts,
+        max_attempts,
         initial_backoff: dur("initial_backoff", &p.initial_backoff)?,
         max_backoff: dur("max_backoff", &p.max_backoff)?,
         multiplier: p.multiplier,
@@ -123,6 +157,8 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
         max_retry_duration: dur("max_retry_duration", &p.max_retry_duration)?,
         ack_timeout: dur("ack_timeout", &p.ack_timeout)?,
         max_deliveries_per_attempt: p.max_deliveries_per_attempt,
+        non_retryable: (!p.non_retryable_error_classes.is_empty())
+            .then(|| p.non_retryable_error_classes.clone()),
     })
 }
 

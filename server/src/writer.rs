@@ -25,6 +25,7 @@ use crate::{
     config::Config,
     error::ApiError,
     policy::RetryPolicy,
+    services::Services,
     store::{InstanceRow, Location, Pointer, RetryStore, Status, TxState},
     token,
     validate::{EnqueueInput, Schedule},
@@ -106,11 +107,18 @@ pub struct Writer {
     opts: WriterOptions,
     directory: Mutex<Directory>,
     permits: Semaphore,
+    services: Arc<Services>,
 }
 
 impl Writer {
-    pub fn new(store: Arc<dyn RetryStore>, clock: SharedClock, opts: WriterOptions) -> Self {
+    pub fn new(
+        store: Arc<dyn RetryStore>,
+        clock: SharedClock,
+        opts: WriterOptions,
+        services: Arc<Services>,
+    ) -> Self {
         Self {
+            services,
             grid: WindowGrid::new(opts.window_seconds),
             permits: Semaphore::new(opts.max_concurrent_writes),
             store,
@@ -137,11 +145,15 @@ impl Writer {
             ))
         })?;
         let now = self.clock.now_ms();
-        let policy = self.opts.default_policy.apply(&input.policy);
+        // Node default, then the service's stored policy, then the enqueue's own fields.
+        let policy = self
+            .services
+            .service_policy(&input.service)
+            .apply(&input.policy);
         policy
             .validate()
             .map_err(|e| ApiError::invalid(format!("policy.{}", e.field), e.message))?;
-        if input.attempt >= policy.max_attempts {
+        if policy.attempts_exhausted(input.attempt) {
             return Err(ApiError::invalid(
                 "attempt",
                 format!(
@@ -186,6 +198,7 @@ impl Writer {
         let target = self.grid.target(now, due_ms);
         let due_at_ms = self.grid.end_ms(target);
 
+        self.services.touch(&input.service).await?;
         let existing = self
             .store
             .get_state(&input.service, &input.transaction_id)

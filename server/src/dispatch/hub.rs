@@ -31,6 +31,9 @@ pub struct Work {
     pub deliveries: u32,
     /// Fired once the retry is resolved; dropped unresolved when the node stops.
     pub done: Option<oneshot::Sender<()>>,
+    /// The service's concurrency slot, when it has a limit: held until the work is resolved
+    /// or dropped, across redeliveries.
+    pub slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Work {
@@ -146,6 +149,19 @@ impl Hub {
         }
         drop(inner);
         self.changed.notify_waiters();
+        out
+    }
+
+    /// Per service: (deliveries in flight on this node, open streams).
+    pub fn stats(&self) -> HashMap<String, (u64, u32)> {
+        let inner = self.lock();
+        let mut out: HashMap<String, (u64, u32)> = HashMap::new();
+        for (service, subs) in &inner.services {
+            out.entry(service.clone()).or_default().1 = subs.len() as u32;
+        }
+        for f in inner.inflight.values() {
+            out.entry(f.work.state.service.clone()).or_default().0 += 1;
+        }
         out
     }
 

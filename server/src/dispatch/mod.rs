@@ -26,6 +26,7 @@ use crate::{
     clock::SharedClock,
     error::ApiError,
     ownership::{Lease, Ownership},
+    services::Services,
     store::{DeadLetter, InstanceRow, Location, RetryStore, Status, TxState},
     window::{WindowGrid, WindowId},
     writer::Writer,
@@ -55,7 +56,7 @@ pub struct DispatchOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
     Succeeded,
-    Rescheduled { due_at_ms: i64 },
+    Rescheduled { due_at_ms: i64, snoozed: bool },
     Dead,
 }
 
@@ -66,6 +67,10 @@ pub enum AttemptOutcome {
     Retry {
         after: Option<Duration>,
         error: String,
+        /// Matched against the policy's non-retryable classes.
+        error_class: String,
+        /// Postponed, not tried: no attempt is used, so later backoff does not grow.
+        snooze: bool,
     },
     Failed {
         error: String,
@@ -77,6 +82,7 @@ pub struct Dispatcher {
     pub hub: Arc<Hub>,
     store: Arc<dyn RetryStore>,
     writer: Arc<Writer>,
+    pub services: Arc<Services>,
     ownership: Arc<dyn Ownership>,
     clock: SharedClock,
     grid: WindowGrid,
@@ -96,12 +102,14 @@ impl Dispatcher {
         hub: Arc<Hub>,
         store: Arc<dyn RetryStore>,
         writer: Arc<Writer>,
+        services: Arc<Services>,
         ownership: Arc<dyn Ownership>,
         clock: SharedClock,
         opts: DispatchOptions,
         stopping: watch::Receiver<bool>,
     ) -> Self {
         Self {
+            services,
             grid: writer.grid(),
             hub,
             store,
@@ -155,10 +163,26 @@ impl Dispatcher {
                 self.dead_letter(state, now).await?;
                 Ok(Resolution::Dead)
             }
-            AttemptOutcome::Retry { after, error } => {
-                state.attempt += 1;
-                state.last_error = error;
-                if state.attempt >= state.policy.max_attempts {
+            AttemptOutcome::Retry {
+                after,
+                error,
+                error_class,
+                snooze,
+            } => {
+                if !snooze && state.policy.is_non_retryable(&error_class) {
+                    state.attempt += 1;
+                    state.last_error =
+                        format!("{error} (error class {error_class:?} is non-retryable)");
+                    self.dead_letter(state, now).await?;
+                    return Ok(Resolution::Dead);
+                }
+                if !snooze {
+                    state.attempt += 1;
+                }
+                if !error.is_empty() || !snooze {
+                    state.last_error = error;
+                }
+                if !snooze && state.policy.attempts_exhausted(state.attempt) {
                     state.last_error = format!(
                         "{} (attempts exhausted: {} of {})",
                         state.last_error, state.attempt, state.policy.max_attempts
@@ -186,6 +210,7 @@ impl Dispatcher {
                 let state = self.writer.reschedule(state, due).await?;
                 Ok(Resolution::Rescheduled {
                     due_at_ms: state.due_at_ms,
+                    snoozed: snooze,
                 })
             }
         }
@@ -218,6 +243,21 @@ impl Dispatcher {
                 let error = format!("not acknowledged after {} deliveries", work.deliveries);
                 this.resolve_expired(work, error).await;
                 return;
+            }
+            // Cancelled, purged or finished meanwhile: nothing to redeliver. (On a read error
+            // it goes out anyway; its ack checks the state again.)
+            if let Ok(current) = this
+                .store
+                .get_state(&work.state.service, &work.state.transaction_id)
+                .await
+            {
+                let live = current.is_some_and(|s| {
+                    s.generation == work.state.generation && s.status == Status::Scheduled
+                });
+                if !live {
+                    work.resolve();
+                    return;
+                }
             }
             let keep = {
                 let this = this.clone();
@@ -253,6 +293,8 @@ impl Dispatcher {
                 let outcome = AttemptOutcome::Retry {
                     after: None,
                     error: error.clone(),
+                    error_class: String::new(),
+                    snooze: false,
                 };
                 if let Err(e) = self.resolve(state, work.deliveries, outcome).await {
                     tracing::warn!(error = %e, "cannot record an expired delivery, will retry");
@@ -351,6 +393,9 @@ impl Dispatcher {
     fn maybe_start(self: &Arc<Self>, window: WindowId, row: InstanceRow, lease: Lease) -> Start {
         if !self.hub.has_subscriber(&row.service) {
             return Start::NoSubscriber;
+        }
+        if self.services.is_paused(&row.service) {
+            return Start::Paused;
         }
         let key = (window, row.service.clone(), row.instance.clone());
         {
@@ -516,10 +561,13 @@ impl Dispatcher {
             })
             .buffered(self.opts.read_ahead);
         let pending = FuturesUnordered::new();
+        // Feeding goes on while the lease holds and the service is not paused; a pause
+        // abandons the bucket (replayed after the resume), deliveries in flight may finish.
         let keep = {
             let this = self.clone();
             let lease = *lease;
-            move || this.fenced(&lease)
+            let svc = service.to_string();
+            move || this.fenced(&lease) && !this.services.is_paused(&svc)
         };
         let mut whole = true;
         while let Some(item) = states.next().await {
@@ -548,11 +596,29 @@ impl Dispatcher {
             if state.generation != pointer.generation || state.status != Status::Scheduled {
                 continue; // stale or already resolved: the execution marker
             }
+            if !keep() {
+                return Ok((Feed::Abandoned, pending));
+            }
+            // Per-service limits: a concurrency slot held until the retry is resolved, then a
+            // dispatch token.
+            let slot = match self.services.limiter(service) {
+                None => None,
+                Some(l) => {
+                    let Ok(slot) = l.take_slot(&keep).await else {
+                        return Ok((Feed::Abandoned, pending));
+                    };
+                    if !l.take_token(&keep).await {
+                        return Ok((Feed::Abandoned, pending));
+                    }
+                    slot
+                }
+            };
             let (tx, rx) = oneshot::channel();
             let work = Work {
                 state: Box::new(state),
                 deliveries: 0,
                 done: Some(tx),
+                slot,
             };
             if self.hub.deliver(work, None, &keep).await.is_err() {
                 return Ok((Feed::Abandoned, pending));
@@ -569,6 +635,8 @@ enum Start {
     Started,
     /// Its service has no subscriber on this node.
     NoSubscriber,
+    /// Its service is paused.
+    Paused,
     /// Fed already, waiting for acks: newer work of the service may go ahead.
     AlreadyActive,
     /// Held back (older day still feeding, or the per-service limit).

@@ -17,8 +17,8 @@ use scylla::{
 };
 
 use super::{
-    Cas, DeadLetter, InstanceRow, LeaseChange, LeaseRow, Location, Member, Pointer, RetryStore,
-    Status, StoreError, StoreResult, TokenRange, TxState,
+    Cas, DeadLetter, DeadLetterRow, InstanceRow, LeaseChange, LeaseRow, Location, Member, Pointer,
+    RetryStore, ServiceRow, Status, StoreError, StoreResult, TokenRange, TxState,
 };
 use crate::{config::Config, policy::RetryPolicy, window::WindowId};
 
@@ -132,6 +132,18 @@ struct Statements {
     replace_lease: PreparedStatement,
     take_lease: PreparedStatement,
     release_lease: PreparedStatement,
+    list_services: PreparedStatement,
+    touch_service: PreparedStatement,
+    pause_service: PreparedStatement,
+    set_service_policy: PreparedStatement,
+    set_service_limits: PreparedStatement,
+    list_dead_letters: PreparedStatement,
+    mark_redriven: PreparedStatement,
+    delete_dead_letter_day: PreparedStatement,
+    delete_dead_letter_range: PreparedStatement,
+    count_pointers: PreparedStatement,
+    day_listed: PreparedStatement,
+    window_listed: PreparedStatement,
 }
 
 /// The Cassandra store for one keyspace and one `ns` (region, cluster).
@@ -155,7 +167,7 @@ const STATE_COLUMNS: &str = "status, generation, attempt, payload, attributes, m
      initial_backoff_ms, max_backoff_ms, multiplier, jitter, max_retry_duration_ms, \
      ack_timeout_ms, max_deliveries_per_attempt, first_enqueued_at, last_enqueued_at, updated_at, \
      due_at, last_error, loc_day, loc_window, loc_instance, loc_bucket, enqueue_count, \
-     delivery_count";
+     delivery_count, non_retryable";
 
 impl CassandraStore {
     /// Prepares every statement against `keyspace`, which must already be migrated.
@@ -354,6 +366,68 @@ impl CassandraStore {
                 ps.set_is_idempotent(false);
                 ps
             },
+            list_services: prep(format!(
+                "SELECT service, seen_at, paused, paused_at, policy, limits, updated_at \
+                 FROM {ks}.services WHERE region = ? AND cluster = ?"
+            ))
+            .await?,
+            touch_service: prep(format!(
+                "UPDATE {ks}.services SET seen_at = ? WHERE region = ? AND cluster = ? \
+                 AND service = ?"
+            ))
+            .await?,
+            pause_service: prep(format!(
+                "UPDATE {ks}.services SET paused = ?, paused_at = ?, updated_at = ? \
+                 WHERE region = ? AND cluster = ? AND service = ?"
+            ))
+            .await?,
+            set_service_policy: prep(format!(
+                "UPDATE {ks}.services SET policy = ?, updated_at = ? \
+                 WHERE region = ? AND cluster = ? AND service = ?"
+            ))
+            .await?,
+            set_service_limits: prep(format!(
+                "UPDATE {ks}.services SET limits = ?, updated_at = ? \
+                 WHERE region = ? AND cluster = ? AND service = ?"
+            ))
+            .await?,
+            list_dead_letters: prep(format!(
+                "SELECT dead_at, transaction_id, attempt, last_error, generation, redriven_at \
+                 FROM {ks}.dead_letters WHERE region = ? AND cluster = ? AND service = ? \
+                 AND day = ? AND dead_at >= ? AND dead_at < ?"
+            ))
+            .await?,
+            mark_redriven: prep(format!(
+                "UPDATE {ks}.dead_letters SET redriven_at = ? WHERE region = ? AND cluster = ? \
+                 AND service = ? AND day = ? AND dead_at = ? AND transaction_id = ?"
+            ))
+            .await?,
+            delete_dead_letter_day: prep(format!(
+                "DELETE FROM {ks}.dead_letters WHERE region = ? AND cluster = ? AND service = ? \
+                 AND day = ?"
+            ))
+            .await?,
+            delete_dead_letter_range: prep(format!(
+                "DELETE FROM {ks}.dead_letters WHERE region = ? AND cluster = ? AND service = ? \
+                 AND day = ? AND dead_at >= ? AND dead_at < ?"
+            ))
+            .await?,
+            count_pointers: prep(format!(
+                "SELECT COUNT(*) FROM {ks}.retry_transactions_by_bucket WHERE region = ? \
+                 AND cluster = ? AND day = ? AND window = ? AND service = ? AND instance = ? \
+                 AND bucket = ?"
+            ))
+            .await?,
+            day_listed: prep(format!(
+                "SELECT day FROM {ks}.days_by_year WHERE region = ? AND cluster = ? AND year = ? \
+                 AND day = ?"
+            ))
+            .await?,
+            window_listed: prep(format!(
+                "SELECT window FROM {ks}.windows_by_day WHERE region = ? AND cluster = ? \
+                 AND day = ? AND window = ?"
+            ))
+            .await?,
         };
         Ok(Self {
             session,
@@ -442,6 +516,7 @@ struct StateValues<'a> {
     loc_bucket: Option<i32>,
     enqueue_count: i32,
     delivery_count: i32,
+    non_retryable: String,
     ttl: i32,
 }
 
@@ -471,6 +546,7 @@ struct StateRow {
     loc_bucket: Option<i32>,
     enqueue_count: Option<i32>,
     delivery_count: Option<i32>,
+    non_retryable: Option<String>,
 }
 
 impl StateRow {
@@ -511,9 +587,10 @@ impl StateRow {
             payload: self.payload.unwrap_or_default(),
             attributes: self.attributes.unwrap_or_default(),
             policy: RetryPolicy {
+                // 0: unlimited (only ever written for an explicit unlimited_attempts).
                 max_attempts: self
                     .max_attempts
-                    .map(|v| v.max(1) as u32)
+                    .map(|v| v.max(0) as u32)
                     .unwrap_or(d.max_attempts),
                 initial_backoff: dur(self.initial_backoff_ms, d.initial_backoff),
                 max_backoff: dur(self.max_backoff_ms, d.max_backoff),
@@ -528,6 +605,13 @@ impl StateRow {
                     .max_deliveries_per_attempt
                     .map(|v| v.max(1) as u32)
                     .unwrap_or(d.max_deliveries_per_attempt),
+                non_retryable: self
+                    .non_retryable
+                    .unwrap_or_default()
+                    .split('\n')
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_string)
+                    .collect(),
             },
             first_enqueued_at_ms: self.first_enqueued_at.map_or(0, |t| t.0),
             last_enqueued_at_ms: self.last_enqueued_at.map_or(0, |t| t.0),
@@ -648,6 +732,7 @@ impl RetryStore for CassandraStore {
             loc_bucket: loc.map(|l| l.bucket as i32),
             enqueue_count: s.enqueue_count as i32,
             delivery_count: s.delivery_count as i32,
+            non_retryable: s.policy.non_retryable.join("\n"),
             // TTL 0 means "no TTL": live rows are kept until they reach a terminal state.
             ttl: ttl_seconds.map_or(0, |t| t.min(i32::MAX as u32) as i32),
         };
@@ -761,6 +846,250 @@ impl RetryStore for CassandraStore {
                 .map_err(|e| map_next_row_error(&e))
             })
             .boxed())
+    }
+
+    async fn list_services(&self) -> StoreResult<Vec<ServiceRow>> {
+        type Row = (
+            String,
+            Option<CqlTimestamp>,
+            Option<bool>,
+            Option<CqlTimestamp>,
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+            Option<CqlTimestamp>,
+        );
+        let rows: Vec<Row> = self
+            .collect(&self.st.list_services, (&self.region, &self.cluster))
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(service, seen, paused, paused_at, policy, limits, updated)| ServiceRow {
+                    service,
+                    seen_at_ms: seen.map(|t| t.0),
+                    paused: paused.unwrap_or(false),
+                    paused_at_ms: paused_at.map(|t| t.0),
+                    policy: policy.unwrap_or_default(),
+                    limits: limits.unwrap_or_default(),
+                    updated_at_ms: updated.map(|t| t.0),
+                },
+            )
+            .collect())
+    }
+
+    async fn touch_service(&self, service: &str, now_ms: i64) -> StoreResult<()> {
+        self.exec(
+            &self.st.touch_service,
+            (CqlTimestamp(now_ms), &self.region, &self.cluster, service),
+        )
+        .await
+    }
+
+    async fn set_service_paused(&self, service: &str, paused: bool, now: i64) -> StoreResult<()> {
+        // Resuming keeps paused_at (the last pause) rather than writing a null cell.
+        if paused {
+            self.exec(
+                &self.st.pause_service,
+                (
+                    true,
+                    CqlTimestamp(now),
+                    CqlTimestamp(now),
+                    &self.region,
+                    &self.cluster,
+                    service,
+                ),
+            )
+            .await
+        } else {
+            let current = self
+                .list_services()
+                .await?
+                .into_iter()
+                .find(|r| r.service == service)
+                .and_then(|r| r.paused_at_ms)
+                .unwrap_or(now);
+            self.exec(
+                &self.st.pause_service,
+                (
+                    false,
+                    CqlTimestamp(current),
+                    CqlTimestamp(now),
+                    &self.region,
+                    &self.cluster,
+                    service,
+                ),
+            )
+            .await
+        }
+    }
+
+    async fn set_service_policy(&self, service: &str, policy: &[u8], now: i64) -> StoreResult<()> {
+        self.exec(
+            &self.st.set_service_policy,
+            (
+                policy,
+                CqlTimestamp(now),
+                &self.region,
+                &self.cluster,
+                service,
+            ),
+        )
+        .await
+    }
+
+    async fn set_service_limits(&self, service: &str, limits: &[u8], now: i64) -> StoreResult<()> {
+        self.exec(
+            &self.st.set_service_limits,
+            (
+                limits,
+                CqlTimestamp(now),
+                &self.region,
+                &self.cluster,
+                service,
+            ),
+        )
+        .await
+    }
+
+    async fn stream_dead_letters(
+        &self,
+        service: &str,
+        day: i32,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<DeadLetterRow>>> {
+        use futures::StreamExt;
+        type Row = (
+            CqlTimestamp,
+            String,
+            Option<i32>,
+            Option<String>,
+            Option<i64>,
+            Option<CqlTimestamp>,
+        );
+        let pager = self
+            .session
+            .execute_iter(
+                self.st.list_dead_letters.clone(),
+                (
+                    self.region.clone(),
+                    self.cluster.clone(),
+                    service.to_string(),
+                    cql_date(day),
+                    CqlTimestamp(from_ms),
+                    CqlTimestamp(to_ms),
+                ),
+            )
+            .await
+            .map_err(|e| map_pager_error(&e))?;
+        let rows = pager
+            .rows_stream::<Row>()
+            .map_err(|e| StoreError::Internal(format!("unexpected row type: {e}")))?;
+        let service = service.to_string();
+        Ok(rows
+            .map(move |r| {
+                r.map(
+                    |(dead_at, transaction_id, attempt, last_error, generation, redriven)| {
+                        DeadLetterRow {
+                            letter: DeadLetter {
+                                service: service.clone(),
+                                transaction_id,
+                                day,
+                                dead_at_ms: dead_at.0,
+                                attempt: attempt.unwrap_or(0).max(0) as u32,
+                                last_error: last_error.unwrap_or_default(),
+                                generation: generation.unwrap_or(0),
+                            },
+                            redriven_at_ms: redriven.map(|t| t.0),
+                        }
+                    },
+                )
+                .map_err(|e| map_next_row_error(&e))
+            })
+            .boxed())
+    }
+
+    async fn mark_redriven(&self, d: &DeadLetter, now: i64) -> StoreResult<()> {
+        self.exec(
+            &self.st.mark_redriven,
+            (
+                CqlTimestamp(now),
+                &self.region,
+                &self.cluster,
+                &d.service,
+                cql_date(d.day),
+                CqlTimestamp(d.dead_at_ms),
+                &d.transaction_id,
+            ),
+        )
+        .await
+    }
+
+    async fn delete_dead_letter_day(&self, service: &str, day: i32) -> StoreResult<()> {
+        self.exec(
+            &self.st.delete_dead_letter_day,
+            (&self.region, &self.cluster, service, cql_date(day)),
+        )
+        .await
+    }
+
+    async fn delete_dead_letter_range(
+        &self,
+        service: &str,
+        day: i32,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> StoreResult<()> {
+        self.exec(
+            &self.st.delete_dead_letter_range,
+            (
+                &self.region,
+                &self.cluster,
+                service,
+                cql_date(day),
+                CqlTimestamp(from_ms),
+                CqlTimestamp(to_ms),
+            ),
+        )
+        .await
+    }
+
+    async fn count_pointers(&self, service: &str, loc: &Location) -> StoreResult<u64> {
+        let rows: Vec<(i64,)> = self
+            .collect(
+                &self.st.count_pointers,
+                (
+                    &self.region,
+                    &self.cluster,
+                    cql_date(loc.window.day),
+                    loc.window.index as i32,
+                    service,
+                    &loc.instance,
+                    loc.bucket as i32,
+                ),
+            )
+            .await?;
+        Ok(rows.first().map_or(0, |r| r.0.max(0) as u64))
+    }
+
+    async fn day_listed(&self, year: i32, day: i32) -> StoreResult<bool> {
+        let rows: Vec<(CqlDate,)> = self
+            .collect(
+                &self.st.day_listed,
+                (&self.region, &self.cluster, year, cql_date(day)),
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn window_listed(&self, w: WindowId) -> StoreResult<bool> {
+        let rows: Vec<(i32,)> = self
+            .collect(
+                &self.st.window_listed,
+                (&self.region, &self.cluster, cql_date(w.day), w.index as i32),
+            )
+            .await?;
+        Ok(!rows.is_empty())
     }
 
     async fn put_dead_letter(&self, d: &DeadLetter, ttl_seconds: u32) -> StoreResult<()> {

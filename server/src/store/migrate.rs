@@ -1,7 +1,8 @@
 //! Schema migrations: the numbered files of `schema/`, embedded at build time, applied in order.
 //! The keyspace is created with the configured replication when it is missing, and the table
-//! `schema_migrations` records which versions ran. Every statement is `IF NOT EXISTS`, so two
-//! nodes migrating at once, or a migration interrupted half-way and run again, is harmless.
+//! `schema_migrations` records which versions ran. Every statement is `IF NOT EXISTS` (tables
+//! and added columns alike), so two nodes migrating at once, or a migration interrupted
+//! half-way and run again, is harmless.
 
 use scylla::{client::session::Session, value::CqlTimestamp};
 
@@ -38,6 +39,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 4,
         name: "0004_progress.cql",
         cql: include_str!("../../../schema/0004_progress.cql"),
+    },
+    Migration {
+        version: 5,
+        name: "0005_services.cql",
+        cql: include_str!("../../../schema/0005_services.cql"),
     },
 ];
 
@@ -152,14 +158,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_migration_splits_into_create_statements() {
+    fn every_migration_splits_into_idempotent_statements() {
         let mut versions = Vec::new();
         for m in MIGRATIONS {
             let stmts = statements(m.cql);
             assert!(!stmts.is_empty(), "{}", m.name);
             for s in stmts {
                 assert!(
-                    s.starts_with("CREATE TABLE IF NOT EXISTS"),
+                    s.starts_with("CREATE TABLE IF NOT EXISTS")
+                        || (s.starts_with("ALTER TABLE ") && s.contains(" ADD IF NOT EXISTS ")),
                     "{}: {s}",
                     m.name
                 );

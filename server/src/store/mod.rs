@@ -194,6 +194,51 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
     async fn delete_window(&self, window: WindowId) -> StoreResult<()>;
     async fn delete_day(&self, year: i32, day: i32) -> StoreResult<()>;
 
+    // Service settings (one small partition per namespace).
+    async fn list_services(&self) -> StoreResult<Vec<ServiceRow>>;
+    /// Records that the service exists (once per service per process).
+    async fn touch_service(&self, service: &str, now_ms: i64) -> StoreResult<()>;
+    async fn set_service_paused(&self, service: &str, paused: bool, now_ms: i64)
+        -> StoreResult<()>;
+    async fn set_service_policy(
+        &self,
+        service: &str,
+        policy: &[u8],
+        now_ms: i64,
+    ) -> StoreResult<()>;
+    async fn set_service_limits(
+        &self,
+        service: &str,
+        limits: &[u8],
+        now_ms: i64,
+    ) -> StoreResult<()>;
+
+    // Dead letters: one partition per (service, day), rows by (dead_at, transaction_id).
+    /// The rows of one day with `from_ms <= dead_at < to_ms`, page by page.
+    async fn stream_dead_letters(
+        &self,
+        service: &str,
+        day: i32,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<DeadLetterRow>>>;
+    async fn mark_redriven(&self, letter: &DeadLetter, now_ms: i64) -> StoreResult<()>;
+    /// The whole day partition in one partition tombstone.
+    async fn delete_dead_letter_day(&self, service: &str, day: i32) -> StoreResult<()>;
+    /// One range tombstone over `from_ms <= dead_at < to_ms`.
+    async fn delete_dead_letter_range(
+        &self,
+        service: &str,
+        day: i32,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> StoreResult<()>;
+
+    // Inspection.
+    async fn count_pointers(&self, service: &str, location: &Location) -> StoreResult<u64>;
+    async fn day_listed(&self, year: i32, day: i32) -> StoreResult<bool>;
+    async fn window_listed(&self, window: WindowId) -> StoreResult<bool>;
+
     /// First window of `day` not yet compacted (0 when unknown).
     async fn low_water(&self, day: i32) -> StoreResult<u32>;
     async fn set_low_water(&self, day: i32, window: u32) -> StoreResult<()>;
@@ -259,6 +304,25 @@ pub enum Cas {
     Applied,
     /// Not applied; the row as it is now (None when it does not exist).
     Rejected(Option<LeaseRow>),
+}
+
+/// A `services` row; settings are protobuf bytes (empty: none stored).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServiceRow {
+    pub service: String,
+    pub seen_at_ms: Option<i64>,
+    pub paused: bool,
+    pub paused_at_ms: Option<i64>,
+    pub policy: Vec<u8>,
+    pub limits: Vec<u8>,
+    pub updated_at_ms: Option<i64>,
+}
+
+/// A `dead_letters` row as read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterRow {
+    pub letter: DeadLetter,
+    pub redriven_at_ms: Option<i64>,
 }
 
 /// A `dead_letters` row.

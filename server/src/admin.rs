@@ -1,0 +1,962 @@
+//! The operator API (issue 5): service settings, purge, dead letters, statistics and window
+//! inspection. Every request is validated before anything is read or written.
+//!
+//! Deletes made here, and the invariant that allows each:
+//! - `PurgeService` deletes a bucket's Tier-5 partition only after every pointer in it is
+//!   resolved: its retry was scheduled before `before` and is now CANCELLED, or the pointer
+//!   is stale (an older generation, or a state row already terminal). A pointer whose state
+//!   row may still land (younger than the orphan grace) or a retry scheduled at or after
+//!   `before` keeps the bucket. Tier-4 and Tier-3 rows are deleted only in windows closed to
+//!   writers (W+1 plus the skew margin), so no writer can add a bucket behind the delete; in
+//!   open windows the dispatcher removes the then-empty rows as usual.
+//! - `PurgeDeadLetters` deletes dead letters only (whole day partitions, or one range per
+//!   day); the retries themselves stay DEAD until their terminal TTL.
+//! - Redrive never deletes: a redriven letter is marked (`redriven_at`), so day partitions
+//!   gain no row tombstones.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
+
+use futures::{StreamExt, TryStreamExt};
+use rebound_proto::v1 as pb;
+
+use crate::{
+    api::{policy_pb, ts},
+    clock::SharedClock,
+    dispatch::hub::Hub,
+    error::ApiError,
+    ownership::Ownership,
+    ring::LeaseRing,
+    services::{Services, Settings},
+    store::{DeadLetter, InstanceRow, Location, RetryStore, Status, TokenRange},
+    validate,
+    window::{date_to_day, day_to_date, WindowGrid, WindowId, DAY_MS},
+    writer::Writer,
+};
+
+/// Longest time range a dead-letter call may cover.
+const MAX_DLQ_RANGE_DAYS: i64 = 400;
+const MAX_ERROR_FILTER_BYTES: usize = 1024;
+
+/// Everything the admin calls need from the node.
+#[derive(Debug)]
+pub struct Admin {
+    pub store: Arc<dyn RetryStore>,
+    pub services: Arc<Services>,
+    pub writer: Arc<Writer>,
+    pub hub: Arc<Hub>,
+    pub ownership: Arc<dyn Ownership>,
+    pub ring: Option<Arc<LeaseRing>>,
+    pub clock: SharedClock,
+    pub node_id: String,
+    pub address: String,
+    pub slots: u32,
+    pub skew_margin_ms: i64,
+    pub orphan_grace_ms: i64,
+    pub dead_letter_retention_seconds: u32,
+}
+
+/// The time a generation was made (its high bits; see `writer::new_generation`).
+fn generation_ms(generation: i64) -> i64 {
+    generation >> 20
+}
+
+fn dur(ms: i64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: ms / 1000,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
+pub fn service_info(s: &Settings, services: &Services) -> pb::ServiceInfo {
+    pb::ServiceInfo {
+        service: s.service.clone(),
+        paused: s.paused,
+        policy: Some(s.policy.clone()),
+        limits: Some(s.limits),
+        paused_at: s.paused_at_ms.map(ts),
+        updated_at: s.updated_at_ms.map(ts),
+        effective_policy: Some(policy_pb(&services.default_policy().apply(&s.overrides))),
+    }
+}
+
+/// A dead-letter query after validation.
+struct LetterQuery {
+    service: String,
+    from_ms: i64,
+    to_ms: i64,
+    error_contains: String,
+}
+
+/// Where a listing stopped: the last letter returned.
+#[derive(Debug, Clone, PartialEq)]
+struct Cursor {
+    day: i32,
+    dead_at_ms: i64,
+    transaction_id: String,
+}
+
+impl Cursor {
+    fn encode(&self) -> String {
+        let hex: String = self
+            .transaction_id
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("v1.{}.{}.{hex}", self.day, self.dead_at_ms)
+    }
+
+    fn decode(token: &str) -> Result<Cursor, ApiError> {
+        let bad = || ApiError::invalid("page_token", "is not a token returned by ListDeadLetters");
+        let mut parts = token.splitn(4, '.');
+        if parts.next() != Some("v1") {
+            return Err(bad());
+        }
+        let day: i32 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let dead_at_ms: i64 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let hex = parts.next().ok_or_else(bad)?;
+        if hex.len() % 2 != 0 || hex.len() > 2 * validate::MAX_TRANSACTION_ID_BYTES {
+            return Err(bad());
+        }
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+            .collect::<Result<Vec<u8>, _>>()
+            .map_err(|_| bad())?;
+        let transaction_id = String::from_utf8(bytes).map_err(|_| bad())?;
+        Ok(Cursor {
+            day,
+            dead_at_ms,
+            transaction_id,
+        })
+    }
+
+    /// Whether a letter comes after this cursor in listing order.
+    fn before(&self, l: &DeadLetter) -> bool {
+        (l.day, l.dead_at_ms, l.transaction_id.as_str())
+            > (self.day, self.dead_at_ms, self.transaction_id.as_str())
+    }
+}
+
+/// One (window, service, instance) of the directory, with its buckets.
+struct DirEntry {
+    window: WindowId,
+    row: InstanceRow,
+    buckets: Vec<u32>,
+}
+
+impl Admin {
+    fn grid(&self) -> WindowGrid {
+        self.writer.grid()
+    }
+
+    fn known(&self, service: &str) -> Result<(), ApiError> {
+        validate::service("service", service)
+    }
+
+    pub async fn list_services(&self) -> Result<pb::ListServicesResponse, ApiError> {
+        self.services.refresh().await?;
+        Ok(pb::ListServicesResponse {
+            services: self
+                .services
+                .all()
+                .iter()
+                .map(|s| service_info(s, &self.services))
+                .collect(),
+        })
+    }
+
+    pub async fn get_service(&self, service: &str) -> Result<pb::ServiceInfo, ApiError> {
+        self.known(service)?;
+        match self.services.load(service).await? {
+            Some(s) => Ok(service_info(&s, &self.services)),
+            None => Err(ApiError::NotFound(format!(
+                "no service {service:?}: it was never enqueued to nor configured"
+            ))),
+        }
+    }
+
+    pub async fn set_paused(
+        &self,
+        service: &str,
+        paused: bool,
+    ) -> Result<pb::ServiceInfo, ApiError> {
+        self.known(service)?;
+        let s = self.services.set_paused(service, paused).await?;
+        if !paused {
+            self.hub.wake();
+        }
+        Ok(service_info(&s, &self.services))
+    }
+
+    pub async fn set_policy(
+        &self,
+        r: &pb::SetServicePolicyRequest,
+    ) -> Result<pb::SetServicePolicyResponse, ApiError> {
+        self.known(&r.service)?;
+        let policy = r.policy.clone().unwrap_or_default();
+        let overrides = validate::policy("policy", Some(&policy))?;
+        let effective = self.services.default_policy().apply(&overrides);
+        effective
+            .validate()
+            .map_err(|e| ApiError::invalid(format!("policy.{}", e.field), e.message))?;
+        let s = self.services.set_policy(&r.service, &policy).await?;
+        Ok(pb::SetServicePolicyResponse {
+            policy: Some(s.policy.clone()),
+            effective_policy: Some(policy_pb(&effective)),
+        })
+    }
+
+    pub async fn set_limits(
+        &self,
+        r: &pb::SetServiceLimitsRequest,
+    ) -> Result<pb::SetServiceLimitsResponse, ApiError> {
+        self.known(&r.service)?;
+        let limits = r.limits.unwrap_or_default();
+        if let Some(rate) = limits.max_dispatch_per_second {
+            if !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0) {
+                return Err(ApiError::invalid(
+                    "limits.max_dispatch_per_second",
+                    format!("must be more than 0 and at most 1000000, got {rate}"),
+                ));
+            }
+        }
+        if let Some(b) = limits.dispatch_burst {
+            if b == 0 || b > 1_000_000 {
+                return Err(ApiError::invalid(
+                    "limits.dispatch_burst",
+                    format!("must be between 1 and 1000000, got {b}"),
+                ));
+            }
+            if limits.max_dispatch_per_second.is_none() {
+                return Err(ApiError::invalid(
+                    "limits.dispatch_burst",
+                    "needs max_dispatch_per_second",
+                ));
+            }
+        }
+        if let Some(c) = limits.max_concurrent {
+            if c == 0 || c > 1_000_000 {
+                return Err(ApiError::invalid(
+                    "limits.max_concurrent",
+                    format!("must be between 1 and 1000000, got {c}"),
+                ));
+            }
+        }
+        let s = self.services.set_limits(&r.service, &limits).await?;
+        Ok(pb::SetServiceLimitsResponse {
+            limits: Some(s.limits),
+        })
+    }
+
+    /// Every (window, instance) of `service` in the directory (all token ranges), oldest
+    /// first, with the window filter applied.
+    async fn directory(&self, service: Option<&str>) -> Result<Vec<DirEntry>, ApiError> {
+        let now = self.clock.now_ms();
+        let year = self.grid().window_of(now).year();
+        let mut out = Vec::new();
+        for y in [year - 1, year, year + 1] {
+            for day in self.store.list_days(y).await? {
+                let low = self.store.low_water(day).await?;
+                for index in self.store.list_windows_from(day, low).await? {
+                    let window = WindowId { day, index };
+                    for row in self.store.list_instances(window, TokenRange::FULL).await? {
+                        if service.is_some_and(|s| s != row.service) {
+                            continue;
+                        }
+                        let buckets = self
+                            .store
+                            .list_buckets(window, &row.service, &row.instance)
+                            .await?;
+                        out.push(DirEntry {
+                            window,
+                            row,
+                            buckets,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub async fn purge_service(
+        &self,
+        r: &pb::PurgeServiceRequest,
+    ) -> Result<pb::PurgeServiceResponse, ApiError> {
+        self.known(&r.service)?;
+        let now = self.clock.now_ms();
+        let before = match &r.before {
+            Some(t) => validate::timestamp_ms("before", t)?,
+            None => now,
+        };
+        let max_buckets = match r.max_buckets {
+            0 => 100,
+            n if n <= 10_000 => n as u64,
+            n => {
+                return Err(ApiError::invalid(
+                    "max_buckets",
+                    format!("must be between 1 and 10000, got {n}"),
+                ))
+            }
+        };
+        let mut resp = pb::PurgeServiceResponse {
+            done: true,
+            before: Some(ts(before)),
+            ..Default::default()
+        };
+        let mut handled = 0u64;
+        'walk: for entry in self.directory(Some(&r.service)).await? {
+            let closed =
+                self.grid()
+                    .is_readable(entry.window, self.clock.now_ms(), self.skew_margin_ms);
+            let mut all_deleted = true;
+            for bucket in &entry.buckets {
+                if handled >= max_buckets {
+                    resp.done = false;
+                    break 'walk;
+                }
+                let loc = Location {
+                    window: entry.window,
+                    instance: entry.row.instance.clone(),
+                    bucket: *bucket,
+                };
+                let (cancelled, pointers, keep) =
+                    self.purge_bucket(&r.service, &loc, before).await?;
+                resp.cancelled += cancelled;
+                if pointers > 0 {
+                    handled += 1;
+                }
+                if keep {
+                    resp.buckets_kept += 1;
+                    all_deleted = false;
+                    continue;
+                }
+                if pointers > 0 {
+                    self.store
+                        .delete_pointer_partition(&r.service, &loc)
+                        .await?;
+                    resp.buckets_deleted += 1;
+                }
+                if closed {
+                    self.store
+                        .delete_bucket(entry.window, &r.service, &loc.instance, *bucket)
+                        .await?;
+                }
+            }
+            if closed && all_deleted {
+                self.store.delete_instance(entry.window, &entry.row).await?;
+            }
+        }
+        tracing::info!(service = %r.service, before, cancelled = resp.cancelled, deleted = resp.buckets_deleted, kept = resp.buckets_kept, done = resp.done, "purged service");
+        Ok(resp)
+    }
+
+    /// Cancels the bucket's live retries scheduled before `before`. Returns (cancelled,
+    /// pointers seen, whether the bucket must be kept).
+    async fn purge_bucket(
+        &self,
+        service: &str,
+        loc: &Location,
+        before: i64,
+    ) -> Result<(u64, u64, bool), ApiError> {
+        let mut pointers = self.store.stream_pointers(service, loc).await?;
+        let (mut cancelled, mut seen, mut keep) = (0u64, 0u64, false);
+        while let Some(p) = pointers.try_next().await? {
+            seen += 1;
+            let state = self.store.get_state(service, &p.transaction_id).await?;
+            match state {
+                Some(s) if s.generation == p.generation && s.status == Status::Scheduled => {
+                    if generation_ms(s.generation) < before {
+                        self.writer.finish(s, Status::Cancelled).await?;
+                        cancelled += 1;
+                    } else {
+                        keep = true;
+                    }
+                }
+                // The state row may still land (pointer first, state second).
+                s if s.as_ref().is_none_or(|s| s.generation < p.generation)
+                    && (self.clock.now_ms() - p.enqueued_at_ms < self.orphan_grace_ms
+                        || p.enqueued_at_ms >= before) =>
+                {
+                    keep = true;
+                }
+                _ => {} // stale or resolved
+            }
+        }
+        Ok((cancelled, seen, keep))
+    }
+
+    fn letter_query(
+        &self,
+        service: &str,
+        from: Option<&prost_types::Timestamp>,
+        to: Option<&prost_types::Timestamp>,
+        error_contains: &str,
+    ) -> Result<LetterQuery, ApiError> {
+        self.known(service)?;
+        let now = self.clock.now_ms();
+        let to_ms = to.map(|t| validate::timestamp_ms("to", t)).transpose()?;
+        let to_ms = to_ms.unwrap_or(now + 1);
+        let from_ms = from
+            .map(|t| validate::timestamp_ms("from", t))
+            .transpose()?;
+        let from_ms = from_ms.unwrap_or_else(|| {
+            to_ms - i64::from(self.dead_letter_retention_seconds) * 1000 - DAY_MS
+        });
+        if from_ms >= to_ms {
+            return Err(ApiError::invalid("from", "must be before to"));
+        }
+        if to_ms - from_ms > MAX_DLQ_RANGE_DAYS * DAY_MS {
+            return Err(ApiError::invalid(
+                "from",
+                format!("the range from..to must be at most {MAX_DLQ_RANGE_DAYS} days"),
+            ));
+        }
+        if error_contains.len() > MAX_ERROR_FILTER_BYTES {
+            return Err(ApiError::invalid(
+                "error_contains",
+                format!(
+                    "must be at most {MAX_ERROR_FILTER_BYTES} bytes, got {}",
+                    error_contains.len()
+                ),
+            ));
+        }
+        Ok(LetterQuery {
+            service: service.to_string(),
+            from_ms,
+            to_ms,
+            error_contains: error_contains.to_string(),
+        })
+    }
+
+    fn days(q: &LetterQuery) -> std::ops::RangeInclusive<i32> {
+        let first = q.from_ms.div_euclid(DAY_MS) as i32;
+        let last = (q.to_ms - 1).div_euclid(DAY_MS) as i32;
+        first..=last
+    }
+
+    /// Matching letters in order, after `cursor`, until `f` says stop.
+    async fn each_letter<F>(
+        &self,
+        q: &LetterQuery,
+        cursor: Option<&Cursor>,
+        include_redriven: bool,
+        mut f: F,
+    ) -> Result<bool, ApiError>
+    where
+        F: FnMut(DeadLetter, Option<i64>) -> bool,
+    {
+        for day in Self::days(q) {
+            if cursor.is_some_and(|c| c.day > day) {
+                continue;
+            }
+            let from = match cursor {
+                Some(c) if c.day == day => q.from_ms.max(c.dead_at_ms),
+                _ => q.from_ms,
+            };
+            let mut rows = self
+                .store
+                .stream_dead_letters(&q.service, day, from, q.to_ms)
+                .await?;
+            while let Some(row) = rows.try_next().await? {
+                if cursor.is_some_and(|c| !c.before(&row.letter)) {
+                    continue;
+                }
+                if !include_redriven && row.redriven_at_ms.is_some() {
+                    continue;
+                }
+                if !q.error_contains.is_empty()
+                    && !row.letter.last_error.contains(&q.error_contains)
+                {
+                    continue;
+                }
+                if !f(row.letter, row.redriven_at_ms) {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    pub async fn list_dead_letters(
+        &self,
+        r: &pb::ListDeadLettersRequest,
+    ) -> Result<pb::ListDeadLettersResponse, ApiError> {
+        let q = self.letter_query(
+            &r.service,
+            r.from.as_ref(),
+            r.to.as_ref(),
+            &r.error_contains,
+        )?;
+        let page_size = match r.page_size {
+            0 => 100,
+            n if n <= 1000 => n as usize,
+            n => {
+                return Err(ApiError::invalid(
+                    "page_size",
+                    format!("must be between 1 and 1000, got {n}"),
+                ))
+            }
+        };
+        let cursor = (!r.page_token.is_empty())
+            .then(|| Cursor::decode(&r.page_token))
+            .transpose()?;
+        let mut page: Vec<(DeadLetter, Option<i64>)> = Vec::new();
+        let mut more = false;
+        self.each_letter(&q, cursor.as_ref(), r.include_redriven, |l, red| {
+            if page.len() == page_size {
+                more = true;
+                return false;
+            }
+            page.push((l, red));
+            true
+        })
+        .await?;
+        let next_page_token = match (more, page.last()) {
+            (true, Some((l, _))) => Cursor {
+                day: l.day,
+                dead_at_ms: l.dead_at_ms,
+                transaction_id: l.transaction_id.clone(),
+            }
+            .encode(),
+            _ => String::new(),
+        };
+        Ok(pb::ListDeadLettersResponse {
+            dead_letters: page
+                .into_iter()
+                .map(|(l, red)| pb::DeadLetter {
+                    service: l.service,
+                    transaction_id: l.transaction_id,
+                    attempt: l.attempt,
+                    last_error: l.last_error,
+                    dead_at: Some(ts(l.dead_at_ms)),
+                    redriven_at: red.map(ts),
+                })
+                .collect(),
+            next_page_token,
+        })
+    }
+
+    pub async fn redrive(
+        &self,
+        r: &pb::RedriveDeadLettersRequest,
+    ) -> Result<pb::RedriveDeadLettersResponse, ApiError> {
+        let q = self.letter_query(
+            &r.service,
+            r.from.as_ref(),
+            r.to.as_ref(),
+            &r.error_contains,
+        )?;
+        let delay = r
+            .delay
+            .as_ref()
+            .map(|d| validate::duration("delay", d))
+            .transpose()?
+            .unwrap_or_default();
+        if delay > self.writer.max_delay() {
+            return Err(ApiError::invalid(
+                "delay",
+                format!(
+                    "{}s is over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
+                    delay.as_secs(),
+                    self.writer.max_delay().as_secs()
+                ),
+            ));
+        }
+        let max_items = match r.max_items {
+            0 => 1000,
+            n if n <= 100_000 => n as usize,
+            n => {
+                return Err(ApiError::invalid(
+                    "max_items",
+                    format!("must be between 1 and 100000, got {n}"),
+                ))
+            }
+        };
+        let rate = match r.max_per_second {
+            0 => 500,
+            n if n <= 100_000 => n,
+            n => {
+                return Err(ApiError::invalid(
+                    "max_per_second",
+                    format!("must be between 1 and 100000, got {n}"),
+                ))
+            }
+        };
+        // Collect one call's worth first (bounded by max_items), then move them at the rate.
+        let mut batch = Vec::new();
+        let exhausted = self
+            .each_letter(&q, None, false, |l, _| {
+                if batch.len() == max_items {
+                    return false;
+                }
+                batch.push(l);
+                true
+            })
+            .await?;
+        let mut resp = pb::RedriveDeadLettersResponse {
+            done: exhausted,
+            ..Default::default()
+        };
+        let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        for letter in batch {
+            tick.tick().await;
+            let now = self.clock.now_ms();
+            let state = self
+                .store
+                .get_state(&letter.service, &letter.transaction_id)
+                .await?;
+            match state {
+                Some(mut s) if s.status == Status::Dead && s.generation == letter.generation => {
+                    s.attempt = 0;
+                    s.first_enqueued_at_ms = now;
+                    s.last_enqueued_at_ms = now;
+                    s.enqueue_count = s.enqueue_count.saturating_add(1);
+                    let due = now + delay.as_millis() as i64;
+                    self.writer.reschedule(s, due).await?;
+                    resp.redriven += 1;
+                }
+                _ => resp.skipped += 1,
+            }
+            self.store.mark_redriven(&letter, now).await?;
+        }
+        tracing::info!(service = %r.service, redriven = resp.redriven, skipped = resp.skipped, done = resp.done, "redrove dead letters");
+        Ok(resp)
+    }
+
+    pub async fn purge_dead_letters(
+        &self,
+        r: &pb::PurgeDeadLettersRequest,
+    ) -> Result<pb::PurgeDeadLettersResponse, ApiError> {
+        let q = self.letter_query(&r.service, r.from.as_ref(), r.to.as_ref(), "")?;
+        let mut purged = 0u64;
+        for day in Self::days(&q) {
+            let (start, end) = (i64::from(day) * DAY_MS, i64::from(day + 1) * DAY_MS);
+            let (from, to) = (q.from_ms.max(start), q.to_ms.min(end));
+            let n = self
+                .store
+                .stream_dead_letters(&q.service, day, from, to)
+                .await?
+                .try_fold(0u64, |n, _| async move { Ok(n + 1) })
+                .await?;
+            if n == 0 {
+                continue;
+            }
+            if from == start && to == end {
+                self.store.delete_dead_letter_day(&q.service, day).await?;
+            } else {
+                self.store
+                    .delete_dead_letter_range(&q.service, day, from, to)
+                    .await?;
+            }
+            purged += n;
+        }
+        tracing::info!(service = %r.service, purged, "purged dead letters");
+        Ok(pb::PurgeDeadLettersResponse { purged })
+    }
+
+    /// This node's part of the statistics: in-flight deliveries and streams per service.
+    fn local_stats(&self) -> (HashMap<String, (u64, u32)>, pb::NodeStats) {
+        let hub = self.hub.stats();
+        let node = pb::NodeStats {
+            node_id: self.node_id.clone(),
+            address: self.address.clone(),
+            held_slots: if self.ring.is_some() {
+                self.ownership.held().len() as u32
+            } else {
+                self.slots
+            },
+            compactor: self.ownership.is_compactor(self.clock.now_ms()),
+            in_flight: hub.values().map(|v| v.0).sum(),
+            subscribers: hub.values().map(|v| v.1).sum(),
+            reachable: true,
+        };
+        (hub, node)
+    }
+
+    pub async fn stats(&self, r: &pb::GetStatsRequest) -> Result<pb::GetStatsResponse, ApiError> {
+        if !r.service.is_empty() {
+            self.known(&r.service)?;
+        }
+        let only = (!r.service.is_empty()).then_some(r.service.as_str());
+        let (local, me) = self.local_stats();
+        if r.local_only {
+            return Ok(pb::GetStatsResponse {
+                services: local
+                    .into_iter()
+                    .filter(|(s, _)| only.is_none_or(|o| o == s))
+                    .map(|(service, (in_flight, _))| pb::ServiceStats {
+                        service,
+                        in_flight,
+                        ..Default::default()
+                    })
+                    .collect(),
+                nodes: vec![me],
+            });
+        }
+        // In flight: this node plus every other live member, asked in parallel.
+        let mut in_flight: HashMap<String, u64> =
+            local.iter().map(|(s, v)| (s.clone(), v.0)).collect();
+        let mut nodes = vec![me];
+        if let Some(ring) = &self.ring {
+            let members = ring.view().await?;
+            let asks = members
+                .into_iter()
+                .filter(|(m, _, _)| m.node_id != self.node_id)
+                .map(|(m, _, _)| {
+                    let service = r.service.clone();
+                    async move {
+                        let got = ask_peer(&m.address, service).await;
+                        (m, got)
+                    }
+                });
+            for (m, got) in futures::future::join_all(asks).await {
+                match got {
+                    Ok(resp) => {
+                        for s in resp.services {
+                            *in_flight.entry(s.service).or_default() += s.in_flight;
+                        }
+                        nodes.extend(resp.nodes);
+                    }
+                    Err(e) => {
+                        tracing::debug!(node = %m.node_id, error = %e, "peer did not answer GetStats");
+                        nodes.push(pb::NodeStats {
+                            node_id: m.node_id,
+                            address: m.address,
+                            reachable: false,
+                            ..Default::default()
+                        });
+                    }
+                }
+            }
+        }
+        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+
+        // Pending: walk the directory once and count each bucket's pointers.
+        let now = self.clock.now_ms();
+        let grid = self.grid();
+        let mut per: BTreeMap<String, pb::ServiceStats> = BTreeMap::new();
+        self.services.refresh().await?;
+        for s in self.services.all() {
+            if only.is_none_or(|o| o == s.service) {
+                per.entry(s.service.clone()).or_default().paused = s.paused;
+            }
+        }
+        let entries = self.directory(only).await?;
+        let jobs: Vec<(usize, String, Location)> = entries
+            .iter()
+            .enumerate()
+            .flat_map(|(i, e)| {
+                e.buckets.iter().map(move |b| {
+                    let loc = Location {
+                        window: e.window,
+                        instance: e.row.instance.clone(),
+                        bucket: *b,
+                    };
+                    (i, e.row.service.clone(), loc)
+                })
+            })
+            .collect();
+        let counts: Vec<(usize, u64)> = futures::stream::iter(jobs)
+            .map(|(i, service, loc)| {
+                let store = self.store.clone();
+                async move { Ok::<_, ApiError>((i, store.count_pointers(&service, &loc).await?)) }
+            })
+            .buffered(16)
+            .try_collect()
+            .await?;
+        let mut by_window: BTreeMap<(String, WindowId), u64> = BTreeMap::new();
+        for (i, n) in counts {
+            let e = &entries[i];
+            *by_window
+                .entry((e.row.service.clone(), e.window))
+                .or_default() += n;
+        }
+        for ((service, window), n) in by_window {
+            if n == 0 {
+                continue;
+            }
+            let st = per.entry(service).or_default();
+            st.pending += n;
+            let end = grid.end_ms(window);
+            let start = grid.start_ms(window);
+            let bands = st.bands.get_or_insert_with(Default::default);
+            match end - now {
+                d if d <= 0 => {
+                    bands.overdue += n;
+                    let age = now - start;
+                    let older = st
+                        .oldest_due_age
+                        .as_ref()
+                        .is_none_or(|a| a.seconds * 1000 + i64::from(a.nanos) / 1_000_000 < age);
+                    if older {
+                        st.oldest_due_age = Some(dur(age));
+                    }
+                }
+                d if d <= 60_000 => bands.within_minute += n,
+                d if d <= 3_600_000 => bands.within_hour += n,
+                d if d <= DAY_MS => bands.within_day += n,
+                _ => bands.later += n,
+            }
+            st.windows.push(pb::WindowCount {
+                day: day_to_date(window.day).to_string(),
+                window: window.index,
+                pending: n,
+                window_start: Some(ts(start)),
+            });
+        }
+        // Dead letters within the retention period, not redriven.
+        let names: Vec<String> = per.keys().cloned().collect();
+        for service in names {
+            let q = self.letter_query(&service, None, None, "")?;
+            let mut n = 0u64;
+            self.each_letter(&q, None, false, |_, _| {
+                n += 1;
+                true
+            })
+            .await?;
+            let st = per.get_mut(&service).expect("listed");
+            st.dead_lettered = n;
+        }
+        for (service, n) in in_flight {
+            if only.is_none_or(|o| o == service) {
+                per.entry(service).or_default().in_flight = n;
+            }
+        }
+        Ok(pb::GetStatsResponse {
+            services: per
+                .into_iter()
+                .map(|(service, mut s)| {
+                    s.service = service;
+                    s.bands.get_or_insert_with(Default::default);
+                    s
+                })
+                .collect(),
+            nodes,
+        })
+    }
+
+    pub async fn inspect_window(
+        &self,
+        r: &pb::InspectWindowRequest,
+    ) -> Result<pb::InspectWindowResponse, ApiError> {
+        let date = chrono::NaiveDate::parse_from_str(&r.day, "%Y-%m-%d").map_err(|_| {
+            ApiError::invalid(
+                "day",
+                format!("must be a UTC day as YYYY-MM-DD, got {:?}", r.day),
+            )
+        })?;
+        let grid = self.grid();
+        if r.window >= grid.windows_per_day() {
+            return Err(ApiError::invalid(
+                "window",
+                format!(
+                    "must be below {} ({}s windows), got {}",
+                    grid.windows_per_day(),
+                    grid.window_ms() / 1000,
+                    r.window
+                ),
+            ));
+        }
+        let window = WindowId {
+            day: date_to_day(date),
+            index: r.window,
+        };
+        let mut instances = Vec::new();
+        for row in self.store.list_instances(window, TokenRange::FULL).await? {
+            let mut buckets = Vec::new();
+            for bucket in self
+                .store
+                .list_buckets(window, &row.service, &row.instance)
+                .await?
+            {
+                let loc = Location {
+                    window,
+                    instance: row.instance.clone(),
+                    bucket,
+                };
+                buckets.push(pb::BucketEntry {
+                    bucket,
+                    pointers: self.store.count_pointers(&row.service, &loc).await?,
+                });
+            }
+            instances.push(pb::InstanceEntry {
+                instance_token: row.instance_token,
+                service: row.service,
+                instance: row.instance,
+                buckets,
+            });
+        }
+        Ok(pb::InspectWindowResponse {
+            day_listed: self.store.day_listed(window.year(), window.day).await?,
+            window_listed: self.store.window_listed(window).await?,
+            instances,
+            window_start: Some(ts(grid.start_ms(window))),
+            window_end: Some(ts(grid.end_ms(window))),
+            readable: grid.is_readable(window, self.clock.now_ms(), self.skew_margin_ms),
+            low_water: self.store.low_water(window.day).await?,
+            window_seconds: (grid.window_ms() / 1000) as u32,
+        })
+    }
+}
+
+/// GetStats(local_only) on a peer, with a short deadline.
+async fn ask_peer(address: &str, service: String) -> Result<pb::GetStatsResponse, String> {
+    let url = if address.contains("://") {
+        address.to_string()
+    } else {
+        format!("http://{address}")
+    };
+    let endpoint = tonic::transport::Endpoint::from_shared(url)
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(2));
+    let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
+    pb::admin_service_client::AdminServiceClient::new(channel)
+        .get_stats(pb::GetStatsRequest {
+            service,
+            local_only: true,
+        })
+        .await
+        .map(|r| r.into_inner())
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_refuse_junk() {
+        let c = Cursor {
+            day: 20_000,
+            dead_at_ms: 1_700_000_000_123,
+            transaction_id: "order-7/é.x".into(),
+        };
+        assert_eq!(Cursor::decode(&c.encode()).unwrap(), c);
+        for junk in [
+            "",
+            "v1",
+            "v2.1.2.00",
+            "v1.x.2.00",
+            "v1.1.2.0",
+            "v1.1.2.zz",
+            "v1.1.2.ff",
+        ] {
+            let e = Cursor::decode(junk).unwrap_err();
+            assert!(e.to_string().starts_with("page_token:"), "{junk}: {e}");
+        }
+    }
+
+    #[test]
+    fn generation_time_is_the_high_bits() {
+        let g = crate::writer::new_generation(0, 1_700_000_000_000);
+        assert_eq!(generation_ms(g), 1_700_000_000_000);
+    }
+}

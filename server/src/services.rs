@@ -1,0 +1,374 @@
+//! Per-service settings (issue 5): the stored default policy, pause, and dispatch limits.
+//!
+//! The `services` table is one small partition per namespace; every node reads it whole once
+//! per refresh interval and keeps it in memory, so the enqueue and dispatch paths never read
+//! it. A change made through one node applies there at once and on the others within the
+//! refresh interval.
+//!
+//! Limits are cluster-wide numbers enforced as a per-node share: with `n` live nodes each
+//! node allows `rate / n` deliveries per second (burst `max(1, burst / n)`) and
+//! `ceil(max_concurrent / n)` unacknowledged deliveries. The cluster therefore stays within
+//! `max_concurrent + n - 1` concurrent deliveries and within the rate (plus one burst), as long
+//! as membership is stable; while a node joins or leaves, the shares of the nodes that have
+//! not refreshed yet can add up to more, for at most one refresh interval.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc, Mutex, RwLock,
+    },
+    time::Duration,
+};
+
+use prost::Message;
+use rebound_proto::v1 as pb;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+use crate::{
+    clock::SharedClock,
+    error::ApiError,
+    policy::{PolicyOverrides, RetryPolicy},
+    store::{RetryStore, ServiceRow},
+    validate,
+};
+
+/// The stored settings of one service.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Settings {
+    pub service: String,
+    pub paused: bool,
+    pub paused_at_ms: Option<i64>,
+    pub updated_at_ms: Option<i64>,
+    /// As stored: only the fields that were set.
+    pub policy: pb::RetryPolicy,
+    pub overrides: PolicyOverrides,
+    pub limits: pb::ServiceLimits,
+}
+
+impl Settings {
+    fn from_row(row: ServiceRow) -> Self {
+        // Rows are written only by this code after validation; a row that no longer decodes
+        // (or validates) is ignored field by field rather than stopping the node.
+        let policy = pb::RetryPolicy::decode(row.policy.as_slice()).unwrap_or_default();
+        let overrides = validate::policy("policy", Some(&policy)).unwrap_or_else(|e| {
+            tracing::warn!(service = %row.service, error = %e, "stored service policy is invalid; ignored");
+            PolicyOverrides::default()
+        });
+        let limits = pb::ServiceLimits::decode(row.limits.as_slice()).unwrap_or_default();
+        Self {
+            service: row.service,
+            paused: row.paused,
+            paused_at_ms: row.paused_at_ms,
+            updated_at_ms: row.updated_at_ms,
+            policy,
+            overrides,
+            limits,
+        }
+    }
+}
+
+/// The per-node share of one service's limits.
+#[derive(Debug)]
+pub struct Limiter {
+    /// Deliveries per second on this node; None: unlimited.
+    rate: Option<f64>,
+    burst: f64,
+    bucket: Mutex<(f64, tokio::time::Instant)>,
+    slots: Option<Arc<Semaphore>>,
+    key: (Option<u64>, u64, Option<usize>),
+}
+
+impl Limiter {
+    fn new(limits: &pb::ServiceLimits, nodes: u32) -> Option<Limiter> {
+        let n = f64::from(nodes.max(1));
+        let rate = limits.max_dispatch_per_second.map(|r| (r / n).max(1e-3));
+        let burst = match (limits.dispatch_burst, limits.max_dispatch_per_second) {
+            (Some(b), _) => (f64::from(b) / n).max(1.0),
+            (None, Some(r)) => (r / n).max(1.0),
+            (None, None) => 1.0,
+        };
+        let slots = limits
+            .max_concurrent
+            .map(|c| (c as usize).div_ceil(nodes.max(1) as usize).max(1));
+        if rate.is_none() && slots.is_none() {
+            return None;
+        }
+        Some(Limiter {
+            rate,
+            burst,
+            bucket: Mutex::new((burst, tokio::time::Instant::now())),
+            slots: slots.map(|s| Arc::new(Semaphore::new(s))),
+            key: (rate.map(|r| (r * 1000.0) as u64), burst as u64, slots),
+        })
+    }
+
+    /// This node's share: (deliveries per second, concurrent deliveries).
+    pub fn share(&self) -> (Option<f64>, Option<usize>) {
+        (self.rate, self.key.2)
+    }
+
+    /// Waits for a dispatch token; returns false (without a token) when `keep` turns false.
+    pub async fn take_token(&self, keep: &(dyn Fn() -> bool + Send + Sync)) -> bool {
+        let Some(rate) = self.rate else { return true };
+        loop {
+            let wait = {
+                let mut b = self.bucket.lock().expect("limiter lock");
+                let now = tokio::time::Instant::now();
+                let elapsed = now.duration_since(b.1).as_secs_f64();
+                b.0 = (b.0 + elapsed * rate).min(self.burst);
+                b.1 = now;
+                if b.0 >= 1.0 {
+                    b.0 -= 1.0;
+                    return true;
+                }
+                Duration::from_secs_f64(((1.0 - b.0) / rate).min(0.25))
+            };
+            if !keep() {
+                return false;
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Waits for a concurrency slot, held until the delivery is resolved; None when the
+    /// service has no concurrency limit. Returns Err when `keep` turns false first.
+    pub async fn take_slot(
+        &self,
+        keep: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Result<Option<OwnedSemaphorePermit>, ()> {
+        let Some(slots) = &self.slots else {
+            return Ok(None);
+        };
+        loop {
+            if let Ok(p) = slots.clone().try_acquire_owned() {
+                return Ok(Some(p));
+            }
+            if !keep() {
+                return Err(());
+            }
+            if let Ok(Ok(p)) =
+                tokio::time::timeout(Duration::from_millis(250), slots.clone().acquire_owned())
+                    .await
+            {
+                return Ok(Some(p));
+            }
+        }
+    }
+}
+
+/// The settings of every known service, refreshed from Cassandra.
+#[derive(Debug)]
+pub struct Services {
+    store: Arc<dyn RetryStore>,
+    clock: SharedClock,
+    default_policy: RetryPolicy,
+    map: RwLock<HashMap<String, Settings>>,
+    /// Services this process has recorded in the table.
+    touched: Mutex<HashSet<String>>,
+    limiters: Mutex<HashMap<String, Arc<Limiter>>>,
+    live_nodes: AtomicU32,
+}
+
+impl Services {
+    pub fn new(
+        store: Arc<dyn RetryStore>,
+        clock: SharedClock,
+        default_policy: RetryPolicy,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            default_policy,
+            map: RwLock::new(HashMap::new()),
+            touched: Mutex::new(HashSet::new()),
+            limiters: Mutex::new(HashMap::new()),
+            live_nodes: AtomicU32::new(1),
+        }
+    }
+
+    pub fn default_policy(&self) -> &RetryPolicy {
+        &self.default_policy
+    }
+
+    /// Reads the table (and the member count for limit shares) into memory.
+    pub async fn refresh(&self) -> Result<(), ApiError> {
+        let rows = self.store.list_services().await?;
+        let members = self.store.list_members().await?.len() as u32;
+        self.live_nodes.store(members.max(1), Ordering::Relaxed);
+        let map: HashMap<String, Settings> = rows
+            .into_iter()
+            .map(|r| (r.service.clone(), Settings::from_row(r)))
+            .collect();
+        {
+            let mut touched = self.touched.lock().expect("touched lock");
+            touched.extend(map.keys().cloned());
+        }
+        for s in map.values() {
+            self.update_limiter(s);
+        }
+        {
+            let mut limiters = self.limiters.lock().expect("limiters lock");
+            limiters.retain(|k, _| map.contains_key(k));
+        }
+        *self.map.write().expect("services lock") = map;
+        Ok(())
+    }
+
+    /// Refreshes every `every` until the node stops.
+    pub async fn run(self: Arc<Self>, every: Duration, mut stop: watch::Receiver<bool>) {
+        loop {
+            if let Err(e) = self.refresh().await {
+                tracing::warn!(error = %e, "cannot refresh service settings, will retry");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    fn update_limiter(&self, s: &Settings) {
+        let nodes = self.live_nodes.load(Ordering::Relaxed);
+        let mut limiters = self.limiters.lock().expect("limiters lock");
+        match Limiter::new(&s.limits, nodes) {
+            None => {
+                limiters.remove(&s.service);
+            }
+            Some(l) => {
+                // A changed limit gets a new limiter; deliveries holding a slot of the old
+                // one release it there.
+                if limiters.get(&s.service).is_none_or(|old| old.key != l.key) {
+                    limiters.insert(s.service.clone(), Arc::new(l));
+                }
+            }
+        }
+    }
+
+    fn store_local(&self, s: Settings) {
+        self.update_limiter(&s);
+        self.touched
+            .lock()
+            .expect("touched lock")
+            .insert(s.service.clone());
+        self.map
+            .write()
+            .expect("services lock")
+            .insert(s.service.clone(), s);
+    }
+
+    pub fn get(&self, service: &str) -> Option<Settings> {
+        self.map
+            .read()
+            .expect("services lock")
+            .get(service)
+            .cloned()
+    }
+
+    pub fn all(&self) -> Vec<Settings> {
+        let mut v: Vec<Settings> = self
+            .map
+            .read()
+            .expect("services lock")
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.service.cmp(&b.service));
+        v
+    }
+
+    pub fn is_paused(&self, service: &str) -> bool {
+        self.map
+            .read()
+            .expect("services lock")
+            .get(service)
+            .is_some_and(|s| s.paused)
+    }
+
+    pub fn limiter(&self, service: &str) -> Option<Arc<Limiter>> {
+        self.limiters
+            .lock()
+            .expect("limiters lock")
+            .get(service)
+            .cloned()
+    }
+
+    /// The node default with the service's stored policy on top.
+    pub fn service_policy(&self, service: &str) -> RetryPolicy {
+        match self.map.read().expect("services lock").get(service) {
+            Some(s) => self.default_policy.apply(&s.overrides),
+            None => self.default_policy.clone(),
+        }
+    }
+
+    /// Records the service in the table the first time this process sees it.
+    pub async fn touch(&self, service: &str) -> Result<(), ApiError> {
+        if self.touched.lock().expect("touched lock").contains(service) {
+            return Ok(());
+        }
+        self.store
+            .touch_service(service, self.clock.now_ms())
+            .await?;
+        self.touched
+            .lock()
+            .expect("touched lock")
+            .insert(service.to_string());
+        Ok(())
+    }
+
+    /// Reads the stored row of one service (fresh, not from the cache).
+    pub async fn load(&self, service: &str) -> Result<Option<Settings>, ApiError> {
+        let rows = self.store.list_services().await?;
+        Ok(rows
+            .into_iter()
+            .find(|r| r.service == service)
+            .map(Settings::from_row))
+    }
+
+    pub async fn set_paused(&self, service: &str, paused: bool) -> Result<Settings, ApiError> {
+        let now = self.clock.now_ms();
+        self.store.set_service_paused(service, paused, now).await?;
+        let s = self.load(service).await?.unwrap_or(Settings {
+            service: service.to_string(),
+            paused,
+            ..Default::default()
+        });
+        self.store_local(s.clone());
+        Ok(s)
+    }
+
+    /// Stores a validated policy.
+    pub async fn set_policy(
+        &self,
+        service: &str,
+        policy: &pb::RetryPolicy,
+    ) -> Result<Settings, ApiError> {
+        let now = self.clock.now_ms();
+        self.store
+            .set_service_policy(service, &policy.encode_to_vec(), now)
+            .await?;
+        let s = self
+            .load(service)
+            .await?
+            .ok_or_else(|| ApiError::Unavailable("service row not readable after write".into()))?;
+        self.store_local(s.clone());
+        Ok(s)
+    }
+
+    pub async fn set_limits(
+        &self,
+        service: &str,
+        limits: &pb::ServiceLimits,
+    ) -> Result<Settings, ApiError> {
+        let now = self.clock.now_ms();
+        self.store
+            .set_service_limits(service, &limits.encode_to_vec(), now)
+            .await?;
+        let s = self
+            .load(service)
+            .await?
+            .ok_or_else(|| ApiError::Unavailable("service row not readable after write".into()))?;
+        self.store_local(s.clone());
+        Ok(s)
+    }
+}
