@@ -1,0 +1,556 @@
+//! The command line: global flags, commands and their arguments.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+use rebound_proto::v1 as pb;
+
+use crate::render::{duration_to_proto, parse_duration, parse_key_value, parse_time};
+
+const TOP_AFTER_HELP: &str = "\
+Durations: 1500ms, 30s, 5m, 1h, 1h 30m (a bare number is seconds). Times: RFC 3339, e.g.
+2026-11-30T06:10:00Z, or `now`.
+
+Output: aligned tables; with --json one JSON document on stdout (timestamps RFC 3339,
+durations in seconds, enums by name, generations and tokens as strings, unset as null).
+
+Exit codes:
+  0  success
+  1  unexpected or internal error
+  2  usage error (bad flags, or a confirmation refused: --yes missing)
+  3  NOT_FOUND
+  4  INVALID_ARGUMENT: the node refused the input (the message names the field)
+  5  UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED or cannot connect: safe to retry
+  6  ALREADY_EXISTS or FAILED_PRECONDITION
+  7  UNIMPLEMENTED: the node does not offer this call
+Errors go to stderr as `rebound: CODE: message` (with --json also as
+{\"error\": {\"code\": ..., \"message\": ...}} on stdout).
+
+Examples:
+  rebound enqueue orders order-42/charge --payload '{\"order\":42}' --delay 30s --attempt 1
+  rebound get orders order-42/charge --json
+  rebound stats
+  rebound --addr rebound-1:50051 dlq redrive orders --error-contains 'gateway: 503'";
+
+/// Operate a Rebound cluster: enqueue and inspect retries, pause services, set their retry
+/// policy and dispatch limits, purge them, work the dead-letter queue, look at the ring and
+/// the stored windows.
+#[derive(Parser, Debug)]
+#[command(name = "rebound", version, after_help = TOP_AFTER_HELP)]
+pub struct Cli {
+    /// The node to talk to: http://host:port, or host:port for plain-text HTTP/2.
+    #[arg(
+        long,
+        env = "REBOUND_ADDR",
+        default_value = "http://127.0.0.1:50051",
+        global = true
+    )]
+    pub addr: String,
+
+    /// Print one JSON document on stdout instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// How long to wait for the connection and for each call (purge and redrive: each batch).
+    #[arg(long, default_value = "30s", value_parser = parse_positive_duration, global = true)]
+    pub timeout: Duration,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Schedule a retry of a transaction (EnqueueRetry).
+    #[command(after_help = "\
+With neither --delay nor --due the policy's backoff for --attempt decides. The due time is
+rounded up to the window grid and never lands in the current window. Enqueueing a pending
+transaction again reschedules or confirms it (deduplicated: true).
+
+Examples:
+  rebound enqueue orders order-42/charge --payload '{\"order\":42}' --delay 30s --attempt 1 \\
+      --last-error 'payment gateway: 503' --attr step=charge
+  rebound enqueue orders order-43 --payload-file body.json --due 2026-11-30T07:00:00Z
+  rebound enqueue orders order-44 --max-attempts 10 --initial-backoff 2s --non-retryable http.400")]
+    Enqueue(EnqueueArgs),
+
+    /// Show one retry: status, attempt, due time, last error, payload, history (GetRetry).
+    #[command(after_help = "\
+Exit code 3 when there is no such retry.
+
+Examples:
+  rebound get orders order-42/charge
+  rebound get orders order-42/charge --json | jq -r .status")]
+    Get(TransactionArgs),
+
+    /// Cancel a pending retry (CancelRetry).
+    #[command(after_help = "\
+Cancelling a retry that already finished is not an error: the output shows its final status and
+cancelled: false. Exit code 3 when there is no such retry.
+
+Example:
+  rebound cancel orders order-42/charge")]
+    Cancel(TransactionArgs),
+
+    /// Pending retries by due band, in-flight and dead-lettered counts, and the nodes (GetStats).
+    #[command(after_help = "\
+Bands: OVERDUE (its window has closed: waiting for a subscriber, a limit or a resume), then due
+within a minute, an hour, a day, or later. PENDING counts pointers in the directory, an upper
+bound. OLDEST_OVERDUE is the age of the oldest overdue window. --json adds the per-window counts.
+
+Examples:
+  rebound stats
+  rebound stats orders --json")]
+    Stats {
+        /// Only this service (default: every service).
+        service: Option<String>,
+    },
+
+    /// Every known service with its pause state, stored policy and limits (ListServices).
+    #[command(
+        after_help = "Example:\n  rebound services --json | jq -r '.services[] | select(.paused) | .service'"
+    )]
+    Services,
+
+    /// Stop dispatching a service's retries on every node; enqueues keep working (PauseService).
+    #[command(after_help = "Example:\n  rebound pause orders")]
+    Pause {
+        /// The service to pause.
+        service: String,
+    },
+
+    /// Resume dispatching a paused service (ResumeService).
+    #[command(after_help = "Example:\n  rebound resume orders")]
+    Resume {
+        /// The service to resume.
+        service: String,
+    },
+
+    /// Show or replace a service's default retry policy.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+
+    /// Show or replace a service's dispatch limits.
+    #[command(subcommand)]
+    Limits(LimitsCommand),
+
+    /// Cancel every retry of a service scheduled before now and delete its buckets (PurgeService).
+    #[command(after_help = "\
+Calls PurgeService in batches of --batch buckets, keeping the first call's cut-off time, until
+the node reports done. Retries enqueued after the cut-off are kept. It cannot be undone, so it
+needs --yes (without it: exit code 2). Interrupted, it can be resumed with the same --before
+(shown in the output).
+
+Examples:
+  rebound purge orders --yes
+  rebound purge orders --yes --before 2026-11-30T06:00:00Z --batch 1000")]
+    Purge(PurgeArgs),
+
+    /// The dead-letter queue: list, redrive, purge.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+
+    /// The lease ring: nodes, addresses, the compactor (Node-0) and token ranges (GetRing).
+    #[command(after_help = "Examples:\n  rebound ring\n  rebound ring --json")]
+    Ring,
+
+    /// The stored directory of one window, tier by tier (InspectWindow).
+    #[command(after_help = "\
+DAY is a UTC date, WINDOW the window's index within the day (the `location` of
+`rebound get` shows both for a pending retry).
+
+Example:
+  rebound inspect-window 2026-11-30 370")]
+    InspectWindow {
+        /// UTC day, YYYY-MM-DD.
+        day: String,
+        /// Window index within the day (0 .. 86400 / window seconds - 1).
+        window: u32,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct TransactionArgs {
+    /// The service.
+    pub service: String,
+    /// The transaction id (the idempotency key).
+    pub transaction_id: String,
+}
+
+#[derive(Args, Debug)]
+pub struct EnqueueArgs {
+    /// The service whose executors will run the retry.
+    pub service: String,
+    /// The transaction id: the idempotency key.
+    pub transaction_id: String,
+
+    /// The payload handed to the executor, as text.
+    #[arg(long, conflicts_with = "payload_file")]
+    pub payload: Option<String>,
+
+    /// Read the payload from a file (`-`: standard input).
+    #[arg(long, value_name = "PATH")]
+    pub payload_file: Option<PathBuf>,
+
+    /// An attribute, repeatable: --attr step=charge --attr region=eu.
+    #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub attributes: Vec<(String, String)>,
+
+    /// Due after this delay (rounded up to the window grid).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "due")]
+    pub delay: Option<Duration>,
+
+    /// Due at this time (RFC 3339).
+    #[arg(long, value_parser = parse_time)]
+    pub due: Option<prost_types::Timestamp>,
+
+    /// Attempts already made before this enqueue (as on the wire, 0 unless given).
+    #[arg(long, default_value_t = 0)]
+    pub attempt: u32,
+
+    /// The error of the last attempt.
+    #[arg(long, value_name = "TEXT")]
+    pub last_error: Option<String>,
+
+    #[command(
+        flatten,
+        next_help_heading = "Policy overrides (unset: the service default)"
+    )]
+    pub policy: PolicyArgs,
+}
+
+/// Retry policy fields; every one optional.
+#[derive(Args, Debug, Default, Clone)]
+pub struct PolicyArgs {
+    /// Total attempts, counting the caller's own first try (at least 1).
+    #[arg(long, value_name = "N", conflicts_with = "unlimited_attempts")]
+    pub max_attempts: Option<u32>,
+
+    /// Retry with no limit on attempts (--max-retry-duration, when set, still applies).
+    #[arg(long)]
+    pub unlimited_attempts: bool,
+
+    /// Delay before the first retry.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub initial_backoff: Option<Duration>,
+
+    /// Cap on any single delay.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_backoff: Option<Duration>,
+
+    /// Growth factor between attempts (at least 1).
+    #[arg(long, value_name = "FACTOR")]
+    pub multiplier: Option<f64>,
+
+    /// Random spread of each delay as a fraction in [0, 1]: 0.2 means ±20 %.
+    #[arg(long, value_name = "FRACTION")]
+    pub jitter: Option<f64>,
+
+    /// Stop retrying this long after the first enqueue.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_retry_duration: Option<Duration>,
+
+    /// How long an executor has to acknowledge a delivery.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub ack_timeout: Option<Duration>,
+
+    /// Ack-deadline expiries one attempt may use before it counts as failed.
+    #[arg(long, value_name = "N")]
+    pub max_deliveries_per_attempt: Option<u32>,
+
+    /// An error class not worth retrying (dead-letters at once), repeatable.
+    #[arg(long = "non-retryable", value_name = "CLASS")]
+    pub non_retryable: Vec<String>,
+}
+
+impl PolicyArgs {
+    pub fn is_empty(&self) -> bool {
+        self.to_proto() == pb::RetryPolicy::default()
+    }
+
+    pub fn to_proto(&self) -> pb::RetryPolicy {
+        pb::RetryPolicy {
+            max_attempts: self.max_attempts,
+            initial_backoff: self.initial_backoff.map(duration_to_proto),
+            max_backoff: self.max_backoff.map(duration_to_proto),
+            multiplier: self.multiplier,
+            jitter: self.jitter,
+            max_retry_duration: self.max_retry_duration.map(duration_to_proto),
+            ack_timeout: self.ack_timeout.map(duration_to_proto),
+            max_deliveries_per_attempt: self.max_deliveries_per_attempt,
+            non_retryable_error_classes: self.non_retryable.clone(),
+            unlimited_attempts: self.unlimited_attempts.then_some(true),
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Show the service's stored policy and the effective one (node defaults merged in).
+    #[command(after_help = "Example:\n  rebound policy get orders")]
+    Get {
+        /// The service.
+        service: String,
+    },
+    /// Replace the service's stored default policy as a whole (SetServicePolicy).
+    #[command(
+        allow_negative_numbers = true,
+        after_help = "\
+The stored policy is replaced as a whole: a field not given here is no longer set for the service
+and falls back to the node default. It applies to enqueues made afterwards; an enqueue's own
+policy fields still win. `policy set SERVICE` with no flags clears the service's policy.
+
+Examples:
+  rebound policy set orders --max-attempts 8 --initial-backoff 2s --max-backoff 10m --jitter 0.1
+  rebound policy set orders --unlimited-attempts --max-retry-duration 24h --non-retryable http.400"
+    )]
+    Set {
+        /// The service.
+        service: String,
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LimitsCommand {
+    /// Show the service's dispatch limits (GetService).
+    #[command(after_help = "Example:\n  rebound limits get orders")]
+    Get {
+        /// The service.
+        service: String,
+    },
+    /// Replace the service's dispatch limits as a whole (SetServiceLimits).
+    #[command(
+        allow_negative_numbers = true,
+        after_help = "\
+Limits hold across the whole cluster (each node enforces its share). A limit not given is
+unlimited: `limits set SERVICE` with no flags removes every limit.
+
+Examples:
+  rebound limits set orders --rate 100 --burst 20 --max-concurrent 50
+  rebound limits set orders --max-concurrent 10"
+    )]
+    Set {
+        /// The service.
+        service: String,
+        /// Deliveries started per second (token bucket).
+        #[arg(long, value_name = "PER_SECOND")]
+        rate: Option<f64>,
+        /// Deliveries that may start at once after an idle spell (default: one second's worth).
+        #[arg(long, value_name = "N")]
+        burst: Option<u32>,
+        /// Unacknowledged deliveries at once.
+        #[arg(long, value_name = "N")]
+        max_concurrent: Option<u32>,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct PurgeArgs {
+    /// The service to purge.
+    pub service: String,
+    /// Confirm: cancel the retries and delete their buckets.
+    #[arg(long)]
+    pub yes: bool,
+    /// Buckets per call (1-10,000).
+    #[arg(long, default_value_t = 100, value_name = "BUCKETS")]
+    pub batch: u32,
+    /// Cut-off: retries scheduled before it are purged (default: now, as the node sees it).
+    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    pub before: Option<prost_types::Timestamp>,
+}
+
+/// Which dead letters: by the time they died and their last error.
+#[derive(Args, Debug, Clone)]
+pub struct DeadLetterFilter {
+    /// The service.
+    pub service: String,
+    /// Died at or after this time (default: the start of the retention period).
+    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    pub from: Option<prost_types::Timestamp>,
+    /// Died before this time (default: now).
+    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    pub to: Option<prost_types::Timestamp>,
+    /// Only letters whose last error contains this text (case-sensitive).
+    #[arg(long, value_name = "TEXT")]
+    pub error_contains: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DlqCommand {
+    /// List dead letters, newest pages first as the node returns them (ListDeadLetters).
+    #[command(after_help = "\
+Follows page tokens until --limit letters are shown; with --json, next_page_token (null on the
+last page) can be passed back as --page-token.
+
+Examples:
+  rebound dlq list orders --from 2026-11-30T00:00:00Z --error-contains 'gateway: 503'
+  rebound dlq list orders --limit 0 --json    # every letter")]
+    List {
+        #[command(flatten)]
+        filter: DeadLetterFilter,
+        /// At most this many letters (0: no limit).
+        #[arg(long, default_value_t = 100)]
+        limit: u64,
+        /// Also letters that were redriven already.
+        #[arg(long)]
+        include_redriven: bool,
+        /// Continue a previous listing.
+        #[arg(long, value_name = "TOKEN")]
+        page_token: Option<String>,
+    },
+    /// Move matching dead letters back into a future window, attempts reset (RedriveDeadLetters).
+    #[command(after_help = "\
+First counts the matching letters (ListDeadLetters) for the progress bar, then calls
+RedriveDeadLetters in batches until the node reports done. Prints how many were redriven and
+how many were skipped (enqueued again meanwhile).
+
+Examples:
+  rebound dlq redrive orders --error-contains 'gateway: 503' --delay 5m
+  rebound dlq redrive orders --from 2026-11-30T00:00:00Z --to 2026-11-30T06:00:00Z --rate 100")]
+    Redrive {
+        #[command(flatten)]
+        filter: DeadLetterFilter,
+        /// Delay before the redriven retries become due (rounded up to the next window).
+        #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
+        delay: Duration,
+        /// Redrives started per second (1-100,000).
+        #[arg(long, default_value_t = 500, value_name = "PER_SECOND")]
+        rate: u32,
+        /// Letters per call (1-100,000).
+        #[arg(long, default_value_t = 1000, value_name = "N")]
+        batch: u32,
+    },
+    /// Delete matching dead letters (PurgeDeadLetters).
+    #[command(after_help = "\
+It cannot be undone, so it needs --yes (without it: exit code 2).
+
+Example:
+  rebound dlq purge orders --to 2026-11-01T00:00:00Z --yes")]
+    Purge {
+        /// The service.
+        service: String,
+        /// Died at or after this time.
+        #[arg(long, value_parser = parse_time, value_name = "TIME")]
+        from: Option<prost_types::Timestamp>,
+        /// Died before this time.
+        #[arg(long, value_parser = parse_time, value_name = "TIME")]
+        to: Option<prost_types::Timestamp>,
+        /// Confirm the deletion.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        Err("must be more than zero".into())
+    } else {
+        Ok(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_bare_host_port_and_global_flags_after_the_command() {
+        let cli = Cli::try_parse_from([
+            "rebound",
+            "get",
+            "orders",
+            "o-1",
+            "--addr",
+            "10.0.0.1:50051",
+            "--json",
+            "--timeout",
+            "1500ms",
+        ])
+        .unwrap();
+        assert_eq!(cli.addr, "10.0.0.1:50051");
+        assert!(cli.json);
+        assert_eq!(cli.timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn policy_flags_build_the_message() {
+        let cli = Cli::try_parse_from([
+            "rebound",
+            "policy",
+            "set",
+            "orders",
+            "--max-attempts",
+            "3",
+            "--initial-backoff",
+            "1500ms",
+            "--jitter",
+            "0.1",
+            "--non-retryable",
+            "http.400",
+            "--non-retryable",
+            "http.404",
+        ])
+        .unwrap();
+        let Command::Policy(PolicyCommand::Set { service, policy }) = cli.command else {
+            panic!("parsed as {:?}", cli.command);
+        };
+        assert_eq!(service, "orders");
+        let p = policy.to_proto();
+        assert_eq!(p.max_attempts, Some(3));
+        assert_eq!(
+            p.initial_backoff,
+            Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 500_000_000
+            })
+        );
+        assert_eq!(p.jitter, Some(0.1));
+        assert_eq!(p.unlimited_attempts, None);
+        assert_eq!(p.non_retryable_error_classes, ["http.400", "http.404"]);
+        assert!(!policy.is_empty());
+        assert!(PolicyArgs::default().is_empty());
+    }
+
+    #[test]
+    fn conflicting_flags_are_usage_errors() {
+        for args in [
+            &[
+                "rebound", "enqueue", "s", "t", "--delay", "1s", "--due", "now",
+            ][..],
+            &[
+                "rebound",
+                "enqueue",
+                "s",
+                "t",
+                "--payload",
+                "x",
+                "--payload-file",
+                "f",
+            ],
+            &[
+                "rebound",
+                "policy",
+                "set",
+                "s",
+                "--max-attempts",
+                "3",
+                "--unlimited-attempts",
+            ],
+            &["rebound", "enqueue", "s", "t", "--delay", "soon"],
+            &["rebound", "enqueue", "s", "t", "--attr", "novalue"],
+            &["rebound", "get", "s", "t", "--timeout", "0s"],
+        ] {
+            let e = Cli::try_parse_from(args).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{args:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,1031 @@
+//! The `rebound` binary against a real node: an in-process Rebound node (its own keyspace on
+//! the Cassandra of `scripts/cassandra`) on a free port, driven through the command line as an
+//! operator or a script would, checking exit codes, tables and `--json` documents.
+
+use std::{process::Stdio, time::Duration};
+
+use chrono::{DateTime, Utc};
+use rebound_integration_tests::{dispatch_config, next_delivery, test_config, TestNode};
+use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
+use serde_json::Value;
+
+/// One run of the binary.
+#[derive(Debug)]
+struct Run {
+    args: Vec<String>,
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Asserts exit code 0 and returns the run.
+    fn ok(self) -> Self {
+        assert_eq!(self.code, 0, "rebound {}: {self:#?}", self.args.join(" "));
+        self
+    }
+
+    /// Asserts the exit code and returns the run.
+    fn exits(self, code: i32) -> Self {
+        assert_eq!(
+            self.code,
+            code,
+            "rebound {}: {self:#?}",
+            self.args.join(" ")
+        );
+        self
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {self:#?}"))
+    }
+}
+
+/// Runs `rebound --addr ADDR ARGS...` with a one-minute limit.
+async fn rebound(addr: &str, args: &[&str]) -> Run {
+    let mut all = vec!["--addr".to_string(), addr.to_string()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rebound"));
+    cmd.args(&all)
+        .env_remove("REBOUND_ADDR")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("rebound {all:?} did not finish within 60 s"))
+        .expect("the rebound binary runs");
+    Run {
+        args: all,
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The node's address as people type it: `host:port`, no scheme.
+fn addr(n: &TestNode) -> String {
+    n.node.as_ref().expect("running").local_addr().to_string()
+}
+
+fn time(v: &Value) -> DateTime<Utc> {
+    let s = v
+        .as_str()
+        .unwrap_or_else(|| panic!("{v} is not a time string"));
+    DateTime::parse_from_rfc3339(s)
+        .unwrap_or_else(|e| panic!("{s:?} is not RFC 3339: {e}"))
+        .with_timezone(&Utc)
+}
+
+/// The entry of `service` in a `services --json` document.
+fn service_entry(doc: &Value, service: &str) -> Value {
+    doc["services"]
+        .as_array()
+        .expect("a services array")
+        .iter()
+        .find(|s| s["service"] == service)
+        .unwrap_or_else(|| panic!("{service} not listed: {doc:#}"))
+        .clone()
+}
+
+async fn status_of(a: &str, service: &str, txid: &str) -> String {
+    let doc = rebound(a, &["--json", "get", service, txid])
+        .await
+        .ok()
+        .json();
+    doc["status"].as_str().expect("a status").to_string()
+}
+
+#[tokio::test]
+async fn enqueue_get_and_cancel() {
+    let n = TestNode::with_system_clock(test_config("cli_enqueue")).await;
+    let a = addr(&n);
+
+    let first = rebound(
+        &a,
+        &[
+            "enqueue",
+            "orders",
+            "order-42/charge",
+            "--payload",
+            r#"{"order":42}"#,
+            "--delay",
+            "1h",
+            "--attempt",
+            "1",
+            "--last-error",
+            "payment gateway: 503",
+            "--attr",
+            "step=charge",
+            "--attr",
+            "region=eu",
+            "--max-attempts",
+            "4",
+            "--initial-backoff",
+            "1500ms",
+        ],
+    )
+    .await
+    .ok();
+    assert!(
+        first.stdout.contains("transaction_id  order-42/charge\n"),
+        "{first:#?}"
+    );
+    assert!(first.stdout.contains("deduplicated    no\n"), "{first:#?}");
+
+    // The same transaction again: confirmed or rescheduled, never doubled.
+    let again = rebound(
+        &a,
+        &[
+            "--json",
+            "enqueue",
+            "orders",
+            "order-42/charge",
+            "--payload",
+            r#"{"order":42}"#,
+            "--delay",
+            "1h",
+            "--attempt",
+            "1",
+            "--last-error",
+            "payment gateway: 503",
+            "--attr",
+            "step=charge",
+            "--attr",
+            "region=eu",
+            "--max-attempts",
+            "4",
+            "--initial-backoff",
+            "1500ms",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(again["deduplicated"], true, "{again:#}");
+    assert_eq!(again["transaction_id"], "order-42/charge");
+    let generation: u64 = again["generation"]
+        .as_str()
+        .expect("generation as a string")
+        .parse()
+        .expect("a decimal generation");
+    let due = time(&again["due_time"]);
+    let from_now = due - Utc::now();
+    assert!(
+        from_now > chrono::Duration::minutes(59) && from_now < chrono::Duration::minutes(61),
+        "due {due}"
+    );
+
+    let table = rebound(&a, &["get", "orders", "order-42/charge"])
+        .await
+        .ok();
+    for line in [
+        "status             SCHEDULED\n",
+        "attempt            1\n",
+        "last_error         payment gateway: 503\n",
+        "payload            {\"order\":42}\n",
+        "attributes         region=eu step=charge\n",
+        "enqueue_count      2\n",
+    ] {
+        assert!(table.stdout.contains(line), "{line:?} in {table:#?}");
+    }
+
+    let doc = rebound(&a, &["get", "orders", "order-42/charge", "--json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(doc["service"], "orders");
+    assert_eq!(doc["status"], "SCHEDULED");
+    assert_eq!(doc["attempt"], 1);
+    assert_eq!(doc["generation"], generation.to_string());
+    assert_eq!(time(&doc["due_time"]), due);
+    assert_eq!(doc["last_error"], "payment gateway: 503");
+    assert_eq!(doc["payload"], r#"{"order":42}"#);
+    assert_eq!(doc["payload_base64"], "eyJvcmRlciI6NDJ9");
+    assert_eq!(doc["attributes"]["step"], "charge");
+    assert_eq!(doc["attributes"]["region"], "eu");
+    assert_eq!(doc["policy"]["max_attempts"], 4);
+    assert_eq!(doc["policy"]["initial_backoff"], 1.5);
+    assert_eq!(doc["enqueue_count"], 2);
+    assert!(
+        doc["location"]["day"]
+            .as_str()
+            .is_some_and(|d| d.len() == 10),
+        "{doc:#}"
+    );
+    assert!(time(&doc["first_enqueued_at"]) <= Utc::now());
+
+    let cancelled = rebound(&a, &["cancel", "orders", "order-42/charge"])
+        .await
+        .ok();
+    assert_eq!(
+        cancelled.stdout,
+        "cancelled orders order-42/charge: status CANCELLED\n"
+    );
+    assert_eq!(
+        status_of(&a, "orders", "order-42/charge").await,
+        "CANCELLED"
+    );
+    // Cancelling again is no error, and says nothing was cancelled.
+    let twice = rebound(&a, &["--json", "cancel", "orders", "order-42/charge"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(twice["cancelled"], false);
+    assert_eq!(twice["status"], "CANCELLED");
+
+    // Binary payload from a file, due at an RFC 3339 time.
+    let file = std::env::temp_dir().join(format!("rebound-cli-payload-{}", std::process::id()));
+    std::fs::write(&file, [0xff, 0x01]).unwrap();
+    let at = (Utc::now() + chrono::Duration::minutes(30)).to_rfc3339();
+    let path = file.to_str().unwrap().to_string();
+    let doc = rebound(
+        &a,
+        &[
+            "--json",
+            "enqueue",
+            "orders",
+            "order-43",
+            "--payload-file",
+            &path,
+            "--due",
+            &at,
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(doc["deduplicated"], false);
+    let _ = std::fs::remove_file(&file);
+    let doc = rebound(&a, &["--json", "get", "orders", "order-43"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(doc["payload"], Value::Null);
+    assert_eq!(doc["payload_base64"], "/wE=");
+    let late = time(&doc["due_time"]) - Utc::now();
+    assert!(
+        late > chrono::Duration::minutes(29) && late < chrono::Duration::minutes(31),
+        "{doc:#}"
+    );
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn exit_codes_scripts_can_rely_on() {
+    let n = TestNode::with_system_clock(test_config("cli_exit")).await;
+    let a = addr(&n);
+
+    // 3: NOT_FOUND, on stderr and as a JSON error document.
+    let r = rebound(&a, &["get", "orders", "nope"]).await.exits(3);
+    assert!(r.stderr.starts_with("rebound: NOT_FOUND: "), "{r:#?}");
+    assert!(r.stdout.is_empty(), "{r:#?}");
+    let r = rebound(&a, &["--json", "cancel", "orders", "nope"])
+        .await
+        .exits(3);
+    assert_eq!(r.json()["error"]["code"], "NOT_FOUND");
+    assert!(r.json()["error"]["message"].as_str().is_some());
+
+    // 4: the node refused the input, and the message names the field.
+    let r = rebound(&a, &["enqueue", "bad name", "t-1"]).await.exits(4);
+    assert!(
+        r.stderr.starts_with("rebound: INVALID_ARGUMENT: service"),
+        "{r:#?}"
+    );
+    let r = rebound(&a, &["enqueue", "orders", "t-1", "--delay", "40d"])
+        .await
+        .exits(4);
+    assert!(r.stderr.contains("delay"), "{r:#?}");
+    let r = rebound(
+        &a,
+        &["--json", "enqueue", "orders", "t-1", "--max-attempts", "0"],
+    )
+    .await
+    .exits(4);
+    assert_eq!(r.json()["error"]["code"], "INVALID_ARGUMENT");
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_attempts"),
+        "{r:#?}"
+    );
+
+    // 2: clap's usage errors, and refused confirmations, which send nothing.
+    let r = rebound(&a, &["enqueue", "orders"]).await.exits(2);
+    assert!(r.stderr.contains("TRANSACTION_ID"), "{r:#?}");
+    let r = rebound(&a, &["--json", "enqueue", "orders"]).await.exits(2);
+    assert_eq!(r.json()["error"]["code"], "USAGE");
+    let r = rebound(&a, &["--json"]).await.exits(2);
+    assert_eq!(r.json()["error"]["code"], "USAGE");
+    rebound(&a, &["enqueue", "orders", "t", "--delay", "soon"])
+        .await
+        .exits(2);
+    rebound(&a, &["enqueue", "orders", "keep", "--delay", "1h"])
+        .await
+        .ok();
+    let r = rebound(&a, &["purge", "orders"]).await.exits(2);
+    assert!(r.stderr.contains("--yes"), "{r:#?}");
+    let r = rebound(&a, &["dlq", "purge", "orders"]).await.exits(2);
+    assert!(r.stderr.contains("--yes"), "{r:#?}");
+    assert_eq!(status_of(&a, "orders", "keep").await, "SCHEDULED");
+
+    // 5: nothing listens (safe to retry), with the JSON error too.
+    let r = rebound("127.0.0.1:1", &["get", "orders", "x"])
+        .await
+        .exits(5);
+    assert!(
+        r.stderr
+            .starts_with("rebound: UNAVAILABLE: cannot connect to 127.0.0.1:1"),
+        "{r:#?}"
+    );
+    let r = rebound("127.0.0.1:1", &["--json", "ring"]).await.exits(5);
+    assert_eq!(r.json()["error"]["code"], "UNAVAILABLE");
+
+    // 5: something listens but never answers: --timeout bounds the wait.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let started = std::time::Instant::now();
+    let r = rebound(&silent_addr, &["--timeout", "1s", "get", "orders", "x"])
+        .await
+        .exits(5);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        r.stderr.contains("DEADLINE_EXCEEDED") || r.stderr.contains("UNAVAILABLE"),
+        "{r:#?}"
+    );
+    hold.abort();
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn ring_lists_this_node_with_every_token() {
+    let n = TestNode::with_system_clock(test_config("cli_ring")).await;
+    let a = addr(&n);
+    let started = std::time::Instant::now();
+    let doc = loop {
+        let doc = rebound(&a, &["ring", "--json"]).await.ok().json();
+        let node = &doc["nodes"][0];
+        let width: i128 = node["ranges"]
+            .as_array()
+            .map(|rs| {
+                rs.iter()
+                    .map(|r| {
+                        let s: i128 = r["start"].as_str().unwrap().parse().unwrap();
+                        let e: i128 = r["end"].as_str().unwrap().parse().unwrap();
+                        e - s + 1
+                    })
+                    .sum()
+            })
+            .unwrap_or(0);
+        if node["compactor"] == true && width == 1i128 << 64 {
+            break doc;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the ring did not settle: {doc:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(doc["nodes"].as_array().unwrap().len(), 1, "{doc:#}");
+    assert_eq!(doc["nodes"][0]["node_id"], "node-a");
+    assert_eq!(doc["nodes"][0]["address"], a);
+    let text = rebound(&a, &["ring"]).await.ok().stdout;
+    let first = text.lines().nth(1).expect("a node row");
+    assert!(first.starts_with("node-a"), "{text}");
+    assert!(first.contains(&a), "{text}");
+    assert!(first.ends_with("100.0%"), "{text}");
+    assert!(text.contains("-9223372036854775808"), "{text}");
+    n.finish().await;
+}
+
+// ---- AdminService (UNIMPLEMENTED until the admin API lands) ------------------------------------
+
+#[tokio::test]
+async fn services_pause_and_resume() {
+    let n = TestNode::with_system_clock(test_config("cli_pause")).await;
+    let a = addr(&n);
+    rebound(&a, &["enqueue", "orders", "o-1", "--delay", "1h"])
+        .await
+        .ok();
+
+    let doc = rebound(&a, &["services", "--json"]).await.ok().json();
+    assert_eq!(service_entry(&doc, "orders")["paused"], false);
+
+    let r = rebound(&a, &["pause", "orders"]).await.ok();
+    assert!(r.stdout.starts_with("orders paused at "), "{r:#?}");
+    let doc = rebound(&a, &["services", "--json"]).await.ok().json();
+    let orders = service_entry(&doc, "orders");
+    assert_eq!(orders["paused"], true, "{doc:#}");
+    assert!(time(&orders["paused_at"]) <= Utc::now());
+    let table = rebound(&a, &["services"]).await.ok().stdout;
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("orders "))
+        .unwrap_or_else(|| panic!("no orders row: {table}"));
+    assert_eq!(row.split_whitespace().nth(1), Some("yes"), "{table}");
+
+    // Pausing a service that was never seen makes it known.
+    rebound(&a, &["pause", "billing"]).await.ok();
+    let stats = rebound(&a, &["--json", "stats", "orders"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(stats["services"][0]["paused"], true, "{stats:#}");
+
+    let doc = rebound(&a, &["resume", "orders", "--json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(doc["service"], "orders");
+    assert_eq!(doc["paused"], false);
+    let doc = rebound(&a, &["services", "--json"]).await.ok().json();
+    assert_eq!(service_entry(&doc, "orders")["paused"], false);
+    assert_eq!(service_entry(&doc, "billing")["paused"], true);
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn policy_set_and_get() {
+    let n = TestNode::with_system_clock(test_config("cli_policy")).await;
+    let a = addr(&n);
+
+    let set = rebound(
+        &a,
+        &[
+            "--json",
+            "policy",
+            "set",
+            "orders",
+            "--max-attempts",
+            "3",
+            "--initial-backoff",
+            "1500ms",
+            "--jitter",
+            "0.1",
+            "--non-retryable",
+            "http.400",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(set["policy"]["max_attempts"], 3, "{set:#}");
+
+    let doc = rebound(&a, &["policy", "get", "orders", "--json"])
+        .await
+        .ok()
+        .json();
+    let stored = &doc["policy"];
+    assert_eq!(stored["max_attempts"], 3, "{doc:#}");
+    assert_eq!(stored["initial_backoff"], 1.5);
+    assert_eq!(stored["jitter"], 0.1);
+    assert_eq!(stored["multiplier"], Value::Null);
+    assert_eq!(stored["non_retryable_error_classes"][0], "http.400");
+    let effective = &doc["effective_policy"];
+    assert_eq!(effective["max_attempts"], 3);
+    assert_eq!(effective["multiplier"], 2.0, "the node default");
+    assert_eq!(effective["ack_timeout"], 30.0, "the node default");
+
+    let table = rebound(&a, &["policy", "get", "orders"]).await.ok().stdout;
+    let row = |field: &str| -> Vec<String> {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(field))
+            .unwrap_or_else(|| panic!("no {field} row: {table}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(row("max_attempts"), ["max_attempts", "3", "3"]);
+    assert_eq!(row("multiplier"), ["multiplier", "-", "2"]);
+
+    // The service's policy applies to enqueues without their own.
+    rebound(&a, &["enqueue", "orders", "o-1", "--delay", "1h"])
+        .await
+        .ok();
+    let retry = rebound(&a, &["--json", "get", "orders", "o-1"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(retry["policy"]["max_attempts"], 3, "{retry:#}");
+
+    // A set replaces the stored policy as a whole.
+    rebound(&a, &["policy", "set", "orders", "--multiplier", "3"])
+        .await
+        .ok();
+    let doc = rebound(&a, &["--json", "policy", "get", "orders"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(doc["policy"]["max_attempts"], Value::Null, "{doc:#}");
+    assert_eq!(doc["policy"]["multiplier"], 3.0);
+    assert_eq!(
+        doc["effective_policy"]["max_attempts"], 5,
+        "the node default"
+    );
+
+    // Refused input names the field; nothing changes.
+    let r = rebound(&a, &["policy", "set", "orders", "--jitter", "2"])
+        .await
+        .exits(4);
+    assert!(r.stderr.contains("jitter"), "{r:#?}");
+    let doc = rebound(&a, &["--json", "policy", "get", "orders"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(doc["policy"]["multiplier"], 3.0);
+    let r = rebound(&a, &["policy", "set", "bad name", "--max-attempts", "3"])
+        .await
+        .exits(4);
+    assert!(r.stderr.contains("service"), "{r:#?}");
+    rebound(&a, &["policy", "get", "never-seen"]).await.exits(3);
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn limits_set_and_get() {
+    let n = TestNode::with_system_clock(test_config("cli_limits")).await;
+    let a = addr(&n);
+    rebound(&a, &["enqueue", "orders", "o-1", "--delay", "1h"])
+        .await
+        .ok();
+    let doc = rebound(&a, &["--json", "limits", "get", "orders"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(doc["limits"]["max_dispatch_per_second"], Value::Null);
+    assert_eq!(doc["limits"]["max_concurrent"], Value::Null);
+
+    let set = rebound(
+        &a,
+        &[
+            "--json",
+            "limits",
+            "set",
+            "orders",
+            "--rate",
+            "100",
+            "--burst",
+            "20",
+            "--max-concurrent",
+            "50",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(set["limits"]["max_dispatch_per_second"], 100.0, "{set:#}");
+    let doc = rebound(&a, &["--json", "limits", "get", "orders"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(doc["limits"]["max_dispatch_per_second"], 100.0, "{doc:#}");
+    assert_eq!(doc["limits"]["dispatch_burst"], 20);
+    assert_eq!(doc["limits"]["max_concurrent"], 50);
+    let text = rebound(&a, &["limits", "get", "orders"]).await.ok().stdout;
+    assert!(text.contains("rate            100/s\n"), "{text}");
+    assert!(text.contains("max_concurrent  50\n"), "{text}");
+    let services = rebound(&a, &["services"]).await.ok().stdout;
+    assert!(
+        services.contains("rate=100/s burst=20 concurrent=50"),
+        "{services}"
+    );
+
+    // Limits are replaced as a whole.
+    rebound(&a, &["limits", "set", "orders", "--max-concurrent", "5"])
+        .await
+        .ok();
+    let doc = rebound(&a, &["--json", "limits", "get", "orders"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(doc["limits"]["max_dispatch_per_second"], Value::Null);
+    assert_eq!(doc["limits"]["max_concurrent"], 5);
+    let r = rebound(&a, &["limits", "set", "orders", "--rate", "-1"])
+        .await
+        .exits(4);
+    assert!(r.stderr.contains("max_dispatch_per_second"), "{r:#?}");
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn stats_by_band_and_node() {
+    let n = TestNode::with_system_clock(test_config("cli_stats")).await;
+    let a = addr(&n);
+    for (txid, delay) in [
+        ("m1", "10s"),
+        ("h1", "30m"),
+        ("h2", "45m"),
+        ("d1", "5h"),
+        ("l1", "3d"),
+    ] {
+        rebound(&a, &["enqueue", "stats-a", txid, "--delay", delay])
+            .await
+            .ok();
+    }
+    rebound(&a, &["enqueue", "stats-b", "x", "--delay", "1h"])
+        .await
+        .ok();
+
+    let doc = rebound(&a, &["--json", "stats", "stats-a"])
+        .await
+        .ok()
+        .json();
+    let services = doc["services"].as_array().unwrap();
+    assert_eq!(services.len(), 1, "{doc:#}");
+    let s = &services[0];
+    assert_eq!(s["service"], "stats-a");
+    assert_eq!(s["pending"], 5);
+    assert_eq!(s["bands"]["overdue"], 0);
+    assert_eq!(s["bands"]["within_minute"], 1);
+    assert_eq!(s["bands"]["within_hour"], 2);
+    assert_eq!(s["bands"]["within_day"], 1);
+    assert_eq!(s["bands"]["later"], 1);
+    assert_eq!(s["in_flight"], 0);
+    assert_eq!(s["dead_lettered"], 0);
+    assert_eq!(s["oldest_due_age"], Value::Null);
+    assert_eq!(s["paused"], false);
+    let per_window: u64 = s["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["pending"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_window, 5);
+    let node = &doc["nodes"][0];
+    assert_eq!(node["node_id"], "node-a");
+    assert_eq!(node["reachable"], true);
+
+    let text = rebound(&a, &["stats"]).await.ok().stdout;
+    let header = text.lines().next().unwrap();
+    assert!(
+        header.starts_with("SERVICE  PENDING  OVERDUE  ≤1m  ≤1h  ≤1d  LATER"),
+        "{text}"
+    );
+    let row: Vec<&str> = text
+        .lines()
+        .find(|l| l.starts_with("stats-a "))
+        .unwrap_or_else(|| panic!("no stats-a row: {text}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row,
+        ["stats-a", "5", "0", "1", "2", "1", "1", "0", "0", "-", "no"],
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l.starts_with("stats-b ")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("node-a ")), "{text}");
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn purge_cancels_what_was_scheduled_before_the_cut_off() {
+    let n = TestNode::with_system_clock(test_config("cli_purge")).await;
+    let a = addr(&n);
+    for i in 0..6 {
+        rebound(
+            &a,
+            &["enqueue", "purge-a", &format!("p{i}"), "--delay", "1h"],
+        )
+        .await
+        .ok();
+    }
+    rebound(&a, &["enqueue", "other", "o1", "--delay", "1h"])
+        .await
+        .ok();
+
+    let doc = rebound(&a, &["--json", "purge", "purge-a", "--yes", "--batch", "1"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(doc["service"], "purge-a");
+    assert_eq!(doc["cancelled"], 6, "{doc:#}");
+    // Four pointers a bucket in the test configuration: at least two buckets, one a call.
+    assert!(doc["buckets_deleted"].as_u64().unwrap() >= 2, "{doc:#}");
+    assert!(doc["calls"].as_u64().unwrap() >= 2, "{doc:#}");
+    assert!(time(&doc["before"]) <= Utc::now());
+    for i in 0..6 {
+        assert_eq!(
+            status_of(&a, "purge-a", &format!("p{i}")).await,
+            "CANCELLED"
+        );
+    }
+    assert_eq!(status_of(&a, "other", "o1").await, "SCHEDULED");
+
+    // Retries scheduled after an explicit cut-off are kept.
+    rebound(&a, &["enqueue", "purge-a", "old", "--delay", "1h"])
+        .await
+        .ok();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let cut = Utc::now().to_rfc3339();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    rebound(&a, &["enqueue", "purge-a", "new", "--delay", "1h"])
+        .await
+        .ok();
+    let text = rebound(&a, &["purge", "purge-a", "--yes", "--before", &cut])
+        .await
+        .ok()
+        .stdout;
+    assert!(
+        text.starts_with("purged purge-a: 1 retry cancelled, "),
+        "{text}"
+    );
+    assert_eq!(status_of(&a, "purge-a", "old").await, "CANCELLED");
+    assert_eq!(status_of(&a, "purge-a", "new").await, "SCHEDULED");
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn dead_letters_list_redrive_and_purge() {
+    let n = TestNode::with_system_clock(dispatch_config("cli_dlq")).await;
+    let a = addr(&n);
+    let errors = [
+        ("t1", "payment gateway: 503"),
+        ("t2", "payment gateway: 503 again"),
+        ("t3", "card declined"),
+    ];
+    for (txid, _) in errors {
+        rebound(&a, &["enqueue", "dlq-a", txid, "--delay", "1s"])
+            .await
+            .ok();
+    }
+    // An executor fails each delivery for good.
+    let mut exec = ExecutorServiceClient::new(n.channel.clone());
+    let mut sub = exec
+        .subscribe(pb::SubscribeRequest {
+            service: "dlq-a".into(),
+            executor_id: "cli-test".into(),
+            max_in_flight: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for _ in 0..3 {
+        let d = next_delivery(&mut sub, Duration::from_secs(15))
+            .await
+            .expect("a delivery");
+        let error = errors
+            .iter()
+            .find(|(t, _)| *t == d.transaction_id)
+            .unwrap()
+            .1;
+        let r = exec
+            .ack(pb::AckRequest {
+                delivery_id: d.delivery_id,
+                outcome: pb::AckOutcome::Failed as i32,
+                error: error.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.dead_lettered);
+    }
+    assert_eq!(status_of(&a, "dlq-a", "t1").await, "DEAD");
+
+    let doc = rebound(&a, &["--json", "dlq", "list", "dlq-a"])
+        .await
+        .ok()
+        .json();
+    let mut listed: Vec<(String, String)> = doc["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            assert!(time(&d["dead_at"]) <= Utc::now());
+            assert_eq!(d["redriven_at"], Value::Null);
+            (
+                d["transaction_id"].as_str().unwrap().to_string(),
+                d["last_error"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    listed.sort();
+    let expected: Vec<(String, String)> = errors
+        .iter()
+        .map(|(t, e)| (t.to_string(), e.to_string()))
+        .collect();
+    assert_eq!(listed, expected, "{doc:#}");
+    assert_eq!(doc["next_page_token"], Value::Null);
+
+    let table = rebound(&a, &["dlq", "list", "dlq-a"]).await.ok().stdout;
+    assert!(
+        table.starts_with("TRANSACTION_ID  ATTEMPT  DEAD_AT"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("t3 ") && l.ends_with("card declined")),
+        "{table}"
+    );
+
+    // Paging: one letter, then the rest from the token.
+    let page = rebound(&a, &["--json", "dlq", "list", "dlq-a", "--limit", "1"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(
+        page["dead_letters"].as_array().unwrap().len(),
+        1,
+        "{page:#}"
+    );
+    let token = page["next_page_token"]
+        .as_str()
+        .expect("a token for the rest")
+        .to_string();
+    let rest = rebound(
+        &a,
+        &[
+            "--json",
+            "dlq",
+            "list",
+            "dlq-a",
+            "--limit",
+            "0",
+            "--page-token",
+            &token,
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    let rest_ids: Vec<&str> = rest["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["transaction_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(rest_ids.len(), 2, "{rest:#}");
+    assert!(!rest_ids.contains(&page["dead_letters"][0]["transaction_id"].as_str().unwrap()));
+
+    let filtered = rebound(
+        &a,
+        &[
+            "--json",
+            "dlq",
+            "list",
+            "dlq-a",
+            "--error-contains",
+            "gateway",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(filtered["dead_letters"].as_array().unwrap().len(), 2);
+    let stats = rebound(&a, &["--json", "stats", "dlq-a"]).await.ok().json();
+    assert_eq!(stats["services"][0]["dead_lettered"], 3, "{stats:#}");
+
+    // Redrive the gateway failures an hour out.
+    let doc = rebound(
+        &a,
+        &[
+            "--json",
+            "dlq",
+            "redrive",
+            "dlq-a",
+            "--error-contains",
+            "gateway",
+            "--delay",
+            "1h",
+            "--batch",
+            "1",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(doc["matched"], 2, "{doc:#}");
+    assert_eq!(doc["redriven"], 2, "{doc:#}");
+    assert_eq!(doc["skipped"], 0);
+    for t in ["t1", "t2"] {
+        let retry = rebound(&a, &["--json", "get", "dlq-a", t])
+            .await
+            .ok()
+            .json();
+        assert_eq!(retry["status"], "SCHEDULED", "{retry:#}");
+        assert!(
+            time(&retry["due_time"]) > Utc::now() + chrono::Duration::minutes(55),
+            "{retry:#}"
+        );
+    }
+    assert_eq!(status_of(&a, "dlq-a", "t3").await, "DEAD");
+    let left = rebound(&a, &["--json", "dlq", "list", "dlq-a"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(
+        left["dead_letters"].as_array().unwrap().len(),
+        1,
+        "{left:#}"
+    );
+    assert_eq!(left["dead_letters"][0]["transaction_id"], "t3");
+    let all = rebound(
+        &a,
+        &["--json", "dlq", "list", "dlq-a", "--include-redriven"],
+    )
+    .await
+    .ok()
+    .json();
+    let redriven = all["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| !d["redriven_at"].is_null())
+        .count();
+    assert_eq!(redriven, 2, "{all:#}");
+    let text = rebound(
+        &a,
+        &["dlq", "redrive", "dlq-a", "--error-contains", "gateway"],
+    )
+    .await
+    .ok()
+    .stdout;
+    assert!(
+        text.starts_with("redrove 0 dead letters of dlq-a"),
+        "{text}"
+    );
+
+    // Purge what is left.
+    let doc = rebound(&a, &["--json", "dlq", "purge", "dlq-a", "--yes"])
+        .await
+        .ok()
+        .json();
+    assert!(doc["purged"].as_u64().unwrap() >= 1, "{doc:#}");
+    let none = rebound(&a, &["--json", "dlq", "list", "dlq-a"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(none["dead_letters"], serde_json::json!([]), "{none:#}");
+    let text = rebound(&a, &["dlq", "list", "dlq-a"]).await.ok().stdout;
+    assert_eq!(text, "no dead letters of dlq-a match\n");
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn inspect_window_shows_the_tiers() {
+    let n = TestNode::with_system_clock(test_config("cli_inspect")).await;
+    let a = addr(&n);
+    rebound(&a, &["enqueue", "insp-a", "i1", "--delay", "1h"])
+        .await
+        .ok();
+    let retry = rebound(&a, &["--json", "get", "insp-a", "i1"])
+        .await
+        .ok()
+        .json();
+    let loc = &retry["location"];
+    let day = loc["day"].as_str().unwrap().to_string();
+    let window = loc["window"].as_u64().unwrap().to_string();
+
+    let doc = rebound(&a, &["--json", "inspect-window", &day, &window])
+        .await
+        .ok()
+        .json();
+    assert_eq!(doc["day_listed"], true, "{doc:#}");
+    assert_eq!(doc["window_listed"], true);
+    assert_eq!(doc["readable"], false, "an hour ahead");
+    assert_eq!(doc["window_seconds"], 2);
+    assert_eq!(
+        (time(&doc["window_end"]) - time(&doc["window_start"])).num_seconds(),
+        2
+    );
+    let instance = doc["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["service"] == "insp-a" && i["instance"] == loc["instance"])
+        .unwrap_or_else(|| panic!("no instance {loc}: {doc:#}"));
+    let bucket = instance["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["bucket"] == loc["bucket"])
+        .unwrap_or_else(|| panic!("no bucket {loc}: {doc:#}"));
+    assert_eq!(bucket["pointers"], 1);
+
+    let text = rebound(&a, &["inspect-window", &day, &window])
+        .await
+        .ok()
+        .stdout;
+    assert!(text.contains("tier 2 window listed  yes\n"), "{text}");
+    assert!(text.contains("tier 5 pointers       1\n"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("insp-a ")), "{text}");
+
+    let r = rebound(&a, &["inspect-window", "2026-13-45", "0"])
+        .await
+        .exits(4);
+    assert!(r.stderr.contains("day"), "{r:#?}");
+    n.finish().await;
+}
