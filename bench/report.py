@@ -171,6 +171,7 @@ def markdown(docs: list[dict]) -> str:
         "max ms",
         "retry ok",
         "peak RSS MB",
+        "tombstone warnings / failures",
     ]
     out = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["--:"] * (len(header) - 2)) + "|"]
     for d in docs:
@@ -188,6 +189,8 @@ def markdown(docs: list[dict]) -> str:
             fmt_ms(num(d, "lateness_ms.max")),
             fmt_bool(d.get("retry_ok")),
             fmt_int(num(d, "peak_rss_mb")),
+            (DASH if d.get("tombstone_warnings") is None else
+             f"{fmt_int(num(d, 'tombstone_warnings'))} / {fmt_int(num(d, 'tombstone_failures'))}"),
         ]
         out.append("| " + " | ".join(row) + " |")
 
@@ -203,6 +206,17 @@ def markdown(docs: list[dict]) -> str:
             bits.append(f"single at concurrency {fmt_int(conc)}, batches of {fmt_int(batch)}")
         if d.get("peak_rss_method"):
             bits.append(f"peak RSS: {fmt_text(d['peak_rss_method'])}")
+        if d.get("poll_ms") is not None:
+            bits.append(
+                f"poll latency first/last 10 polls {fmt_ms(num(d, 'poll_ms.first10_mean'))}/"
+                f"{fmt_ms(num(d, 'poll_ms.last10_mean'))} ms, max {fmt_ms(num(d, 'poll_ms.max'))} ms"
+            )
+        if d.get("aborted"):
+            bits.append(f"drain aborted: {fmt_text(d['aborted'])[:160]}")
+        if d.get("compaction_s_after_drain") is not None:
+            bits.append(f"directory compacted {fmt_ms(num(d, 'compaction_s_after_drain'))} s after the drain")
+        if d.get("hold_rss_mb") is not None:
+            bits.append(f"RSS holding the backlog {fmt_int(num(d, 'hold_rss_mb'))} MB")
         if d.get("wall_seconds") is not None:
             bits.append(f"wall {fmt_ms(num(d, 'wall_seconds'))} s")
         notes.append(f"- **{fmt_text(d.get('system'))}** ({d.get('source_file')}): " + ("; ".join(bits) or DASH))
