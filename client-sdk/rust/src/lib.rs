@@ -54,7 +54,11 @@
 //! every node of the cluster (following the ring as nodes join and leave), runs an async
 //! handler per delivery with bounded concurrency, acknowledges each with the
 //! handler's [`Outcome`], extends deadlines of long-running handlers, reconnects with backoff
-//! and shuts down gracefully. See the [`executor`] module.
+//! and shuts down gracefully. See the [`executor`] module. Besides success, retry and failure,
+//! a handler can [snooze](Outcome::snooze) a job (run it again later without using an
+//! attempt), and can tag a retry with an [error class](Outcome::with_error_class) such as
+//! `"http.404"`, which dead-letters it at once when the policy lists the class among its
+//! [`non_retryable_error_classes`](RetryPolicy::non_retryable_error_classes).
 //!
 //! ```no_run
 //! use rebound_client::{Executor, Job, Outcome};

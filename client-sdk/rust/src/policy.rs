@@ -10,8 +10,12 @@ use crate::time::{duration_from_proto, duration_to_proto};
 ///
 /// Every field is optional: an unset field takes the service's default, then the node's
 /// (1 s initial backoff, ×2, ±20 % jitter, 5 attempts, 30 s ack timeout). Retries stop at
-/// whichever of `max_attempts` and `max_retry_duration` is reached first. The server validates
-/// the combined policy and rejects bad values with [`Error::InvalidArgument`](crate::Error).
+/// whichever of `max_attempts` and `max_retry_duration` is reached first; with
+/// [`unlimited_attempts`](Self::unlimited_attempts) only `max_retry_duration` (if any) stops
+/// them. An executor's RETRY whose [error class](crate::Outcome::with_error_class) is one of
+/// the [`non_retryable_error_classes`](Self::non_retryable_error_classes) dead-letters the
+/// retry at once. The server validates the combined policy and rejects bad values with
+/// [`Error::InvalidArgument`](crate::Error).
 ///
 /// ```
 /// use std::time::Duration;
@@ -21,13 +25,27 @@ use crate::time::{duration_from_proto, duration_to_proto};
 ///     .max_attempts(10)
 ///     .initial_backoff(Duration::from_secs(2))
 ///     .max_backoff(Duration::from_secs(300))
-///     .jitter(0.1);
+///     .jitter(0.1)
+///     .non_retryable("http.404")
+///     .non_retryable_error_classes(["http.400", "payment:declined"]);
 /// assert_eq!(policy.max_attempts, Some(10));
 /// assert_eq!(policy.multiplier, None); // left to the service default
+/// assert_eq!(
+///     policy.non_retryable_error_classes,
+///     ["http.404", "http.400", "payment:declined"]
+/// );
+///
+/// // No limit on attempts, but give up after a day.
+/// let forever = RetryPolicy::new()
+///     .unlimited_attempts()
+///     .max_retry_duration(Duration::from_secs(86_400));
+/// assert_eq!(forever.unlimited_attempts, Some(true));
+/// assert_eq!(forever.max_attempts, None);
 /// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RetryPolicy {
-    /// Total attempts, counting the caller's own first try. At least 1.
+    /// Total attempts, counting the caller's own first try. At least 1. Must be unset when
+    /// `unlimited_attempts` is `Some(true)`.
     pub max_attempts: Option<u32>,
     /// Delay before the first retry.
     pub initial_backoff: Option<Duration>,
@@ -43,6 +61,16 @@ pub struct RetryPolicy {
     pub ack_timeout: Option<Duration>,
     /// How many ack-deadline expiries one attempt may use before it counts as failed.
     pub max_deliveries_per_attempt: Option<u32>,
+    /// Error classes that retrying cannot fix: an executor's RETRY that reports one of these
+    /// [error classes](crate::Outcome::with_error_class) dead-letters the retry at once, as a
+    /// FAIL would. At most 32 classes of 1–128 characters of `[A-Za-z0-9._:/-]`. Empty: on an
+    /// enqueue, keeps the service's list.
+    pub non_retryable_error_classes: Vec<String>,
+    /// `Some(true)`: no limit on attempts (`max_retry_duration`, when set, still applies), and
+    /// `max_attempts` must be unset. Never a default: attempts are unlimited only when asked
+    /// for explicitly, here or in the service's policy. `None` and `Some(false)` are the same
+    /// to the server: the attempt limit comes from `max_attempts` or the defaults.
+    pub unlimited_attempts: Option<bool>,
 }
 
 impl RetryPolicy {
@@ -51,9 +79,20 @@ impl RetryPolicy {
         Self::default()
     }
 
-    /// Sets [`RetryPolicy::max_attempts`].
+    /// Sets [`RetryPolicy::max_attempts`]. Replaces an earlier
+    /// [`unlimited_attempts`](Self::unlimited_attempts()).
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = Some(n);
+        self.unlimited_attempts = None;
+        self
+    }
+
+    /// Sets [`RetryPolicy::unlimited_attempts`]: retry with no limit on attempts, until the
+    /// retry succeeds, fails for good, is cancelled or runs out of `max_retry_duration`.
+    /// Replaces an earlier [`max_attempts`](Self::max_attempts()).
+    pub fn unlimited_attempts(mut self) -> Self {
+        self.unlimited_attempts = Some(true);
+        self.max_attempts = None;
         self
     }
 
@@ -98,6 +137,25 @@ impl RetryPolicy {
         self.max_deliveries_per_attempt = Some(n);
         self
     }
+
+    /// Adds one class to [`RetryPolicy::non_retryable_error_classes`]; a class already listed
+    /// is not added again.
+    pub fn non_retryable(mut self, class: impl Into<String>) -> Self {
+        let class = class.into();
+        if !self.non_retryable_error_classes.contains(&class) {
+            self.non_retryable_error_classes.push(class);
+        }
+        self
+    }
+
+    /// Adds several classes to [`RetryPolicy::non_retryable_error_classes`], keeping those
+    /// already listed; a class already listed is not added again.
+    pub fn non_retryable_error_classes<C>(self, classes: impl IntoIterator<Item = C>) -> Self
+    where
+        C: Into<String>,
+    {
+        classes.into_iter().fold(self, Self::non_retryable)
+    }
 }
 
 impl From<RetryPolicy> for pb::RetryPolicy {
@@ -111,7 +169,8 @@ impl From<RetryPolicy> for pb::RetryPolicy {
             max_retry_duration: p.max_retry_duration.map(duration_to_proto),
             ack_timeout: p.ack_timeout.map(duration_to_proto),
             max_deliveries_per_attempt: p.max_deliveries_per_attempt,
-            ..Default::default()
+            non_retryable_error_classes: p.non_retryable_error_classes,
+            unlimited_attempts: p.unlimited_attempts,
         }
     }
 }
@@ -128,6 +187,8 @@ impl From<pb::RetryPolicy> for RetryPolicy {
             max_retry_duration: p.max_retry_duration.map(duration_from_proto),
             ack_timeout: p.ack_timeout.map(duration_from_proto),
             max_deliveries_per_attempt: p.max_deliveries_per_attempt,
+            non_retryable_error_classes: p.non_retryable_error_classes,
+            unlimited_attempts: p.unlimited_attempts,
         }
     }
 }
@@ -161,8 +222,10 @@ mod tests {
             .jitter(0.25)
             .max_retry_duration(Duration::from_secs(3_600))
             .ack_timeout(Duration::from_millis(45_500))
-            .max_deliveries_per_attempt(3);
-        let proto = pb::RetryPolicy::from(policy);
+            .max_deliveries_per_attempt(3)
+            .non_retryable("http.404")
+            .non_retryable_error_classes(["http.410", "payment:declined", "http.404"]);
+        let proto = pb::RetryPolicy::from(policy.clone());
         assert_eq!(
             proto,
             pb::RetryPolicy {
@@ -177,10 +240,76 @@ mod tests {
                     nanos: 500_000_000
                 }),
                 max_deliveries_per_attempt: Some(3),
+                non_retryable_error_classes: vec![
+                    "http.404".into(),
+                    "http.410".into(),
+                    "payment:declined".into()
+                ],
+                unlimited_attempts: None,
+            }
+        );
+        assert_eq!(RetryPolicy::from(proto), policy);
+
+        // Unlimited attempts: max_attempts unset, as the server requires.
+        let policy = RetryPolicy::new()
+            .max_attempts(7)
+            .unlimited_attempts()
+            .max_retry_duration(Duration::from_secs(86_400));
+        let proto = pb::RetryPolicy::from(policy.clone());
+        assert_eq!(
+            proto,
+            pb::RetryPolicy {
+                max_attempts: None,
+                unlimited_attempts: Some(true),
+                max_retry_duration: secs(86_400),
                 ..Default::default()
             }
         );
         assert_eq!(RetryPolicy::from(proto), policy);
+    }
+
+    #[test]
+    fn every_proto_field_converts_back() {
+        // The server's effective policy sets everything; an explicit `false` survives too.
+        for unlimited_attempts in [None, Some(false), Some(true)] {
+            let proto = pb::RetryPolicy {
+                max_attempts: (unlimited_attempts != Some(true)).then_some(5),
+                initial_backoff: secs(1),
+                max_backoff: secs(300),
+                multiplier: Some(2.0),
+                jitter: Some(0.2),
+                max_retry_duration: secs(600),
+                ack_timeout: secs(30),
+                max_deliveries_per_attempt: Some(3),
+                non_retryable_error_classes: vec!["http.404".into(), "grpc:NOT_FOUND".into()],
+                unlimited_attempts,
+            };
+            let policy = RetryPolicy::from(proto.clone());
+            assert_eq!(policy.unlimited_attempts, unlimited_attempts);
+            assert_eq!(
+                policy.non_retryable_error_classes,
+                ["http.404", "grpc:NOT_FOUND"]
+            );
+            assert_eq!(pb::RetryPolicy::from(policy), proto);
+        }
+    }
+
+    #[test]
+    fn max_attempts_and_unlimited_attempts_replace_each_other() {
+        let p = RetryPolicy::new().unlimited_attempts().max_attempts(3);
+        assert_eq!((p.max_attempts, p.unlimited_attempts), (Some(3), None));
+        let p = RetryPolicy::new().max_attempts(3).unlimited_attempts();
+        assert_eq!((p.max_attempts, p.unlimited_attempts), (None, Some(true)));
+    }
+
+    #[test]
+    fn non_retryable_classes_accumulate_without_duplicates() {
+        let p = RetryPolicy::new()
+            .non_retryable_error_classes(["a", "b"])
+            .non_retryable("a")
+            .non_retryable(String::from("c"))
+            .non_retryable_error_classes(Vec::<String>::new());
+        assert_eq!(p.non_retryable_error_classes, ["a", "b", "c"]);
     }
 
     #[test]

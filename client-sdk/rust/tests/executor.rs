@@ -321,6 +321,8 @@ async fn acks_each_outcome() {
                 Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "upstream timed out").into())
             }
             "panic" => panic!("handler bug"),
+            "snooze" => Ok(Outcome::snooze(Duration::from_secs(90))),
+            "404" => Err(HandlerError::retry("not found").with_error_class("http.404")),
             other => panic!("unexpected payload {other}"),
         }
     };
@@ -342,6 +344,8 @@ async fn acks_each_outcome() {
         ("3", "fail"),
         ("4", "io"),
         ("5", "panic"),
+        ("7", "snooze"),
+        ("8", "404"),
     ] {
         tx.send(Ok(delivery(id, payload, ack_timeout))).unwrap();
     }
@@ -353,7 +357,7 @@ async fn acks_each_outcome() {
     .unwrap();
 
     let mut acks = HashMap::new();
-    for _ in 0..6 {
+    for _ in 0..8 {
         let ack = h.next_ack().await;
         acks.insert(ack.delivery_id.clone(), ack);
     }
@@ -377,6 +381,23 @@ async fn acks_each_outcome() {
     assert_eq!(acks["5"].error, "handler panicked: handler bug");
     assert_eq!(outcome_of(&acks["6"]), pb::AckOutcome::Retry);
     assert!(acks["6"].error.contains("ack_deadline"), "{:?}", acks["6"]);
+    assert!(acks.values().all(|a| a.snooze == (a.delivery_id == "7")));
+    assert!(acks
+        .values()
+        .all(|a| a.error_class.is_empty() == (a.delivery_id != "8")));
+    assert_eq!(outcome_of(&acks["7"]), pb::AckOutcome::Retry);
+    assert_eq!(
+        acks["7"].retry_after,
+        Some(prost_types::Duration {
+            seconds: 90,
+            nanos: 0
+        })
+    );
+    assert_eq!(acks["7"].error, "");
+    assert_eq!(outcome_of(&acks["8"]), pb::AckOutcome::Retry);
+    assert_eq!(acks["8"].retry_after, None);
+    assert_eq!(acks["8"].error, "not found");
+    assert_eq!(acks["8"].error_class, "http.404");
 
     // Fast handlers need no deadline extension, and nothing is acked twice.
     h.assert_quiet(Duration::from_millis(300)).await;

@@ -67,19 +67,56 @@ impl TryFrom<pb::Delivery> for Job {
 }
 
 /// How a handler finished with a [`Job`]; the executor acknowledges the delivery with it.
+///
+/// A retry or failure may carry an *error class*, a short machine-readable name for the kind of
+/// error such as `"http.404"` (see [`with_error_class`](Outcome::with_error_class)): a
+/// [`Retry`](Outcome::Retry) whose class is in the policy's
+/// [`non_retryable_error_classes`](crate::RetryPolicy::non_retryable_error_classes) is
+/// dead-lettered at once, so which errors are worth retrying can be configured per service
+/// instead of decided in every handler.
+///
+/// ```
+/// use std::time::Duration;
+/// use rebound_client::Outcome;
+///
+/// # fn status_of(_: &[u8]) -> u16 { 404 }
+/// # let payload = b"";
+/// let outcome = match status_of(payload) {
+///     200 => Outcome::success(),
+///     // Not tried, only postponed: reschedule without using an attempt.
+///     429 => Outcome::snooze(Duration::from_secs(30)),
+///     // Retried per the policy, unless the policy lists the class as non-retryable.
+///     status => Outcome::retry(format_args!("HTTP {status}"))
+///         .with_error_class(format!("http.{status}")),
+/// };
+/// assert_eq!(outcome.error_class(), Some("http.404"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Done: the retry is finished (`ACK_OUTCOME_SUCCEEDED`).
     Success,
     /// A transient failure: schedule the next attempt (`ACK_OUTCOME_RETRY`), after `after` when
     /// set and after the retry policy's backoff otherwise. The server dead-letters the retry
-    /// once its policy's attempts or duration are used up.
+    /// once its policy's attempts or duration are used up, or at once when `error_class` is
+    /// one of the policy's non-retryable classes.
     Retry {
         after: Option<Duration>,
         error: String,
+        /// See [`Outcome::with_error_class`].
+        error_class: Option<String>,
     },
+    /// Not tried, only postponed (say, a dependency asked to come back later): schedule the
+    /// job again after `after` without using an attempt and without growing later backoff
+    /// (`ACK_OUTCOME_RETRY` with `snooze`). The retry's last error is kept, and its
+    /// `max_retry_duration`, when set, still applies. The server needs a positive delay, so a
+    /// zero `after` is sent as 1 ms.
+    Snooze { after: Duration },
     /// A failure that retrying cannot fix: dead-letter the retry now (`ACK_OUTCOME_FAILED`).
-    Fail { error: String },
+    Fail {
+        error: String,
+        /// See [`Outcome::with_error_class`]; informational only for a failure.
+        error_class: Option<String>,
+    },
 }
 
 impl Outcome {
@@ -93,6 +130,7 @@ impl Outcome {
         Outcome::Retry {
             after: None,
             error: error.to_string(),
+            error_class: None,
         }
     }
 
@@ -101,13 +139,45 @@ impl Outcome {
         Outcome::Retry {
             after: Some(after),
             error: error.to_string(),
+            error_class: None,
         }
+    }
+
+    /// [`Outcome::Snooze`]: run the job again after `after` without using an attempt.
+    pub fn snooze(after: Duration) -> Self {
+        Outcome::Snooze { after }
     }
 
     /// [`Outcome::Fail`]: dead-letter now.
     pub fn fail(error: impl fmt::Display) -> Self {
         Outcome::Fail {
             error: error.to_string(),
+            error_class: None,
+        }
+    }
+
+    /// Classifies the error of a [`Retry`](Outcome::Retry) or [`Fail`](Outcome::Fail) with a
+    /// short machine-readable class such as `"http.404"` or `"payment:declined"`, which the
+    /// server matches against the retry policy's
+    /// [`non_retryable_error_classes`](crate::RetryPolicy::non_retryable_error_classes): a
+    /// retry with a listed class is dead-lettered at once, as a failure would be. A class is
+    /// 1–128 characters of `[A-Za-z0-9._:/-]`; one that is not can never be listed in a policy,
+    /// so it is left out of the ack (with a warning) rather than have the server reject the
+    /// ack. No effect on [`Success`](Outcome::Success) and [`Snooze`](Outcome::Snooze).
+    pub fn with_error_class(mut self, class: impl Into<String>) -> Self {
+        if let Outcome::Retry { error_class, .. } | Outcome::Fail { error_class, .. } = &mut self {
+            *error_class = Some(class.into());
+        }
+        self
+    }
+
+    /// The error class given with [`with_error_class`](Outcome::with_error_class), if any.
+    pub fn error_class(&self) -> Option<&str> {
+        match self {
+            Outcome::Retry { error_class, .. } | Outcome::Fail { error_class, .. } => {
+                error_class.as_deref()
+            }
+            Outcome::Success | Outcome::Snooze { .. } => None,
         }
     }
 
@@ -117,19 +187,44 @@ impl Outcome {
 
     /// The `Ack` request that reports this outcome for `delivery_id`.
     pub fn into_ack_request(self, delivery_id: impl Into<String>) -> pb::AckRequest {
-        let (outcome, retry_after, error) = match self {
-            Outcome::Success => (pb::AckOutcome::Succeeded, None, String::new()),
-            Outcome::Retry { after, error } => {
-                (pb::AckOutcome::Retry, after.map(duration_to_proto), error)
+        let delivery_id = delivery_id.into();
+        let (outcome, retry_after, error, error_class, snooze) = match self {
+            Outcome::Success => (pb::AckOutcome::Succeeded, None, String::new(), None, false),
+            Outcome::Retry {
+                after,
+                error,
+                error_class,
+            } => (pb::AckOutcome::Retry, after, error, error_class, false),
+            Outcome::Snooze { after } => (
+                pb::AckOutcome::Retry,
+                Some(after.max(MIN_SNOOZE)),
+                String::new(),
+                None,
+                true,
+            ),
+            Outcome::Fail { error, error_class } => {
+                (pb::AckOutcome::Failed, None, error, error_class, false)
             }
-            Outcome::Fail { error } => (pb::AckOutcome::Failed, None, error),
+        };
+        let error_class = match error_class {
+            Some(class) if !class.is_empty() && !error_class_ok(&class) => {
+                tracing::warn!(
+                    %delivery_id,
+                    error_class = %class,
+                    "leaving an invalid error class out of the ack: classes are 1-128 \
+                     characters of [A-Za-z0-9._:/-]"
+                );
+                String::new()
+            }
+            class => class.unwrap_or_default(),
         };
         pb::AckRequest {
-            delivery_id: delivery_id.into(),
+            delivery_id,
             outcome: outcome as i32,
-            retry_after,
+            retry_after: retry_after.map(duration_to_proto),
             error,
-            ..Default::default()
+            snooze,
+            error_class,
         }
     }
 
@@ -143,6 +238,22 @@ impl Outcome {
             .unwrap_or_else(|| "non-string panic payload".to_owned());
         Outcome::retry(format_args!("handler panicked: {message}"))
     }
+}
+
+/// The shortest snooze the server accepts (it requires a positive delay).
+const MIN_SNOOZE: Duration = Duration::from_millis(1);
+
+/// Longest error class the server accepts.
+const MAX_ERROR_CLASS_LEN: usize = 128;
+
+/// Whether the server accepts `class` as an error class: 1-128 characters of
+/// `[A-Za-z0-9._:/-]`.
+fn error_class_ok(class: &str) -> bool {
+    !class.is_empty()
+        && class.len() <= MAX_ERROR_CLASS_LEN
+        && class
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '/' | '-'))
 }
 
 /// A handler's failure, for handlers that return `Result<(), HandlerError>` (or
@@ -193,6 +304,21 @@ impl HandlerError {
         }
     }
 
+    /// Classifies the error, as [`Outcome::with_error_class`] does: a retry whose class the
+    /// policy lists as non-retryable is dead-lettered at once.
+    ///
+    /// ```
+    /// use rebound_client::executor::HandlerError;
+    ///
+    /// let e = HandlerError::retry("HTTP 404").with_error_class("http.404");
+    /// assert_eq!(e.error_class(), Some("http.404"));
+    /// ```
+    pub fn with_error_class(self, class: impl Into<String>) -> Self {
+        HandlerError {
+            outcome: self.outcome.with_error_class(class),
+        }
+    }
+
     /// True for [`HandlerError::fail`]: the retry goes to the dead letters.
     pub fn is_permanent(&self) -> bool {
         matches!(self.outcome, Outcome::Fail { .. })
@@ -200,9 +326,14 @@ impl HandlerError {
 
     pub fn message(&self) -> &str {
         match &self.outcome {
-            Outcome::Retry { error, .. } | Outcome::Fail { error } => error,
-            Outcome::Success => "",
+            Outcome::Retry { error, .. } | Outcome::Fail { error, .. } => error,
+            Outcome::Success | Outcome::Snooze { .. } => "",
         }
+    }
+
+    /// The error class given with [`with_error_class`](HandlerError::with_error_class), if any.
+    pub fn error_class(&self) -> Option<&str> {
+        self.outcome.error_class()
     }
 
     /// The outcome the executor acknowledges with.
@@ -338,7 +469,8 @@ mod tests {
                 outcome: pb::AckOutcome::Succeeded as i32,
                 retry_after: None,
                 error: String::new(),
-                ..Default::default()
+                snooze: false,
+                error_class: String::new(),
             }
         );
         assert_eq!(
@@ -375,6 +507,151 @@ mod tests {
                 ..Default::default()
             }
         );
+    }
+
+    #[test]
+    fn snooze_maps_to_a_snoozed_retry() {
+        assert_eq!(
+            Outcome::snooze(Duration::from_millis(1_500)).into_ack_request("d"),
+            pb::AckRequest {
+                delivery_id: "d".into(),
+                outcome: pb::AckOutcome::Retry as i32,
+                retry_after: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 500_000_000
+                }),
+                error: String::new(),
+                snooze: true,
+                error_class: String::new(),
+            }
+        );
+        // The server requires a positive delay with snooze.
+        assert_eq!(
+            Outcome::snooze(Duration::ZERO)
+                .into_ack_request("d")
+                .retry_after,
+            Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 1_000_000
+            })
+        );
+        // An error class has nothing to classify on a snooze.
+        let snooze = Outcome::snooze(Duration::from_secs(5));
+        assert_eq!(snooze.clone().with_error_class("http.429"), snooze);
+        assert_eq!(snooze.error_class(), None);
+        assert!(!snooze.is_success());
+    }
+
+    #[test]
+    fn error_classes_map_to_ack_requests() {
+        assert_eq!(
+            Outcome::retry("HTTP 404")
+                .with_error_class("http.404")
+                .into_ack_request("d"),
+            pb::AckRequest {
+                delivery_id: "d".into(),
+                outcome: pb::AckOutcome::Retry as i32,
+                retry_after: None,
+                error: "HTTP 404".into(),
+                snooze: false,
+                error_class: "http.404".into(),
+            }
+        );
+        assert_eq!(
+            Outcome::retry_after(Duration::from_secs(3), "HTTP 503")
+                .with_error_class(String::from("http.503"))
+                .into_ack_request("d"),
+            pb::AckRequest {
+                delivery_id: "d".into(),
+                outcome: pb::AckOutcome::Retry as i32,
+                retry_after: Some(prost_types::Duration {
+                    seconds: 3,
+                    nanos: 0
+                }),
+                error: "HTTP 503".into(),
+                snooze: false,
+                error_class: "http.503".into(),
+            }
+        );
+        assert_eq!(
+            Outcome::fail("declined")
+                .with_error_class("payment:declined")
+                .into_ack_request("d"),
+            pb::AckRequest {
+                delivery_id: "d".into(),
+                outcome: pb::AckOutcome::Failed as i32,
+                retry_after: None,
+                error: "declined".into(),
+                snooze: false,
+                error_class: "payment:declined".into(),
+            }
+        );
+        // The last class given wins; every allowed character passes.
+        let class = "A-z_0.9:/x";
+        let retry = Outcome::retry("e")
+            .with_error_class("first")
+            .with_error_class(class);
+        assert_eq!(retry.error_class(), Some(class));
+        assert_eq!(retry.into_ack_request("d").error_class, class);
+        // Success has no error to classify.
+        assert_eq!(
+            Outcome::success()
+                .with_error_class("http.200")
+                .into_ack_request("d"),
+            Outcome::success().into_ack_request("d")
+        );
+    }
+
+    #[test]
+    fn invalid_error_classes_are_left_out_of_the_ack() {
+        for class in [
+            String::new(),
+            "http 404".into(),
+            "é".into(),
+            "x".repeat(129),
+        ] {
+            let ack = Outcome::retry("e")
+                .with_error_class(class.clone())
+                .into_ack_request("d");
+            assert_eq!(ack.error_class, "", "{class:?}");
+            assert_eq!(ack.outcome, pb::AckOutcome::Retry as i32);
+            assert_eq!(ack.error, "e");
+            let ack = Outcome::fail("e")
+                .with_error_class(class.clone())
+                .into_ack_request("d");
+            assert_eq!(ack.error_class, "", "{class:?}");
+            assert_eq!(ack.outcome, pb::AckOutcome::Failed as i32);
+        }
+        let longest = "x".repeat(128);
+        assert_eq!(
+            Outcome::retry("e")
+                .with_error_class(longest.clone())
+                .into_ack_request("d")
+                .error_class,
+            longest
+        );
+    }
+
+    #[test]
+    fn handler_errors_carry_error_classes() {
+        let e = HandlerError::retry("HTTP 404").with_error_class("http.404");
+        assert_eq!(e.error_class(), Some("http.404"));
+        assert_eq!(e.message(), "HTTP 404");
+        assert!(!e.is_permanent());
+        assert_eq!(
+            Err::<(), _>(e).into_outcome(),
+            Outcome::retry("HTTP 404").with_error_class("http.404")
+        );
+        let e = HandlerError::fail("declined").with_error_class("payment:declined");
+        assert!(e.is_permanent());
+        assert_eq!(
+            Outcome::from(e),
+            Outcome::Fail {
+                error: "declined".into(),
+                error_class: Some("payment:declined".into())
+            }
+        );
+        assert_eq!(HandlerError::retry("x").error_class(), None);
     }
 
     #[test]

@@ -2,7 +2,13 @@
 //!
 //! An [`Executor`] subscribes to a service's due retries, runs an async handler for each
 //! delivery, and acknowledges the delivery with the handler's [`Outcome`]: success, a retry
-//! (optionally after a given delay) or a permanent failure that dead-letters the retry.
+//! (optionally after a given delay), a snooze, or a permanent failure that dead-letters the
+//! retry. A [snooze](Outcome::snooze) reschedules the job after a given delay without using an
+//! attempt, for work that was not tried but only postponed (a rate limit, a dependency in
+//! maintenance). A retry can carry an [error class](Outcome::with_error_class) such as
+//! `"http.404"`; when the retry policy lists it among its
+//! [`non_retryable_error_classes`](crate::RetryPolicy::non_retryable_error_classes), the
+//! server dead-letters the retry at once instead of retrying it.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -26,8 +32,15 @@
 //!     match call_card_processor(&job.payload).await {
 //!         Ok(()) => Outcome::success(),
 //!         Err(Processor::RateLimited(after)) => Outcome::retry_after(after, "rate limited"),
+//!         // Not tried at all: come back in a minute without using an attempt.
+//!         Err(Processor::Maintenance) => Outcome::snooze(Duration::from_secs(60)),
 //!         Err(Processor::Declined(why)) => Outcome::fail(why), // retrying will not help
-//!         Err(Processor::Down(e)) => Outcome::retry(e),        // backoff per the policy
+//!         // Backoff per the policy, unless the policy lists "processor.4xx" as non-retryable.
+//!         Err(Processor::Rejected(status)) => {
+//!             Outcome::retry(format_args!("processor answered {status}"))
+//!                 .with_error_class("processor.4xx")
+//!         }
+//!         Err(Processor::Down(e)) => Outcome::retry(e), // backoff per the policy
 //!     }
 //! }
 //!
@@ -37,7 +50,13 @@
 //!     std::fs::write(std::env::temp_dir().join(&job.transaction_id), order)?;
 //!     Ok(())
 //! }
-//! # enum Processor { RateLimited(Duration), Declined(String), Down(std::io::Error) }
+//! # enum Processor {
+//! #     RateLimited(Duration),
+//! #     Maintenance,
+//! #     Declined(String),
+//! #     Rejected(u16),
+//! #     Down(std::io::Error),
+//! # }
 //! # async fn call_card_processor(_: &[u8]) -> Result<(), Processor> { Ok(()) }
 //! ```
 //!
@@ -605,10 +624,17 @@ pub(super) async fn process<H, F>(
         drop(permit);
         match &outcome {
             Outcome::Success => tracing::debug!("handler succeeded"),
-            Outcome::Retry { after, error } => {
-                tracing::info!(?after, error = %error, "handler asked for a retry");
+            Outcome::Retry {
+                after,
+                error,
+                error_class,
+            } => {
+                tracing::info!(?after, error = %error, ?error_class, "handler asked for a retry");
             }
-            Outcome::Fail { error } => tracing::warn!(error = %error, "handler failed for good"),
+            Outcome::Snooze { after } => tracing::info!(?after, "handler snoozed the retry"),
+            Outcome::Fail { error, error_class } => {
+                tracing::warn!(error = %error, ?error_class, "handler failed for good");
+            }
         }
         ack(&client, outcome.into_ack_request(delivery_id.clone())).await;
     };
@@ -631,6 +657,7 @@ async fn ack(client: &ExecClient, request: pb::AckRequest) {
                 let response = response.into_inner();
                 tracing::debug!(
                     dead_lettered = response.dead_lettered,
+                    snoozed = response.snoozed,
                     next_due_time = ?response.next_due_time,
                     "acknowledged"
                 );
