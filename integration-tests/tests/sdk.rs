@@ -10,7 +10,7 @@ use std::{
 
 use rebound_client::{
     executor::{Executor, Job, Outcome},
-    Client, RetryStatus,
+    Client, RetryPolicy, RetryStatus,
 };
 use rebound_integration_tests::{dispatch_config, eventually, TestNode};
 
@@ -46,6 +46,27 @@ async fn the_sdk_enqueues_executes_retries_and_dead_letters() {
         .send()
         .await
         .unwrap();
+    // Snoozed once (no attempt used), then done; and a RETRY whose class the policy lists as
+    // non-retryable, which dead-letters at once although attempts are unlimited.
+    client
+        .enqueue("shipping", "sleepy")
+        .attempt(1)
+        .delay(Duration::ZERO)
+        .send()
+        .await
+        .unwrap();
+    client
+        .enqueue("shipping", "gone")
+        .attempt(1)
+        .delay(Duration::ZERO)
+        .policy(
+            RetryPolicy::new()
+                .unlimited_attempts()
+                .non_retryable("http.404"),
+        )
+        .send()
+        .await
+        .unwrap();
 
     let attempts: Arc<Mutex<HashMap<String, Vec<u32>>>> = Arc::default();
     let seen = attempts.clone();
@@ -59,6 +80,11 @@ async fn the_sdk_enqueues_executes_retries_and_dead_letters() {
                 .push(job.attempt);
             match job.transaction_id.as_str() {
                 "poison" => Outcome::fail("malformed address"),
+                "sleepy" if seen.lock().unwrap()["sleepy"].len() == 1 => {
+                    Outcome::snooze(Duration::from_secs(1))
+                }
+                "gone" => Outcome::retry("404 no such parcel").with_error_class("http.404"),
+                "sleepy" => Outcome::success(),
                 "flaky" if job.attempt == 2 => {
                     Outcome::retry_after(Duration::from_secs(1), "still down")
                 }
@@ -84,10 +110,12 @@ async fn the_sdk_enqueues_executes_retries_and_dead_letters() {
     eventually(Duration::from_secs(30), "every retry to finish", || {
         let client = client.clone();
         async move {
-            for id in (0..20)
-                .map(|i| format!("ship-{i}"))
-                .chain(["flaky".into(), "poison".into()])
-            {
+            for id in (0..20).map(|i| format!("ship-{i}")).chain([
+                "flaky".into(),
+                "poison".into(),
+                "sleepy".into(),
+                "gone".into(),
+            ]) {
                 if !client
                     .get("shipping", id)
                     .await
@@ -115,7 +143,18 @@ async fn the_sdk_enqueues_executes_retries_and_dead_letters() {
     let poison = client.get("shipping", "poison").await.unwrap();
     assert_eq!(poison.status, RetryStatus::Dead);
     assert_eq!(poison.last_error.as_deref(), Some("malformed address"));
-    assert_eq!(n.count("dead_letters").await, 1);
+    let sleepy = client.get("shipping", "sleepy").await.unwrap();
+    assert_eq!(sleepy.status, RetryStatus::Succeeded);
+    assert_eq!(
+        attempts.lock().unwrap()["sleepy"],
+        vec![2, 2],
+        "a snooze uses no attempt"
+    );
+    let gone = client.get("shipping", "gone").await.unwrap();
+    assert_eq!(gone.status, RetryStatus::Dead);
+    assert_eq!(attempts.lock().unwrap()["gone"], vec![2]);
+    assert_eq!(gone.policy.unlimited_attempts, Some(true));
+    assert_eq!(n.count("dead_letters").await, 2);
     for (id, a) in attempts.lock().unwrap().iter() {
         if id.starts_with("ship-") {
             assert_eq!(a, &vec![2], "{id} was delivered {a:?}");

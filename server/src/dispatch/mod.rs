@@ -27,7 +27,7 @@ use crate::{
     error::ApiError,
     ownership::{Lease, Ownership},
     services::Services,
-    store::{DeadLetter, InstanceRow, Location, RetryStore, Status, TxState},
+    store::{DeadLetter, InstanceRow, Location, RetryStore, Status, TokenRange, TxState},
     window::{WindowGrid, WindowId},
     writer::Writer,
 };
@@ -366,22 +366,30 @@ impl Dispatcher {
                     if !self.grid.is_readable(window, now, self.opts.skew_margin_ms) {
                         break;
                     }
-                    for lease in &leases {
-                        tracing::trace!(?window, fenced = self.fenced(lease), "scan window");
+                    // One read of the window's Tier-3 partition (a row per writer lane and
+                    // service: small), then each row goes to the held lease covering its
+                    // token. One query per window instead of one per held slot.
+                    if !leases.iter().any(|l| self.fenced(l)) {
+                        continue;
+                    }
+                    for row in self.store.list_instances(window, TokenRange::FULL).await? {
+                        let Some(lease) =
+                            leases.iter().find(|l| l.range.contains(row.instance_token))
+                        else {
+                            continue;
+                        };
                         if !self.fenced(lease) {
                             continue;
                         }
-                        for row in self.store.list_instances(window, lease.range).await? {
-                            tracing::trace!(?window, service = %row.service, instance = %row.instance, "due instance");
-                            // Oldest day first within one pass too: once a service started or
-                            // waited on some day, its later days wait for the next pass.
-                            if held_at.get(&row.service).is_some_and(|d| *d < day) {
-                                continue;
-                            }
-                            let service = row.service.clone();
-                            if self.maybe_start(window, row, *lease) != Start::AlreadyActive {
-                                held_at.entry(service).or_insert(day);
-                            }
+                        tracing::trace!(?window, service = %row.service, instance = %row.instance, "due instance");
+                        // Oldest day first within one pass too: once a service started or
+                        // waited on some day, its later days wait for the next pass.
+                        if held_at.get(&row.service).is_some_and(|d| *d < day) {
+                            continue;
+                        }
+                        let service = row.service.clone();
+                        if self.maybe_start(window, row, *lease) != Start::AlreadyActive {
+                            held_at.entry(service).or_insert(day);
                         }
                     }
                 }

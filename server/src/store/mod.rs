@@ -124,6 +124,10 @@ impl TokenRange {
         start: i64::MIN,
         end: i64::MAX,
     };
+
+    pub fn contains(&self, token: i64) -> bool {
+        self.start <= token && token <= self.end
+    }
 }
 
 /// The retry store: the five-tier directory and the state rows, for one `ns`
