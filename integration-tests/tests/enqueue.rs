@@ -935,6 +935,39 @@ async fn batch_gives_each_item_its_own_result() {
     n.finish().await;
 }
 
+/// Concurrent enqueues into one bucket share pointer writes (single-partition unlogged
+/// batches), and every pointer still lands with its state row.
+#[tokio::test]
+async fn concurrent_pointers_of_one_bucket_are_written_in_batches() {
+    let mut cfg = test_config("microbatch");
+    cfg.bucket_size = 10_000;
+    cfg.lanes = 1;
+    let (n, _clock) = TestNode::with_manual_clock(cfg, utc_ms("2026-11-30 09:40:00.000")).await;
+    let mut c = n.client.clone();
+    let resp = c
+        .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {
+            requests: (0..300).map(|i| req("svc", &format!("m{i}"), 0)).collect(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(resp.results.iter().all(|r| matches!(
+        r.result,
+        Some(pb::enqueue_retry_result::Result::Response(_))
+    )));
+    let (writes, carried) = n.node.as_ref().unwrap().writer.pointer_writes();
+    assert_eq!(carried, 300);
+    assert!(
+        writes < 300 / 2,
+        "300 pointers of one bucket took {writes} writes"
+    );
+    let ptrs = pointers(&n).await;
+    assert_eq!(ptrs.len(), 300);
+    let st = states(&n).await;
+    assert_eq!(st.len(), 300);
+    n.finish().await;
+}
+
 #[tokio::test]
 async fn policy_backoff_is_used_when_no_delay_is_given() {
     let mut cfg = test_config("backoff");

@@ -242,3 +242,176 @@ async fn nodes_share_the_ring_rebalance_and_take_over() {
     }
     first.finish().await;
 }
+
+/// Settings made through one node hold on every node: a pause taken by n1 stops n2 within the
+/// refresh interval, a concurrency limit is shared between the nodes, and GetStats on either
+/// node sums the in-flight deliveries of both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_settings_and_stats_span_the_nodes() {
+    use rebound_proto::v1::admin_service_client::AdminServiceClient;
+    let keyspace = rebound_integration_tests::unique_keyspace("ringadmin");
+    let mut nodes = Vec::new();
+    for id in ["a1", "a2"] {
+        let mut c = ring_config(&keyspace, id);
+        c.settings_refresh_ms = 100;
+        c.lanes = 8;
+        nodes.push(TestNode::start(c, Arc::new(SystemClock)).await);
+    }
+    converge(&nodes[0], 2, true).await;
+    let mut a1 = AdminServiceClient::new(nodes[0].channel.clone());
+    let mut a2 = AdminServiceClient::new(nodes[1].channel.clone());
+    a1.pause_service(pb::PauseServiceRequest {
+        service: "svc".into(),
+    })
+    .await
+    .unwrap();
+    a1.set_service_limits(pb::SetServiceLimitsRequest {
+        service: "svc".into(),
+        limits: Some(pb::ServiceLimits {
+            max_concurrent: Some(4),
+            ..Default::default()
+        }),
+    })
+    .await
+    .unwrap();
+    // Let a2 pick the settings up (refresh every 100 ms).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut c = nodes[0].client.clone();
+    for i in 0..40 {
+        c.enqueue_retry(pb::EnqueueRetryRequest {
+            service: "svc".into(),
+            transaction_id: format!("p{i}"),
+            attempt: 1,
+            schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
+                prost_types::Duration::default(),
+            )),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let mut subs = Vec::new();
+    for n in &nodes {
+        subs.push(
+            ExecutorServiceClient::new(n.channel.clone())
+                .subscribe(pb::SubscribeRequest {
+                    service: "svc".into(),
+                    executor_id: "t".into(),
+                    max_in_flight: 100,
+                })
+                .await
+                .unwrap()
+                .into_inner(),
+        );
+    }
+    for s in subs.iter_mut() {
+        assert!(
+            next_delivery(s, Duration::from_millis(2_000))
+                .await
+                .is_none(),
+            "a node delivered while the service was paused"
+        );
+    }
+    let stats = a2
+        .get_stats(pb::GetStatsRequest {
+            service: "svc".into(),
+            local_only: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stats.nodes.len(), 2);
+    assert!(stats
+        .nodes
+        .iter()
+        .all(|n| n.reachable && n.subscribers == 1));
+    assert_eq!(
+        stats.nodes.iter().map(|n| n.held_slots).sum::<u32>(),
+        16,
+        "{:?}",
+        stats.nodes
+    );
+    assert!(stats.services[0].paused);
+    assert_eq!(stats.services[0].pending, 40);
+
+    // Resumed through the other node: deliveries start, at most 2 per node (4 / 2 nodes).
+    a2.resume_service(pb::ResumeServiceRequest {
+        service: "svc".into(),
+    })
+    .await
+    .unwrap();
+    let mut held: Vec<Vec<pb::Delivery>> = vec![Vec::new(), Vec::new()];
+    let started = std::time::Instant::now();
+    while held.iter().map(Vec::len).sum::<usize>() < 4
+        && started.elapsed() < Duration::from_secs(10)
+    {
+        for (k, s) in subs.iter_mut().enumerate() {
+            while let Some(d) = next_delivery(s, Duration::from_millis(200)).await {
+                held[k].push(d);
+            }
+        }
+    }
+    for (k, s) in subs.iter_mut().enumerate() {
+        while let Some(d) = next_delivery(s, Duration::from_millis(500)).await {
+            held[k].push(d);
+        }
+        // Each node's share of max_concurrent 4 is 2. (A node holds 2 unless none of the 8
+        // lanes' tokens fell in its slots, which the total below still covers.)
+        assert!(
+            held[k].len() <= 2,
+            "node {k} has {} in flight",
+            held[k].len()
+        );
+    }
+    let total: usize = held.iter().map(Vec::len).sum();
+    assert!(total >= 2);
+    let stats = a1
+        .get_stats(pb::GetStatsRequest {
+            service: "svc".into(),
+            local_only: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        stats.services[0].in_flight, total as u64,
+        "summed over both nodes"
+    );
+    assert!(!stats.services[0].paused);
+
+    // Acked as they come, all 40 arrive.
+    let mut seen = BTreeSet::new();
+    let started = std::time::Instant::now();
+    loop {
+        for (k, s) in subs.iter_mut().enumerate() {
+            for d in held[k].drain(..) {
+                assert!(seen.insert(d.transaction_id.clone()), "twice");
+                ExecutorServiceClient::new(nodes[k].channel.clone())
+                    .ack(pb::AckRequest {
+                        delivery_id: d.delivery_id,
+                        outcome: pb::AckOutcome::Succeeded as i32,
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+            }
+            while let Some(d) = next_delivery(s, Duration::from_millis(100)).await {
+                held[k].push(d);
+            }
+        }
+        if seen.len() == 40 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "{} of 40",
+            seen.len()
+        );
+    }
+    drop(subs);
+    let first = nodes.remove(0);
+    for mut n in nodes {
+        n.node.take().unwrap().shutdown().await.unwrap();
+    }
+    first.finish().await;
+}

@@ -18,7 +18,7 @@ use std::{
 };
 
 use rand::Rng;
-use tokio::sync::Semaphore;
+use tokio::sync::{oneshot, Semaphore};
 
 use crate::{
     clock::SharedClock,
@@ -26,7 +26,7 @@ use crate::{
     error::ApiError,
     policy::RetryPolicy,
     services::Services,
-    store::{InstanceRow, Location, Pointer, RetryStore, Status, TxState},
+    store::{InstanceRow, Location, Pointer, RetryStore, Status, StoreError, TxState},
     token,
     validate::{EnqueueInput, Schedule},
     window::{WindowGrid, WindowId},
@@ -98,6 +98,77 @@ impl Directory {
     }
 }
 
+/// Most pointers one batch carries.
+const MAX_POINTER_BATCH: usize = 256;
+
+type PointerWaiter = (Pointer, oneshot::Sender<Result<(), StoreError>>);
+/// Per bucket partition: whether a write is in flight, and the pointers waiting for the next.
+type PointerQueue = (bool, Vec<PointerWaiter>);
+
+/// Coalesces pointer writes to one bucket partition. While a write to a partition is in
+/// flight, later pointers for it queue, and go out together as one single-partition unlogged
+/// batch when it returns: at low load nothing waits, under load a busy bucket costs one
+/// mutation per round trip instead of one per pointer. Each caller still returns only once
+/// its own pointer is durable, so the write order (pointer, then state) is unchanged. The
+/// writes run in a spawned task, so a cancelled request cannot stall its partition.
+#[derive(Debug, Default)]
+struct PointerBatcher {
+    queues: Mutex<HashMap<(String, Location), PointerQueue>>,
+    /// Writes issued and pointers they carried, for tests and metrics.
+    writes: std::sync::atomic::AtomicU64,
+    carried: std::sync::atomic::AtomicU64,
+}
+
+impl PointerBatcher {
+    async fn put(
+        self: &Arc<Self>,
+        store: &Arc<dyn RetryStore>,
+        service: &str,
+        location: &Location,
+        pointer: Pointer,
+    ) -> Result<(), StoreError> {
+        let key = (service.to_string(), location.clone());
+        let (tx, rx) = oneshot::channel();
+        let lead = {
+            let mut queues = self.queues.lock().expect("pointer queues");
+            let q = queues.entry(key.clone()).or_default();
+            q.1.push((pointer, tx));
+            !std::mem::replace(&mut q.0, true)
+        };
+        if lead {
+            let this = self.clone();
+            let store = store.clone();
+            tokio::spawn(async move {
+                loop {
+                    let batch: Vec<PointerWaiter> = {
+                        let mut queues = this.queues.lock().expect("pointer queues");
+                        let Some(q) = queues.get_mut(&key) else {
+                            return;
+                        };
+                        if q.1.is_empty() {
+                            queues.remove(&key);
+                            return;
+                        }
+                        let take = q.1.len().min(MAX_POINTER_BATCH);
+                        q.1.drain(..take).collect()
+                    };
+                    let pointers: Vec<Pointer> = batch.iter().map(|(p, _)| p.clone()).collect();
+                    let result = store.put_pointers(&key.0, &key.1, &pointers).await;
+                    this.writes
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    this.carried
+                        .fetch_add(pointers.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    for (_, tx) in batch {
+                        let _ = tx.send(result.clone());
+                    }
+                }
+            });
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(StoreError::Internal("pointer writer stopped".into())))
+    }
+}
+
 /// The enqueue path of one node. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct Writer {
@@ -108,6 +179,7 @@ pub struct Writer {
     directory: Mutex<Directory>,
     permits: Semaphore,
     services: Arc<Services>,
+    pointers: Arc<PointerBatcher>,
 }
 
 impl Writer {
@@ -119,6 +191,7 @@ impl Writer {
     ) -> Self {
         Self {
             services,
+            pointers: Arc::default(),
             grid: WindowGrid::new(opts.window_seconds),
             permits: Semaphore::new(opts.max_concurrent_writes),
             store,
@@ -126,6 +199,15 @@ impl Writer {
             opts,
             directory: Mutex::new(Directory::default()),
         }
+    }
+
+    /// Pointer writes issued so far and the pointers they carried (micro-batching).
+    pub fn pointer_writes(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.pointers.writes.load(Relaxed),
+            self.pointers.carried.load(Relaxed),
+        )
     }
 
     pub fn grid(&self) -> WindowGrid {
@@ -369,11 +451,12 @@ impl Writer {
         let location = self
             .place(&state.service, &state.transaction_id, target, now)
             .await?;
-        self.store
-            .put_pointer(
+        self.pointers
+            .put(
+                &self.store,
                 &state.service,
                 &location,
-                &Pointer {
+                Pointer {
                     transaction_id: state.transaction_id.clone(),
                     generation: state.generation,
                     attempt: state.attempt,

@@ -438,6 +438,11 @@ async fn rebound(a: &Args) -> anyhow::Result<J> {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+    if a.map.contains_key("drop-keyspace") && !keyspace.is_empty() {
+        let s = session(a).await?;
+        s.query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+            .await?;
+    }
     let mut fields = vec![
         ("system", J::S("rebound".into())),
         ("version", J::S(env!("CARGO_PKG_VERSION").into())),
@@ -781,6 +786,26 @@ async fn main() -> anyhow::Result<()> {
         "rebound" => rebound(&a).await?,
         "raw" => raw(&a).await?,
         "naive" => naive(&a).await?,
+        "cleanup" => {
+            // Drops the keyspaces earlier runs left behind (`--prefix`, default "bench_").
+            let s = session(&a).await?;
+            let prefix = a.text("prefix", "bench_");
+            let rows = s
+                .query_unpaged("SELECT keyspace_name FROM system_schema.keyspaces", ())
+                .await?
+                .into_rows_result()?;
+            let names: Vec<String> = rows
+                .rows::<(String,)>()?
+                .filter_map(|r| r.ok().map(|r| r.0))
+                .filter(|k| k.starts_with(&prefix))
+                .collect();
+            for k in &names {
+                s.query_unpaged(format!("DROP KEYSPACE IF EXISTS {k}"), ())
+                    .await?;
+            }
+            eprintln!("dropped {} keyspaces", names.len());
+            return Ok(());
+        }
         other => bail!("unknown benchmark {other:?}"),
     };
     let text = result.render();

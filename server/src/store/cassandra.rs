@@ -11,7 +11,10 @@ use scylla::{
         execution_profile::ExecutionProfile, session::Session, session_builder::SessionBuilder,
     },
     errors::{DbError, ExecutionError, PagerExecutionError, RequestAttemptError},
-    statement::prepared::PreparedStatement,
+    statement::{
+        batch::{Batch, BatchType},
+        prepared::PreparedStatement,
+    },
     value::{CqlDate, CqlTimestamp},
     DeserializeRow, SerializeRow,
 };
@@ -699,6 +702,44 @@ impl RetryStore for CassandraStore {
             ),
         )
         .await
+    }
+
+    async fn put_pointers(
+        &self,
+        service: &str,
+        loc: &Location,
+        pointers: &[Pointer],
+    ) -> StoreResult<()> {
+        if let [p] = pointers {
+            return self.put_pointer(service, loc, p).await;
+        }
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_is_idempotent(true);
+        let day = cql_date(loc.window.day);
+        let window = loc.window.index as i32;
+        let bucket = loc.bucket as i32;
+        let mut values = Vec::with_capacity(pointers.len());
+        for p in pointers {
+            batch.append_statement(self.st.put_pointer.clone());
+            values.push((
+                &self.region,
+                &self.cluster,
+                day,
+                window,
+                service,
+                &loc.instance,
+                bucket,
+                &p.transaction_id,
+                p.generation,
+                p.attempt as i32,
+                CqlTimestamp(p.enqueued_at_ms),
+            ));
+        }
+        self.session
+            .batch(&batch, values)
+            .await
+            .map(|_| ())
+            .map_err(|e| map_execution_error(&e))
     }
 
     async fn put_state(&self, s: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {

@@ -98,7 +98,7 @@ pub struct InstanceRow {
 }
 
 /// Why a storage call failed, in the three kinds callers treat differently.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The database could not be reached or refused for lack of replicas: nothing was written.
     #[error("storage unavailable: {0}")]
@@ -153,6 +153,14 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
     ) -> StoreResult<()>;
 
     /// Writes the whole state row; `ttl_seconds` is set for terminal states.
+    /// Several pointers of one bucket in one single-partition unlogged batch (one mutation
+    /// of one partition for Cassandra).
+    async fn put_pointers(
+        &self,
+        service: &str,
+        location: &Location,
+        pointers: &[Pointer],
+    ) -> StoreResult<()>;
     async fn put_state(&self, state: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()>;
     async fn get_state(&self, service: &str, transaction_id: &str) -> StoreResult<Option<TxState>>;
 
