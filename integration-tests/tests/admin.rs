@@ -717,6 +717,15 @@ async fn dead_letters_are_listed_paged_filtered_redriven_and_purged() {
         assert!(ack(&n, r).await.unwrap().dead_lettered);
         clock.advance(10);
     }
+    // A DEAD row (and its payload) lives as long as its letter, not the 1 h terminal TTL.
+    let ttl: Vec<(Option<i32>,)> = n
+        .select(
+            "SELECT TTL(status) FROM {ks}.transactions WHERE region = 'local' \
+             AND cluster = 'default' AND service = 'svc' AND transaction_id = 'd0'",
+        )
+        .await;
+    let ttl = ttl[0].0.unwrap();
+    assert!(ttl > 14 * 86_400 - 600, "DEAD row TTL {ttl}s");
     let list =
         |page_size: u32, token: &str, filter: &str, redriven: bool| pb::ListDeadLettersRequest {
             service: "svc".into(),

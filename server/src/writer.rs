@@ -42,6 +42,8 @@ pub struct WriterOptions {
     pub lanes: u32,
     pub max_delay: Duration,
     pub terminal_ttl_seconds: u32,
+    /// DEAD rows live as long as their dead letter, so a redrive still has the payload.
+    pub dead_ttl_seconds: u32,
     pub max_concurrent_writes: usize,
     pub default_policy: RetryPolicy,
 }
@@ -56,6 +58,7 @@ impl WriterOptions {
             lanes: c.lanes,
             max_delay: Duration::from_secs(c.max_delay_seconds),
             terminal_ttl_seconds: c.terminal_ttl_seconds,
+            dead_ttl_seconds: c.dead_letter_retention_seconds.max(c.terminal_ttl_seconds),
             max_concurrent_writes: c.max_concurrent_writes,
             default_policy: c.default_policy.clone(),
         }
@@ -469,14 +472,18 @@ impl Writer {
         Ok(())
     }
 
-    /// Writes a terminal state (SUCCEEDED, DEAD, CANCELLED) with the terminal TTL.
+    /// Writes a terminal state (SUCCEEDED, DEAD, CANCELLED) with the terminal TTL; a DEAD row
+    /// keeps its payload as long as its dead letter is kept, so it can be redriven.
     pub async fn finish(&self, mut state: TxState, status: Status) -> Result<(), ApiError> {
         debug_assert!(status.is_terminal());
         state.status = status;
         state.updated_at_ms = self.clock.now_ms();
-        self.store
-            .put_state(&state, Some(self.opts.terminal_ttl_seconds))
-            .await?;
+        let ttl = if status == Status::Dead {
+            self.opts.dead_ttl_seconds
+        } else {
+            self.opts.terminal_ttl_seconds
+        };
+        self.store.put_state(&state, Some(ttl)).await?;
         Ok(())
     }
 
