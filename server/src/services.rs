@@ -347,12 +347,7 @@ impl Services {
         self.store
             .set_service_policy(service, &policy.encode_to_vec(), now)
             .await?;
-        let s = self
-            .load(service)
-            .await?
-            .ok_or_else(|| ApiError::Unavailable("service row not readable after write".into()))?;
-        self.store_local(s.clone());
-        Ok(s)
+        self.reload(service).await
     }
 
     pub async fn set_limits(
@@ -364,6 +359,11 @@ impl Services {
         self.store
             .set_service_limits(service, &limits.encode_to_vec(), now)
             .await?;
+        self.reload(service).await
+    }
+
+    /// Reads back a row this node just wrote and applies it here at once.
+    async fn reload(&self, service: &str) -> Result<Settings, ApiError> {
         let s = self
             .load(service)
             .await?
