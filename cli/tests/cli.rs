@@ -409,7 +409,7 @@ async fn ring_lists_this_node_with_every_token() {
     n.finish().await;
 }
 
-// ---- AdminService (UNIMPLEMENTED until the admin API lands) ------------------------------------
+// ---- AdminService ----------------------------------------------------------------------------
 
 #[tokio::test]
 async fn services_pause_and_resume() {

@@ -31,7 +31,7 @@ use crate::{
     ownership::Ownership,
     ring::LeaseRing,
     services::{Services, Settings},
-    store::{DeadLetter, InstanceRow, Location, RetryStore, Status, TokenRange},
+    store::{DeadLetter, InstanceRow, Location, PointerState, RetryStore, Status, TokenRange},
     validate,
     window::{date_to_day, day_to_date, WindowGrid, WindowId, DAY_MS},
     writer::Writer,
@@ -368,23 +368,14 @@ impl Admin {
         while let Some(p) = pointers.try_next().await? {
             seen += 1;
             let state = self.store.get_state(service, &p.transaction_id).await?;
-            match state {
-                Some(s) if s.generation == p.generation && s.status == Status::Scheduled => {
-                    if generation_ms(s.generation) < before {
-                        self.writer.finish(s, Status::Cancelled).await?;
-                        cancelled += 1;
-                    } else {
-                        keep = true;
-                    }
+            match PointerState::of(&p, state, self.clock.now_ms(), self.orphan_grace_ms) {
+                PointerState::Live(s) if generation_ms(s.generation) < before => {
+                    self.writer.finish(*s, Status::Cancelled).await?;
+                    cancelled += 1;
                 }
-                // The state row may still land (pointer first, state second).
-                s if s.as_ref().is_none_or(|s| s.generation < p.generation)
-                    && (self.clock.now_ms() - p.enqueued_at_ms < self.orphan_grace_ms
-                        || p.enqueued_at_ms >= before) =>
-                {
-                    keep = true;
-                }
-                _ => {} // stale or resolved
+                PointerState::Live(_) | PointerState::Landing => keep = true,
+                PointerState::Orphan if p.enqueued_at_ms >= before => keep = true,
+                PointerState::Orphan | PointerState::Stale => {}
             }
         }
         Ok((cancelled, seen, keep))

@@ -11,7 +11,7 @@ use crate::{
     dispatch::{AttemptOutcome, Dispatcher, Resolution},
     error::ApiError,
     ring::LeaseRing,
-    store::{self, Status as StoreStatus, TxState},
+    store::{self, TxState},
     validate,
     window::day_to_date,
     writer::{EnqueueOutcome, Writer},
@@ -379,9 +379,9 @@ impl ExecutorApi {
                 return Err(e);
             }
         };
-        let live = current.as_ref().is_some_and(|s| {
-            s.generation == inflight.work.state.generation && s.status == StoreStatus::Scheduled
-        });
+        let live = current
+            .as_ref()
+            .is_some_and(|s| s.is_live(inflight.work.state.generation));
         if !live {
             inflight.work.resolve();
             return Err(ApiError::FailedPrecondition(format!(

@@ -27,7 +27,9 @@ use crate::{
     error::ApiError,
     ownership::{Lease, Ownership},
     services::Services,
-    store::{DeadLetter, InstanceRow, Location, RetryStore, Status, TokenRange, TxState},
+    store::{
+        DeadLetter, InstanceRow, Location, PointerState, RetryStore, Status, TokenRange, TxState,
+    },
     window::{WindowGrid, WindowId},
     writer::Writer,
 };
@@ -251,10 +253,7 @@ impl Dispatcher {
                 .get_state(&work.state.service, &work.state.transaction_id)
                 .await
             {
-                let live = current.is_some_and(|s| {
-                    s.generation == work.state.generation && s.status == Status::Scheduled
-                });
-                if !live {
+                if !current.is_some_and(|s| s.is_live(work.state.generation)) {
                     work.resolve();
                     return;
                 }
@@ -285,9 +284,9 @@ impl Dispatcher {
                     continue;
                 }
             };
-            let live = current.as_ref().is_some_and(|s| {
-                s.generation == work.state.generation && s.status == Status::Scheduled
-            });
+            let live = current
+                .as_ref()
+                .is_some_and(|s| s.is_live(work.state.generation));
             if live {
                 let state = current.expect("checked");
                 let outcome = AttemptOutcome::Retry {
@@ -590,20 +589,21 @@ impl Dispatcher {
                 }
             };
             tracing::trace!(transaction_id = %pointer.transaction_id, pointer_generation = pointer.generation, state = ?state.as_ref().map(|s| (s.generation, s.status)), "pointer");
-            let newer_than_state = state
-                .as_ref()
-                .is_none_or(|s| s.generation < pointer.generation);
-            if newer_than_state {
+            let state = match PointerState::of(
+                &pointer,
+                state,
+                self.clock.now_ms(),
+                self.opts.orphan_grace_ms,
+            ) {
+                PointerState::Live(s) => s,
                 // Its state row has not landed (yet): keep the bucket while that can happen.
-                if self.clock.now_ms() - pointer.enqueued_at_ms < self.opts.orphan_grace_ms {
+                PointerState::Landing => {
                     whole = false;
+                    continue;
                 }
-                continue;
-            }
-            let Some(state) = state else { continue };
-            if state.generation != pointer.generation || state.status != Status::Scheduled {
-                continue; // stale or already resolved: the execution marker
-            }
+                // Stale or already resolved (the execution marker), or a failed enqueue.
+                PointerState::Stale | PointerState::Orphan => continue,
+            };
             if !keep() {
                 return Ok((Feed::Abandoned, pending));
             }
@@ -623,7 +623,7 @@ impl Dispatcher {
             };
             let (tx, rx) = oneshot::channel();
             let work = Work {
-                state: Box::new(state),
+                state,
                 deliveries: 0,
                 done: Some(tx),
                 slot,

@@ -138,6 +138,7 @@ struct Statements {
     list_services: PreparedStatement,
     touch_service: PreparedStatement,
     pause_service: PreparedStatement,
+    resume_service: PreparedStatement,
     set_service_policy: PreparedStatement,
     set_service_limits: PreparedStatement,
     list_dead_letters: PreparedStatement,
@@ -380,7 +381,13 @@ impl CassandraStore {
             ))
             .await?,
             pause_service: prep(format!(
-                "UPDATE {ks}.services SET paused = ?, paused_at = ?, updated_at = ? \
+                "UPDATE {ks}.services SET paused = true, paused_at = ?, updated_at = ? \
+                 WHERE region = ? AND cluster = ? AND service = ?"
+            ))
+            .await?,
+            // Resuming keeps paused_at (the last pause) rather than writing a null cell.
+            resume_service: prep(format!(
+                "UPDATE {ks}.services SET paused = false, updated_at = ? \
                  WHERE region = ? AND cluster = ? AND service = ?"
             ))
             .await?,
@@ -452,6 +459,28 @@ impl CassandraStore {
             .map_err(|e| map_execution_error(&e))
     }
 
+    /// Runs a paged read as a stream of rows, fetched page by page.
+    async fn pages<R>(
+        &self,
+        ps: &PreparedStatement,
+        values: impl scylla::serialize::row::SerializeRow,
+    ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<R>>>
+    where
+        R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm> + Send + 'static,
+    {
+        use futures::StreamExt;
+        let pager = self
+            .session
+            .execute_iter(ps.clone(), values)
+            .await
+            .map_err(|e| map_pager_error(&e))?;
+        Ok(pager
+            .rows_stream::<R>()
+            .map_err(|e| StoreError::Internal(format!("unexpected row type: {e}")))?
+            .map(|r| r.map_err(|e| map_next_row_error(&e)))
+            .boxed())
+    }
+
     /// Runs a paged read and collects every row (directory partitions are small and bounded).
     async fn collect<R>(
         &self,
@@ -461,17 +490,7 @@ impl CassandraStore {
     where
         R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm> + Send + 'static,
     {
-        let pager = self
-            .session
-            .execute_iter(ps.clone(), values)
-            .await
-            .map_err(|e| map_pager_error(&e))?;
-        pager
-            .rows_stream::<R>()
-            .map_err(|e| StoreError::Internal(format!("unexpected row type: {e}")))?
-            .try_collect()
-            .await
-            .map_err(|e| map_next_row_error(&e))
+        self.pages(ps, values).await?.try_collect().await
     }
 }
 
@@ -857,34 +876,26 @@ impl RetryStore for CassandraStore {
         loc: &Location,
     ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<Pointer>>> {
         use futures::StreamExt;
-        let pager = self
-            .session
-            .execute_iter(
-                self.st.list_pointers.clone(),
+        let rows = self
+            .pages::<(String, i64, i32, CqlTimestamp)>(
+                &self.st.list_pointers,
                 (
-                    self.region.clone(),
-                    self.cluster.clone(),
+                    &self.region,
+                    &self.cluster,
                     cql_date(loc.window.day),
                     loc.window.index as i32,
-                    service.to_string(),
-                    loc.instance.clone(),
+                    service,
+                    &loc.instance,
                     loc.bucket as i32,
                 ),
             )
-            .await
-            .map_err(|e| map_pager_error(&e))?;
-        let rows = pager
-            .rows_stream::<(String, i64, i32, CqlTimestamp)>()
-            .map_err(|e| StoreError::Internal(format!("unexpected row type: {e}")))?;
+            .await?;
         Ok(rows
-            .map(|r| {
-                r.map(|(transaction_id, generation, attempt, at)| Pointer {
-                    transaction_id,
-                    generation,
-                    attempt: attempt.max(0) as u32,
-                    enqueued_at_ms: at.0,
-                })
-                .map_err(|e| map_next_row_error(&e))
+            .map_ok(|(transaction_id, generation, attempt, at)| Pointer {
+                transaction_id,
+                generation,
+                attempt: attempt.max(0) as u32,
+                enqueued_at_ms: at.0,
             })
             .boxed())
     }
@@ -927,12 +938,10 @@ impl RetryStore for CassandraStore {
     }
 
     async fn set_service_paused(&self, service: &str, paused: bool, now: i64) -> StoreResult<()> {
-        // Resuming keeps paused_at (the last pause) rather than writing a null cell.
         if paused {
             self.exec(
                 &self.st.pause_service,
                 (
-                    true,
                     CqlTimestamp(now),
                     CqlTimestamp(now),
                     &self.region,
@@ -942,23 +951,9 @@ impl RetryStore for CassandraStore {
             )
             .await
         } else {
-            let current = self
-                .list_services()
-                .await?
-                .into_iter()
-                .find(|r| r.service == service)
-                .and_then(|r| r.paused_at_ms)
-                .unwrap_or(now);
             self.exec(
-                &self.st.pause_service,
-                (
-                    false,
-                    CqlTimestamp(current),
-                    CqlTimestamp(now),
-                    &self.region,
-                    &self.cluster,
-                    service,
-                ),
+                &self.st.resume_service,
+                (CqlTimestamp(now), &self.region, &self.cluster, service),
             )
             .await
         }
@@ -1008,45 +1003,37 @@ impl RetryStore for CassandraStore {
             Option<i64>,
             Option<CqlTimestamp>,
         );
-        let pager = self
-            .session
-            .execute_iter(
-                self.st.list_dead_letters.clone(),
+        let rows = self
+            .pages::<Row>(
+                &self.st.list_dead_letters,
                 (
-                    self.region.clone(),
-                    self.cluster.clone(),
-                    service.to_string(),
+                    &self.region,
+                    &self.cluster,
+                    service,
                     cql_date(day),
                     CqlTimestamp(from_ms),
                     CqlTimestamp(to_ms),
                 ),
             )
-            .await
-            .map_err(|e| map_pager_error(&e))?;
-        let rows = pager
-            .rows_stream::<Row>()
-            .map_err(|e| StoreError::Internal(format!("unexpected row type: {e}")))?;
+            .await?;
         let service = service.to_string();
         Ok(rows
-            .map(move |r| {
-                r.map(
-                    |(dead_at, transaction_id, attempt, last_error, generation, redriven)| {
-                        DeadLetterRow {
-                            letter: DeadLetter {
-                                service: service.clone(),
-                                transaction_id,
-                                day,
-                                dead_at_ms: dead_at.0,
-                                attempt: attempt.unwrap_or(0).max(0) as u32,
-                                last_error: last_error.unwrap_or_default(),
-                                generation: generation.unwrap_or(0),
-                            },
-                            redriven_at_ms: redriven.map(|t| t.0),
-                        }
-                    },
-                )
-                .map_err(|e| map_next_row_error(&e))
-            })
+            .map_ok(
+                move |(dead_at, transaction_id, attempt, last_error, generation, redriven)| {
+                    DeadLetterRow {
+                        letter: DeadLetter {
+                            service: service.clone(),
+                            transaction_id,
+                            day,
+                            dead_at_ms: dead_at.0,
+                            attempt: attempt.unwrap_or(0).max(0) as u32,
+                            last_error: last_error.unwrap_or_default(),
+                            generation: generation.unwrap_or(0),
+                        },
+                        redriven_at_ms: redriven.map(|t| t.0),
+                    }
+                },
+            )
             .boxed())
     }
 

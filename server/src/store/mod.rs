@@ -89,6 +89,51 @@ pub struct TxState {
     pub delivery_count: u32,
 }
 
+impl TxState {
+    /// The execution marker: a pointer of `generation` is live only while the state row has
+    /// that generation and is SCHEDULED.
+    pub fn is_live(&self, generation: i64) -> bool {
+        self.generation == generation && self.status == Status::Scheduled
+    }
+}
+
+/// What a pointer's state row says about it.
+#[derive(Debug)]
+pub enum PointerState {
+    /// Current and SCHEDULED: to be delivered (or cancelled).
+    Live(Box<TxState>),
+    /// No state row of its generation yet, and it may still land (the writer writes the
+    /// pointer first, the state row second): the bucket must be kept.
+    Landing,
+    /// No state row of its generation, older than the grace: an enqueue that failed.
+    Orphan,
+    /// Superseded or already resolved.
+    Stale,
+}
+
+impl PointerState {
+    /// Classifies `pointer` by its state row; `orphan_grace_ms` is how long a state row may
+    /// take to land after its pointer.
+    pub fn of(
+        pointer: &Pointer,
+        state: Option<TxState>,
+        now_ms: i64,
+        orphan_grace_ms: i64,
+    ) -> Self {
+        match state {
+            Some(s) if s.generation >= pointer.generation => {
+                if s.is_live(pointer.generation) {
+                    PointerState::Live(Box::new(s))
+                } else {
+                    PointerState::Stale
+                }
+            }
+            _ if now_ms - pointer.enqueued_at_ms < orphan_grace_ms => PointerState::Landing,
+            _ => PointerState::Orphan,
+        }
+    }
+}
+
 /// A Tier-3 row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceRow {
