@@ -961,10 +961,50 @@ async fn concurrent_pointers_of_one_bucket_are_written_in_batches() {
         writes < 300 / 2,
         "300 pointers of one bucket took {writes} writes"
     );
+    // The state reads and writes of those 300 enqueues were coalesced too: reads as `IN`
+    // queries, writes as unlogged batches of at most 10 rows (Cassandra's warning threshold).
+    let (state_reads, state_writes) = n.node.as_ref().unwrap().cassandra.state_io_counts();
+    assert_eq!((state_reads.items, state_writes.items), (300, 300));
+    assert!(
+        state_reads.flushes < 300 / 2 && state_writes.flushes < 300 / 2,
+        "300 state rows took {} reads and {} writes",
+        state_reads.flushes,
+        state_writes.flushes
+    );
+    assert!(state_writes.flushes >= 300 / 10);
     let ptrs = pointers(&n).await;
     assert_eq!(ptrs.len(), 300);
     let st = states(&n).await;
     assert_eq!(st.len(), 300);
+    // Concurrent reads, coalesced, each find their own row.
+    let generations: Vec<u64> = resp
+        .results
+        .iter()
+        .map(|r| match &r.result {
+            Some(pb::enqueue_retry_result::Result::Response(r)) => r.generation,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let reads = futures::future::join_all((0..300).map(|i| {
+        let mut c = c.clone();
+        async move {
+            c.get_retry(pb::GetRetryRequest {
+                service: "svc".into(),
+                transaction_id: format!("m{i}"),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }
+    }))
+    .await;
+    for (i, r) in reads.iter().enumerate() {
+        assert_eq!(r.transaction_id, format!("m{i}"));
+        assert_eq!(r.generation, generations[i]);
+    }
+    let (more_reads, _) = n.node.as_ref().unwrap().cassandra.state_io_counts();
+    assert_eq!(more_reads.items - state_reads.items, 300);
+    assert!(more_reads.flushes - state_reads.flushes < 300);
     n.finish().await;
 }
 

@@ -463,20 +463,24 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
             )
             .into());
         }
-        // Sequential: acks are cheap, and order keeps the response aligned with the request.
-        let mut results = Vec::with_capacity(acks.len());
-        for (i, a) in acks.iter().enumerate() {
-            let res = self.ack_one(a, &format!("acks[{i}].")).await;
-            results.push(pb::AckBatchResult {
-                result: Some(match res {
-                    Ok(r) => pb::ack_batch_result::Result::Response(r),
-                    Err(e) => pb::ack_batch_result::Result::Error(pb::AckError {
-                        code: e.code() as i32,
-                        message: e.to_string(),
+        // Concurrently, so the state reads and writes of the batch coalesce into few Cassandra
+        // requests; `buffered` keeps the results in request order.
+        let results = stream::iter(acks.into_iter().enumerate())
+            .map(|(i, a)| async move {
+                let res = self.ack_one(&a, &format!("acks[{i}].")).await;
+                pb::AckBatchResult {
+                    result: Some(match res {
+                        Ok(r) => pb::ack_batch_result::Result::Response(r),
+                        Err(e) => pb::ack_batch_result::Result::Error(pb::AckError {
+                            code: e.code() as i32,
+                            message: e.to_string(),
+                        }),
                     }),
-                }),
-            });
-        }
+                }
+            })
+            .buffered(BATCH_CONCURRENCY)
+            .collect()
+            .await;
         Ok(Response::new(pb::AckBatchResponse { results }))
     }
 

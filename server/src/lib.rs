@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod api;
 pub mod clock;
+pub mod coalesce;
 pub mod compactor;
 pub mod config;
 pub mod dispatch;

@@ -43,6 +43,8 @@ pub struct Node {
     background: Vec<JoinHandle<()>>,
     ring_task: Option<JoinHandle<()>>,
     pub ring: Option<Arc<LeaseRing>>,
+    /// The store, typed, for its request counters.
+    pub cassandra: Arc<CassandraStore>,
 }
 
 /// Applies the schema migrations to the configured keyspace (the `migrate` command).
@@ -95,11 +97,12 @@ impl Node {
         if !applied.is_empty() {
             tracing::info!(?applied, keyspace = %opts.keyspace, "schema migrated");
         }
-        let store: Arc<dyn RetryStore> = Arc::new(
+        let cassandra = Arc::new(
             CassandraStore::new(session.clone(), &opts)
                 .await
                 .context("preparing statements")?,
         );
+        let store: Arc<dyn RetryStore> = cassandra.clone();
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("binding {} (REBOUND_LISTEN)", config.listen))?;
@@ -282,6 +285,7 @@ impl Node {
         });
         tracing::info!(%addr, node_id = %config.node_id, boot_epoch, keyspace = %config.keyspace, "rebound node serving");
         Ok(Node {
+            cassandra,
             addr,
             shutdown,
             task,
@@ -302,6 +306,17 @@ impl Node {
     /// Stops accepting calls, lets running calls finish within the grace period, then stops.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
+        let (reads, writes) = self.cassandra.state_io_counts();
+        let (pointer_writes, pointers) = self.writer.pointer_writes();
+        tracing::info!(
+            state_reads = reads.flushes,
+            state_rows_read = reads.items,
+            state_writes = writes.flushes,
+            state_rows_written = writes.items,
+            pointer_writes,
+            pointers,
+            "coalesced Cassandra requests since start"
+        );
         self.dispatcher.hub.wake();
         let served = self.task.await.context("server task")?;
         for t in self.background {

@@ -18,15 +18,16 @@ use std::{
 };
 
 use rand::Rng;
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::{
     clock::SharedClock,
+    coalesce::{Coalescer, Limits},
     config::Config,
     error::ApiError,
     policy::RetryPolicy,
     services::Services,
-    store::{InstanceRow, Location, Pointer, RetryStore, Status, StoreError, TxState},
+    store::{InstanceRow, Location, Pointer, RetryStore, Status, TxState},
     token,
     validate::{EnqueueInput, Schedule},
     window::{WindowGrid, WindowId},
@@ -103,72 +104,80 @@ impl Directory {
 
 /// Most pointers one batch carries.
 const MAX_POINTER_BATCH: usize = 256;
+/// Pointer batches of one bucket partition in flight at once (measured best of 1, 2, 4, 8).
+const POINTER_WRITES_PARALLEL: usize = 4;
 
-type PointerWaiter = (Pointer, oneshot::Sender<Result<(), StoreError>>);
-/// Per bucket partition: whether a write is in flight, and the pointers waiting for the next.
-type PointerQueue = (bool, Vec<PointerWaiter>);
+/// Pointer writes coalesced per bucket partition: while writes to a partition are in flight,
+/// later pointers for it queue and go out together as one single-partition unlogged batch. At
+/// low load nothing waits; under load a busy bucket costs one mutation per round trip instead
+/// of one per pointer. Each caller still returns only once its own pointer is durable, so the
+/// write order (pointer, then state) is unchanged.
+type PointerWrites = Coalescer<(String, Location), Pointer, ()>;
 
-/// Coalesces pointer writes to one bucket partition. While a write to a partition is in
-/// flight, later pointers for it queue, and go out together as one single-partition unlogged
-/// batch when it returns: at low load nothing waits, under load a busy bucket costs one
-/// mutation per round trip instead of one per pointer. Each caller still returns only once
-/// its own pointer is durable, so the write order (pointer, then state) is unchanged. The
-/// writes run in a spawned task, so a cancelled request cannot stall its partition.
-#[derive(Debug, Default)]
-struct PointerBatcher {
-    queues: Mutex<HashMap<(String, Location), PointerQueue>>,
-    /// Writes issued and pointers they carried, for tests and metrics.
-    writes: std::sync::atomic::AtomicU64,
-    carried: std::sync::atomic::AtomicU64,
+fn pointer_writes(store: Arc<dyn RetryStore>) -> Arc<PointerWrites> {
+    Coalescer::new(
+        Limits {
+            max_items: MAX_POINTER_BATCH,
+            max_weight: usize::MAX,
+            parallel: POINTER_WRITES_PARALLEL,
+        },
+        Arc::new(
+            move |(service, location): (String, Location), pointers: Vec<Pointer>| {
+                let store = store.clone();
+                Box::pin(async move {
+                    store.put_pointers(&service, &location, &pointers).await?;
+                    Ok(vec![(); pointers.len()])
+                })
+            },
+        ),
+    )
 }
 
-impl PointerBatcher {
-    async fn put(
-        self: &Arc<Self>,
-        store: &Arc<dyn RetryStore>,
-        service: &str,
-        location: &Location,
-        pointer: Pointer,
-    ) -> Result<(), StoreError> {
-        let key = (service.to_string(), location.clone());
-        let (tx, rx) = oneshot::channel();
-        let lead = {
-            let mut queues = self.queues.lock().expect("pointer queues");
-            let q = queues.entry(key.clone()).or_default();
-            q.1.push((pointer, tx));
-            !std::mem::replace(&mut q.0, true)
-        };
-        if lead {
-            let this = self.clone();
-            let store = store.clone();
-            tokio::spawn(async move {
-                loop {
-                    let batch: Vec<PointerWaiter> = {
-                        let mut queues = this.queues.lock().expect("pointer queues");
-                        let Some(q) = queues.get_mut(&key) else {
-                            return;
-                        };
-                        if q.1.is_empty() {
-                            queues.remove(&key);
-                            return;
-                        }
-                        let take = q.1.len().min(MAX_POINTER_BATCH);
-                        q.1.drain(..take).collect()
-                    };
-                    let pointers: Vec<Pointer> = batch.iter().map(|(p, _)| p.clone()).collect();
-                    let result = store.put_pointers(&key.0, &key.1, &pointers).await;
-                    this.writes
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    this.carried
-                        .fetch_add(pointers.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                    for (_, tx) in batch {
-                        let _ = tx.send(result.clone());
-                    }
-                }
-            });
+/// One lock per transaction being enqueued or cancelled on this node. Two concurrent enqueues
+/// of one transaction (a client retrying its call while the first is still in flight) would
+/// otherwise race their pointer and state writes and could leave the state row naming the
+/// generation of a pointer that the other overwrote: a retry nobody would deliver. Entries
+/// live only while someone holds or waits for them.
+#[derive(Debug, Default)]
+struct TxLocks(Mutex<HashMap<TxKey, Arc<tokio::sync::Mutex<()>>>>);
+
+/// (service, transaction id).
+type TxKey = (String, String);
+
+struct TxLock<'a> {
+    locks: &'a TxLocks,
+    key: TxKey,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl TxLocks {
+    async fn lock(&self, service: &str, transaction_id: &str) -> TxLock<'_> {
+        let key = (service.to_string(), transaction_id.to_string());
+        let m = self
+            .0
+            .lock()
+            .expect("tx locks")
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        TxLock {
+            locks: self,
+            key,
+            guard: Some(m.lock_owned().await),
         }
-        rx.await
-            .unwrap_or_else(|_| Err(StoreError::Internal("pointer writer stopped".into())))
+    }
+}
+
+impl Drop for TxLock<'_> {
+    fn drop(&mut self) {
+        let mut map = self.locks.0.lock().expect("tx locks");
+        self.guard.take();
+        if map
+            .get(&self.key)
+            .is_some_and(|m| Arc::strong_count(m) == 1)
+        {
+            map.remove(&self.key);
+        }
     }
 }
 
@@ -182,7 +191,8 @@ pub struct Writer {
     directory: Mutex<Directory>,
     permits: Semaphore,
     services: Arc<Services>,
-    pointers: Arc<PointerBatcher>,
+    pointers: Arc<PointerWrites>,
+    tx_locks: TxLocks,
 }
 
 impl Writer {
@@ -194,7 +204,8 @@ impl Writer {
     ) -> Self {
         Self {
             services,
-            pointers: Arc::default(),
+            pointers: pointer_writes(store.clone()),
+            tx_locks: TxLocks::default(),
             grid: WindowGrid::new(opts.window_seconds),
             permits: Semaphore::new(opts.max_concurrent_writes),
             store,
@@ -206,11 +217,8 @@ impl Writer {
 
     /// Pointer writes issued so far and the pointers they carried (micro-batching).
     pub fn pointer_writes(&self) -> (u64, u64) {
-        use std::sync::atomic::Ordering::Relaxed;
-        (
-            self.pointers.writes.load(Relaxed),
-            self.pointers.carried.load(Relaxed),
-        )
+        let c = self.pointers.counts();
+        (c.flushes, c.items)
     }
 
     pub fn grid(&self) -> WindowGrid {
@@ -284,6 +292,10 @@ impl Writer {
         let due_at_ms = self.grid.end_ms(target);
 
         self.services.touch(&input.service).await?;
+        let _lock = self
+            .tx_locks
+            .lock(&input.service, &input.transaction_id)
+            .await;
         let existing = self
             .store
             .get_state(&input.service, &input.transaction_id)
@@ -454,18 +466,14 @@ impl Writer {
         let location = self
             .place(&state.service, &state.transaction_id, target, now)
             .await?;
+        let pointer = Pointer {
+            transaction_id: state.transaction_id.clone(),
+            generation: state.generation,
+            attempt: state.attempt,
+            enqueued_at_ms: now,
+        };
         self.pointers
-            .put(
-                &self.store,
-                &state.service,
-                &location,
-                Pointer {
-                    transaction_id: state.transaction_id.clone(),
-                    generation: state.generation,
-                    attempt: state.attempt,
-                    enqueued_at_ms: now,
-                },
-            )
+            .submit((state.service.clone(), location.clone()), pointer, 1)
             .await?;
         state.location = Some(location);
         self.store.put_state(state, None).await?;
@@ -505,6 +513,7 @@ impl Writer {
         service: &str,
         transaction_id: &str,
     ) -> Result<(Status, bool), ApiError> {
+        let _lock = self.tx_locks.lock(service, transaction_id).await;
         let mut state = self.get(service, transaction_id).await?;
         if state.status.is_terminal() {
             return Ok((state.status, false));
@@ -545,6 +554,28 @@ mod tests {
             .map(|_| new_generation(0, 1_700_000_000_000))
             .collect();
         assert!(many.len() > 990);
+    }
+
+    #[tokio::test]
+    async fn a_transaction_lock_serialises_its_holders_and_is_forgotten_when_free() {
+        let locks = Arc::new(TxLocks::default());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let first = locks.lock("s", "t").await;
+        let waiter = {
+            let (locks, order) = (locks.clone(), order.clone());
+            tokio::spawn(async move {
+                let _l = locks.lock("s", "t").await;
+                order.lock().unwrap().push("second");
+            })
+        };
+        // Another transaction is not held up.
+        drop(locks.lock("s", "u").await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        order.lock().unwrap().push("first");
+        drop(first);
+        waiter.await.unwrap();
+        assert_eq!(*order.lock().unwrap(), vec!["first", "second"]);
+        assert!(locks.0.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //!   bench rebound --addr http://127.0.0.1:50090 --pid PID --keyspace KS --n N --out F
 //!   bench raw --n N --out F
 //!   bench naive --n N --out F
+//!   bench costs --cassandra-pid PID --n N --out F   (Cassandra CPU per state-row operation)
 //! common: --concurrency C (32) --cassandra HOST:PORT (127.0.0.1:9042) --late L (lateness
 //! items, default min(n/10, 20000))
 
@@ -765,6 +766,103 @@ async fn naive(a: &Args) -> anyhow::Result<J> {
     Ok(J::O(fields))
 }
 
+/// CPU seconds the process `pid` has used so far (utime + stime).
+fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after_name = &stat[stat.rfind(')').context("bad /proc stat")? + 2..];
+    let f: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
+    Ok(ticks / 100.0)
+}
+
+/// What one state-row operation of Rebound's store costs Cassandra, in requests per second
+/// and Cassandra CPU per operation, one at a time (each call its own request) and at
+/// `--concurrency` (coalesced into `IN` reads and small batches). On a box where Cassandra
+/// shares the cores this is what bounds Rebound. Needs `--cassandra-pid PID`.
+async fn costs(a: &Args) -> anyhow::Result<J> {
+    use rebound_server::{
+        config::Config,
+        policy::RetryPolicy,
+        store::{cassandra, RetryStore, Status, TxState},
+    };
+    let n: usize = a.get("n", 20_000)?;
+    let conc: usize = a.get("concurrency", 32)?;
+    let pid: u32 = a.get("cassandra-pid", 0)?;
+    anyhow::ensure!(pid > 0, "--cassandra-pid is required");
+    let config = Config {
+        cassandra_contact_points: vec![a.text("cassandra", "127.0.0.1:9042")],
+        keyspace: format!("bench_costs_{}", now_ms()),
+        ..Config::default()
+    };
+    let clock: rebound_server::clock::SharedClock = Arc::new(rebound_server::clock::SystemClock);
+    rebound_server::node::run_migrations(&config, &clock).await?;
+    let opts = cassandra::CassandraOptions::from_config(&config);
+    let session = Arc::new(cassandra::connect(&opts).await?);
+    let store: Arc<dyn RetryStore> =
+        Arc::new(cassandra::CassandraStore::new(session.clone(), &opts).await?);
+    let state = |i: usize| TxState {
+        service: "bench".into(),
+        transaction_id: format!("tx-{i}"),
+        status: Status::Scheduled,
+        generation: i as i64,
+        attempt: 1,
+        payload: vec![b'x'; 64],
+        attributes: Default::default(),
+        policy: RetryPolicy::default(),
+        first_enqueued_at_ms: now_ms(),
+        last_enqueued_at_ms: now_ms(),
+        updated_at_ms: now_ms(),
+        due_at_ms: now_ms(),
+        last_error: String::new(),
+        location: None,
+        enqueue_count: 1,
+        delivery_count: 0,
+    };
+    let mut fields = Vec::new();
+    for (label, c) in [("one_at_a_time", 1usize), ("concurrent", conc)] {
+        let base = if c == 1 { 0 } else { n };
+        let mut ops = Vec::new();
+        for op in ["write", "read_hit", "read_miss"] {
+            let cpu0 = cpu_secs(pid)?;
+            let (rate, _) = closed_loop(n, c, |i| {
+                let store = store.clone();
+                let st = state(base + i);
+                async move {
+                    match op {
+                        "write" => store.put_state(&st, None).await?,
+                        "read_hit" => {
+                            let got = store.get_state("bench", &st.transaction_id).await?;
+                            anyhow::ensure!(got.is_some_and(|g| g.generation == st.generation));
+                        }
+                        _ => {
+                            let missing = format!("missing-{}", st.transaction_id);
+                            anyhow::ensure!(store.get_state("bench", &missing).await?.is_none());
+                        }
+                    }
+                    Ok(())
+                }
+            })
+            .await?;
+            let us = (cpu_secs(pid)? - cpu0) * 1e6 / n as f64;
+            eprintln!("costs: {label} {op}: {rate:.0}/s, Cassandra {us:.0} us CPU each");
+            ops.push((
+                op,
+                J::O(vec![
+                    ("ops_per_sec", J::N(rate)),
+                    ("cassandra_cpu_us", J::N(us)),
+                ]),
+            ));
+        }
+        fields.push((label, J::O(ops)));
+    }
+    session
+        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", config.keyspace), ())
+        .await?;
+    fields.push(("n", J::N(n as f64)));
+    fields.push(("concurrency", J::N(conc as f64)));
+    Ok(J::O(fields))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -785,6 +883,7 @@ async fn main() -> anyhow::Result<()> {
     let result = match cmd.as_str() {
         "rebound" => rebound(&a).await?,
         "raw" => raw(&a).await?,
+        "costs" => costs(&a).await?,
         "naive" => naive(&a).await?,
         "cleanup" => {
             // Drops the keyspaces earlier runs left behind (`--prefix`, default "bench_").
