@@ -143,6 +143,7 @@ struct TxLocks(Mutex<HashMap<TxKey, Arc<tokio::sync::Mutex<()>>>>);
 
 /// (service, transaction id).
 type TxKey = (String, String);
+const TX_LOCKS_SWEEP_AT: usize = 4096;
 
 struct TxLock<'a> {
     locks: &'a TxLocks,
@@ -153,13 +154,15 @@ struct TxLock<'a> {
 impl TxLocks {
     async fn lock(&self, service: &str, transaction_id: &str) -> TxLock<'_> {
         let key = (service.to_string(), transaction_id.to_string());
-        let m = self
-            .0
-            .lock()
-            .expect("tx locks")
-            .entry(key.clone())
-            .or_default()
-            .clone();
+        let m = {
+            let mut map = self.0.lock().expect("tx locks");
+            // A caller cancelled while waiting leaves its entry behind: sweep those once the
+            // map grows past what concurrent enqueues alone explain.
+            if map.len() >= TX_LOCKS_SWEEP_AT {
+                map.retain(|_, m| Arc::strong_count(m) > 1);
+            }
+            map.entry(key.clone()).or_default().clone()
+        };
         TxLock {
             locks: self,
             key,
