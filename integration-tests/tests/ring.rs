@@ -54,6 +54,46 @@ fn covers_exactly_once(r: &pb::Ring, nodes: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Enqueues `count` retries of `service`, due at once, through `node`.
+async fn enqueue_due_now(node: &TestNode, service: &str, prefix: &str, count: usize) {
+    let mut c = node.client.clone();
+    for i in 0..count {
+        c.enqueue_retry(pb::EnqueueRetryRequest {
+            service: service.into(),
+            transaction_id: format!("{prefix}{i}"),
+            attempt: 1,
+            schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
+                prost_types::Duration::default(),
+            )),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+}
+
+/// One subscription to `service` on every node.
+async fn subscribe_everywhere(
+    nodes: &[TestNode],
+    service: &str,
+) -> Vec<tonic::Streaming<pb::Delivery>> {
+    let mut subs = Vec::new();
+    for n in nodes {
+        subs.push(
+            ExecutorServiceClient::new(n.channel.clone())
+                .subscribe(pb::SubscribeRequest {
+                    service: service.into(),
+                    executor_id: "t".into(),
+                    max_in_flight: 100,
+                })
+                .await
+                .unwrap()
+                .into_inner(),
+        );
+    }
+    subs
+}
+
 async fn converge(n: &TestNode, nodes: usize, balanced: bool) -> pb::Ring {
     let started = std::time::Instant::now();
     loop {
@@ -109,34 +149,8 @@ async fn nodes_share_the_ring_rebalance_and_take_over() {
         .any(|n| n.node_id == "n4" && !n.ranges.is_empty()));
 
     // Work enqueued anywhere is delivered once, by whichever node holds its range.
-    let mut c = nodes[0].client.clone();
-    for i in 0..40 {
-        c.enqueue_retry(pb::EnqueueRetryRequest {
-            service: "split".into(),
-            transaction_id: format!("s{i}"),
-            attempt: 1,
-            schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-                prost_types::Duration::default(),
-            )),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    }
-    let mut subs = Vec::new();
-    for n in &nodes {
-        subs.push(
-            ExecutorServiceClient::new(n.channel.clone())
-                .subscribe(pb::SubscribeRequest {
-                    service: "split".into(),
-                    executor_id: "t".into(),
-                    max_in_flight: 100,
-                })
-                .await
-                .unwrap()
-                .into_inner(),
-        );
-    }
+    enqueue_due_now(&nodes[0], "split", "s", 40).await;
+    let mut subs = subscribe_everywhere(&nodes, "split").await;
     let mut seen = BTreeSet::new();
     let started = std::time::Instant::now();
     while seen.len() < 40 && started.elapsed() < Duration::from_secs(30) {
@@ -164,19 +178,7 @@ async fn nodes_share_the_ring_rebalance_and_take_over() {
     drop(subs);
 
     // The SDK's executor, given one node's address, follows the ring to all four.
-    for i in 0..30 {
-        c.enqueue_retry(pb::EnqueueRetryRequest {
-            service: "sdk-split".into(),
-            transaction_id: format!("k{i}"),
-            attempt: 1,
-            schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-                prost_types::Duration::default(),
-            )),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    }
+    enqueue_due_now(&nodes[0], "sdk-split", "k", 30).await;
     let got: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let sink = got.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -276,34 +278,8 @@ async fn admin_settings_and_stats_span_the_nodes() {
     .unwrap();
     // Let a2 pick the settings up (refresh every 100 ms).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut c = nodes[0].client.clone();
-    for i in 0..40 {
-        c.enqueue_retry(pb::EnqueueRetryRequest {
-            service: "svc".into(),
-            transaction_id: format!("p{i}"),
-            attempt: 1,
-            schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-                prost_types::Duration::default(),
-            )),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    }
-    let mut subs = Vec::new();
-    for n in &nodes {
-        subs.push(
-            ExecutorServiceClient::new(n.channel.clone())
-                .subscribe(pb::SubscribeRequest {
-                    service: "svc".into(),
-                    executor_id: "t".into(),
-                    max_in_flight: 100,
-                })
-                .await
-                .unwrap()
-                .into_inner(),
-        );
-    }
+    enqueue_due_now(&nodes[0], "svc", "p", 40).await;
+    let mut subs = subscribe_everywhere(&nodes, "svc").await;
     for s in subs.iter_mut() {
         assert!(
             next_delivery(s, Duration::from_millis(2_000))

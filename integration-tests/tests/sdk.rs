@@ -32,29 +32,18 @@ async fn the_sdk_enqueues_executes_retries_and_dead_letters() {
             .unwrap();
         assert!(!out.deduplicated);
     }
-    client
-        .enqueue("shipping", "flaky")
-        .attempt(1)
-        .delay(Duration::ZERO)
-        .send()
-        .await
-        .unwrap();
-    client
-        .enqueue("shipping", "poison")
-        .attempt(1)
-        .delay(Duration::ZERO)
-        .send()
-        .await
-        .unwrap();
-    // Snoozed once (no attempt used), then done; and a RETRY whose class the policy lists as
-    // non-retryable, which dead-letters at once although attempts are unlimited.
-    client
-        .enqueue("shipping", "sleepy")
-        .attempt(1)
-        .delay(Duration::ZERO)
-        .send()
-        .await
-        .unwrap();
+    // "sleepy" is snoozed once (no attempt used), then done; "gone" (below) is a RETRY whose
+    // class the policy lists as non-retryable, which dead-letters at once although attempts
+    // are unlimited.
+    for id in ["flaky", "poison", "sleepy"] {
+        client
+            .enqueue("shipping", id)
+            .attempt(1)
+            .delay(Duration::ZERO)
+            .send()
+            .await
+            .unwrap();
+    }
     client
         .enqueue("shipping", "gone")
         .attempt(1)

@@ -200,6 +200,14 @@ fn state_write_weight(s: &TxState) -> usize {
         + s.location.as_ref().map_or(0, |l| l.instance.len())
 }
 
+/// Whether rows with these keys can go out as one batch: more than one, and no key twice (the
+/// cells of a batch share one timestamp, so Cassandra would merge two writes of one row cell by
+/// cell; those go one after the other instead, in the order they were made).
+fn batchable<K: std::hash::Hash + Eq>(keys: impl ExactSizeIterator<Item = K>) -> bool {
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    keys.len() > 1 && keys.into_iter().all(|k| seen.insert(k))
+}
+
 /// The state-row statements and what they bind, owned, so coalesced flushes can run them.
 struct StateIo {
     session: Arc<Session>,
@@ -248,15 +256,9 @@ impl StateIo {
     }
 
     /// Writes the rows: one statement, or one unlogged batch (each row its own partition).
-    /// Two writes of one transaction never share a batch: the cells of a batch share one
-    /// timestamp, so Cassandra would merge the two rows cell by cell; they go one after the
-    /// other instead, in the order they were made.
+    /// Two writes of one transaction never share a batch (see `batchable`).
     async fn put(&self, rows: Vec<(TxState, Option<u32>)>) -> StoreResult<Vec<()>> {
-        let mut keys = std::collections::HashSet::with_capacity(rows.len());
-        let distinct = rows
-            .iter()
-            .all(|(s, _)| keys.insert((s.service.as_str(), s.transaction_id.as_str())));
-        let result = if rows.len() == 1 || !distinct {
+        let result = if !batchable(rows.iter().map(|(s, _)| (&s.service, &s.transaction_id))) {
             let mut result = Ok(());
             for (s, ttl) in &rows {
                 result = self
@@ -929,10 +931,8 @@ impl RetryStore for CassandraStore {
         loc: &Location,
         pointers: &[Pointer],
     ) -> StoreResult<()> {
-        // Two pointers of one transaction never share a batch (its cells share one timestamp,
-        // so Cassandra would merge the two rows cell by cell): they go one after the other.
-        let mut ids = std::collections::HashSet::with_capacity(pointers.len());
-        if pointers.len() == 1 || !pointers.iter().all(|p| ids.insert(&p.transaction_id)) {
+        // Two pointers of one transaction never share a batch (see `batchable`).
+        if !batchable(pointers.iter().map(|p| &p.transaction_id)) {
             for p in pointers {
                 self.put_pointer(service, loc, p).await?;
             }
