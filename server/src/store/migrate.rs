@@ -45,6 +45,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_services.cql",
         cql: include_str!("../../../schema/0005_services.cql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_state_compaction.cql",
+        cql: include_str!("../../../schema/0006_state_compaction.cql"),
+    },
 ];
 
 /// Splits a migration file into statements: drops `--` comment lines, splits on `;`.
