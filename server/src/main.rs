@@ -11,6 +11,11 @@ use rebound_server::{
     telemetry,
 };
 
+/// mimalloc instead of glibc's malloc: under load the node spent about a third of its CPU in
+/// glibc's allocator (malloc, free, consolidation), measured with perf during a drain.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "rebound-server",
