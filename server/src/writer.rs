@@ -139,7 +139,24 @@ fn pointer_writes(store: Arc<dyn RetryStore>) -> Arc<PointerWrites> {
 /// generation of a pointer that the other overwrote: a retry nobody would deliver. Entries
 /// live only while someone holds or waits for them.
 #[derive(Debug, Default)]
-struct TxLocks(Mutex<HashMap<TxKey, Arc<tokio::sync::Mutex<()>>>>);
+struct TxLocks(Mutex<LockMap>);
+
+#[derive(Debug)]
+struct LockMap {
+    entries: HashMap<TxKey, Arc<tokio::sync::Mutex<()>>>,
+    /// Size at which the next sweep runs: twice what the last sweep kept, so that a map full of
+    /// live entries is not swept again on every call.
+    sweep_at: usize,
+}
+
+impl Default for LockMap {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            sweep_at: TX_LOCKS_SWEEP_AT,
+        }
+    }
+}
 
 /// (service, transaction id).
 type TxKey = (String, String);
@@ -158,10 +175,11 @@ impl TxLocks {
             let mut map = self.0.lock().expect("tx locks");
             // A caller cancelled while waiting leaves its entry behind: sweep those once the
             // map grows past what concurrent enqueues alone explain.
-            if map.len() >= TX_LOCKS_SWEEP_AT {
-                map.retain(|_, m| Arc::strong_count(m) > 1);
+            if map.entries.len() >= map.sweep_at {
+                map.entries.retain(|_, m| Arc::strong_count(m) > 1);
+                map.sweep_at = (2 * map.entries.len()).max(TX_LOCKS_SWEEP_AT);
             }
-            map.entry(key.clone()).or_default().clone()
+            map.entries.entry(key.clone()).or_default().clone()
         };
         TxLock {
             locks: self,
@@ -176,10 +194,11 @@ impl Drop for TxLock<'_> {
         let mut map = self.locks.0.lock().expect("tx locks");
         self.guard.take();
         if map
+            .entries
             .get(&self.key)
             .is_some_and(|m| Arc::strong_count(m) == 1)
         {
-            map.remove(&self.key);
+            map.entries.remove(&self.key);
         }
     }
 }
@@ -578,7 +597,7 @@ mod tests {
         drop(first);
         waiter.await.unwrap();
         assert_eq!(*order.lock().unwrap(), vec!["first", "second"]);
-        assert!(locks.0.lock().unwrap().is_empty());
+        assert!(locks.0.lock().unwrap().entries.is_empty());
     }
 
     #[test]
