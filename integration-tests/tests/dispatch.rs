@@ -116,7 +116,11 @@ async fn delivers_when_due_then_empties_the_directory() {
     eventually(
         Duration::from_secs(15),
         "svc's buckets to be deleted",
-        || async { n.count("retry_transactions_by_bucket").await == 1 },
+        // The Tier-4 row goes right after the Tier-5 partition: wait for both.
+        || async {
+            n.count("retry_transactions_by_bucket").await == 1
+                && n.count("buckets_by_instance").await == 1
+        },
     )
     .await;
     assert_eq!(n.count("buckets_by_instance").await, 1);
