@@ -149,34 +149,20 @@ impl pb::retry_service_server::RetryService for Api {
                 Ok(input)
             })
             .collect();
-        let writer = &self.writer;
-        let mut results: Vec<(usize, pb::EnqueueRetryResult)> =
-            stream::iter(checked.into_iter().enumerate())
-                .map(|(i, item)| async move {
-                    let res = match item {
-                        Ok(input) => writer.enqueue(input).await,
-                        Err(e) => Err(e),
-                    };
-                    let result = match res {
+        let results = self.writer.enqueue_many(checked).await;
+        Ok(Response::new(pb::EnqueueRetryBatchResponse {
+            results: results
+                .into_iter()
+                .map(|res| pb::EnqueueRetryResult {
+                    result: Some(match res {
                         Ok(o) => pb::enqueue_retry_result::Result::Response(enqueue_pb(o)),
                         Err(e) => pb::enqueue_retry_result::Result::Error(pb::ItemError {
                             code: e.code() as i32,
                             message: e.to_string(),
                         }),
-                    };
-                    (
-                        i,
-                        pb::EnqueueRetryResult {
-                            result: Some(result),
-                        },
-                    )
+                    }),
                 })
-                .buffer_unordered(BATCH_CONCURRENCY)
-                .collect()
-                .await;
-        results.sort_by_key(|(i, _)| *i);
-        Ok(Response::new(pb::EnqueueRetryBatchResponse {
-            results: results.into_iter().map(|(_, r)| r).collect(),
+                .collect(),
         }))
     }
 

@@ -69,6 +69,13 @@ impl<K, I, O> std::fmt::Debug for Coalescer<K, I, O> {
 }
 
 impl<K, I, O> Coalescer<K, I, O> {
+    /// Counts one request that a caller batching its own items made for the same kind of
+    /// rows, so that the counts cover every request.
+    pub fn record(&self, items: usize) {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        self.items.fetch_add(items as u64, Ordering::Relaxed);
+    }
+
     pub fn counts(&self) -> Counts {
         Counts {
             flushes: self.flushes.load(Ordering::Relaxed),

@@ -12,11 +12,12 @@
 //!   makes them exact across restarts.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
 
+use futures::{stream, StreamExt, TryStreamExt};
 use rand::Rng;
 use tokio::sync::Semaphore;
 
@@ -27,7 +28,7 @@ use crate::{
     error::ApiError,
     policy::RetryPolicy,
     services::Services,
-    store::{InstanceRow, Location, Pointer, RetryStore, Status, TxState},
+    store::{InstanceRow, Location, Pointer, RetryStore, Status, StoreError, TxState},
     token,
     validate::{EnqueueInput, Schedule},
     window::{WindowGrid, WindowId},
@@ -75,6 +76,55 @@ pub struct EnqueueOutcome {
     pub generation: i64,
     pub deduplicated: bool,
 }
+
+/// An enqueue that passed the checks needing the node's settings.
+struct Checked {
+    input: EnqueueInput,
+    policy: RetryPolicy,
+    target: WindowId,
+    due_at_ms: i64,
+}
+
+/// What an enqueue writes.
+enum Plan {
+    /// The retry is already scheduled in the target window: refresh the state row only.
+    Confirm(TxState),
+    /// A new generation in `target`: pointer, then state row.
+    Schedule {
+        state: TxState,
+        target: WindowId,
+        deduplicated: bool,
+    },
+}
+
+fn outcome(state: TxState, deduplicated: bool) -> EnqueueOutcome {
+    EnqueueOutcome {
+        transaction_id: state.transaction_id,
+        due_at_ms: state.due_at_ms,
+        generation: state.generation,
+        deduplicated,
+    }
+}
+
+/// A directory row (Tiers 1-4) a pointer needs above it: the window, and for Tier 3 and 4 the
+/// service and lane (the writer instance) and the bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum DirRow {
+    Day(WindowId),
+    Window(WindowId),
+    Instance(WindowId, String, u32),
+    Bucket(WindowId, String, u32, u32),
+}
+
+/// One pointer batch of an `enqueue_many`: the schedules it carries and how it went.
+type PointerBatch = futures::future::BoxFuture<'static, (Vec<usize>, Result<(), StoreError>)>;
+
+/// Directory rows written at once when a batch opens new buckets.
+const DIRECTORY_WRITES_PARALLEL: usize = 16;
+
+/// Most items of one batch handled together (one read round, one pointer round, one state
+/// round); a larger batch goes in chunks of this size, one after the other.
+const ENQUEUE_CHUNK: usize = 512;
 
 /// Directory rows already written by this process, and the bucket counters. Entries for
 /// windows that can no longer be written (the current window and older) are swept.
@@ -253,13 +303,246 @@ impl Writer {
     }
 
     pub async fn enqueue(&self, input: EnqueueInput) -> Result<EnqueueOutcome, ApiError> {
-        let _permit = self.permits.try_acquire().map_err(|_| {
-            ApiError::ResourceExhausted(format!(
-                "node is at its limit of {} concurrent enqueues (REBOUND_MAX_CONCURRENT_WRITES); retry with backoff",
-                self.opts.max_concurrent_writes
-            ))
-        })?;
+        let _permit = self.permits.try_acquire().map_err(|_| self.busy())?;
         let now = self.clock.now_ms();
+        let checked = self.check("", input, now)?;
+        self.services.touch(&checked.input.service).await?;
+        let _lock = self
+            .tx_locks
+            .lock(&checked.input.service, &checked.input.transaction_id)
+            .await;
+        let existing = self
+            .store
+            .get_state(&checked.input.service, &checked.input.transaction_id)
+            .await?;
+        match self.plan(checked, existing, now)? {
+            Plan::Confirm(state) => {
+                self.store.put_state(&state, None).await?;
+                Ok(outcome(state, true))
+            }
+            Plan::Schedule {
+                mut state,
+                target,
+                deduplicated,
+            } => {
+                self.write_schedule(&mut state, target, now).await?;
+                Ok(outcome(state, deduplicated))
+            }
+        }
+    }
+
+    /// Enqueues many retries at once (`EnqueueRetryBatch`), with the same rules and the same
+    /// write order per item as [`Writer::enqueue`], in few Cassandra requests: the state rows
+    /// are read with `IN` queries, the pointers of one bucket go out as one single-partition
+    /// batch, and then the state rows in small batches. One result per input, in order; a
+    /// transaction may appear only once (the API refuses repeats before this).
+    pub async fn enqueue_many(
+        &self,
+        inputs: Vec<Result<EnqueueInput, ApiError>>,
+    ) -> Vec<Result<EnqueueOutcome, ApiError>> {
+        let mut results = Vec::with_capacity(inputs.len());
+        let mut inputs = inputs.into_iter().peekable();
+        while inputs.peek().is_some() {
+            let chunk: Vec<_> = inputs.by_ref().take(ENQUEUE_CHUNK).collect();
+            results.extend(self.enqueue_chunk(results.len(), chunk).await);
+        }
+        results
+    }
+
+    /// Items `first..` of a batch (`first` names them in errors).
+    async fn enqueue_chunk(
+        &self,
+        first: usize,
+        inputs: Vec<Result<EnqueueInput, ApiError>>,
+    ) -> Vec<Result<EnqueueOutcome, ApiError>> {
+        let n = inputs.len();
+        let mut results: Vec<Option<Result<EnqueueOutcome, ApiError>>> = vec![None; n];
+        let valid = inputs.iter().filter(|i| i.is_ok()).count();
+        let permits = self.permits.try_acquire_many(valid as u32).ok();
+        let now = self.clock.now_ms();
+        // 1. Context checks (policy, delay, attempt), then the services, as one enqueue does.
+        let mut checked: Vec<(usize, Checked)> = Vec::with_capacity(valid);
+        for (i, input) in inputs.into_iter().enumerate() {
+            let c = input.and_then(|input| {
+                if permits.is_none() {
+                    return Err(self.busy());
+                }
+                self.check(&format!("requests[{}].", first + i), input, now)
+            });
+            match c {
+                Ok(c) => checked.push((i, c)),
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        let services: BTreeSet<&str> = checked
+            .iter()
+            .map(|(_, c)| c.input.service.as_str())
+            .collect();
+        let mut untouched: HashMap<String, ApiError> = HashMap::new();
+        for service in services {
+            if let Err(e) = self.services.touch(service).await {
+                untouched.insert(service.to_string(), e);
+            }
+        }
+        checked.retain(|(i, c)| match untouched.get(&c.input.service) {
+            Some(e) => {
+                results[*i] = Some(Err(e.clone()));
+                false
+            }
+            None => true,
+        });
+        // 2. Lock every transaction, in one global order so two batches cannot deadlock.
+        let mut keys: Vec<(&str, &str)> = checked
+            .iter()
+            .map(|(_, c)| (c.input.service.as_str(), c.input.transaction_id.as_str()))
+            .collect();
+        keys.sort_unstable();
+        let mut _locks = Vec::with_capacity(keys.len());
+        for (service, transaction_id) in keys {
+            _locks.push(self.tx_locks.lock(service, transaction_id).await);
+        }
+        // 3. Read the state rows, service by service.
+        let mut by_service: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (k, (_, c)) in checked.iter().enumerate() {
+            by_service
+                .entry(c.input.service.clone())
+                .or_default()
+                .push(k);
+        }
+        let mut existing: Vec<Option<Result<Option<TxState>, ApiError>>> =
+            vec![None; checked.len()];
+        for (service, ks) in &by_service {
+            let ids: Vec<String> = ks
+                .iter()
+                .map(|&k| checked[k].1.input.transaction_id.clone())
+                .collect();
+            match self.store.get_states(service, &ids).await {
+                Ok(states) => {
+                    for (&k, st) in ks.iter().zip(states) {
+                        existing[k] = Some(Ok(st));
+                    }
+                }
+                Err(e) => {
+                    let e = ApiError::from(e);
+                    for &k in ks {
+                        existing[k] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        // 4. Decide each item; new schedules get their bucket and directory rows.
+        let mut confirms: Vec<(usize, TxState)> = Vec::new();
+        let mut schedules: Vec<(usize, TxState, bool)> = Vec::new();
+        let mut placed: Vec<(usize, WindowId, TxState, bool)> = Vec::new();
+        for ((i, c), found) in checked.into_iter().zip(existing) {
+            let plan = found
+                .expect("every checked item was read")
+                .and_then(|found| self.plan(c, found, now));
+            match plan {
+                Err(e) => results[i] = Some(Err(e)),
+                Ok(Plan::Confirm(state)) => confirms.push((i, state)),
+                Ok(Plan::Schedule {
+                    state,
+                    target,
+                    deduplicated,
+                }) => placed.push((i, target, state, deduplicated)),
+            }
+        }
+        let mut groups: HashMap<(String, Location), Vec<usize>> = HashMap::new();
+        let mut directory: HashSet<DirRow> = HashSet::new();
+        for (i, target, mut state, deduplicated) in placed {
+            let (location, rows) = self.assign(&state.service, &state.transaction_id, target, now);
+            directory.extend(rows);
+            groups
+                .entry((state.service.clone(), location.clone()))
+                .or_default()
+                .push(schedules.len());
+            state.location = Some(location);
+            schedules.push((i, state, deduplicated));
+        }
+        if let Err(e) = self.write_directory(directory.into_iter().collect()).await {
+            // No pointer may go below a directory row that is not durable.
+            for (i, _, _) in schedules.drain(..) {
+                results[i] = Some(Err(e.clone()));
+            }
+            groups.clear();
+        }
+        // 5. The pointers, one single-partition batch per bucket (at most MAX_POINTER_BATCH).
+        let mut pointer_writes: Vec<PointerBatch> = Vec::new();
+        for ((service, location), members) in groups {
+            for part in members.chunks(MAX_POINTER_BATCH) {
+                let pointers: Vec<Pointer> = part
+                    .iter()
+                    .map(|&k| {
+                        let st = &schedules[k].1;
+                        Pointer {
+                            transaction_id: st.transaction_id.clone(),
+                            generation: st.generation,
+                            attempt: st.attempt,
+                            enqueued_at_ms: now,
+                        }
+                    })
+                    .collect();
+                let (store, service, location) =
+                    (self.store.clone(), service.clone(), location.clone());
+                let part = part.to_vec();
+                self.pointers.record(part.len());
+                pointer_writes.push(Box::pin(async move {
+                    let r = store.put_pointers(&service, &location, &pointers).await;
+                    (part, r)
+                }));
+            }
+        }
+        let written: Vec<_> = stream::iter(pointer_writes)
+            .buffer_unordered(POINTER_WRITES_PARALLEL)
+            .collect()
+            .await;
+        let mut pointer_ok = vec![false; schedules.len()];
+        for (part, r) in written {
+            for k in part {
+                match &r {
+                    Ok(()) => pointer_ok[k] = true,
+                    Err(e) => results[schedules[k].0] = Some(Err(ApiError::from(e.clone()))),
+                }
+            }
+        }
+        // 6. The state rows, each only after its pointer is durable.
+        let mut rows: Vec<(usize, TxState, bool)> = confirms
+            .into_iter()
+            .map(|(i, state)| (i, state, true))
+            .collect();
+        rows.extend(
+            schedules
+                .into_iter()
+                .zip(pointer_ok)
+                .filter_map(|(s, ok)| ok.then_some(s)),
+        );
+        let written = self
+            .store
+            .put_states(rows.iter().map(|(_, s, _)| (s.clone(), None)).collect())
+            .await;
+        for ((i, state, deduplicated), r) in rows.into_iter().zip(written) {
+            results[i] = Some(match r {
+                Ok(()) => Ok(outcome(state, deduplicated)),
+                Err(e) => Err(e.into()),
+            });
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every item has a result"))
+            .collect()
+    }
+
+    fn busy(&self) -> ApiError {
+        ApiError::ResourceExhausted(format!(
+            "node is at its limit of {} concurrent enqueues (REBOUND_MAX_CONCURRENT_WRITES); retry with backoff",
+            self.opts.max_concurrent_writes
+        ))
+    }
+
+    /// The checks that need the node's settings: effective policy, attempts left, delay limit;
+    /// and the window the retry goes to. `prefix` names a batch item in errors.
+    fn check(&self, prefix: &str, input: EnqueueInput, now: i64) -> Result<Checked, ApiError> {
         // Node default, then the service's stored policy, then the enqueue's own fields.
         let policy = self
             .services
@@ -267,10 +550,10 @@ impl Writer {
             .apply(&input.policy);
         policy
             .validate()
-            .map_err(|e| ApiError::invalid(format!("policy.{}", e.field), e.message))?;
+            .map_err(|e| ApiError::invalid(format!("{prefix}policy.{}", e.field), e.message))?;
         if policy.attempts_exhausted(input.attempt) {
             return Err(ApiError::invalid(
-                "attempt",
+                format!("{prefix}attempt"),
                 format!(
                     "{} attempts already made reaches max_attempts ({}): nothing left to retry",
                     input.attempt, policy.max_attempts
@@ -282,7 +565,7 @@ impl Writer {
             Schedule::Delay(d) => {
                 if d > self.opts.max_delay {
                     return Err(ApiError::invalid(
-                        "delay",
+                        format!("{prefix}delay"),
                         format!(
                             "{}s is over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
                             d.as_secs(),
@@ -295,7 +578,7 @@ impl Writer {
             Schedule::DueAt(t) => {
                 if t.saturating_sub(now) > max_delay_ms {
                     return Err(ApiError::invalid(
-                        "due_time",
+                        format!("{prefix}due_time"),
                         format!(
                             "is {}s from now, over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
                             (t - now) / 1000,
@@ -311,17 +594,28 @@ impl Writer {
             }
         };
         let target = self.grid.target(now, due_ms);
-        let due_at_ms = self.grid.end_ms(target);
+        Ok(Checked {
+            input,
+            policy,
+            target,
+            due_at_ms: self.grid.end_ms(target),
+        })
+    }
 
-        self.services.touch(&input.service).await?;
-        let _lock = self
-            .tx_locks
-            .lock(&input.service, &input.transaction_id)
-            .await;
-        let existing = self
-            .store
-            .get_state(&input.service, &input.transaction_id)
-            .await?;
+    /// What a checked enqueue writes, given the transaction's state row: refuse (already
+    /// SUCCEEDED), confirm the live schedule (same window), or schedule a new generation.
+    fn plan(
+        &self,
+        checked: Checked,
+        existing: Option<TxState>,
+        now: i64,
+    ) -> Result<Plan, ApiError> {
+        let Checked {
+            input,
+            policy,
+            target,
+            due_at_ms,
+        } = checked;
         let previous = match existing {
             Some(s) if s.status == Status::Succeeded => {
                 return Err(ApiError::AlreadyExists(format!(
@@ -333,10 +627,9 @@ impl Writer {
             // DEAD or CANCELLED: a new enqueue starts a new retry.
             _ => None,
         };
-
         let mut state = TxState {
-            service: input.service.clone(),
-            transaction_id: input.transaction_id.clone(),
+            service: input.service,
+            transaction_id: input.transaction_id,
             status: Status::Scheduled,
             generation: 0,
             attempt: input.attempt,
@@ -365,23 +658,14 @@ impl Writer {
                 state.generation = prev.generation;
                 state.location = Some(loc.clone());
                 state.due_at_ms = prev.due_at_ms;
-                self.store.put_state(&state, None).await?;
-                return Ok(EnqueueOutcome {
-                    transaction_id: state.transaction_id,
-                    due_at_ms: state.due_at_ms,
-                    generation: state.generation,
-                    deduplicated: true,
-                });
+                return Ok(Plan::Confirm(state));
             }
         }
         let prev_generation = previous.as_ref().map_or(0, |p| p.generation);
         state.generation = new_generation(prev_generation, now);
-
-        self.write_schedule(&mut state, target, now).await?;
-        Ok(EnqueueOutcome {
-            transaction_id: state.transaction_id,
-            due_at_ms,
-            generation: state.generation,
+        Ok(Plan::Schedule {
+            state,
+            target,
             deduplicated: previous.is_some(),
         })
     }
@@ -395,73 +679,106 @@ impl Writer {
         window: WindowId,
         now: i64,
     ) -> Result<Location, ApiError> {
+        let (location, rows) = self.assign(service, transaction_id, window, now);
+        self.write_directory(rows).await?;
+        Ok(location)
+    }
+
+    /// Picks lane and bucket (the in-memory counter moves on) and lists the directory rows
+    /// this process has not written yet for them.
+    fn assign(
+        &self,
+        service: &str,
+        transaction_id: &str,
+        window: WindowId,
+        now: i64,
+    ) -> (Location, Vec<DirRow>) {
         let lane = token::lane_of(transaction_id, self.opts.lanes);
-        let instance = self.instance_name(lane);
         let current = self.grid.window_of(now);
-        let (bucket, need_day, need_window, need_instance, need_bucket) = {
-            let mut dir = self.directory.lock().expect("directory lock");
-            dir.sweep(current);
-            let count = dir
-                .counters
-                .entry((window, service.to_string(), lane))
-                .or_insert(0);
-            let bucket = (*count / u64::from(self.opts.bucket_size)) as u32;
-            *count += 1;
-            (
-                bucket,
-                !dir.days.contains(&window.day),
-                !dir.windows.contains(&window),
-                !dir.instances.contains(&(window, service.to_string(), lane)),
-                !dir.buckets
-                    .contains(&(window, service.to_string(), lane, bucket)),
-            )
-        };
-        // The four directory rows are independent of each other; all must be durable before
-        // the pointer is written.
-        let store = &self.store;
-        let day = async {
-            if need_day {
-                store.put_day(window.year(), window.day).await?;
-            }
-            Ok::<_, ApiError>(())
-        };
-        let win = async {
-            if need_window {
-                store.put_window(window).await?;
-            }
-            Ok::<_, ApiError>(())
-        };
-        let inst = async {
-            if need_instance {
-                let row = InstanceRow {
-                    instance_token: token::instance_token(service, &instance),
-                    service: service.to_string(),
-                    instance: instance.clone(),
-                };
-                store.put_instance(window, &row).await?;
-            }
-            Ok::<_, ApiError>(())
-        };
-        let buck = async {
-            if need_bucket {
-                store.put_bucket(window, service, &instance, bucket).await?;
-            }
-            Ok::<_, ApiError>(())
-        };
-        tokio::try_join!(day, win, inst, buck)?;
-        {
-            let mut dir = self.directory.lock().expect("directory lock");
-            dir.days.insert(window.day);
-            dir.windows.insert(window);
-            dir.instances.insert((window, service.to_string(), lane));
-            dir.buckets
-                .insert((window, service.to_string(), lane, bucket));
+        let mut dir = self.directory.lock().expect("directory lock");
+        dir.sweep(current);
+        let count = dir
+            .counters
+            .entry((window, service.to_string(), lane))
+            .or_insert(0);
+        let bucket = (*count / u64::from(self.opts.bucket_size)) as u32;
+        *count += 1;
+        let mut rows = Vec::new();
+        if !dir.days.contains(&window.day) {
+            rows.push(DirRow::Day(window));
         }
-        Ok(Location {
+        if !dir.windows.contains(&window) {
+            rows.push(DirRow::Window(window));
+        }
+        if !dir.instances.contains(&(window, service.to_string(), lane)) {
+            rows.push(DirRow::Instance(window, service.to_string(), lane));
+        }
+        if !dir
+            .buckets
+            .contains(&(window, service.to_string(), lane, bucket))
+        {
+            rows.push(DirRow::Bucket(window, service.to_string(), lane, bucket));
+        }
+        let location = Location {
             window,
-            instance,
+            instance: self.instance_name(lane),
             bucket,
-        })
+        };
+        (location, rows)
+    }
+
+    /// Writes directory rows (independent of each other, so all at once) and remembers them
+    /// once every one is durable; a pointer below them may be written only after this.
+    async fn write_directory(&self, rows: Vec<DirRow>) -> Result<(), ApiError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        // Owned futures, built in a loop: closures over borrowed rows trip the compiler's
+        // Send checks of the handlers that await this.
+        let mut writes: Vec<futures::future::BoxFuture<'static, Result<(), StoreError>>> =
+            Vec::with_capacity(rows.len());
+        for row in rows.iter().cloned() {
+            let store = self.store.clone();
+            writes.push(match row {
+                DirRow::Day(w) => Box::pin(async move { store.put_day(w.year(), w.day).await }),
+                DirRow::Window(w) => Box::pin(async move { store.put_window(w).await }),
+                DirRow::Instance(w, service, lane) => {
+                    let instance = self.instance_name(lane);
+                    let row = InstanceRow {
+                        instance_token: token::instance_token(&service, &instance),
+                        service,
+                        instance,
+                    };
+                    Box::pin(async move { store.put_instance(w, &row).await })
+                }
+                DirRow::Bucket(w, service, lane, bucket) => {
+                    let instance = self.instance_name(lane);
+                    Box::pin(async move { store.put_bucket(w, &service, &instance, bucket).await })
+                }
+            });
+        }
+        let _: Vec<()> = stream::iter(writes)
+            .buffer_unordered(DIRECTORY_WRITES_PARALLEL)
+            .try_collect()
+            .await?;
+        let mut dir = self.directory.lock().expect("directory lock");
+        for row in rows {
+            match row {
+                DirRow::Day(w) => {
+                    dir.days.insert(w.day);
+                }
+                DirRow::Window(w) => {
+                    dir.windows.insert(w);
+                }
+                DirRow::Instance(w, service, lane) => {
+                    dir.instances.insert((w, service, lane));
+                }
+                DirRow::Bucket(w, service, lane, bucket) => {
+                    dir.buckets.insert((w, service, lane, bucket));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Schedules the next attempt of `state` at `due_ms` under a new generation: a new pointer

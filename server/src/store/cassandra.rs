@@ -5,7 +5,7 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
-use futures::TryStreamExt;
+use futures::{stream, StreamExt, TryStreamExt};
 use scylla::{
     client::{
         execution_profile::ExecutionProfile, session::Session, session_builder::SessionBuilder,
@@ -165,6 +165,8 @@ pub struct CassandraStore {
     state_reads: Arc<Coalescer<String, String, Option<TxState>>>,
     /// State-row writes coalesced into small unlogged batches.
     state_writes: Arc<Coalescer<(), (TxState, Option<u32>), ()>>,
+    /// The same statements, for callers that bring many rows at once.
+    state_io: Arc<StateIo>,
 }
 
 /// Most state rows one read carries (`transaction_id IN ?`).
@@ -611,6 +613,7 @@ impl CassandraStore {
             get: st.get_states.clone(),
         });
         let reader = io.clone();
+        let state_io = io.clone();
         let state_reads = Coalescer::new(
             Limits {
                 max_items: STATE_READ_BATCH,
@@ -640,6 +643,7 @@ impl CassandraStore {
             st,
             state_reads,
             state_writes,
+            state_io,
         })
     }
 
@@ -669,7 +673,6 @@ impl CassandraStore {
     where
         R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm> + Send + 'static,
     {
-        use futures::StreamExt;
         let pager = self
             .session
             .execute_iter(ps.clone(), values)
@@ -979,6 +982,66 @@ impl RetryStore for CassandraStore {
             .await
     }
 
+    async fn get_states(&self, service: &str, ids: &[String]) -> StoreResult<Vec<Option<TxState>>> {
+        // Futures made up front (they start only when polled): a closure over borrowed chunks
+        // would not satisfy async_trait's lifetimes.
+        let reads: Vec<_> = ids
+            .chunks(STATE_READ_BATCH)
+            .map(|chunk| {
+                self.state_reads.record(chunk.len());
+                let (io, service, chunk) =
+                    (self.state_io.clone(), service.to_string(), chunk.to_vec());
+                async move { io.get(service, chunk).await }
+            })
+            .collect();
+        let parts: Vec<Vec<Option<TxState>>> = stream::iter(reads)
+            .buffered(STATE_READS_PARALLEL)
+            .try_collect()
+            .await?;
+        Ok(parts.into_iter().flatten().collect())
+    }
+
+    async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>> {
+        // The same limits as coalesced writes: at most STATE_WRITE_BATCH rows and
+        // STATE_WRITE_BATCH_BYTES per batch; a heavier row goes alone.
+        let mut chunks: Vec<Vec<(TxState, Option<u32>)>> = Vec::new();
+        let mut weight = 0;
+        for row in rows {
+            let w = state_write_weight(&row.0);
+            match chunks.last_mut() {
+                Some(last)
+                    if last.len() < STATE_WRITE_BATCH && weight + w <= STATE_WRITE_BATCH_BYTES =>
+                {
+                    weight += w;
+                    last.push(row);
+                }
+                _ => {
+                    weight = w;
+                    chunks.push(vec![row]);
+                }
+            }
+        }
+        let writes: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| {
+                self.state_writes.record(chunk.len());
+                let io = self.state_io.clone();
+                async move {
+                    let n = chunk.len();
+                    match io.put(chunk).await {
+                        Ok(_) => vec![Ok(()); n],
+                        Err(e) => vec![Err(e); n],
+                    }
+                }
+            })
+            .collect();
+        stream::iter(writes)
+            .buffered(STATE_WRITES_PARALLEL)
+            .flat_map(stream::iter)
+            .collect()
+            .await
+    }
+
     async fn list_days(&self, year: i32) -> StoreResult<Vec<i32>> {
         let rows: Vec<(CqlDate,)> = self
             .collect(&self.st.list_days, (&self.region, &self.cluster, year))
@@ -1037,7 +1100,6 @@ impl RetryStore for CassandraStore {
         service: &str,
         loc: &Location,
     ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<Pointer>>> {
-        use futures::StreamExt;
         let rows = self
             .pages::<(String, i64, i32, CqlTimestamp)>(
                 &self.st.list_pointers,
@@ -1156,7 +1218,6 @@ impl RetryStore for CassandraStore {
         from_ms: i64,
         to_ms: i64,
     ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<DeadLetterRow>>> {
-        use futures::StreamExt;
         type Row = (
             CqlTimestamp,
             String,

@@ -208,6 +208,12 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
     ) -> StoreResult<()>;
     async fn put_state(&self, state: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()>;
     async fn get_state(&self, service: &str, transaction_id: &str) -> StoreResult<Option<TxState>>;
+    /// The state rows of many transactions of one service, read in few requests; one answer
+    /// per id, in order.
+    async fn get_states(&self, service: &str, ids: &[String]) -> StoreResult<Vec<Option<TxState>>>;
+    /// Writes many state rows in few requests; one result per row, in order (a request that
+    /// fails fails the rows it carried). No transaction may appear twice.
+    async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>>;
 
     // Directory reads, oldest first.
     async fn list_days(&self, year: i32) -> StoreResult<Vec<i32>>;
