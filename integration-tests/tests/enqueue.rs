@@ -96,8 +96,7 @@ async fn states(n: &TestNode) -> StateMap {
         .cql
         .query_unpaged(
             format!(
-                "SELECT service, transaction_id, status, generation, loc_day, loc_window, \
-                 loc_instance, loc_bucket FROM {}.transactions",
+                "SELECT service, transaction_id, status, generation, body FROM {}.transactions",
                 n.ks()
             ),
             (),
@@ -106,13 +105,33 @@ async fn states(n: &TestNode) -> StateMap {
         .unwrap()
         .into_rows_result()
         .unwrap();
-    res.rows::<(String, String, String, i64, CqlDate, i32, String, i32)>()
+    res.rows::<(String, String, String, i64, Vec<u8>)>()
         .unwrap()
         .map(|r| {
-            let (s, t, st, g, d, w, i, b) = r.unwrap();
-            ((s, t), (st, g, d, w, i, b))
+            let (s, t, st, g, body) = r.unwrap();
+            let loc = body_of(&body).location.expect("a state row has a location");
+            (
+                (s, t),
+                (
+                    st,
+                    g,
+                    cql_date(loc.day),
+                    loc.window as i32,
+                    loc.instance,
+                    loc.bucket as i32,
+                ),
+            )
         })
         .collect()
+}
+
+/// The `body` cell of a state row, decoded.
+fn body_of(bytes: &[u8]) -> rebound_server::store::body::Body {
+    rebound_server::store::body::Body::decode_stored(bytes, "test row").unwrap()
+}
+
+fn cql_date(days_since_epoch: i32) -> CqlDate {
+    CqlDate::from_ymd_opt(1970, 1, 1).unwrap() + chrono::Duration::days(days_since_epoch.into())
 }
 
 #[tokio::test]
@@ -501,27 +520,19 @@ async fn never_the_current_or_a_past_window_at_every_edge() {
     }
     let res = n
         .cql
-        .query_unpaged(
-            format!(
-                "SELECT loc_day, loc_window, due_at, last_enqueued_at FROM {}.transactions",
-                n.ks()
-            ),
-            (),
-        )
+        .query_unpaged(format!("SELECT body FROM {}.transactions", n.ks()), ())
         .await
         .unwrap()
         .into_rows_result()
         .unwrap();
-    for r in res
-        .rows::<(
-            CqlDate,
-            i32,
-            scylla::value::CqlTimestamp,
-            scylla::value::CqlTimestamp,
-        )>()
-        .unwrap()
-    {
-        let (d, w, due, enqueued) = r.unwrap();
+    for r in res.rows::<(Vec<u8>,)>().unwrap() {
+        let body = body_of(&r.unwrap().0);
+        let loc = body.location.unwrap();
+        let (d, w) = (cql_date(loc.day), loc.window as i32);
+        let (due, enqueued) = (
+            scylla::value::CqlTimestamp(body.due_at_ms),
+            scylla::value::CqlTimestamp(body.last_enqueued_at_ms),
+        );
         let abs = abs_window(d, w, window_ms);
         assert!(
             abs > enqueued.0.div_euclid(window_ms),

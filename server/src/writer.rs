@@ -644,11 +644,14 @@ impl Writer {
             location: None,
             enqueue_count: 1,
             delivery_count: 0,
+            legacy_columns: false,
         };
         if let Some(prev) = &previous {
             state.first_enqueued_at_ms = prev.first_enqueued_at_ms;
             state.enqueue_count = prev.enqueue_count.saturating_add(1);
             state.delivery_count = prev.delivery_count;
+            // A live row keeps its layout until it finishes.
+            state.legacy_columns = prev.legacy_columns;
             state.attempt = state.attempt.max(prev.attempt);
             if state.last_error.is_empty() {
                 state.last_error.clone_from(&prev.last_error);

@@ -817,6 +817,7 @@ async fn costs(a: &Args) -> anyhow::Result<J> {
         location: None,
         enqueue_count: 1,
         delivery_count: 0,
+        legacy_columns: false,
     };
     let mut fields = Vec::new();
     for (label, c) in [("one_at_a_time", 1usize), ("concurrent", conc)] {

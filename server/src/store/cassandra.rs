@@ -19,7 +19,10 @@ use scylla::{
     DeserializeRow, SerializeRow,
 };
 
+use prost::Message;
+
 use super::{
+    body::{Body, LocationBody, PolicyBody},
     Cas, DeadLetter, DeadLetterRow, InstanceRow, LeaseChange, LeaseRow, Location, Member, Pointer,
     RetryStore, ServiceRow, Status, StoreError, StoreResult, TokenRange, TxState,
 };
@@ -115,7 +118,9 @@ struct Statements {
     put_bucket: PreparedStatement,
     put_pointer: PreparedStatement,
     put_state: PreparedStatement,
+    put_state_legacy: PreparedStatement,
     get_states: PreparedStatement,
+    get_states_legacy: PreparedStatement,
     list_days: PreparedStatement,
     list_instances: PreparedStatement,
     list_buckets: PreparedStatement,
@@ -183,10 +188,12 @@ const STATE_WRITE_BATCH_BYTES: usize = 4608;
 const STATE_READS_PARALLEL: usize = 16;
 const STATE_WRITES_PARALLEL: usize = 16;
 
-/// What a state-row write adds to a batch's size as Cassandra counts it, over-estimated: a
-/// row with empty values measures about 680 bytes there; plus the variable values.
+/// What a state-row write adds to a batch's size as Cassandra counts it (the cells' data:
+/// timestamps, TTLs and values), over-estimated. A row of the layout before 0007 with empty
+/// values measures about 680 bytes there; one of today's 4 cells about 100 bytes, plus its
+/// values, and its body holds about 120 bytes of fixed fields besides the texts.
 fn state_write_weight(s: &TxState) -> usize {
-    768 + s.service.len()
+    let variable = s.service.len()
         + s.transaction_id.len()
         + s.payload.len()
         + s.last_error.len()
@@ -197,9 +204,14 @@ fn state_write_weight(s: &TxState) -> usize {
         + s.policy
             .non_retryable
             .iter()
-            .map(|c| c.len() + 1)
+            .map(|c| c.len() + 2)
             .sum::<usize>()
-        + s.location.as_ref().map_or(0, |l| l.instance.len())
+        + s.location.as_ref().map_or(0, |l| l.instance.len());
+    if s.legacy_columns {
+        768 + variable
+    } else {
+        320 + variable
+    }
 }
 
 /// Whether rows with these keys can go out as one batch: more than one, and no key twice (the
@@ -216,11 +228,40 @@ struct StateIo {
     region: String,
     cluster: String,
     put: PreparedStatement,
+    put_legacy: PreparedStatement,
     get: PreparedStatement,
+    get_legacy: PreparedStatement,
 }
 
 impl StateIo {
-    fn values<'a>(&'a self, s: &'a TxState, ttl_seconds: Option<u32>) -> StateValues<'a> {
+    fn values<'a>(&'a self, s: &'a TxState, ttl_seconds: Option<u32>) -> BodyValues<'a> {
+        let body = Body {
+            attempt: s.attempt,
+            attributes: s.attributes.clone(),
+            policy: Some(PolicyBody::of(&s.policy)),
+            first_enqueued_at_ms: s.first_enqueued_at_ms,
+            last_enqueued_at_ms: s.last_enqueued_at_ms,
+            updated_at_ms: s.updated_at_ms,
+            due_at_ms: s.due_at_ms,
+            last_error: s.last_error.clone(),
+            location: s.location.as_ref().map(LocationBody::of),
+            enqueue_count: s.enqueue_count,
+            delivery_count: s.delivery_count,
+        };
+        BodyValues {
+            region: &self.region,
+            cluster: &self.cluster,
+            service: &s.service,
+            transaction_id: &s.transaction_id,
+            status: s.status.as_str(),
+            generation: s.generation,
+            payload: &s.payload,
+            body: body.encode_to_vec(),
+            ttl: ttl_of(ttl_seconds),
+        }
+    }
+
+    fn legacy_values<'a>(&'a self, s: &'a TxState, ttl_seconds: Option<u32>) -> StateValues<'a> {
         let loc = s.location.as_ref();
         StateValues {
             region: &self.region,
@@ -252,14 +293,24 @@ impl StateIo {
             enqueue_count: s.enqueue_count as i32,
             delivery_count: s.delivery_count as i32,
             non_retryable: s.policy.non_retryable.join("\n"),
-            // TTL 0 means "no TTL": live rows are kept until they reach a terminal state.
-            ttl: ttl_seconds.map_or(0, |t| t.min(i32::MAX as u32) as i32),
+            ttl: ttl_of(ttl_seconds),
         }
     }
 
     /// Writes the rows: one statement, or one unlogged batch (each row its own partition).
     /// Two writes of one transaction never share a batch (see `batchable`).
     async fn put(&self, rows: Vec<(TxState, Option<u32>)>) -> StoreResult<Vec<()>> {
+        let n = rows.len();
+        // Rows in the layout of before 0007 (rare: live when the node was upgraded) go one by
+        // one, the rest together.
+        let (legacy, rows): (Vec<_>, Vec<_>) =
+            rows.into_iter().partition(|(s, _)| s.legacy_columns);
+        for (s, ttl) in &legacy {
+            self.session
+                .execute_unpaged(&self.put_legacy, self.legacy_values(s, *ttl))
+                .await
+                .map_err(|e| map_execution_error(&e))?;
+        }
         let result = if !batchable(rows.iter().map(|(s, _)| (&s.service, &s.transaction_id))) {
             let mut result = Ok(());
             for (s, ttl) in &rows {
@@ -276,7 +327,7 @@ impl StateIo {
         } else {
             let mut batch = Batch::new(BatchType::Unlogged);
             batch.set_is_idempotent(true);
-            let values: Vec<StateValues<'_>> = rows
+            let values: Vec<BodyValues<'_>> = rows
                 .iter()
                 .map(|(s, ttl)| {
                     batch.append_statement(self.put.clone());
@@ -286,7 +337,7 @@ impl StateIo {
             self.session.batch(&batch, values).await.map(|_| ())
         };
         result.map_err(|e| map_execution_error(&e))?;
-        Ok(vec![(); rows.len()])
+        Ok(vec![(); n])
     }
 
     /// Reads the rows of `ids` (of one service) in one query; None where there is none.
@@ -300,14 +351,22 @@ impl StateIo {
             StoreError::Internal(format!("state read returned no rows result: {e}"))
         })?;
         let mut found = std::collections::HashMap::with_capacity(ids.len());
+        let mut legacy = Vec::new();
         for row in rows
-            .rows::<StateRow>()
+            .rows::<BodyRow>()
             .map_err(|e| StoreError::Internal(format!("bad state row: {e}")))?
         {
             let row = row.map_err(|e| StoreError::Internal(format!("bad state row: {e}")))?;
+            if row.body.is_none() {
+                legacy.push(row.transaction_id);
+                continue;
+            }
             let id = row.transaction_id.clone();
             let state = row.into_state(&service, &id)?;
             found.insert(id, state);
+        }
+        if !legacy.is_empty() {
+            found.extend(self.get_legacy(&service, &legacy).await?);
         }
         let mut out: Vec<Option<TxState>> = Vec::with_capacity(ids.len());
         for (i, id) in ids.iter().enumerate() {
@@ -322,6 +381,36 @@ impl StateIo {
         }
         Ok(out)
     }
+
+    /// Reads rows written before schema 0007, one column per field.
+    async fn get_legacy(
+        &self,
+        service: &str,
+        ids: &[String],
+    ) -> StoreResult<Vec<(String, TxState)>> {
+        let res = self
+            .session
+            .execute_unpaged(
+                &self.get_legacy,
+                (&self.region, &self.cluster, service, ids),
+            )
+            .await
+            .map_err(|e| map_execution_error(&e))?;
+        let rows = res.into_rows_result().map_err(|e| {
+            StoreError::Internal(format!("state read returned no rows result: {e}"))
+        })?;
+        let mut found = Vec::with_capacity(ids.len());
+        for row in rows
+            .rows::<StateRow>()
+            .map_err(|e| StoreError::Internal(format!("bad state row: {e}")))?
+        {
+            let row = row.map_err(|e| StoreError::Internal(format!("bad state row: {e}")))?;
+            let id = row.transaction_id.clone();
+            let state = row.into_state(service, &id)?;
+            found.push((id, state));
+        }
+        Ok(found)
+    }
 }
 
 impl std::fmt::Debug for CassandraStore {
@@ -333,7 +422,9 @@ impl std::fmt::Debug for CassandraStore {
     }
 }
 
-const STATE_COLUMNS: &str = "status, generation, attempt, payload, attributes, max_attempts, \
+/// The columns of a state row written before schema 0007 (one per field).
+const LEGACY_STATE_COLUMNS: &str =
+    "status, generation, attempt, payload, attributes, max_attempts, \
      initial_backoff_ms, max_backoff_ms, multiplier, jitter, max_retry_duration_ms, \
      ack_timeout_ms, max_deliveries_per_attempt, first_enqueued_at, last_enqueued_at, updated_at, \
      due_at, last_error, loc_day, loc_window, loc_instance, loc_bucket, enqueue_count, \
@@ -354,7 +445,7 @@ impl CassandraStore {
                 Ok::<_, StoreError>(ps)
             }
         };
-        let state_binds = vec!["?"; 4 + STATE_COLUMNS.split(',').count()].join(", ");
+        let legacy_binds = vec!["?"; 4 + LEGACY_STATE_COLUMNS.split(',').count()].join(", ");
         let st = Statements {
             put_day: prep(format!(
                 "INSERT INTO {ks}.days_by_year (region, cluster, year, day) VALUES (?, ?, ?, ?)"
@@ -384,11 +475,21 @@ impl CassandraStore {
             .await?,
             put_state: prep(format!(
                 "INSERT INTO {ks}.transactions (region, cluster, service, transaction_id, \
-                 {STATE_COLUMNS}) VALUES ({state_binds}) USING TTL ?"
+                 status, generation, payload, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+            ))
+            .await?,
+            put_state_legacy: prep(format!(
+                "INSERT INTO {ks}.transactions (region, cluster, service, transaction_id, \
+                 {LEGACY_STATE_COLUMNS}) VALUES ({legacy_binds}) USING TTL ?"
             ))
             .await?,
             get_states: prep(format!(
-                "SELECT transaction_id, {STATE_COLUMNS} FROM {ks}.transactions \
+                "SELECT transaction_id, status, generation, payload, body FROM {ks}.transactions \
+                 WHERE region = ? AND cluster = ? AND service = ? AND transaction_id IN ?"
+            ))
+            .await?,
+            get_states_legacy: prep(format!(
+                "SELECT transaction_id, {LEGACY_STATE_COLUMNS} FROM {ks}.transactions \
                  WHERE region = ? AND cluster = ? AND service = ? AND transaction_id IN ?"
             ))
             .await?,
@@ -610,7 +711,9 @@ impl CassandraStore {
             region: o.region.clone(),
             cluster: o.cluster.clone(),
             put: st.put_state.clone(),
+            put_legacy: st.put_state_legacy.clone(),
             get: st.get_states.clone(),
+            get_legacy: st.get_states_legacy.clone(),
         });
         let reader = io.clone();
         let state_io = io.clone();
@@ -746,6 +849,77 @@ struct StateValues<'a> {
     ttl: i32,
 }
 
+/// Bind values of the state-row upsert (schema 0007 layout), in column order (the last one is
+/// the TTL).
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct BodyValues<'a> {
+    region: &'a str,
+    cluster: &'a str,
+    service: &'a str,
+    transaction_id: &'a str,
+    status: &'a str,
+    generation: i64,
+    payload: &'a [u8],
+    body: Vec<u8>,
+    ttl: i32,
+}
+
+/// TTL 0 means "no TTL": live rows are kept until they reach a terminal state.
+fn ttl_of(ttl_seconds: Option<u32>) -> i32 {
+    ttl_seconds.map_or(0, |t| t.min(i32::MAX as u32) as i32)
+}
+
+#[derive(DeserializeRow)]
+struct BodyRow {
+    transaction_id: String,
+    status: Option<String>,
+    generation: Option<i64>,
+    payload: Option<Vec<u8>>,
+    body: Option<Vec<u8>>,
+}
+
+impl BodyRow {
+    fn into_state(self, service: &str, transaction_id: &str) -> StoreResult<TxState> {
+        let status = parse_status(self.status, service, transaction_id)?;
+        let what = format!("{service}/{transaction_id}");
+        let mut body = Body::decode_stored(self.body.as_deref().unwrap_or_default(), &what)?;
+        Ok(TxState {
+            service: service.to_string(),
+            transaction_id: transaction_id.to_string(),
+            status,
+            generation: self.generation.unwrap_or(0),
+            attempt: body.attempt,
+            payload: self.payload.unwrap_or_default(),
+            policy: body.policy_or_default(),
+            attributes: body.attributes,
+            first_enqueued_at_ms: body.first_enqueued_at_ms,
+            last_enqueued_at_ms: body.last_enqueued_at_ms,
+            updated_at_ms: body.updated_at_ms,
+            due_at_ms: body.due_at_ms,
+            last_error: body.last_error,
+            location: body.location.map(LocationBody::location),
+            enqueue_count: body.enqueue_count,
+            delivery_count: body.delivery_count,
+            legacy_columns: false,
+        })
+    }
+}
+
+fn parse_status(
+    status: Option<String>,
+    service: &str,
+    transaction_id: &str,
+) -> StoreResult<Status> {
+    let status_text = status.unwrap_or_default();
+    Status::parse(&status_text).ok_or_else(|| {
+        StoreError::Internal(format!(
+            "state row {service}/{transaction_id} has unknown status {status_text:?}"
+        ))
+    })
+}
+
+/// A state row written before schema 0007, one column per field.
 #[derive(DeserializeRow)]
 struct StateRow {
     transaction_id: String,
@@ -783,12 +957,7 @@ impl StateRow {
             v.map(|ms| Duration::from_millis(ms.max(0) as u64))
                 .unwrap_or(dflt)
         };
-        let status_text = self.status.unwrap_or_default();
-        let status = Status::parse(&status_text).ok_or_else(|| {
-            StoreError::Internal(format!(
-                "state row {service}/{transaction_id} has unknown status {status_text:?}"
-            ))
-        })?;
+        let status = parse_status(self.status, service, transaction_id)?;
         let location = match (
             self.loc_day,
             self.loc_window,
@@ -848,6 +1017,7 @@ impl StateRow {
             location,
             enqueue_count: self.enqueue_count.unwrap_or(0).max(0) as u32,
             delivery_count: self.delivery_count.unwrap_or(0).max(0) as u32,
+            legacy_columns: true,
         })
     }
 }

@@ -50,6 +50,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0006_state_compaction.cql",
         cql: include_str!("../../../schema/0006_state_compaction.cql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_state_body.cql",
+        cql: include_str!("../../../schema/0007_state_body.cql"),
+    },
 ];
 
 /// Splits a migration file into statements: drops `--` comment lines, splits on `;`.

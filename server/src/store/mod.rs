@@ -7,6 +7,7 @@
 //! that sequence leaves either a pointer without a matching state row (skipped by the
 //! dispatcher) or the full sequence.
 
+pub mod body;
 pub mod cassandra;
 pub mod migrate;
 
@@ -87,6 +88,10 @@ pub struct TxState {
     pub location: Option<Location>,
     pub enqueue_count: u32,
     pub delivery_count: u32,
+    /// The row was written before schema 0007, one column per field: it is written back in
+    /// that layout until it finishes. New rows keep everything but status, generation and
+    /// payload in one `body` cell.
+    pub legacy_columns: bool,
 }
 
 impl TxState {
