@@ -924,7 +924,10 @@ async fn a_state_row_of_the_old_layout_is_read_and_kept_in_it() {
         (r.enqueue_count, r.attempt, r.generation),
         (2, 2, e.generation)
     );
-    assert_eq!(ts_ms(r.first_enqueued_at.as_ref().unwrap()), now - 3_600_000);
+    assert_eq!(
+        ts_ms(r.first_enqueued_at.as_ref().unwrap()),
+        now - 3_600_000
+    );
     let location = r.location.unwrap();
     let row = |id: &'static str| {
         let (cql, ks) = (&n.cql, ks.clone());

@@ -126,6 +126,9 @@ const DIRECTORY_WRITES_PARALLEL: usize = 16;
 /// round); a larger batch goes in chunks of this size, one after the other.
 const ENQUEUE_CHUNK: usize = 512;
 
+/// What one chunk of a batch counts against `max_concurrent_writes`.
+const CHUNK_PERMITS: usize = 32;
+
 /// Directory rows already written by this process, and the bucket counters. Entries for
 /// windows that can no longer be written (the current window and older) are swept.
 #[derive(Debug, Default)]
@@ -358,9 +361,29 @@ impl Writer {
         let n = inputs.len();
         let mut results: Vec<Option<Result<EnqueueOutcome, ApiError>>> = vec![None; n];
         let valid = inputs.iter().filter(|i| i.is_ok()).count();
-        let permits = self.permits.try_acquire_many(valid as u32).ok();
+        // A chunk has at most about CHUNK_PERMITS Cassandra requests in flight at once (its
+        // reads, pointer batches and state batches are bounded), and counts that many against
+        // REBOUND_MAX_CONCURRENT_WRITES, as the same number of concurrent single enqueues would.
+        let permits = self
+            .permits
+            .try_acquire_many(valid.min(CHUNK_PERMITS) as u32)
+            .ok();
+        // 1. Lock every transaction, in one global order so two batches cannot deadlock. The
+        //    clock is read after the locks, so waiting for another writer of the same
+        //    transaction cannot push a window choice into the past.
+        let mut keys: Vec<(&str, &str)> = inputs
+            .iter()
+            .filter(|_| permits.is_some())
+            .flatten()
+            .map(|input| (input.service.as_str(), input.transaction_id.as_str()))
+            .collect();
+        keys.sort_unstable();
+        let mut locks = Vec::with_capacity(keys.len());
+        for (service, transaction_id) in keys {
+            locks.push(self.tx_locks.lock(service, transaction_id).await);
+        }
         let now = self.clock.now_ms();
-        // 1. Context checks (policy, delay, attempt), then the services, as one enqueue does.
+        // 2. Context checks (policy, delay, attempt), then the services, as one enqueue does.
         let mut checked: Vec<(usize, Checked)> = Vec::with_capacity(valid);
         for (i, input) in inputs.into_iter().enumerate() {
             let c = input.and_then(|input| {
@@ -391,16 +414,6 @@ impl Writer {
             }
             None => true,
         });
-        // 2. Lock every transaction, in one global order so two batches cannot deadlock.
-        let mut keys: Vec<(&str, &str)> = checked
-            .iter()
-            .map(|(_, c)| (c.input.service.as_str(), c.input.transaction_id.as_str()))
-            .collect();
-        keys.sort_unstable();
-        let mut _locks = Vec::with_capacity(keys.len());
-        for (service, transaction_id) in keys {
-            _locks.push(self.tx_locks.lock(service, transaction_id).await);
-        }
         // 3. Read the state rows, service by service.
         let mut by_service: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (k, (_, c)) in checked.iter().enumerate() {
@@ -527,6 +540,7 @@ impl Writer {
                 Err(e) => Err(e.into()),
             });
         }
+        drop(locks);
         results
             .into_iter()
             .map(|r| r.expect("every item has a result"))

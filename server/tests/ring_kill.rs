@@ -214,10 +214,22 @@ async fn sigkill_the_compactor_of_four_nodes_during_a_drain() {
                 .await
                 .unwrap()
                 .into_inner();
-            assert!(r.results.iter().all(|r| matches!(
-                r.result,
-                Some(pb::enqueue_retry_result::Result::Response(_))
-            )));
+            let failed: Vec<_> = r
+                .results
+                .iter()
+                .filter(|r| {
+                    !matches!(
+                        r.result,
+                        Some(pb::enqueue_retry_result::Result::Response(_))
+                    )
+                })
+                .collect();
+            assert!(
+                failed.is_empty(),
+                "{} failed, first {:?}",
+                failed.len(),
+                failed[0]
+            );
         }));
     }
     for t in tasks {
