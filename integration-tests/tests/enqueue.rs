@@ -983,6 +983,72 @@ async fn a_state_row_of_the_old_layout_is_read_and_kept_in_it() {
     n.finish().await;
 }
 
+/// `REBOUND_MAX_CONCURRENT_WRITES` bounds batches by the requests they have in flight (32 a
+/// chunk), not by their items: a batch of 100 passes a limit of 40. Batches over the limit get
+/// RESOURCE_EXHAUSTED for their items, naming the setting, and nothing of them is written.
+#[tokio::test]
+async fn the_write_limit_counts_a_batch_chunk_once_and_refuses_cleanly() {
+    let mut cfg = test_config("writelimit");
+    cfg.max_concurrent_writes = 40;
+    let (n, _clock) = TestNode::with_manual_clock(cfg, utc_ms("2026-11-30 09:50:00.000")).await;
+    let batch = |prefix: String| pb::EnqueueRetryBatchRequest {
+        requests: (0..100)
+            .map(|i| req("svc", &format!("{prefix}-{i}"), 0))
+            .collect(),
+    };
+    let mut c = n.client.clone();
+    let alone = batch_outcomes(
+        c.enqueue_retry_batch(batch("a".into()))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert!(
+        alone.iter().all(Result::is_ok),
+        "{:?}",
+        alone.iter().find(|r| r.is_err())
+    );
+
+    let outs = futures::future::join_all((0..8).map(|b| {
+        let mut c = n.client.clone();
+        let request = batch(format!("w{b}"));
+        async move {
+            let out = c.enqueue_retry_batch(request).await.unwrap().into_inner();
+            (b, batch_outcomes(out))
+        }
+    }))
+    .await;
+    let mut accepted: BTreeSet<String> = (0..100).map(|i| format!("a-{i}")).collect();
+    for (b, out) in outs {
+        for (i, r) in out.into_iter().enumerate() {
+            match r {
+                Ok(_) => {
+                    accepted.insert(format!("w{b}-{i}"));
+                }
+                Err(e) => {
+                    assert_eq!(e.code, Code::ResourceExhausted as i32, "{e:?}");
+                    assert!(
+                        e.message.contains("REBOUND_MAX_CONCURRENT_WRITES"),
+                        "{}",
+                        e.message
+                    );
+                }
+            }
+        }
+    }
+    // Written exactly when accepted.
+    let st = states(&n).await;
+    let written: BTreeSet<String> = st.keys().map(|(_, t)| t.clone()).collect();
+    assert_eq!(written, accepted);
+    let pointed: BTreeSet<String> = pointers(&n)
+        .await
+        .into_iter()
+        .map(|p| p.transaction_id)
+        .collect();
+    assert_eq!(pointed, accepted);
+    n.finish().await;
+}
+
 #[tokio::test]
 async fn bad_input_is_refused_by_name_and_writes_nothing() {
     let mut cfg = test_config("bad");
