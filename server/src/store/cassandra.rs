@@ -342,21 +342,10 @@ impl StateIo {
 
     /// Reads the rows of `ids` (of one service) in one query; None where there is none.
     async fn get(&self, service: String, ids: Vec<String>) -> StoreResult<Vec<Option<TxState>>> {
-        let res = self
-            .session
-            .execute_unpaged(&self.get, (&self.region, &self.cluster, &service, &ids))
-            .await
-            .map_err(|e| map_execution_error(&e))?;
-        let rows = res.into_rows_result().map_err(|e| {
-            StoreError::Internal(format!("state read returned no rows result: {e}"))
-        })?;
+        let rows: Vec<BodyRow> = self.select(&self.get, &service, &ids).await?;
         let mut found = std::collections::HashMap::with_capacity(ids.len());
         let mut legacy = Vec::new();
-        for row in rows
-            .rows::<BodyRow>()
-            .map_err(|e| StoreError::Internal(format!("bad state row: {e}")))?
-        {
-            let row = row.map_err(|e| StoreError::Internal(format!("bad state row: {e}")))?;
+        for row in rows {
             if row.body.is_none() {
                 legacy.push(row.transaction_id);
                 continue;
@@ -366,7 +355,13 @@ impl StateIo {
             found.insert(id, state);
         }
         if !legacy.is_empty() {
-            found.extend(self.get_legacy(&service, &legacy).await?);
+            // Rows written before schema 0007, one column per field.
+            let rows: Vec<StateRow> = self.select(&self.get_legacy, &service, &legacy).await?;
+            for row in rows {
+                let id = row.transaction_id.clone();
+                let state = row.into_state(&service, &id)?;
+                found.insert(id, state);
+            }
         }
         let mut out: Vec<Option<TxState>> = Vec::with_capacity(ids.len());
         for (i, id) in ids.iter().enumerate() {
@@ -382,34 +377,27 @@ impl StateIo {
         Ok(out)
     }
 
-    /// Reads rows written before schema 0007, one column per field.
-    async fn get_legacy(
+    /// Runs a state read (`... transaction_id IN ?`) of one service and decodes its rows.
+    async fn select<R>(
         &self,
+        ps: &PreparedStatement,
         service: &str,
         ids: &[String],
-    ) -> StoreResult<Vec<(String, TxState)>> {
-        let res = self
-            .session
-            .execute_unpaged(
-                &self.get_legacy,
-                (&self.region, &self.cluster, service, ids),
-            )
+    ) -> StoreResult<Vec<R>>
+    where
+        R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
+    {
+        let bad = |e: &dyn std::fmt::Display| StoreError::Internal(format!("bad state row: {e}"));
+        self.session
+            .execute_unpaged(ps, (&self.region, &self.cluster, service, ids))
             .await
-            .map_err(|e| map_execution_error(&e))?;
-        let rows = res.into_rows_result().map_err(|e| {
-            StoreError::Internal(format!("state read returned no rows result: {e}"))
-        })?;
-        let mut found = Vec::with_capacity(ids.len());
-        for row in rows
-            .rows::<StateRow>()
-            .map_err(|e| StoreError::Internal(format!("bad state row: {e}")))?
-        {
-            let row = row.map_err(|e| StoreError::Internal(format!("bad state row: {e}")))?;
-            let id = row.transaction_id.clone();
-            let state = row.into_state(service, &id)?;
-            found.push((id, state));
-        }
-        Ok(found)
+            .map_err(|e| map_execution_error(&e))?
+            .into_rows_result()
+            .map_err(|e| StoreError::Internal(format!("state read returned no rows result: {e}")))?
+            .rows::<R>()
+            .map_err(|e| bad(&e))?
+            .map(|row| row.map_err(|e| bad(&e)))
+            .collect()
     }
 }
 
