@@ -311,13 +311,15 @@ impl Writer {
 
     pub async fn enqueue(&self, input: EnqueueInput) -> Result<EnqueueOutcome, ApiError> {
         let _permit = self.permits.try_acquire().map_err(|_| self.busy())?;
+        // The clock is read once the lock is held, as a batch does: however long another
+        // writer of the transaction holds it, the window is chosen from the time of the write.
+        let _lock = self
+            .tx_locks
+            .lock(&input.service, &input.transaction_id)
+            .await;
         let now = self.clock.now_ms();
         let checked = self.check("", input, now)?;
         self.services.touch(&checked.input.service).await?;
-        let _lock = self
-            .tx_locks
-            .lock(&checked.input.service, &checked.input.transaction_id)
-            .await;
         let existing = self
             .store
             .get_state(&checked.input.service, &checked.input.transaction_id)
