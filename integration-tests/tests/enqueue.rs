@@ -1238,6 +1238,67 @@ async fn bad_input_is_refused_by_name_and_writes_nothing() {
     n.finish().await;
 }
 
+/// An enqueue that waits for the lock of its transaction chooses its window from the clock
+/// after the wait. A batch of 500 new services holds the lock of one transaction while it
+/// writes them; a single enqueue of that transaction waits behind it, and the clock moves on
+/// 10 minutes meanwhile: the single is scheduled from the moved clock, not confirmed in the
+/// window the clock gave before the wait.
+#[tokio::test]
+async fn an_enqueue_behind_the_transaction_lock_reads_the_clock_after_the_wait() {
+    let cfg = test_config("lockclock");
+    let (n, clock) = TestNode::with_manual_clock(cfg, utc_ms("2026-11-30 09:00:00.100")).await;
+    // A round only counts when the batch took the lock first and still held it well after
+    // the clock moved; a box too busy for that gets another round.
+    for round in 0..5 {
+        let before = clock_now(&clock);
+        let requests = (0..500)
+            .map(|i| req(&format!("r{round}-s{i:03}"), "t", 3_000))
+            .collect();
+        let mut bc = n.client.clone();
+        let batch = tokio::spawn(async move {
+            bc.enqueue_retry_batch(pb::EnqueueRetryBatchRequest { requests })
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut sc = n.client.clone();
+        let service = format!("r{round}-s000");
+        let single = tokio::spawn(async move { sc.enqueue_retry(req(&service, "t", 3_000)).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        clock.advance(600_000);
+        let moved_at = std::time::Instant::now();
+        let b = batch.await.unwrap().unwrap().into_inner();
+        let held = moved_at.elapsed();
+        let s = single.await.unwrap().unwrap().into_inner();
+        let Some(pb::enqueue_retry_result::Result::Response(first)) = &b.results[0].result else {
+            panic!("batch item 0 failed: {:?}", b.results[0]);
+        };
+        if first.deduplicated || held < Duration::from_millis(100) {
+            eprintln!(
+                "round {round} inconclusive: single first {}, batch done {held:?} after the clock moved",
+                first.deduplicated
+            );
+            continue;
+        }
+        let due_before = ts_ms(first.due_time.as_ref().unwrap());
+        let due_single = ts_ms(s.due_time.as_ref().unwrap());
+        assert!(
+            due_before < before + 600_000,
+            "the batch read the clock before it moved"
+        );
+        assert!(s.deduplicated);
+        assert!(
+            due_single >= before + 600_000 + 3_000,
+            "the single was due at {due_single}, chosen from the clock before the wait ({before}); \
+             the moved clock puts it at {} or later",
+            before + 603_000
+        );
+        assert!(s.generation > first.generation);
+        n.finish().await;
+        return;
+    }
+    panic!("in 5 rounds the batch never held the lock long enough to test the wait");
+}
+
 #[tokio::test]
 async fn batch_gives_each_item_its_own_result() {
     let cfg = test_config("batch");
