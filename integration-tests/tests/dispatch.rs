@@ -765,6 +765,78 @@ async fn max_retry_duration_stops_retries_before_max_attempts() {
     n.finish().await;
 }
 
+/// A cancel and an ack of the same transaction on one node are serialised, so neither undoes
+/// the other: 200 RETRY acks race 200 cancels of the same retries. Whichever comes first, the
+/// cancel answers `cancelled` and the retry ends CANCELLED; the ack either recorded its
+/// attempt (before the cancel) or was refused as stale (after it) and changed nothing.
+#[tokio::test]
+async fn a_cancel_racing_an_ack_is_never_undone() {
+    const N: usize = 200;
+    let cfg = dispatch_config("cancelack");
+    let (n, clock) = TestNode::with_manual_clock(cfg, utc_ms("2026-11-30 10:00:00.100")).await;
+    let mut c = n.client.clone();
+    let requests = (0..N).map(|i| req("svc", &format!("t{i}"), 0)).collect();
+    c.enqueue_retry_batch(pb::EnqueueRetryBatchRequest { requests })
+        .await
+        .unwrap();
+    let mut sub = subscribe(&n.channel, "svc", N as u32).await;
+    clock.advance(3_000);
+    let mut deliveries = Vec::new();
+    while deliveries.len() < N {
+        let d = next_delivery(&mut sub, Duration::from_secs(10))
+            .await
+            .expect("delivery");
+        deliveries.push(d);
+    }
+    let races: Vec<_> = deliveries
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let (ch, mut c) = (n.channel.clone(), n.client.clone());
+            tokio::spawn(async move {
+                let cancel = pb::CancelRetryRequest {
+                    service: "svc".into(),
+                    transaction_id: d.transaction_id.clone(),
+                };
+                // Half the races send the cancel first.
+                let (acked, cancelled) = if i % 2 == 0 {
+                    tokio::join!(ack(&ch, &d, pb::AckOutcome::Retry), c.cancel_retry(cancel))
+                } else {
+                    let (k, a) =
+                        tokio::join!(c.cancel_retry(cancel), ack(&ch, &d, pb::AckOutcome::Retry));
+                    (a, k)
+                };
+                (d.transaction_id, acked, cancelled.unwrap().into_inner())
+            })
+        })
+        .collect();
+    let (mut acked_first, mut stale) = (0, 0);
+    for race in races {
+        let (tx, acked, cancelled) = race.await.unwrap();
+        match &acked {
+            Ok(_) => acked_first += 1,
+            Err(e) if e.code() == Code::FailedPrecondition => stale += 1,
+            Err(e) => panic!("ack of {tx}: {e}"),
+        }
+        assert!(cancelled.cancelled, "cancel of {tx} found it finished");
+        let retry = c
+            .get_retry(pb::GetRetryRequest {
+                service: "svc".into(),
+                transaction_id: tx.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            retry.status,
+            pb::RetryStatus::Cancelled as i32,
+            "{tx}: the cancel answered cancelled, then the ack ({acked:?}) wrote it back"
+        );
+    }
+    eprintln!("{acked_first} acks came first, {stale} were refused as stale");
+    n.finish().await;
+}
+
 fn clock_now(c: &rebound_server::clock::ManualClock) -> i64 {
     use rebound_server::clock::Clock;
     c.now_ms()

@@ -367,6 +367,10 @@ impl Admin {
         let (mut cancelled, mut seen, mut keep) = (0u64, 0u64, false);
         while let Some(p) = pointers.try_next().await? {
             seen += 1;
+            let _lock = self
+                .writer
+                .lock_transaction(service, &p.transaction_id)
+                .await;
             let state = self.store.get_state(service, &p.transaction_id).await?;
             match PointerState::of(&p, state, self.clock.now_ms(), self.orphan_grace_ms) {
                 PointerState::Live(s) if generation_ms(s.generation) < before => {
@@ -598,6 +602,10 @@ impl Admin {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
         for letter in batch {
             tick.tick().await;
+            let _lock = self
+                .writer
+                .lock_transaction(&letter.service, &letter.transaction_id)
+                .await;
             let now = self.clock.now_ms();
             let state = self
                 .store

@@ -356,6 +356,9 @@ impl ExecutorApi {
             inflight.work.state.service.clone(),
             inflight.work.state.transaction_id.clone(),
         );
+        // The read, the generation check and the write happen under the transaction's lock,
+        // so a cancel or enqueue on this node cannot land between them and be undone.
+        let _lock = d.lock_transaction(&service, &txid).await;
         let current = match d.store_state(&service, &txid).await {
             Ok(s) => s,
             Err(e) => {

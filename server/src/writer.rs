@@ -190,10 +190,12 @@ fn pointer_writes(store: Arc<dyn RetryStore>) -> Arc<PointerWrites> {
     )
 }
 
-/// One lock per transaction being enqueued or cancelled on this node. Two concurrent enqueues
-/// of one transaction (a client retrying its call while the first is still in flight) would
-/// otherwise race their pointer and state writes and could leave the state row naming the
-/// generation of a pointer that the other overwrote: a retry nobody would deliver. Entries
+/// One lock per transaction whose state row this node is reading to decide a write: enqueue,
+/// cancel, an ack, an expired delivery, a redrive or a purge. Two concurrent enqueues of one
+/// transaction (a client retrying its call while the first is still in flight) would otherwise
+/// race their pointer and state writes and could leave the state row naming the generation of
+/// a pointer that the other overwrote: a retry nobody would deliver. A cancel racing an ack
+/// could answer "cancelled" and then see the ack write the retry back as SCHEDULED. Entries
 /// live only while someone holds or waits for them.
 #[derive(Debug, Default)]
 struct TxLocks(Mutex<LockMap>);
@@ -219,7 +221,8 @@ impl Default for LockMap {
 type TxKey = (String, String);
 const TX_LOCKS_SWEEP_AT: usize = 4096;
 
-struct TxLock<'a> {
+/// The lock of one transaction, held until dropped.
+pub struct TxLock<'a> {
     locks: &'a TxLocks,
     key: TxKey,
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
@@ -298,6 +301,12 @@ impl Writer {
     pub fn pointer_writes(&self) -> (u64, u64) {
         let c = self.pointers.counts();
         (c.flushes, c.items)
+    }
+
+    /// Holds the lock of one transaction (see [`TxLocks`]) for a read-decide-write of its state
+    /// row outside the writer. Not reentrant: nothing called while holding it may take it.
+    pub async fn lock_transaction(&self, service: &str, transaction_id: &str) -> TxLock<'_> {
+        self.tx_locks.lock(service, transaction_id).await
     }
 
     pub fn grid(&self) -> WindowGrid {

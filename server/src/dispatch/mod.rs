@@ -125,6 +125,15 @@ impl Dispatcher {
         }
     }
 
+    /// Holds the lock of one transaction on this node (see `Writer::lock_transaction`).
+    pub async fn lock_transaction<'a>(
+        &'a self,
+        service: &str,
+        transaction_id: &str,
+    ) -> crate::writer::TxLock<'a> {
+        self.writer.lock_transaction(service, transaction_id).await
+    }
+
     pub async fn store_state(
         &self,
         service: &str,
@@ -269,6 +278,10 @@ impl Dispatcher {
 
     async fn resolve_expired(self: &Arc<Self>, mut work: Work, error: String) {
         loop {
+            let lock = self
+                .writer
+                .lock_transaction(&work.state.service, &work.state.transaction_id)
+                .await;
             let current = match self
                 .store
                 .get_state(&work.state.service, &work.state.transaction_id)
@@ -277,6 +290,7 @@ impl Dispatcher {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read state of an expired delivery, will retry");
+                    drop(lock);
                     if self.stopping() {
                         return;
                     }
@@ -297,6 +311,7 @@ impl Dispatcher {
                 };
                 if let Err(e) = self.resolve(state, work.deliveries, outcome).await {
                     tracing::warn!(error = %e, "cannot record an expired delivery, will retry");
+                    drop(lock);
                     if self.stopping() {
                         return;
                     }
