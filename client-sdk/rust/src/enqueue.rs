@@ -126,7 +126,8 @@ impl From<EnqueueBuilder> for pb::EnqueueRetryRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Enqueued {
     pub transaction_id: String,
-    /// When the retry first becomes eligible for delivery: the start of its window.
+    /// When the retry first becomes eligible for delivery: the end of its window (it is read
+    /// once the window has ended, plus the skew margin).
     pub due_time: SystemTime,
     pub generation: u64,
     /// True when the transaction was already pending and this call rescheduled or confirmed it.

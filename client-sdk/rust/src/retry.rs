@@ -88,7 +88,7 @@ pub struct Retry {
     pub attempt: u32,
     /// Bumped each time the retry is rescheduled; stale deliveries carry an older one.
     pub generation: u64,
-    /// When the retry becomes (or became) eligible for delivery: the start of its window.
+    /// When the retry becomes (or became) eligible for delivery: the end of its window.
     pub due_time: SystemTime,
     /// The most recent failure reported by the producer or an executor, if any.
     pub last_error: Option<String>,

@@ -35,7 +35,7 @@ pub struct Job {
     pub attempt: u32,
     pub payload: Vec<u8>,
     pub attributes: HashMap<String, String>,
-    /// When the retry became due: the start of its window.
+    /// When the retry became due: the end of its window.
     pub due_time: SystemTime,
     pub first_enqueued_at: SystemTime,
     /// The failure reported by the producer or by the previous attempt, if any.
