@@ -330,6 +330,27 @@ async fn flow_control_sharing_and_redelivery_after_the_deadline() {
         .unwrap()
         .into_inner();
     assert!(ts_ms(ext.ack_deadline.as_ref().unwrap()) >= start + 62_000);
+    // A malformed id is refused by name; an unknown one is not in flight.
+    for (id, code) in [
+        (String::new(), Code::InvalidArgument),
+        ("x".repeat(129), Code::InvalidArgument),
+        ("no-such-delivery".to_string(), Code::NotFound),
+    ] {
+        let e = ExecutorServiceClient::new(n.channel.clone())
+            .extend_deadline(pb::ExtendDeadlineRequest {
+                delivery_id: id,
+                extension: Some(prost_types::Duration {
+                    seconds: 60,
+                    nanos: 0,
+                }),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), code, "{e}");
+        if code == Code::InvalidArgument {
+            assert!(e.message().contains("delivery_id"), "{e}");
+        }
+    }
     for d in got_a[1..].iter().chain(std::iter::once(&more)) {
         ack(&n.channel, d, pb::AckOutcome::Succeeded).await.unwrap();
     }

@@ -247,17 +247,23 @@ impl Drop for Subscription {
     }
 }
 
+/// A delivery id as the node issues them: 1 to 128 bytes.
+fn delivery_id(field: &str, id: &str) -> Result<(), ApiError> {
+    if id.is_empty() || id.len() > 128 {
+        return Err(ApiError::invalid(
+            field,
+            "must be the 1-128 byte id of a delivery",
+        ));
+    }
+    Ok(())
+}
+
 fn ack_outcome(
     r: &pb::AckRequest,
     max_delay: std::time::Duration,
     prefix: &str,
 ) -> Result<AttemptOutcome, ApiError> {
-    if r.delivery_id.is_empty() || r.delivery_id.len() > 128 {
-        return Err(ApiError::invalid(
-            format!("{prefix}delivery_id"),
-            "must be the 1-128 byte id of a delivery",
-        ));
-    }
+    delivery_id(&format!("{prefix}delivery_id"), &r.delivery_id)?;
     if r.error.len() > validate::MAX_LAST_ERROR_BYTES {
         return Err(ApiError::invalid(
             format!("{prefix}error"),
@@ -478,6 +484,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         r: Request<pb::ExtendDeadlineRequest>,
     ) -> Result<Response<pb::ExtendDeadlineResponse>, Status> {
         let r = r.into_inner();
+        delivery_id("delivery_id", &r.delivery_id)?;
         let ext = r
             .extension
             .as_ref()
