@@ -1272,19 +1272,19 @@ async fn an_enqueue_behind_the_transaction_lock_reads_the_clock_after_the_wait()
         let Some(pb::enqueue_retry_result::Result::Response(first)) = &b.results[0].result else {
             panic!("batch item 0 failed: {:?}", b.results[0]);
         };
-        if first.deduplicated || held < Duration::from_millis(100) {
+        let due_before = ts_ms(first.due_time.as_ref().unwrap());
+        // The batch must have taken the lock first (the single found its row), before the
+        // clock moved (its window is the old one), and held it well after.
+        let batch_locked_late = due_before >= before + 600_000;
+        if first.deduplicated || batch_locked_late || held < Duration::from_millis(100) {
             eprintln!(
-                "round {round} inconclusive: single first {}, batch done {held:?} after the clock moved",
+                "round {round} inconclusive: single first {}, batch locked after the move {batch_locked_late}, \
+                 batch done {held:?} after the clock moved",
                 first.deduplicated
             );
             continue;
         }
-        let due_before = ts_ms(first.due_time.as_ref().unwrap());
         let due_single = ts_ms(s.due_time.as_ref().unwrap());
-        assert!(
-            due_before < before + 600_000,
-            "the batch read the clock before it moved"
-        );
         assert!(s.deduplicated);
         assert!(
             due_single >= before + 600_000 + 3_000,
