@@ -5,7 +5,7 @@
 //!
 //! usage:
 //!   bench rebound --addr http://127.0.0.1:50090 --pid PID --keyspace KS --n N --out F
-//!   bench raw --n N --out F
+//!   bench raw --n N [--singles S (min(N, 20000))] --out F
 //!   bench naive --n N --out F
 //!   bench costs --cassandra-pid PID --n N --out F   (Cassandra CPU per state-row operation)
 //! common: --concurrency C (32) --cassandra HOST:PORT (127.0.0.1:9042) --late L (lateness
@@ -550,7 +550,7 @@ async fn raw(a: &Args) -> anyhow::Result<J> {
             CqlTimestamp(now_ms()),
         )
     };
-    let singles = n.min(20_000);
+    let singles: usize = a.get("singles", n.min(20_000))?;
     eprintln!("raw: {singles} single inserts at concurrency {conc}");
     let (single_ops, single_lat) = closed_loop(singles, conc, |i| {
         let s = s.clone();
