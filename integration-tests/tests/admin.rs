@@ -177,6 +177,70 @@ async fn service_policy_is_stored_listed_and_applied_to_new_enqueues() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
+    // Every call about one service's data answers NOT_FOUND for a service that was never
+    // enqueued to nor configured (a typo must not read as an empty service) and creates none.
+    let unknown = |r: Result<_, tonic::Status>, call: &str| {
+        let e = r
+            .err()
+            .unwrap_or_else(|| panic!("{call} on an unknown service succeeded"));
+        assert_eq!(e.code(), Code::NotFound, "{call}: {e:?}");
+        assert!(e.message().contains("\"payments\""), "{call}: {e:?}");
+    };
+    let svc = || "payments".to_string();
+    unknown(
+        a.get_stats(pb::GetStatsRequest {
+            service: svc(),
+            ..Default::default()
+        })
+        .await
+        .map(drop),
+        "GetStats",
+    );
+    unknown(
+        a.list_dead_letters(pb::ListDeadLettersRequest {
+            service: svc(),
+            ..Default::default()
+        })
+        .await
+        .map(drop),
+        "ListDeadLetters",
+    );
+    unknown(
+        a.redrive_dead_letters(pb::RedriveDeadLettersRequest {
+            service: svc(),
+            ..Default::default()
+        })
+        .await
+        .map(drop),
+        "RedriveDeadLetters",
+    );
+    unknown(
+        a.purge_dead_letters(pb::PurgeDeadLettersRequest {
+            service: svc(),
+            ..Default::default()
+        })
+        .await
+        .map(drop),
+        "PurgeDeadLetters",
+    );
+    unknown(
+        a.purge_service(pb::PurgeServiceRequest {
+            service: svc(),
+            ..Default::default()
+        })
+        .await
+        .map(drop),
+        "PurgeService",
+    );
+    // A bad name is still INVALID_ARGUMENT, checked first.
+    invalid(
+        a.get_stats(pb::GetStatsRequest {
+            service: "bad name".into(),
+            ..Default::default()
+        })
+        .await,
+        "service",
+    );
     assert!(a
         .list_services(pb::ListServicesRequest {})
         .await

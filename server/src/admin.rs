@@ -59,6 +59,12 @@ pub struct Admin {
     pub dead_letter_retention_seconds: u32,
 }
 
+fn unknown_service(service: &str) -> ApiError {
+    ApiError::NotFound(format!(
+        "no service {service:?}: it was never enqueued to nor configured"
+    ))
+}
+
 /// The time a generation was made (its high bits; see `writer::new_generation`).
 fn generation_ms(generation: i64) -> i64 {
     generation >> 20
@@ -157,6 +163,17 @@ impl Admin {
         validate::service("service", service)
     }
 
+    /// A valid name of a service that exists: one that was enqueued to or configured (it has
+    /// a row in `services`). DESIGN.md: an unknown service is NOT_FOUND, so a mistyped name
+    /// reads as a mistake rather than as an empty service.
+    async fn existing(&self, service: &str) -> Result<(), ApiError> {
+        self.known(service)?;
+        if self.services.get(service).is_some() || self.services.load(service).await?.is_some() {
+            return Ok(());
+        }
+        Err(unknown_service(service))
+    }
+
     pub async fn list_services(&self) -> Result<pb::ListServicesResponse, ApiError> {
         self.services.refresh().await?;
         Ok(pb::ListServicesResponse {
@@ -173,9 +190,7 @@ impl Admin {
         self.known(service)?;
         match self.services.load(service).await? {
             Some(s) => Ok(service_info(&s, &self.services)),
-            None => Err(ApiError::NotFound(format!(
-                "no service {service:?}: it was never enqueued to nor configured"
-            ))),
+            None => Err(unknown_service(service)),
         }
     }
 
@@ -303,6 +318,7 @@ impl Admin {
                 ))
             }
         };
+        self.existing(&r.service).await?;
         let mut resp = pb::PurgeServiceResponse {
             done: true,
             before: Some(ts(before)),
@@ -487,6 +503,7 @@ impl Admin {
             r.to.as_ref(),
             &r.error_contains,
         )?;
+        self.existing(&r.service).await?;
         let page_size = match r.page_size {
             0 => 100,
             n if n <= 1000 => n as usize,
@@ -546,6 +563,7 @@ impl Admin {
             r.to.as_ref(),
             &r.error_contains,
         )?;
+        self.existing(&r.service).await?;
         let delay = r
             .delay
             .as_ref()
@@ -634,6 +652,7 @@ impl Admin {
         r: &pb::PurgeDeadLettersRequest,
     ) -> Result<pb::PurgeDeadLettersResponse, ApiError> {
         let q = self.letter_query(&r.service, r.from.as_ref(), r.to.as_ref(), "")?;
+        self.existing(&r.service).await?;
         let mut purged = 0u64;
         for day in Self::days(&q) {
             let (start, end) = (i64::from(day) * DAY_MS, i64::from(day + 1) * DAY_MS);
@@ -681,7 +700,12 @@ impl Admin {
 
     pub async fn stats(&self, r: &pb::GetStatsRequest) -> Result<pb::GetStatsResponse, ApiError> {
         if !r.service.is_empty() {
-            self.known(&r.service)?;
+            if r.local_only {
+                // A peer asking for its in-flight counts: the asking node checked the name.
+                self.known(&r.service)?;
+            } else {
+                self.existing(&r.service).await?;
+            }
         }
         let only = (!r.service.is_empty()).then_some(r.service.as_str());
         let (local, me) = self.local_stats();
