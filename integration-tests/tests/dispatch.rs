@@ -862,3 +862,102 @@ fn clock_now(c: &rebound_server::clock::ManualClock) -> i64 {
     use rebound_server::clock::Clock;
     c.now_ms()
 }
+
+/// DESIGN.md "Bad input and overload": memory stays bounded whatever executors ask for. A
+/// node refuses streams beyond `max_subscribers` with RESOURCE_EXHAUSTED, and holds at most
+/// `max_in_flight_bytes` of unacknowledged payload: further deliveries wait for acks even
+/// though the stream asked for more.
+#[tokio::test]
+async fn streams_and_bytes_in_flight_are_bounded_node_wide() {
+    let mut cfg = dispatch_config("bounds");
+    cfg.max_subscribers = 2;
+    cfg.max_in_flight_bytes = 1 << 20;
+    let start = utc_ms("2026-11-30 12:00:00.100");
+    let (n, clock) = TestNode::with_manual_clock(cfg, start).await;
+    let mut c = n.client.clone();
+    // 200 KiB each: five fit in the 1 MiB budget, a sixth does not.
+    for i in 0..8 {
+        let mut r = req("svc", &format!("t{i}"), 0);
+        r.payload = vec![b'p'; 200 << 10];
+        c.enqueue_retry(r).await.unwrap();
+    }
+    let open = |service: &'static str| {
+        let ch = n.channel.clone();
+        async move {
+            ExecutorServiceClient::new(ch)
+                .subscribe(pb::SubscribeRequest {
+                    service: service.into(),
+                    executor_id: "test".into(),
+                    max_in_flight: 10,
+                })
+                .await
+                .map(|r| r.into_inner())
+        }
+    };
+    let mut a = open("svc").await.unwrap();
+    let b = open("other").await.unwrap();
+    let e = open("third").await.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("REBOUND_MAX_SUBSCRIBERS"), "{e:?}");
+
+    clock.set(start + 2_500);
+    let mut held = Vec::new();
+    while let Some(d) = next_delivery(&mut a, Duration::from_millis(1_500)).await {
+        assert_eq!(d.payload.len(), 200 << 10);
+        held.push(d);
+    }
+    assert_eq!(
+        held.len(),
+        5,
+        "the byte budget holds 5 of the 8 due deliveries"
+    );
+    // Two acks make room for two more, not for three.
+    let mut seen: Vec<String> = held.iter().map(|d| d.transaction_id.clone()).collect();
+    for d in held.drain(..2) {
+        ack(&n.channel, &d, pb::AckOutcome::Succeeded)
+            .await
+            .unwrap();
+    }
+    while let Some(d) = next_delivery(&mut a, Duration::from_millis(1_500)).await {
+        seen.push(d.transaction_id.clone());
+        held.push(d);
+    }
+    assert_eq!(held.len(), 5, "still at the budget after two acks");
+    assert_eq!(seen.len(), 7);
+    for d in std::mem::take(&mut held) {
+        ack(&n.channel, &d, pb::AckOutcome::Succeeded)
+            .await
+            .unwrap();
+    }
+    let last = next_delivery(&mut a, Duration::from_secs(10))
+        .await
+        .expect("the eighth delivery once the budget frees");
+    seen.push(last.transaction_id.clone());
+    ack(&n.channel, &last, pb::AckOutcome::Succeeded)
+        .await
+        .unwrap();
+    seen.sort();
+    let deliveries = seen.len();
+    seen.dedup();
+    assert_eq!(seen.len(), 8, "every retry delivered: {seen:?}");
+    assert_eq!(deliveries, 8, "and each once");
+
+    // A closed stream frees its place.
+    drop(b);
+    let started = std::time::Instant::now();
+    let third = loop {
+        match open("third").await {
+            Ok(s) => break s,
+            Err(e) => {
+                assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "no stream slot 10 s after a close"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    drop(third);
+    n.finish().await;
+}

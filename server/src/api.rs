@@ -430,7 +430,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
             )
             .into());
         }
-        let (id, rx) = self.dispatcher.hub.subscribe(&r.service, r.max_in_flight);
+        let (id, rx) = self.dispatcher.hub.subscribe(&r.service, r.max_in_flight)?;
         tracing::info!(service = %r.service, executor_id = %r.executor_id, subscriber = id, max_in_flight = r.max_in_flight, "executor subscribed");
         Ok(Response::new(Box::pin(Subscription {
             id,

@@ -42,6 +42,11 @@ pub struct Config {
     pub max_batch_items: usize,
     /// Concurrent enqueues beyond this are shed with RESOURCE_EXHAUSTED.
     pub max_concurrent_writes: usize,
+    /// Open `Subscribe` streams on this node; more are refused with RESOURCE_EXHAUSTED.
+    pub max_subscribers: usize,
+    /// Payload, attribute and error bytes of this node's unacknowledged deliveries; at the
+    /// budget, further deliveries wait (in Cassandra) for acks.
+    pub max_in_flight_bytes: usize,
     pub shutdown_grace_ms: u64,
     /// How long dead letters are kept.
     pub dead_letter_retention_seconds: u32,
@@ -104,6 +109,8 @@ impl Default for Config {
             terminal_ttl_seconds: 3_600,
             max_batch_items: 1_000,
             max_concurrent_writes: 4_096,
+            max_subscribers: 1_024,
+            max_in_flight_bytes: 256 << 20,
             shutdown_grace_ms: 5_000,
             dead_letter_retention_seconds: 14 * 86_400,
             scan_interval_ms: 500,
@@ -152,6 +159,8 @@ struct FileConfig {
     terminal_ttl_seconds: Option<u32>,
     max_batch_items: Option<usize>,
     max_concurrent_writes: Option<usize>,
+    max_subscribers: Option<usize>,
+    max_in_flight_bytes: Option<usize>,
     shutdown_grace_ms: Option<u64>,
     dead_letter_retention_seconds: Option<u32>,
     scan_interval_ms: Option<u64>,
@@ -253,6 +262,8 @@ impl Config {
         set(&mut self.terminal_ttl_seconds, f.terminal_ttl_seconds);
         set(&mut self.max_batch_items, f.max_batch_items);
         set(&mut self.max_concurrent_writes, f.max_concurrent_writes);
+        set(&mut self.max_subscribers, f.max_subscribers);
+        set(&mut self.max_in_flight_bytes, f.max_in_flight_bytes);
         set(&mut self.shutdown_grace_ms, f.shutdown_grace_ms);
         set(
             &mut self.dead_letter_retention_seconds,
@@ -347,6 +358,8 @@ impl Config {
         num!("REBOUND_TERMINAL_TTL_SECONDS", terminal_ttl_seconds);
         num!("REBOUND_MAX_BATCH_ITEMS", max_batch_items);
         num!("REBOUND_MAX_CONCURRENT_WRITES", max_concurrent_writes);
+        num!("REBOUND_MAX_SUBSCRIBERS", max_subscribers);
+        num!("REBOUND_MAX_IN_FLIGHT_BYTES", max_in_flight_bytes);
         num!("REBOUND_SHUTDOWN_GRACE_MS", shutdown_grace_ms);
         num!(
             "REBOUND_DEAD_LETTER_RETENTION_SECONDS",
@@ -515,6 +528,18 @@ impl Config {
             1_000_000,
         )?;
         range(
+            "REBOUND_MAX_SUBSCRIBERS",
+            self.max_subscribers as u64,
+            1,
+            1_000_000,
+        )?;
+        range(
+            "REBOUND_MAX_IN_FLIGHT_BYTES",
+            self.max_in_flight_bytes as u64,
+            1 << 20,
+            1 << 40,
+        )?;
+        range(
             "REBOUND_DEAD_LETTER_RETENTION_SECONDS",
             u64::from(self.dead_letter_retention_seconds),
             60,
@@ -643,6 +668,10 @@ mod tests {
         assert_eq!(c.max_payload_bytes, 262_144);
         assert_eq!(c.max_delay_seconds, 2_592_000);
         assert_eq!(
+            (c.max_subscribers, c.max_in_flight_bytes),
+            (1_024, 268_435_456)
+        );
+        assert_eq!(
             (c.region.as_str(), c.cluster.as_str()),
             ("local", "default")
         );
@@ -689,6 +718,8 @@ mod tests {
             ("REBOUND_KEYSPACE", "bad-name"),
             ("REBOUND_REGION", "a b"),
             ("REBOUND_CONSISTENCY", "SOMETIMES"),
+            ("REBOUND_MAX_SUBSCRIBERS", "0"),
+            ("REBOUND_MAX_IN_FLIGHT_BYTES", "1000"),
         ] {
             let err = Config::load(None, &env(&[(k, v)]), &Overrides::default()).unwrap_err();
             assert_eq!(err.key, k, "{k}={v} gave {err}");

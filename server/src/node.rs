@@ -15,7 +15,10 @@ use crate::{
     clock::SharedClock,
     compactor::Compactor,
     config::Config,
-    dispatch::{hub::Hub, DispatchOptions, Dispatcher},
+    dispatch::{
+        hub::{Hub, HubLimits},
+        DispatchOptions, Dispatcher,
+    },
     ownership::Ownership,
     ring::{LeaseRing, RingOptions},
     services::Services,
@@ -147,7 +150,14 @@ impl Node {
             services.clone(),
         ));
         let (shutdown, mut stop_rx) = watch::channel(false);
-        let hub = Arc::new(Hub::new(clock.clone(), boot_epoch));
+        let hub = Arc::new(Hub::new(
+            clock.clone(),
+            boot_epoch,
+            HubLimits {
+                max_subscribers: config.max_subscribers,
+                max_in_flight_bytes: config.max_in_flight_bytes,
+            },
+        ));
         let dispatcher = Arc::new(Dispatcher::new(
             hub.clone(),
             store.clone(),

@@ -8,6 +8,12 @@
 //! subscriber; the bucket worker that produced it waits on `Work::done` until the retry is
 //! resolved (acknowledged, rescheduled or dead-lettered), which is what lets it delete the
 //! bucket afterwards.
+//!
+//! Memory is bounded whatever executors ask for (DESIGN.md "Bad input and overload"): at most
+//! `max_subscribers` streams, and at most `max_in_flight_bytes` of payload, attributes and
+//! errors held by unacknowledged deliveries. At that budget a delivery waits for acks (its
+//! retry stays in Cassandra); one delivery always fits when nothing is in flight, so a payload
+//! larger than the budget still goes out.
 
 use std::{
     collections::HashMap,
@@ -21,7 +27,7 @@ use std::{
 use rebound_proto::v1 as pb;
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::{api::ts, clock::SharedClock, store::TxState};
+use crate::{api::ts, clock::SharedClock, error::ApiError, store::TxState};
 
 /// A due retry on its way to an executor.
 #[derive(Debug)]
@@ -60,11 +66,44 @@ pub struct InFlight {
     _permit: OwnedSemaphorePermit,
 }
 
+/// What one delivery holds in memory beyond its fixed fields.
+fn held_bytes(s: &TxState) -> usize {
+    s.payload.len()
+        + s.last_error.len()
+        + s.attributes
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     services: HashMap<String, Vec<Arc<Subscriber>>>,
     next: HashMap<String, usize>,
     inflight: HashMap<String, InFlight>,
+    /// `held_bytes` summed over `inflight`.
+    inflight_bytes: usize,
+    streams: usize,
+}
+
+impl Inner {
+    fn add_inflight(&mut self, delivery_id: String, f: InFlight) {
+        self.inflight_bytes += held_bytes(&f.work.state);
+        self.inflight.insert(delivery_id, f);
+    }
+
+    fn remove_inflight(&mut self, delivery_id: &str) -> Option<InFlight> {
+        let f = self.inflight.remove(delivery_id)?;
+        self.inflight_bytes -= held_bytes(&f.work.state);
+        Some(f)
+    }
+}
+
+/// Node-wide bounds of the hub (`REBOUND_MAX_SUBSCRIBERS`, `REBOUND_MAX_IN_FLIGHT_BYTES`).
+#[derive(Debug, Clone, Copy)]
+pub struct HubLimits {
+    pub max_subscribers: usize,
+    pub max_in_flight_bytes: usize,
 }
 
 #[derive(Debug)]
@@ -74,19 +113,24 @@ pub struct Hub {
     clock: SharedClock,
     ids: AtomicU64,
     boot_epoch: i64,
+    limits: HubLimits,
 }
+
+/// The receiving end of one stream's deliveries.
+pub type Deliveries = mpsc::Receiver<Result<pb::Delivery, tonic::Status>>;
 
 /// Items handed back by a closed stream or an expired deadline, to deliver again.
 pub type Requeue = mpsc::UnboundedSender<Work>;
 
 impl Hub {
-    pub fn new(clock: SharedClock, boot_epoch: i64) -> Self {
+    pub fn new(clock: SharedClock, boot_epoch: i64, limits: HubLimits) -> Self {
         Self {
             inner: Mutex::new(Inner::default()),
             changed: Notify::new(),
             clock,
             ids: AtomicU64::new(1),
             boot_epoch,
+            limits,
         }
     }
 
@@ -94,12 +138,21 @@ impl Hub {
         self.inner.lock().expect("hub lock")
     }
 
-    /// Registers a stream; returns its id and the receiving end.
+    /// Registers a stream; returns its id and the receiving end. Refused with
+    /// RESOURCE_EXHAUSTED when the node has `max_subscribers` streams open.
     pub fn subscribe(
         &self,
         service: &str,
         max_in_flight: u32,
-    ) -> (u64, mpsc::Receiver<Result<pb::Delivery, tonic::Status>>) {
+    ) -> Result<(u64, Deliveries), ApiError> {
+        let mut inner = self.lock();
+        if inner.streams >= self.limits.max_subscribers {
+            return Err(ApiError::ResourceExhausted(format!(
+                "this node has {} Subscribe streams open, its limit (REBOUND_MAX_SUBSCRIBERS); \
+                 subscribe on another node or close idle streams",
+                inner.streams
+            )));
+        }
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(max_in_flight as usize + 1);
         let sub = Arc::new(Subscriber {
@@ -107,13 +160,15 @@ impl Hub {
             tx,
             slots: Arc::new(Semaphore::new(max_in_flight as usize)),
         });
-        self.lock()
+        inner
             .services
             .entry(service.to_string())
             .or_default()
             .push(sub);
+        inner.streams += 1;
+        drop(inner);
         self.changed.notify_waiters();
-        (id, rx)
+        Ok((id, rx))
     }
 
     /// Removes a closed stream and returns its unacknowledged work for redelivery.
@@ -126,6 +181,9 @@ impl Hub {
                 service = Some(name.clone());
                 break;
             }
+        }
+        if service.is_some() {
+            inner.streams -= 1;
         }
         if let Some(name) = service {
             if inner.services.get(&name).is_some_and(|s| s.is_empty()) {
@@ -141,7 +199,7 @@ impl Hub {
             .collect();
         let mut out = Vec::new();
         for k in ids {
-            if let Some(f) = inner.inflight.remove(&k) {
+            if let Some(f) = inner.remove_inflight(&k) {
                 let mut w = f.work;
                 w.deliveries += 1;
                 out.push(w);
@@ -180,6 +238,11 @@ impl Hub {
         let Some(subs) = inner.services.get(&service).cloned() else {
             return Err(work);
         };
+        if inner.inflight_bytes > 0
+            && inner.inflight_bytes + held_bytes(&work.state) > self.limits.max_in_flight_bytes
+        {
+            return Err(work);
+        }
         let start = inner.next.get(&service).copied().unwrap_or(0);
         let n = subs.len();
         let mut order: Vec<usize> = (0..n).map(|k| (start + k) % n).collect();
@@ -206,7 +269,7 @@ impl Hub {
             }
             tracing::trace!(subscriber = sub.id, transaction_id = %work.state.transaction_id, "delivered");
             inner.next.insert(service.clone(), i + 1);
-            inner.inflight.insert(
+            inner.add_inflight(
                 delivery_id,
                 InFlight {
                     work,
@@ -242,7 +305,7 @@ impl Hub {
 
     /// Takes a delivery out of flight (for an ack). Its slot is freed.
     pub fn take(&self, delivery_id: &str) -> Option<InFlight> {
-        let f = self.lock().inflight.remove(delivery_id);
+        let f = self.lock().remove_inflight(delivery_id);
         if f.is_some() {
             self.changed.notify_waiters();
         }
@@ -258,7 +321,7 @@ impl Hub {
             .values()
             .any(|subs| subs.iter().any(|s| s.id == f.subscriber));
         if alive {
-            inner.inflight.insert(delivery_id, f);
+            inner.add_inflight(delivery_id, f);
             None
         } else {
             Some(f.work)
@@ -288,7 +351,7 @@ impl Hub {
             .collect();
         let out: Vec<(u64, Work)> = ids
             .into_iter()
-            .filter_map(|k| inner.inflight.remove(&k))
+            .filter_map(|k| inner.remove_inflight(&k))
             .map(|f| {
                 let mut w = f.work;
                 w.deliveries += 1;
@@ -312,6 +375,7 @@ impl Hub {
         let mut inner = self.lock();
         inner.services.clear();
         inner.next.clear();
+        inner.streams = 0;
         drop(inner);
         self.changed.notify_waiters();
     }
