@@ -1210,6 +1210,36 @@ async fn bad_input_is_refused_by_name_and_writes_nothing() {
         "{}",
         err.message()
     );
+    // A message over the node's size limit (4 x the payload cap + 1 MiB) never reaches a
+    // handler; it is still INVALID_ARGUMENT naming the payload and its cap, not tonic's
+    // OUT_OF_RANGE, for one huge payload and for a batch too large as a whole.
+    let mut huge = req("svc", "huge", 0);
+    huge.payload = vec![b'x'; 2 << 20];
+    let err = c.enqueue_retry(huge).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().starts_with("payload: ") && err.message().contains("1000 bytes"),
+        "{}",
+        err.message()
+    );
+    let err = c
+        .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {
+            requests: (0..4)
+                .map(|i| {
+                    let mut r = req("svc", &format!("big{i}"), 0);
+                    r.payload = vec![b'x'; 400_000];
+                    r
+                })
+                .collect(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("fewer items per call"),
+        "{}",
+        err.message()
+    );
     // Get and cancel validate too.
     let err = c
         .get_retry(pb::GetRetryRequest {

@@ -230,7 +230,13 @@ impl Node {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()?;
 
+        let max_payload_bytes = config.max_payload_bytes;
         let router = tonic::transport::Server::builder()
+            .layer(tower::util::MapResponseLayer::new(
+                move |r: http::Response<tonic::body::Body>| {
+                    crate::error::oversized_request(r, max_payload_bytes)
+                },
+            ))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
