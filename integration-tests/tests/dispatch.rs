@@ -961,3 +961,65 @@ async fn streams_and_bytes_in_flight_are_bounded_node_wide() {
     drop(third);
     n.finish().await;
 }
+
+/// A node whose own clock runs 5 s ahead still never delivers early: it runs on Cassandra's
+/// clock (`REBOUND_CLOCK_SYNC`). Without the sync it would place the retry from its fast
+/// clock and read windows 5 s early, delivering a retry due in 3 s about 2 s before it is due.
+#[tokio::test]
+async fn a_node_with_a_fast_clock_runs_on_cassandras_time() {
+    use rebound_server::clock::{Clock, SystemClock};
+    #[derive(Debug)]
+    struct Fast(i64);
+    impl Clock for Fast {
+        fn now_ms(&self) -> i64 {
+            SystemClock.now_ms() + self.0
+        }
+    }
+    let mut cfg = dispatch_config("skew");
+    cfg.clock_sync = true;
+    let n = TestNode::start(cfg, std::sync::Arc::new(Fast(5_000))).await;
+    let mut s = subscribe(&n.channel, "svc", 10).await;
+    let due = SystemClock.now_ms() + 3_000;
+    let mut r = req("svc", "t", 0);
+    r.schedule = Some(pb::enqueue_retry_request::Schedule::DueTime(
+        prost_types::Timestamp {
+            seconds: due / 1000,
+            nanos: ((due % 1000) * 1_000_000) as i32,
+        },
+    ));
+    let resp = n
+        .client
+        .clone()
+        .enqueue_retry(r)
+        .await
+        .unwrap()
+        .into_inner();
+    let window_end = ts_ms(resp.due_time.as_ref().unwrap());
+    assert!(
+        (due..due + 1_500).contains(&window_end),
+        "due {due}, placed in the window ending {window_end}: not on Cassandra's time"
+    );
+    let d = next_delivery(&mut s, Duration::from_secs(15))
+        .await
+        .expect("the retry is delivered");
+    let delivered = SystemClock.now_ms();
+    assert!(
+        delivered >= due,
+        "delivered {} ms before it was due",
+        due - delivered
+    );
+    ack(&n.channel, &d, pb::AckOutcome::Succeeded)
+        .await
+        .unwrap();
+    // Operators see the correction in GetStats.
+    let stats = rebound_proto::v1::admin_service_client::AdminServiceClient::new(n.channel.clone())
+        .get_stats(pb::GetStatsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let offset = stats.nodes[0]
+        .clock_offset_ms
+        .expect("an offset is reported");
+    assert!((-5_300..=-4_700).contains(&offset), "offset {offset} ms");
+    n.finish().await;
+}

@@ -694,6 +694,7 @@ impl Admin {
             in_flight: hub.values().map(|v| v.0).sum(),
             subscribers: hub.values().map(|v| v.1).sum(),
             reachable: true,
+            clock_offset_ms: self.clock.offset_ms(),
         };
         (hub, node)
     }

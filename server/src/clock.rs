@@ -9,6 +9,11 @@ use std::sync::{
 /// Milliseconds since the Unix epoch, UTC.
 pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now_ms(&self) -> i64;
+
+    /// The correction applied to the machine's clock, when this clock applies one.
+    fn offset_ms(&self) -> Option<i64> {
+        None
+    }
 }
 
 pub type SharedClock = Arc<dyn Clock>;
@@ -46,5 +51,70 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A node's clock corrected to Cassandra's: `base + offset`, where the offset is measured
+/// against the coordinator's `currentTimestamp()` (see `node::sync_clock`). Windows are
+/// read `skew_margin` after they end and written no earlier than the next one, which is safe
+/// only while nodes agree on the time to within the margin; measuring every node against the
+/// same database makes that hold even when a node's own clock is off by minutes.
+#[derive(Debug)]
+pub struct ClusterClock {
+    base: SharedClock,
+    offset_ms: AtomicI64,
+}
+
+impl ClusterClock {
+    pub fn new(base: SharedClock) -> Self {
+        Self {
+            base,
+            offset_ms: AtomicI64::new(0),
+        }
+    }
+
+    pub fn base_now_ms(&self) -> i64 {
+        self.base.now_ms()
+    }
+
+    pub fn offset_ms(&self) -> i64 {
+        self.offset_ms.load(Ordering::SeqCst)
+    }
+
+    pub fn set_offset_ms(&self, offset_ms: i64) {
+        self.offset_ms.store(offset_ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ClusterClock {
+    fn now_ms(&self) -> i64 {
+        self.base.now_ms() + ClusterClock::offset_ms(self)
+    }
+
+    fn offset_ms(&self) -> Option<i64> {
+        Some(ClusterClock::offset_ms(self))
+    }
+}
+
+/// One offset sample: the reference time `server_ms` was read between `sent_ms` and
+/// `received_ms` of the local clock. Returns (offset, round trip).
+pub fn offset_sample(sent_ms: i64, server_ms: i64, received_ms: i64) -> (i64, i64) {
+    let rtt = (received_ms - sent_ms).max(0);
+    (server_ms - (sent_ms + rtt / 2), rtt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_is_taken_at_the_middle_of_the_round_trip() {
+        // Local clock 5 s ahead: sent at 105,000, Cassandra read 100,010, back at 105,020.
+        assert_eq!(offset_sample(105_000, 100_010, 105_020), (-5_000, 20));
+        // A clock that stepped back during the call gives a zero round trip, not a negative.
+        assert_eq!(offset_sample(1_000, 1_000, 990), (0, 0));
+        let c = ClusterClock::new(Arc::new(ManualClock::new(50_000)));
+        c.set_offset_ms(-5_000);
+        assert_eq!((c.now_ms(), c.base_now_ms()), (45_000, 50_000));
     }
 }

@@ -47,6 +47,10 @@ pub struct Config {
     /// Payload, attribute and error bytes of this node's unacknowledged deliveries; at the
     /// budget, further deliveries wait (in Cassandra) for acks.
     pub max_in_flight_bytes: usize,
+    /// Run on Cassandra's clock: measure this node's offset from the coordinators'
+    /// `currentTimestamp()` at start and every `clock_sync_interval_ms`, and apply it.
+    pub clock_sync: bool,
+    pub clock_sync_interval_ms: u64,
     pub shutdown_grace_ms: u64,
     /// How long dead letters are kept.
     pub dead_letter_retention_seconds: u32,
@@ -111,6 +115,8 @@ impl Default for Config {
             max_concurrent_writes: 4_096,
             max_subscribers: 1_024,
             max_in_flight_bytes: 256 << 20,
+            clock_sync: true,
+            clock_sync_interval_ms: 10_000,
             shutdown_grace_ms: 5_000,
             dead_letter_retention_seconds: 14 * 86_400,
             scan_interval_ms: 500,
@@ -161,6 +167,8 @@ struct FileConfig {
     max_concurrent_writes: Option<usize>,
     max_subscribers: Option<usize>,
     max_in_flight_bytes: Option<usize>,
+    clock_sync: Option<bool>,
+    clock_sync_interval_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
     dead_letter_retention_seconds: Option<u32>,
     scan_interval_ms: Option<u64>,
@@ -264,6 +272,8 @@ impl Config {
         set(&mut self.max_concurrent_writes, f.max_concurrent_writes);
         set(&mut self.max_subscribers, f.max_subscribers);
         set(&mut self.max_in_flight_bytes, f.max_in_flight_bytes);
+        set(&mut self.clock_sync, f.clock_sync);
+        set(&mut self.clock_sync_interval_ms, f.clock_sync_interval_ms);
         set(&mut self.shutdown_grace_ms, f.shutdown_grace_ms);
         set(
             &mut self.dead_letter_retention_seconds,
@@ -360,6 +370,19 @@ impl Config {
         num!("REBOUND_MAX_CONCURRENT_WRITES", max_concurrent_writes);
         num!("REBOUND_MAX_SUBSCRIBERS", max_subscribers);
         num!("REBOUND_MAX_IN_FLIGHT_BYTES", max_in_flight_bytes);
+        if let Some(v) = get("REBOUND_CLOCK_SYNC") {
+            self.clock_sync = match v.to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => true,
+                "false" | "0" | "no" | "off" => false,
+                _ => {
+                    return Err(bad(
+                        "REBOUND_CLOCK_SYNC",
+                        format!("{v:?} must be true or false"),
+                    ))
+                }
+            };
+        }
+        num!("REBOUND_CLOCK_SYNC_INTERVAL_MS", clock_sync_interval_ms);
         num!("REBOUND_SHUTDOWN_GRACE_MS", shutdown_grace_ms);
         num!(
             "REBOUND_DEAD_LETTER_RETENTION_SECONDS",
@@ -532,6 +555,12 @@ impl Config {
             self.max_subscribers as u64,
             1,
             1_000_000,
+        )?;
+        range(
+            "REBOUND_CLOCK_SYNC_INTERVAL_MS",
+            self.clock_sync_interval_ms,
+            100,
+            3_600_000,
         )?;
         range(
             "REBOUND_MAX_IN_FLIGHT_BYTES",
@@ -720,6 +749,8 @@ mod tests {
             ("REBOUND_CONSISTENCY", "SOMETIMES"),
             ("REBOUND_MAX_SUBSCRIBERS", "0"),
             ("REBOUND_MAX_IN_FLIGHT_BYTES", "1000"),
+            ("REBOUND_CLOCK_SYNC", "maybe"),
+            ("REBOUND_CLOCK_SYNC_INTERVAL_MS", "5"),
         ] {
             let err = Config::load(None, &env(&[(k, v)]), &Overrides::default()).unwrap_err();
             assert_eq!(err.key, k, "{k}={v} gave {err}");

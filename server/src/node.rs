@@ -12,7 +12,7 @@ use tokio_stream::{wrappers::TcpListenerStream, StreamExt};
 use crate::{
     admin::Admin,
     api::{AdminApi, Api, ExecutorApi},
-    clock::SharedClock,
+    clock::{offset_sample, ClusterClock, SharedClock},
     compactor::Compactor,
     config::Config,
     dispatch::{
@@ -32,6 +32,67 @@ use crate::{
 
 /// Room on top of the payload cap for the rest of a message (ids, attributes, batch framing).
 const MESSAGE_OVERHEAD: usize = 1 << 20;
+
+/// An offset change smaller than this is measurement noise and is not applied, so the
+/// node's clock does not wobble back and forth by a millisecond or two at every sync.
+const CLOCK_SYNC_DEADBAND_MS: i64 = 50;
+
+/// Measures this node's clock against Cassandra's (`currentTimestamp()` of a coordinator):
+/// five samples, the one with the shortest round trip wins, and its offset is applied.
+pub async fn sync_clock(
+    store: &dyn RetryStore,
+    clock: &ClusterClock,
+    skew_margin_ms: i64,
+) -> Result<i64, crate::store::StoreError> {
+    let mut best: Option<(i64, i64)> = None;
+    for _ in 0..5 {
+        let sent = clock.base_now_ms();
+        let server = store.server_time_ms().await?;
+        let (offset, rtt) = offset_sample(sent, server, clock.base_now_ms());
+        if best.is_none_or(|(_, r)| rtt < r) {
+            best = Some((offset, rtt));
+        }
+    }
+    let (offset, rtt) = best.expect("five samples");
+    let before = clock.offset_ms();
+    if (offset - before).abs() >= CLOCK_SYNC_DEADBAND_MS {
+        clock.set_offset_ms(offset);
+        if offset.abs() * 2 > skew_margin_ms {
+            tracing::warn!(
+                offset_ms = offset,
+                rtt_ms = rtt,
+                skew_margin_ms,
+                "this node's clock differs from Cassandra's by more than half the skew margin \
+                 (REBOUND_SKEW_MARGIN_MS); the node runs on Cassandra's time, but check NTP"
+            );
+        } else {
+            tracing::info!(
+                offset_ms = offset,
+                rtt_ms = rtt,
+                "clock offset from Cassandra applied"
+            );
+        }
+    }
+    Ok(clock.offset_ms())
+}
+
+async fn run_clock_sync(
+    store: Arc<dyn RetryStore>,
+    clock: Arc<ClusterClock>,
+    every: Duration,
+    skew_margin_ms: i64,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        if let Err(e) = sync_clock(store.as_ref(), &clock, skew_margin_ms).await {
+            tracing::warn!(error = %e, "cannot read Cassandra's clock; keeping the last offset");
+        }
+    }
+}
 
 /// Handle to a running node.
 #[derive(Debug)]
@@ -93,7 +154,6 @@ impl Node {
         ownership: Option<Arc<dyn Ownership>>,
     ) -> anyhow::Result<Node> {
         config.validate()?;
-        let boot_epoch = clock.now_ms();
         let opts = CassandraOptions::from_config(&config);
         let (session, applied) = connect_and_migrate(&config, &clock).await?;
         let session = Arc::new(session);
@@ -106,6 +166,18 @@ impl Node {
                 .context("preparing statements")?,
         );
         let store: Arc<dyn RetryStore> = cassandra.clone();
+        // Every use of the clock below (windows, leases, backoff, the boot epoch) runs on
+        // Cassandra's time when clock sync is on.
+        let (clock, cluster_clock) = if config.clock_sync {
+            let cc = Arc::new(ClusterClock::new(clock));
+            if let Err(e) = sync_clock(store.as_ref(), &cc, config.skew_margin_ms as i64).await {
+                tracing::warn!(error = %e, "could not read Cassandra's clock; running on this node's own clock until it can");
+            }
+            (cc.clone() as SharedClock, Some(cc))
+        } else {
+            (clock, None)
+        };
+        let boot_epoch = clock.now_ms();
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("binding {} (REBOUND_LISTEN)", config.listen))?;
@@ -192,7 +264,7 @@ impl Node {
         let ring_task = ring
             .clone()
             .map(|r| tokio::spawn(r.run(shutdown.subscribe())));
-        let background = vec![
+        let mut background = vec![
             tokio::spawn(services.clone().run(
                 Duration::from_millis(config.settings_refresh_ms),
                 shutdown.subscribe(),
@@ -204,6 +276,15 @@ impl Node {
                 shutdown.subscribe(),
             )),
         ];
+        if let Some(cc) = cluster_clock {
+            background.push(tokio::spawn(run_clock_sync(
+                store.clone(),
+                cc,
+                Duration::from_millis(config.clock_sync_interval_ms),
+                config.skew_margin_ms as i64,
+                shutdown.subscribe(),
+            )));
+        }
 
         let max_message = config.max_payload_bytes.saturating_mul(4) + MESSAGE_OVERHEAD;
         let api = Api {

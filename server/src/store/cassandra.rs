@@ -134,6 +134,7 @@ struct Statements {
     delete_window: PreparedStatement,
     delete_day: PreparedStatement,
     get_low_water: PreparedStatement,
+    server_time: PreparedStatement,
     set_low_water: PreparedStatement,
     delete_low_water: PreparedStatement,
     list_windows_from: PreparedStatement,
@@ -548,6 +549,7 @@ impl CassandraStore {
                  AND day = ?"
             ))
             .await?,
+            server_time: prep("SELECT currentTimestamp() FROM system.local".to_string()).await?,
             set_low_water: prep(format!(
                 "INSERT INTO {ks}.window_low_water (region, cluster, day, low_window) \
                  VALUES (?, ?, ?, ?)"
@@ -1619,6 +1621,13 @@ impl RetryStore for CassandraStore {
             .first()
             .and_then(|r| r.0)
             .map_or(0, |w| w.max(0) as u32))
+    }
+
+    async fn server_time_ms(&self) -> StoreResult<i64> {
+        let rows: Vec<(CqlTimestamp,)> = self.collect(&self.st.server_time, ()).await?;
+        rows.first()
+            .map(|r| r.0 .0)
+            .ok_or_else(|| StoreError::Internal("system.local returned no row".into()))
     }
 
     async fn set_low_water(&self, day: i32, window: u32) -> StoreResult<()> {

@@ -266,6 +266,8 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
     async fn list_services(&self) -> StoreResult<Vec<ServiceRow>>;
     /// Records that the service exists (once per service per process).
     async fn touch_service(&self, service: &str, now_ms: i64) -> StoreResult<()>;
+    /// The coordinator's clock (`currentTimestamp()`), for the node's clock offset.
+    async fn server_time_ms(&self) -> StoreResult<i64>;
     async fn set_service_paused(&self, service: &str, paused: bool, now_ms: i64)
         -> StoreResult<()>;
     async fn set_service_policy(
