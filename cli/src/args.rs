@@ -23,6 +23,7 @@ Exit codes:
   5  UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED or cannot connect: safe to retry
   6  ALREADY_EXISTS or FAILED_PRECONDITION
   7  UNIMPLEMENTED: the node does not offer this call
+  8  UNAUTHENTICATED or PERMISSION_DENIED: a missing, unknown or too narrow --token
 Errors go to stderr as `rebound: CODE: message` (with --json also as
 {\"error\": {\"code\": ..., \"message\": ...}} on stdout).
 
@@ -54,6 +55,11 @@ pub struct Cli {
     /// How long to wait for the connection and for each call (purge and redrive: each batch).
     #[arg(long, default_value = "30s", value_parser = parse_positive_duration, global = true)]
     pub timeout: Duration,
+
+    /// Bearer token for a node with credentials (REBOUND_CREDENTIALS_FILE on the node); admin
+    /// commands need an admin credential.
+    #[arg(long, env = "REBOUND_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
 
     #[command(subcommand)]
     pub command: Command,

@@ -44,10 +44,18 @@ impl Out {
 /// Runs the command line's command against its node.
 pub async fn run(cli: &Cli) -> Result<(), CliError> {
     confirm(&cli.command)?;
+    let authorization =
+        match &cli.token {
+            None => None,
+            Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| {
+                CliError::usage("--token must be printable ASCII without line breaks")
+            })?),
+        };
     let ctx = Ctx {
         channel: connect(&cli.addr, cli.timeout).await?,
         timeout: cli.timeout,
         json: cli.json,
+        authorization,
     };
     let out = match &cli.command {
         Command::Enqueue(a) => enqueue(&ctx, a).await?,
@@ -168,6 +176,8 @@ struct Ctx {
     channel: Channel,
     timeout: Duration,
     json: bool,
+    /// `Bearer <token>` from --token, sent with every call.
+    authorization: Option<tonic::metadata::AsciiMetadataValue>,
 }
 
 impl Ctx {
@@ -191,6 +201,9 @@ impl Ctx {
     fn req_within<T>(&self, message: T, limit: Duration) -> tonic::Request<T> {
         let mut r = tonic::Request::new(message);
         r.set_timeout(limit);
+        if let Some(a) = &self.authorization {
+            r.metadata_mut().insert("authorization", a.clone());
+        }
         r
     }
 

@@ -21,6 +21,8 @@ pub const EXIT_UNAVAILABLE: u8 = 5;
 pub const EXIT_CONFLICT: u8 = 6;
 /// `UNIMPLEMENTED`.
 pub const EXIT_UNIMPLEMENTED: u8 = 7;
+/// `UNAUTHENTICATED`, `PERMISSION_DENIED`: a missing, unknown or too narrow `--token`.
+pub const EXIT_DENIED: u8 = 8;
 
 /// A failed command: a gRPC-style code name, the exit code and a message for people.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,13 +103,10 @@ pub fn exit_code(code: Code) -> u8 {
         Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted => EXIT_UNAVAILABLE,
         Code::AlreadyExists | Code::FailedPrecondition => EXIT_CONFLICT,
         Code::Unimplemented => EXIT_UNIMPLEMENTED,
-        Code::Cancelled
-        | Code::Unknown
-        | Code::PermissionDenied
-        | Code::Aborted
-        | Code::Internal
-        | Code::DataLoss
-        | Code::Unauthenticated => EXIT_INTERNAL,
+        Code::Unauthenticated | Code::PermissionDenied => EXIT_DENIED,
+        Code::Cancelled | Code::Unknown | Code::Aborted | Code::Internal | Code::DataLoss => {
+            EXIT_INTERNAL
+        }
     }
 }
 
@@ -165,6 +164,8 @@ mod tests {
         assert_eq!(exit_code(Code::AlreadyExists), 6);
         assert_eq!(exit_code(Code::FailedPrecondition), 6);
         assert_eq!(exit_code(Code::Unimplemented), 7);
+        assert_eq!(exit_code(Code::Unauthenticated), 8);
+        assert_eq!(exit_code(Code::PermissionDenied), 8);
         assert_eq!(exit_code(Code::Internal), 1);
         assert_eq!(exit_code(Code::Unknown), 1);
         assert_eq!(CliError::usage("x").exit_code(), 2);

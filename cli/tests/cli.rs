@@ -5,7 +5,9 @@
 use std::{process::Stdio, time::Duration};
 
 use chrono::{DateTime, Utc};
-use rebound_integration_tests::{dispatch_config, next_delivery, test_config, TestNode};
+use rebound_integration_tests::{
+    credentials_file, dispatch_config, next_delivery, test_config, TestNode,
+};
 use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
 use serde_json::Value;
 
@@ -49,6 +51,7 @@ async fn rebound(addr: &str, args: &[&str]) -> Run {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rebound"));
     cmd.args(&all)
         .env_remove("REBOUND_ADDR")
+        .env_remove("REBOUND_TOKEN")
         .stdin(Stdio::null())
         .kill_on_drop(true);
     let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
@@ -1027,5 +1030,56 @@ async fn inspect_window_shows_the_tiers() {
         .await
         .exits(4);
     assert!(r.stderr.contains("day"), "{r:#?}");
+    n.finish().await;
+}
+
+#[tokio::test]
+async fn token_from_the_flag_or_the_environment() {
+    let mut cfg = test_config("cli_token");
+    cfg.credentials_file = Some(credentials_file(
+        "cli_token",
+        &[
+            ("pay", "pay-secret", &["payments"], false),
+            ("ops", "ops-secret", &[], true),
+        ],
+    ));
+    let n = TestNode::with_system_clock(cfg).await;
+    let a = addr(&n);
+    let r = rebound(&a, &["services"]).await.exits(8);
+    assert!(r.stderr.contains("UNAUTHENTICATED"), "{r:#?}");
+    rebound(
+        &a,
+        &[
+            "--token",
+            "pay-secret",
+            "enqueue",
+            "payments",
+            "p-1",
+            "--delay",
+            "1h",
+        ],
+    )
+    .await
+    .ok();
+    let r = rebound(&a, &["--token", "pay-secret", "services"])
+        .await
+        .exits(8);
+    assert!(r.stderr.contains("PERMISSION_DENIED"), "{r:#?}");
+    let doc = rebound(&a, &["--token", "ops-secret", "services", "--json"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(doc["services"][0]["service"], "payments", "{doc:#}");
+    // REBOUND_TOKEN works as the flag does.
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rebound"));
+    let out = cmd
+        .args(["--addr", &a, "get", "payments", "p-1", "--json"])
+        .env_remove("REBOUND_ADDR")
+        .env("REBOUND_TOKEN", "pay-secret")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
     n.finish().await;
 }

@@ -278,3 +278,31 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// SHA-256 of a token in hex, as a credentials file stores it.
+pub fn token_sha256(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Writes a credentials file (see `rebound_server::auth`) for `test` and returns its path.
+/// Each entry: name, token, services, admin.
+pub fn credentials_file(test: &str, entries: &[(&str, &str, &[&str], bool)]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rebound-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut text = String::new();
+    for (name, token, services, admin) in entries {
+        let services: Vec<String> = services.iter().map(|s| format!("{s:?}")).collect();
+        text.push_str(&format!(
+            "[[credential]]\nname = {name:?}\ntoken_sha256 = \"{}\"\nservices = [{}]\nadmin = {admin}\n\n",
+            token_sha256(token),
+            services.join(", ")
+        ));
+    }
+    let file = dir.join("credentials.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}

@@ -12,7 +12,7 @@ use rebound_client::{
     executor::{Executor, Job, Outcome},
     Client, RetryPolicy, RetryStatus,
 };
-use rebound_integration_tests::{dispatch_config, eventually, TestNode};
+use rebound_integration_tests::{credentials_file, dispatch_config, eventually, TestNode};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_enqueues_executes_retries_and_dead_letters() {
@@ -149,5 +149,79 @@ async fn the_sdk_enqueues_executes_retries_and_dead_letters() {
             assert_eq!(a, &vec![2], "{id} was delivered {a:?}");
         }
     }
+    n.finish().await;
+}
+
+/// On a node with credentials, a client sends its token with every call, and an executor
+/// started from it sends it to every ring node it subscribes to and acks on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_sends_its_token_to_every_node_it_talks_to() {
+    let mut cfg = dispatch_config("sdk_auth");
+    cfg.credentials_file = Some(credentials_file(
+        "sdk_auth",
+        &[("pay", "pay-secret", &["payments"], false)],
+    ));
+    let n = TestNode::with_system_clock(cfg).await;
+    let addr = format!("http://{}", n.node.as_ref().unwrap().local_addr());
+    let anonymous = Client::connect(&addr).await.unwrap();
+    let e = anonymous
+        .enqueue("payments", "p0")
+        .delay(Duration::ZERO)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), rebound_client::Code::Unauthenticated, "{e:?}");
+    assert!(anonymous.clone().with_token("bad\ntoken").is_err());
+    let client = anonymous.with_token("pay-secret").unwrap();
+    for i in 0..5 {
+        client
+            .enqueue("payments", format!("p{i}"))
+            .delay(Duration::ZERO)
+            .send()
+            .await
+            .unwrap();
+    }
+    let e = client
+        .enqueue("orders", "o0")
+        .delay(Duration::ZERO)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), rebound_client::Code::PermissionDenied, "{e:?}");
+
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let seen = handled.clone();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let executor = tokio::spawn(client.executor("payments").concurrency(2).run(
+        move |job: Job| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(job.transaction_id.clone());
+                Outcome::success()
+            }
+        },
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    eventually(Duration::from_secs(30), "every retry to succeed", || {
+        let client = client.clone();
+        async move {
+            for i in 0..5 {
+                let r = client.get("payments", format!("p{i}")).await.unwrap();
+                if r.status != RetryStatus::Succeeded {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    let _ = stop_tx.send(());
+    executor.await.unwrap().unwrap();
+    let mut handled = handled.lock().unwrap().clone();
+    handled.sort();
+    handled.dedup();
+    assert_eq!(handled.len(), 5, "{handled:?}");
     n.finish().await;
 }

@@ -699,7 +699,11 @@ impl Admin {
         (hub, node)
     }
 
-    pub async fn stats(&self, r: &pb::GetStatsRequest) -> Result<pb::GetStatsResponse, ApiError> {
+    pub async fn stats(
+        &self,
+        r: &pb::GetStatsRequest,
+        authorization: Option<tonic::metadata::AsciiMetadataValue>,
+    ) -> Result<pb::GetStatsResponse, ApiError> {
         if !r.service.is_empty() {
             if r.local_only {
                 // A peer asking for its in-flight counts: the asking node checked the name.
@@ -735,8 +739,9 @@ impl Admin {
                 .filter(|(m, _, _)| m.node_id != self.node_id)
                 .map(|(m, _, _)| {
                     let service = r.service.clone();
+                    let authorization = authorization.clone();
                     async move {
-                        let got = ask_peer(&m.address, service).await;
+                        let got = ask_peer(&m.address, service, authorization).await;
                         (m, got)
                     }
                 });
@@ -931,7 +936,11 @@ impl Admin {
 }
 
 /// GetStats(local_only) on a peer, with a short deadline.
-async fn ask_peer(address: &str, service: String) -> Result<pb::GetStatsResponse, String> {
+async fn ask_peer(
+    address: &str,
+    service: String,
+    authorization: Option<tonic::metadata::AsciiMetadataValue>,
+) -> Result<pb::GetStatsResponse, String> {
     let url = if address.contains("://") {
         address.to_string()
     } else {
@@ -942,11 +951,15 @@ async fn ask_peer(address: &str, service: String) -> Result<pb::GetStatsResponse
         .connect_timeout(Duration::from_secs(1))
         .timeout(Duration::from_secs(2));
     let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
+    let mut request = tonic::Request::new(pb::GetStatsRequest {
+        service,
+        local_only: true,
+    });
+    if let Some(a) = authorization {
+        request.metadata_mut().insert("authorization", a);
+    }
     pb::admin_service_client::AdminServiceClient::new(channel)
-        .get_stats(pb::GetStatsRequest {
-            service,
-            local_only: true,
-        })
+        .get_stats(request)
         .await
         .map(|r| r.into_inner())
         .map_err(|e| e.to_string())

@@ -8,6 +8,7 @@ use rebound_proto::v1::{self as pb};
 use tonic::{Request, Response, Status};
 
 use crate::{
+    auth::{Auth, Credential},
     dispatch::{AttemptOutcome, Dispatcher, Resolution},
     error::ApiError,
     ring::LeaseRing,
@@ -20,6 +21,7 @@ use crate::{
 /// Shared state of the handlers.
 #[derive(Debug, Clone)]
 pub struct Api {
+    pub auth: Arc<Auth>,
     pub writer: Arc<Writer>,
     pub max_payload_bytes: usize,
     pub max_batch_items: usize,
@@ -109,7 +111,10 @@ impl pb::retry_service_server::RetryService for Api {
         &self,
         request: Request<pb::EnqueueRetryRequest>,
     ) -> Result<Response<pb::EnqueueRetryResponse>, Status> {
-        let input = validate::enqueue("", request.into_inner(), self.max_payload_bytes)?;
+        let (metadata, _, request) = request.into_parts();
+        let caller = self.auth.caller(&metadata)?;
+        let input = validate::enqueue("", request, self.max_payload_bytes)?;
+        Auth::may_use(caller, "service", &input.service)?;
         let out = self.writer.enqueue(input).await?;
         Ok(Response::new(enqueue_pb(out)))
     }
@@ -118,7 +123,9 @@ impl pb::retry_service_server::RetryService for Api {
         &self,
         request: Request<pb::EnqueueRetryBatchRequest>,
     ) -> Result<Response<pb::EnqueueRetryBatchResponse>, Status> {
-        let requests = request.into_inner().requests;
+        let (metadata, _, request) = request.into_parts();
+        let caller = self.auth.caller(&metadata)?;
+        let requests = request.requests;
         if requests.len() > self.max_batch_items {
             return Err(ApiError::invalid(
                 "requests",
@@ -139,6 +146,7 @@ impl pb::retry_service_server::RetryService for Api {
             .map(|(i, r)| {
                 let input =
                     validate::enqueue(&format!("requests[{i}]."), r, self.max_payload_bytes)?;
+                Auth::may_use(caller, &format!("requests[{i}].service"), &input.service)?;
                 let key = (input.service.clone(), input.transaction_id.clone());
                 if let Some(first) = seen.insert(key, i) {
                     return Err(ApiError::invalid(
@@ -170,9 +178,11 @@ impl pb::retry_service_server::RetryService for Api {
         &self,
         request: Request<pb::GetRetryRequest>,
     ) -> Result<Response<pb::Retry>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
+        let caller = self.auth.caller(&metadata)?;
         validate::service("service", &r.service)?;
         validate::transaction_id("transaction_id", &r.transaction_id)?;
+        Auth::may_use(caller, "service", &r.service)?;
         let state = self.writer.get(&r.service, &r.transaction_id).await?;
         Ok(Response::new(retry_pb(state)))
     }
@@ -181,9 +191,11 @@ impl pb::retry_service_server::RetryService for Api {
         &self,
         request: Request<pb::CancelRetryRequest>,
     ) -> Result<Response<pb::CancelRetryResponse>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
+        let caller = self.auth.caller(&metadata)?;
         validate::service("service", &r.service)?;
         validate::transaction_id("transaction_id", &r.transaction_id)?;
+        Auth::may_use(caller, "service", &r.service)?;
         let (status, cancelled) = self.writer.cancel(&r.service, &r.transaction_id).await?;
         Ok(Response::new(pb::CancelRetryResponse {
             status: status_pb(status) as i32,
@@ -195,6 +207,7 @@ impl pb::retry_service_server::RetryService for Api {
 /// The executor API: subscriptions, acknowledgements and deadline extensions.
 #[derive(Debug, Clone)]
 pub struct ExecutorApi {
+    pub auth: Arc<Auth>,
     /// None when the node was given a fixed ownership (it then reports the whole ring).
     pub ring: Option<Arc<LeaseRing>>,
     pub node_id: String,
@@ -349,9 +362,17 @@ fn ack_response(r: Resolution) -> pb::AckResponse {
 }
 
 impl ExecutorApi {
-    async fn ack_one(&self, r: &pb::AckRequest, prefix: &str) -> Result<pb::AckResponse, ApiError> {
+    async fn ack_one(
+        &self,
+        caller: Option<&Credential>,
+        r: &pb::AckRequest,
+        prefix: &str,
+    ) -> Result<pb::AckResponse, ApiError> {
         let outcome = ack_outcome(r, self.max_delay, prefix)?;
         let d = &self.dispatcher;
+        if let Some(service) = d.hub.service_of(&r.delivery_id) {
+            Auth::may_use(caller, &format!("{prefix}delivery_id"), &service)?;
+        }
         let Some(inflight) = d.hub.take(&r.delivery_id) else {
             return Err(ApiError::NotFound(format!(
                 "delivery {:?} is not in flight on this node: unknown, already acknowledged, or its deadline passed",
@@ -411,7 +432,8 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         &self,
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
+        let caller = self.auth.caller(&metadata)?;
         validate::service("service", &r.service)?;
         if r.max_in_flight == 0 || r.max_in_flight > MAX_IN_FLIGHT {
             return Err(ApiError::invalid(
@@ -430,6 +452,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
             )
             .into());
         }
+        Auth::may_use(caller, "service", &r.service)?;
         let (id, rx) = self.dispatcher.hub.subscribe(&r.service, r.max_in_flight)?;
         tracing::info!(service = %r.service, executor_id = %r.executor_id, subscriber = id, max_in_flight = r.max_in_flight, "executor subscribed");
         Ok(Response::new(Box::pin(Subscription {
@@ -440,14 +463,17 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
     }
 
     async fn ack(&self, r: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
-        Ok(Response::new(self.ack_one(&r.into_inner(), "").await?))
+        let caller = self.auth.caller(r.metadata())?;
+        Ok(Response::new(self.ack_one(caller, r.get_ref(), "").await?))
     }
 
     async fn ack_batch(
         &self,
         r: Request<pb::AckBatchRequest>,
     ) -> Result<Response<pb::AckBatchResponse>, Status> {
-        let acks = r.into_inner().acks;
+        let (metadata, _, r) = r.into_parts();
+        let caller = self.auth.caller(&metadata)?;
+        let acks = r.acks;
         if acks.len() > MAX_IN_FLIGHT as usize {
             return Err(ApiError::invalid(
                 "acks",
@@ -462,7 +488,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         // requests; `buffered` keeps the results in request order.
         let results = stream::iter(acks.into_iter().enumerate())
             .map(|(i, a)| async move {
-                let res = self.ack_one(&a, &format!("acks[{i}].")).await;
+                let res = self.ack_one(caller, &a, &format!("acks[{i}].")).await;
                 pb::AckBatchResult {
                     result: Some(match res {
                         Ok(r) => pb::ack_batch_result::Result::Response(r),
@@ -483,7 +509,8 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         &self,
         r: Request<pb::ExtendDeadlineRequest>,
     ) -> Result<Response<pb::ExtendDeadlineResponse>, Status> {
-        let r = r.into_inner();
+        let (metadata, _, r) = r.into_parts();
+        let caller = self.auth.caller(&metadata)?;
         delivery_id("delivery_id", &r.delivery_id)?;
         let ext = r
             .extension
@@ -496,6 +523,9 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
                 format!("must be between 1ms and {}s", MAX_EXTENSION.as_secs()),
             )
             .into());
+        }
+        if let Some(service) = self.dispatcher.hub.service_of(&r.delivery_id) {
+            Auth::may_use(caller, "delivery_id", &service)?;
         }
         let deadline = self
             .dispatcher
@@ -512,10 +542,8 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         }))
     }
 
-    async fn get_ring(
-        &self,
-        _r: Request<pb::GetRingRequest>,
-    ) -> Result<Response<pb::Ring>, Status> {
+    async fn get_ring(&self, r: Request<pb::GetRingRequest>) -> Result<Response<pb::Ring>, Status> {
+        self.auth.caller(r.metadata())?;
         let token = |r: &crate::store::TokenRange| pb::TokenRange {
             start: r.start,
             end: r.end,
@@ -570,7 +598,11 @@ impl pb::admin_service_server::AdminService for AdminApi {
         &self,
         r: Request<pb::GetStatsRequest>,
     ) -> Result<Response<pb::GetStatsResponse>, Status> {
-        Ok(Response::new(self.admin.stats(&r.into_inner()).await?))
+        // Peers are asked with the caller's own credential.
+        let authorization = r.metadata().get("authorization").cloned();
+        Ok(Response::new(
+            self.admin.stats(&r.into_inner(), authorization).await?,
+        ))
     }
     async fn pause_service(
         &self,

@@ -51,6 +51,8 @@ pub struct Config {
     /// `currentTimestamp()` at start and every `clock_sync_interval_ms`, and apply it.
     pub clock_sync: bool,
     pub clock_sync_interval_ms: u64,
+    /// Credentials file (see `auth`); none: every call is allowed.
+    pub credentials_file: Option<std::path::PathBuf>,
     pub shutdown_grace_ms: u64,
     /// How long dead letters are kept.
     pub dead_letter_retention_seconds: u32,
@@ -117,6 +119,7 @@ impl Default for Config {
             max_in_flight_bytes: 256 << 20,
             clock_sync: true,
             clock_sync_interval_ms: 10_000,
+            credentials_file: None,
             shutdown_grace_ms: 5_000,
             dead_letter_retention_seconds: 14 * 86_400,
             scan_interval_ms: 500,
@@ -169,6 +172,7 @@ struct FileConfig {
     max_in_flight_bytes: Option<usize>,
     clock_sync: Option<bool>,
     clock_sync_interval_ms: Option<u64>,
+    credentials_file: Option<std::path::PathBuf>,
     shutdown_grace_ms: Option<u64>,
     dead_letter_retention_seconds: Option<u32>,
     scan_interval_ms: Option<u64>,
@@ -274,6 +278,9 @@ impl Config {
         set(&mut self.max_in_flight_bytes, f.max_in_flight_bytes);
         set(&mut self.clock_sync, f.clock_sync);
         set(&mut self.clock_sync_interval_ms, f.clock_sync_interval_ms);
+        if f.credentials_file.is_some() {
+            self.credentials_file = f.credentials_file;
+        }
         set(&mut self.shutdown_grace_ms, f.shutdown_grace_ms);
         set(
             &mut self.dead_letter_retention_seconds,
@@ -383,6 +390,9 @@ impl Config {
             };
         }
         num!("REBOUND_CLOCK_SYNC_INTERVAL_MS", clock_sync_interval_ms);
+        if let Some(v) = get("REBOUND_CREDENTIALS_FILE") {
+            self.credentials_file = (!v.is_empty()).then(|| v.into());
+        }
         num!("REBOUND_SHUTDOWN_GRACE_MS", shutdown_grace_ms);
         num!(
             "REBOUND_DEAD_LETTER_RETENTION_SECONDS",
@@ -562,6 +572,9 @@ impl Config {
             100,
             3_600_000,
         )?;
+        if let Some(path) = &self.credentials_file {
+            crate::auth::Auth::load(path).map_err(|e| bad("REBOUND_CREDENTIALS_FILE", e))?;
+        }
         range(
             "REBOUND_MAX_IN_FLIGHT_BYTES",
             self.max_in_flight_bytes as u64,
@@ -751,6 +764,7 @@ mod tests {
             ("REBOUND_MAX_IN_FLIGHT_BYTES", "1000"),
             ("REBOUND_CLOCK_SYNC", "maybe"),
             ("REBOUND_CLOCK_SYNC_INTERVAL_MS", "5"),
+            ("REBOUND_CREDENTIALS_FILE", "/nonexistent/credentials.toml"),
         ] {
             let err = Config::load(None, &env(&[(k, v)]), &Overrides::default()).unwrap_err();
             assert_eq!(err.key, k, "{k}={v} gave {err}");

@@ -16,6 +16,12 @@ pub enum ApiError {
     FailedPrecondition(String),
     #[error("{0}")]
     ResourceExhausted(String),
+    /// No credential, or an unknown one, on a node that requires them.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A known credential that does not cover the service (or admin calls).
+    #[error("{0}")]
+    PermissionDenied(String),
     /// Cassandra could not be reached; nothing was written that could be delivered.
     #[error("{0}")]
     Unavailable(String),
@@ -43,6 +49,8 @@ impl ApiError {
             ApiError::AlreadyExists(_) => tonic::Code::AlreadyExists,
             ApiError::FailedPrecondition(_) => tonic::Code::FailedPrecondition,
             ApiError::ResourceExhausted(_) => tonic::Code::ResourceExhausted,
+            ApiError::Unauthenticated(_) => tonic::Code::Unauthenticated,
+            ApiError::PermissionDenied(_) => tonic::Code::PermissionDenied,
             ApiError::Unavailable(_) => tonic::Code::Unavailable,
             ApiError::DeadlineExceeded(_) => tonic::Code::DeadlineExceeded,
             ApiError::Unimplemented(_) => tonic::Code::Unimplemented,

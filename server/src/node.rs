@@ -12,6 +12,7 @@ use tokio_stream::{wrappers::TcpListenerStream, StreamExt};
 use crate::{
     admin::Admin,
     api::{AdminApi, Api, ExecutorApi},
+    auth::{AdminGate, Auth},
     clock::{offset_sample, ClusterClock, SharedClock},
     compactor::Compactor,
     config::Config,
@@ -286,8 +287,18 @@ impl Node {
             )));
         }
 
+        let auth = Arc::new(match &config.credentials_file {
+            Some(path) => {
+                Auth::load(path).map_err(|e| anyhow::anyhow!("REBOUND_CREDENTIALS_FILE: {e}"))?
+            }
+            None => Auth::off(),
+        });
+        if !auth.is_on() && !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "no credentials file (REBOUND_CREDENTIALS_FILE): anyone who can reach this address can call every method, AdminService included");
+        }
         let max_message = config.max_payload_bytes.saturating_mul(4) + MESSAGE_OVERHEAD;
         let api = Api {
+            auth: auth.clone(),
             writer: writer.clone(),
             max_payload_bytes: config.max_payload_bytes,
             max_batch_items: config.max_batch_items,
@@ -327,6 +338,7 @@ impl Node {
             )
             .add_service(pb::executor_service_server::ExecutorServiceServer::new(
                 ExecutorApi {
+                    auth: auth.clone(),
                     ring: ring.clone(),
                     node_id: config.node_id.clone(),
                     address: advertised.clone(),
@@ -334,27 +346,30 @@ impl Node {
                     max_delay: Duration::from_secs(config.max_delay_seconds),
                 },
             ))
-            .add_service(pb::admin_service_server::AdminServiceServer::new(
-                AdminApi {
-                    admin: Arc::new(Admin {
-                        store: store.clone(),
-                        services: services.clone(),
-                        writer: writer.clone(),
-                        hub: hub.clone(),
-                        ownership: ownership.clone(),
-                        ring: ring.clone(),
-                        clock: clock.clone(),
-                        node_id: config.node_id.clone(),
-                        address: advertised.clone(),
-                        slots: config.slots,
-                        skew_margin_ms: config.skew_margin_ms as i64,
-                        orphan_grace_ms: (2 * config.cassandra_request_timeout_ms
-                            + config.skew_margin_ms)
-                            as i64,
-                        dead_letter_retention_seconds: config.dead_letter_retention_seconds,
-                    }),
-                },
-            ));
+            .add_service(
+                pb::admin_service_server::AdminServiceServer::with_interceptor(
+                    AdminApi {
+                        admin: Arc::new(Admin {
+                            store: store.clone(),
+                            services: services.clone(),
+                            writer: writer.clone(),
+                            hub: hub.clone(),
+                            ownership: ownership.clone(),
+                            ring: ring.clone(),
+                            clock: clock.clone(),
+                            node_id: config.node_id.clone(),
+                            address: advertised.clone(),
+                            slots: config.slots,
+                            skew_margin_ms: config.skew_margin_ms as i64,
+                            orphan_grace_ms: (2 * config.cassandra_request_timeout_ms
+                                + config.skew_margin_ms)
+                                as i64,
+                            dead_letter_retention_seconds: config.dead_letter_retention_seconds,
+                        }),
+                    },
+                    AdminGate(auth.clone()),
+                ),
+            );
 
         let mut serve_stop = shutdown.subscribe();
         let serve_hub = hub.clone();

@@ -6,7 +6,11 @@ use rebound_proto::v1::{
     self as pb, executor_service_client::ExecutorServiceClient,
     retry_service_client::RetryServiceClient,
 };
-use tonic::transport::{Channel, Endpoint};
+use tonic::{
+    metadata::AsciiMetadataValue,
+    service::{interceptor::InterceptedService, Interceptor},
+    transport::{Channel, Endpoint},
+};
 
 use crate::{
     enqueue::{batch_item, EnqueueBuilder, Enqueued, ItemError},
@@ -28,9 +32,38 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// [`Endpoint::timeout`], TLS, ...) and use [`Client::from_channel`].
 #[derive(Debug, Clone)]
 pub struct Client {
-    retry: RetryServiceClient<Channel>,
-    executor: ExecutorServiceClient<Channel>,
+    channel: Channel,
+    credentials: Credentials,
+    retry: RetryServiceClient<Transport>,
+    executor: ExecutorServiceClient<Transport>,
 }
+
+/// The `authorization` metadata sent with every call: none by default, `Bearer <token>` after
+/// [`Client::with_token`] (for nodes started with `REBOUND_CREDENTIALS_FILE`).
+#[derive(Debug, Clone, Default)]
+pub struct Credentials(Option<AsciiMetadataValue>);
+
+impl Credentials {
+    /// `authorization: Bearer <token>`; the token must be printable ASCII.
+    pub fn bearer(token: &str) -> Result<Self, Error> {
+        format!("Bearer {token}")
+            .parse()
+            .map(|v| Credentials(Some(v)))
+            .map_err(|_| Error::InvalidArgument("token: must be printable ASCII".into()))
+    }
+}
+
+impl Interceptor for Credentials {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// What the generated clients of a [`Client`] run over: its channel, with its credentials.
+pub type Transport = InterceptedService<Channel, Credentials>;
 
 impl Client {
     /// Connects to a node, e.g. `"http://127.0.0.1:50051"` or `"127.0.0.1:50051"` (a missing
@@ -46,21 +79,42 @@ impl Client {
 
     /// Wraps a channel the caller configured, for TLS, per-request timeouts or load balancing.
     pub fn from_channel(channel: Channel) -> Self {
+        Self::with_credentials(channel, Credentials::default())
+    }
+
+    fn with_credentials(channel: Channel, credentials: Credentials) -> Self {
         Client {
-            retry: RetryServiceClient::new(channel.clone()),
-            executor: ExecutorServiceClient::new(channel),
+            retry: RetryServiceClient::with_interceptor(channel.clone(), credentials.clone()),
+            executor: ExecutorServiceClient::with_interceptor(channel.clone(), credentials.clone()),
+            channel,
+            credentials,
         }
     }
 
+    /// This client sending `authorization: Bearer <token>` with every call, including the
+    /// executors it starts (their subscriptions to other ring nodes too). Fails with
+    /// [`Error::InvalidArgument`] for a token that is not printable ASCII.
+    pub fn with_token(self, token: impl AsRef<str>) -> Result<Self, Error> {
+        Ok(Self::with_credentials(
+            self.channel,
+            Credentials::bearer(token.as_ref())?,
+        ))
+    }
+
+    /// The credentials this client sends.
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
+    }
+
     /// The generated client, for API features this crate does not wrap.
-    pub fn retry_service(&self) -> RetryServiceClient<Channel> {
+    pub fn retry_service(&self) -> RetryServiceClient<Transport> {
         // tonic's calls take `&mut self`; a clone is cheap and lets `Client` methods take `&self`.
         self.retry.clone()
     }
 
     /// The generated executor client (`Subscribe`, `Ack`, `ExtendDeadline`, ...), for callers
     /// that drive deliveries themselves instead of through an [`Executor`].
-    pub fn executor_service(&self) -> ExecutorServiceClient<Channel> {
+    pub fn executor_service(&self) -> ExecutorServiceClient<Transport> {
         self.executor.clone()
     }
 

@@ -11,7 +11,8 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), rebound_client::Error> {
-//!     // One client per process; clones share the connection.
+//!     // One client per process; clones share the connection. A node started with
+//!     // credentials (REBOUND_CREDENTIALS_FILE) needs `.with_token(token)?` here.
 //!     let client = Client::connect("http://127.0.0.1:50051").await?;
 //!
 //!     // The charge failed once with a timeout: try again in 30 s, then back off
@@ -100,7 +101,7 @@ mod policy;
 mod retry;
 mod time;
 
-pub use client::{Client, CONNECT_TIMEOUT};
+pub use client::{Client, Credentials, Transport, CONNECT_TIMEOUT};
 pub use enqueue::{EnqueueBuilder, Enqueued, ItemError};
 pub use error::Error;
 pub use executor::{Executor, ExecutorBuilder, HandlerError, Job, Outcome};

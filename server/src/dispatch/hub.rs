@@ -303,6 +303,14 @@ impl Hub {
         }
     }
 
+    /// The service of a delivery in flight.
+    pub fn service_of(&self, delivery_id: &str) -> Option<String> {
+        self.lock()
+            .inflight
+            .get(delivery_id)
+            .map(|f| f.work.state.service.clone())
+    }
+
     /// Takes a delivery out of flight (for an ack). Its slot is freed.
     pub fn take(&self, delivery_id: &str) -> Option<InFlight> {
         let f = self.lock().remove_inflight(delivery_id);

@@ -4,7 +4,9 @@ use std::time::{Duration, SystemTime};
 
 use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
 use tokio::time::{sleep, timeout, Instant};
-use tonic::{transport::Channel, Code};
+use tonic::Code;
+
+use crate::client::Transport;
 
 use crate::{error::is_retryable_code, time::duration_to_proto};
 
@@ -54,7 +56,7 @@ pub(crate) fn local_instant(t: SystemTime, now_wall: SystemTime, now: Instant) -
 /// (it was redelivered, or its stream closed), or the deadline passed while calls failed.
 /// The handler keeps running either way; its ack will likely be rejected as stale.
 pub(crate) async fn keep_extended(
-    mut client: ExecutorServiceClient<Channel>,
+    mut client: ExecutorServiceClient<Transport>,
     delivery_id: String,
     mut deadline: Instant,
     span: Duration,

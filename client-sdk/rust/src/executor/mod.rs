@@ -141,6 +141,8 @@ use tokio::{
     time::{sleep, timeout, Instant},
 };
 use tonic::{transport::Channel, Code, Status};
+
+use crate::client::{Credentials, Transport};
 use tracing::Instrument;
 
 use crate::{client::endpoint, error::is_retryable_code, Client, Error};
@@ -149,7 +151,7 @@ use backoff::Backoff;
 use deadline::{extension_span, keep_extended, local_instant};
 use ring::{ask_ring, ask_ring_after, Subscriptions, MIN_RING_REFRESH};
 
-type ExecClient = ExecutorServiceClient<Channel>;
+type ExecClient = ExecutorServiceClient<Transport>;
 
 pub use job::{HandlerError, IntoOutcome, Job, Outcome};
 
@@ -205,49 +207,53 @@ pub struct Target(TargetKind);
 
 #[derive(Debug, Clone)]
 enum TargetKind {
-    Client(ExecutorServiceClient<Channel>),
+    Client(Box<(ExecClient, Credentials)>),
     Address(String),
 }
 
 impl Target {
-    fn into_client(self) -> Result<ExecClient, Error> {
+    /// The client to ask first, and the credentials for every node of the ring.
+    fn into_client(self) -> Result<(ExecClient, Credentials), Error> {
         match self.0 {
-            TargetKind::Client(client) => Ok(client),
-            TargetKind::Address(addr) => lazy_client(&addr),
+            TargetKind::Client(given) => Ok(*given),
+            TargetKind::Address(addr) => {
+                let credentials = Credentials::default();
+                Ok((lazy_client(&addr, &credentials)?, credentials))
+            }
         }
     }
 }
 
 /// A client for `addr` (`host:port` or a URI) that connects lazily, with HTTP/2 keep-alive.
-pub(super) fn lazy_client(addr: &str) -> Result<ExecClient, Error> {
+pub(super) fn lazy_client(addr: &str, credentials: &Credentials) -> Result<ExecClient, Error> {
     let channel = endpoint(addr)?
         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
         .connect_lazy();
-    Ok(ExecutorServiceClient::new(channel))
+    Ok(ExecutorServiceClient::with_interceptor(
+        channel,
+        credentials.clone(),
+    ))
 }
 
 impl From<Client> for Target {
     fn from(client: Client) -> Self {
-        Target(TargetKind::Client(client.executor_service()))
+        Target::from(&client)
     }
 }
 
 impl From<&Client> for Target {
     fn from(client: &Client) -> Self {
-        Target(TargetKind::Client(client.executor_service()))
+        Target(TargetKind::Client(Box::new((
+            client.executor_service(),
+            client.credentials().clone(),
+        ))))
     }
 }
 
 impl From<Channel> for Target {
     fn from(channel: Channel) -> Self {
-        Target(TargetKind::Client(ExecutorServiceClient::new(channel)))
-    }
-}
-
-impl From<ExecutorServiceClient<Channel>> for Target {
-    fn from(client: ExecutorServiceClient<Channel>) -> Self {
-        Target(TargetKind::Client(client))
+        Target::from(Client::from_channel(channel))
     }
 }
 
@@ -356,7 +362,7 @@ impl Executor {
             .min(Semaphore::MAX_PERMITS)
             .min(u32::MAX as usize);
         let given_label = self.target.to_string();
-        let given = self.target.into_client()?;
+        let (given, credentials) = self.target.into_client()?;
         let shared = Arc::new(Shared {
             handler,
             permits: Arc::new(Semaphore::new(concurrency)),
@@ -382,8 +388,14 @@ impl Executor {
         async move {
             let mut shutdown = std::pin::pin!(shutdown);
             let (fatal_tx, mut fatal) = mpsc::unbounded_channel();
-            let mut subscriptions =
-                Subscriptions::new(shared, request, reconnect, given, given_label, fatal_tx);
+            let mut subscriptions = Subscriptions::new(
+                shared,
+                request,
+                reconnect,
+                (given, credentials),
+                given_label,
+                fatal_tx,
+            );
 
             let result = 'run: {
                 if follow_ring {
@@ -703,7 +715,7 @@ async fn ack(client: &ExecClient, request: pb::AckRequest) {
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            TargetKind::Client(_) => f.write_str("client"),
+            TargetKind::Client(..) => f.write_str("client"),
             TargetKind::Address(addr) => f.write_str(addr),
         }
     }

@@ -17,6 +17,8 @@ use tokio::{
 use tonic::{Code, Status};
 use tracing::Instrument;
 
+use crate::client::Credentials;
+
 use super::{
     backoff::Backoff,
     lazy_client,
@@ -112,6 +114,8 @@ pub(super) struct Subscriptions<H> {
     request: pb::SubscribeRequest,
     reconnect: Backoff,
     given: ExecClient,
+    /// Sent to every ring node, as to the given one.
+    credentials: Credentials,
     given_label: String,
     fatal: mpsc::UnboundedSender<Status>,
     tasks: JoinSet<()>,
@@ -132,7 +136,7 @@ where
         shared: Arc<Shared<H>>,
         request: pb::SubscribeRequest,
         reconnect: Backoff,
-        given: ExecClient,
+        (given, credentials): (ExecClient, Credentials),
         given_label: String,
         fatal: mpsc::UnboundedSender<Status>,
     ) -> Self {
@@ -141,6 +145,7 @@ where
             request,
             reconnect,
             given,
+            credentials,
             given_label,
             fatal,
             tasks: JoinSet::new(),
@@ -190,7 +195,7 @@ where
                         wanted.insert(address.clone(), None);
                         continue;
                     }
-                    match lazy_client(address) {
+                    match lazy_client(address, &self.credentials) {
                         Ok(client) => {
                             wanted.insert(address.clone(), Some((node_id.clone(), client)));
                         }

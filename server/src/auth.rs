@@ -1,0 +1,310 @@
+//! Per-service credentials (DESIGN.md "Bad input and overload": a caller can enqueue to and
+//! subscribe on only its own services; admin calls need admin credentials).
+//!
+//! Off unless `credentials_file` (`REBOUND_CREDENTIALS_FILE`) names a TOML file of
+//! credentials:
+//!
+//! ```toml
+//! [[credential]]
+//! name = "payments"              # shown in logs, never secret
+//! token_sha256 = "9f86d081…"     # SHA-256 of the bearer token, 64 hex digits
+//! services = ["payments"]        # "*" for every service
+//! admin = false                  # AdminService
+//! ```
+//!
+//! Callers send `authorization: Bearer <token>`. A missing or unknown token is
+//! UNAUTHENTICATED; a service outside the credential's list, or an admin call without
+//! `admin = true`, is PERMISSION_DENIED. Either is decided before anything is read or written.
+//! The file holds only hashes, so reading it reveals no token. Health and reflection stay open.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::Path,
+};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tonic::metadata::MetadataMap;
+
+use crate::{error::ApiError, validate};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    credential: Vec<Entry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    name: String,
+    token_sha256: String,
+    #[serde(default)]
+    services: Vec<String>,
+    #[serde(default)]
+    admin: bool,
+}
+
+/// What one token may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    pub name: String,
+    all_services: bool,
+    services: HashSet<String>,
+    admin: bool,
+}
+
+/// The node's credentials; `None` inside when authentication is off.
+#[derive(Debug, Default)]
+pub struct Auth {
+    by_hash: Option<HashMap<[u8; 32], Credential>>,
+}
+
+fn hex32(s: &str) -> Option<[u8; 32]> {
+    let s = s.trim();
+    if s.len() != 64 || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+impl Auth {
+    /// Every call is allowed.
+    pub fn off() -> Self {
+        Self::default()
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.by_hash.is_some()
+    }
+
+    /// Reads a credentials file; the error names the entry and the key at fault.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let file: File = toml::from_str(text).map_err(|e| format!("bad TOML: {e}"))?;
+        if file.credential.is_empty() {
+            return Err("has no [[credential]] entry".into());
+        }
+        let mut by_hash = HashMap::new();
+        let mut names = HashSet::new();
+        for (i, e) in file.credential.into_iter().enumerate() {
+            let at = |key: &str| format!("credential[{i}].{key}");
+            if e.name.trim().is_empty() || e.name.len() > 128 {
+                return Err(format!("{}: must be 1-128 bytes", at("name")));
+            }
+            if !names.insert(e.name.clone()) {
+                return Err(format!("{}: {:?} is used twice", at("name"), e.name));
+            }
+            let hash = hex32(&e.token_sha256).ok_or_else(|| {
+                format!(
+                    "{}: must be 64 hex digits, the SHA-256 of the token \
+                     (printf %s \"$TOKEN\" | sha256sum)",
+                    at("token_sha256")
+                )
+            })?;
+            let mut all_services = false;
+            let mut services = HashSet::new();
+            for (j, s) in e.services.iter().enumerate() {
+                if s == "*" {
+                    all_services = true;
+                } else {
+                    validate::service(&format!("{}[{j}]", at("services")), s)
+                        .map_err(|err| err.to_string())?;
+                    services.insert(s.clone());
+                }
+            }
+            if !all_services && services.is_empty() && !e.admin {
+                return Err(format!(
+                    "{}: grants nothing: list services (or \"*\") or set admin = true",
+                    at("services")
+                ));
+            }
+            let cred = Credential {
+                name: e.name,
+                all_services,
+                services,
+                admin: e.admin,
+            };
+            if by_hash.insert(hash, cred).is_some() {
+                return Err(format!(
+                    "{}: the same token is listed twice",
+                    at("token_sha256")
+                ));
+            }
+        }
+        Ok(Auth {
+            by_hash: Some(by_hash),
+        })
+    }
+
+    /// The credential a call presents: `Ok(None)` when authentication is off, UNAUTHENTICATED
+    /// when it is on and the call has no known token.
+    pub fn caller(&self, md: &MetadataMap) -> Result<Option<&Credential>, ApiError> {
+        let Some(by_hash) = &self.by_hash else {
+            return Ok(None);
+        };
+        let value = md
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                ApiError::Unauthenticated(
+                    "this node requires a credential: send the metadata \
+                     `authorization: Bearer <token>`"
+                        .into(),
+                )
+            })?;
+        let token = value
+            .split_once(' ')
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim())
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                ApiError::Unauthenticated(
+                    "the authorization metadata must be `Bearer <token>`".into(),
+                )
+            })?;
+        let hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        by_hash
+            .get(&hash)
+            .map(Some)
+            .ok_or_else(|| ApiError::Unauthenticated("unknown token".into()))
+    }
+
+    /// PERMISSION_DENIED unless the caller may use `service` (always allowed when off).
+    pub fn may_use(
+        caller: Option<&Credential>,
+        field: &str,
+        service: &str,
+    ) -> Result<(), ApiError> {
+        match caller {
+            None => Ok(()),
+            Some(c) if c.all_services || c.services.contains(service) => Ok(()),
+            Some(c) => Err(ApiError::PermissionDenied(format!(
+                "{field}: credential {:?} may not use service {service:?}",
+                c.name
+            ))),
+        }
+    }
+
+    /// UNAUTHENTICATED or PERMISSION_DENIED unless the call presents an admin credential.
+    pub fn admin(&self, md: &MetadataMap) -> Result<(), ApiError> {
+        match self.caller(md)? {
+            None => Ok(()),
+            Some(c) if c.admin => Ok(()),
+            Some(c) => Err(ApiError::PermissionDenied(format!(
+                "credential {:?} is not an admin credential (admin = true)",
+                c.name
+            ))),
+        }
+    }
+}
+
+/// Gate of the AdminService: every call needs an admin credential.
+#[derive(Debug, Clone)]
+pub struct AdminGate(pub std::sync::Arc<Auth>);
+
+impl tonic::service::Interceptor for AdminGate {
+    fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        self.0.admin(req.metadata())?;
+        Ok(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sha(t: &str) -> String {
+        Sha256::digest(t.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    fn md(v: &str) -> MetadataMap {
+        let mut m = MetadataMap::new();
+        m.insert("authorization", v.parse().unwrap());
+        m
+    }
+
+    #[test]
+    fn tokens_map_to_what_they_may_do() {
+        let auth = Auth::parse(&format!(
+            "[[credential]]\nname = \"pay\"\ntoken_sha256 = \"{}\"\nservices = [\"payments\"]\n\
+             [[credential]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n",
+            sha("p-secret"),
+            sha("o-secret").to_uppercase()
+        ))
+        .unwrap();
+        let pay = auth.caller(&md("Bearer p-secret")).unwrap();
+        assert_eq!(pay.map(|c| c.name.as_str()), Some("pay"));
+        Auth::may_use(pay, "service", "payments").unwrap();
+        let e = Auth::may_use(pay, "service", "orders").unwrap_err();
+        assert!(matches!(e, ApiError::PermissionDenied(ref m) if m.starts_with("service:")));
+        assert!(matches!(
+            auth.admin(&md("Bearer p-secret")),
+            Err(ApiError::PermissionDenied(_))
+        ));
+        auth.admin(&md("bearer o-secret")).unwrap();
+        for bad in ["Bearer nope", "Basic p-secret", "Bearer ", "p-secret"] {
+            assert!(
+                matches!(auth.caller(&md(bad)), Err(ApiError::Unauthenticated(_))),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            auth.caller(&MetadataMap::new()),
+            Err(ApiError::Unauthenticated(_))
+        ));
+        // Off: everything passes.
+        let off = Auth::off();
+        assert_eq!(off.caller(&MetadataMap::new()).unwrap(), None);
+        off.admin(&MetadataMap::new()).unwrap();
+    }
+
+    #[test]
+    fn a_bad_file_names_the_entry_and_key() {
+        let ok = sha("x");
+        for (text, want) in [
+            (String::new(), "no [[credential]]".to_string()),
+            (
+                "[[credential]]\nname = \"a\"\ntoken_sha256 = \"abc\"\nadmin = true\n".into(),
+                "credential[0].token_sha256".into(),
+            ),
+            (
+                format!("[[credential]]\nname = \"a\"\ntoken_sha256 = \"{ok}\"\n"),
+                "credential[0].services: grants nothing".into(),
+            ),
+            (
+                format!(
+                    "[[credential]]\nname = \"a\"\ntoken_sha256 = \"{ok}\"\nservices = [\"bad name\"]\n"
+                ),
+                "credential[0].services[0]".into(),
+            ),
+            (
+                format!(
+                    "[[credential]]\nname = \"a\"\ntoken_sha256 = \"{ok}\"\nadmin = true\n\
+                     [[credential]]\nname = \"b\"\ntoken_sha256 = \"{ok}\"\nadmin = true\n"
+                ),
+                "credential[1].token_sha256: the same token".into(),
+            ),
+            (
+                format!("[[credential]]\nname = \"a\"\ntoken_sha256 = \"{ok}\"\nadmin = true\nextra = 1\n"),
+                "bad TOML".into(),
+            ),
+        ] {
+            let e = Auth::parse(&text).unwrap_err();
+            assert!(e.contains(&want), "{text:?}: {e}");
+        }
+    }
+}
