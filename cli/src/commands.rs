@@ -44,13 +44,17 @@ impl Out {
 /// Runs the command line's command against its node.
 pub async fn run(cli: &Cli) -> Result<(), CliError> {
     confirm(&cli.command)?;
-    let authorization =
-        match &cli.token {
-            None => None,
-            Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| {
-                CliError::usage("--token must be printable ASCII without line breaks")
-            })?),
-        };
+    let authorization = match &cli.token {
+        None => None,
+        Some(t) => {
+            let mut v: tonic::metadata::AsciiMetadataValue =
+                format!("Bearer {t}").parse().map_err(|_| {
+                    CliError::usage("--token must be printable ASCII without line breaks")
+                })?;
+            v.set_sensitive(true);
+            Some(v)
+        }
+    };
     let ctx = Ctx {
         channel: connect(&cli.addr, cli.timeout).await?,
         timeout: cli.timeout,

@@ -155,6 +155,12 @@ impl Node {
         ownership: Option<Arc<dyn Ownership>>,
     ) -> anyhow::Result<Node> {
         config.validate()?;
+        let auth = Arc::new(match &config.credentials_file {
+            Some(path) => {
+                Auth::load(path).map_err(|e| anyhow::anyhow!("REBOUND_CREDENTIALS_FILE: {e}"))?
+            }
+            None => Auth::off(),
+        });
         let opts = CassandraOptions::from_config(&config);
         let (session, applied) = connect_and_migrate(&config, &clock).await?;
         let session = Arc::new(session);
@@ -287,12 +293,6 @@ impl Node {
             )));
         }
 
-        let auth = Arc::new(match &config.credentials_file {
-            Some(path) => {
-                Auth::load(path).map_err(|e| anyhow::anyhow!("REBOUND_CREDENTIALS_FILE: {e}"))?
-            }
-            None => Auth::off(),
-        });
         if !auth.is_on() && !addr.ip().is_loopback() {
             tracing::warn!(%addr, "no credentials file (REBOUND_CREDENTIALS_FILE): anyone who can reach this address can call every method, AdminService included");
         }

@@ -39,17 +39,29 @@ pub struct Client {
 }
 
 /// The `authorization` metadata sent with every call: none by default, `Bearer <token>` after
-/// [`Client::with_token`] (for nodes started with `REBOUND_CREDENTIALS_FILE`).
-#[derive(Debug, Clone, Default)]
+/// [`Client::with_token`] (for nodes started with `REBOUND_CREDENTIALS_FILE`). Its `Debug`
+/// output never shows the token.
+#[derive(Clone, Default)]
 pub struct Credentials(Option<AsciiMetadataValue>);
 
 impl Credentials {
     /// `authorization: Bearer <token>`; the token must be printable ASCII.
     pub fn bearer(token: &str) -> Result<Self, Error> {
-        format!("Bearer {token}")
+        let mut value: AsciiMetadataValue = format!("Bearer {token}")
             .parse()
-            .map(|v| Credentials(Some(v)))
-            .map_err(|_| Error::InvalidArgument("token: must be printable ASCII".into()))
+            .map_err(|_| Error::InvalidArgument("token: must be printable ASCII".into()))?;
+        // Kept out of HTTP/2 header compression tables and debug output.
+        value.set_sensitive(true);
+        Ok(Credentials(Some(value)))
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Some(_) => "Credentials(Bearer <redacted>)",
+            None => "Credentials(none)",
+        })
     }
 }
 
@@ -227,6 +239,14 @@ pub(crate) fn endpoint(addr: &str) -> Result<Endpoint, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_never_show_the_token() {
+        let c = Credentials::bearer("s3cret").unwrap();
+        assert_eq!(format!("{c:?}"), "Credentials(Bearer <redacted>)");
+        assert_eq!(format!("{:?}", Credentials::default()), "Credentials(none)");
+        assert!(Credentials::bearer("line\nbreak").is_err());
+    }
 
     #[test]
     fn adds_a_missing_scheme() {
