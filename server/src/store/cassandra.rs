@@ -134,7 +134,9 @@ struct Statements {
     delete_window: PreparedStatement,
     delete_day: PreparedStatement,
     get_low_water: PreparedStatement,
-    server_time: PreparedStatement,
+    /// None when the database has no `currentTimestamp()` (clock sync then reports an error
+    /// and the node runs on its own clock).
+    server_time: Option<PreparedStatement>,
     set_low_water: PreparedStatement,
     delete_low_water: PreparedStatement,
     list_windows_from: PreparedStatement,
@@ -549,7 +551,14 @@ impl CassandraStore {
                  AND day = ?"
             ))
             .await?,
-            server_time: prep("SELECT currentTimestamp() FROM system.local".to_string()).await?,
+            server_time: match prep("SELECT currentTimestamp() FROM system.local".to_string()).await
+            {
+                Ok(ps) => Some(ps),
+                Err(e) => {
+                    tracing::warn!(error = %e, "this database cannot report its clock; clock sync is off");
+                    None
+                }
+            },
             set_low_water: prep(format!(
                 "INSERT INTO {ks}.window_low_water (region, cluster, day, low_window) \
                  VALUES (?, ?, ?, ?)"
@@ -1624,7 +1633,10 @@ impl RetryStore for CassandraStore {
     }
 
     async fn server_time_ms(&self) -> StoreResult<i64> {
-        let rows: Vec<(CqlTimestamp,)> = self.collect(&self.st.server_time, ()).await?;
+        let ps = self.st.server_time.as_ref().ok_or_else(|| {
+            StoreError::Internal("the database has no currentTimestamp() function".into())
+        })?;
+        let rows: Vec<(CqlTimestamp,)> = self.collect(ps, ()).await?;
         rows.first()
             .map(|r| r.0 .0)
             .ok_or_else(|| StoreError::Internal("system.local returned no row".into()))
