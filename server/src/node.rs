@@ -89,8 +89,13 @@ async fn run_clock_sync(
             _ = tokio::time::sleep(every) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        if let Err(e) = sync_clock(store.as_ref(), &clock, skew_margin_ms).await {
-            tracing::warn!(error = %e, "cannot read Cassandra's clock; keeping the last offset");
+        match sync_clock(store.as_ref(), &clock, skew_margin_ms).await {
+            Ok(_) => {}
+            // The database cannot report its clock at all: nothing to retry.
+            Err(crate::store::StoreError::Internal(_)) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read Cassandra's clock; keeping the last offset")
+            }
         }
     }
 }
