@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use rebound_integration_tests::{dispatch_config, next_delivery, TestNode};
+use rebound_integration_tests::{dispatch_config, eventually, next_delivery, TestNode};
 use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
 use rebound_server::{clock::SystemClock, config::Config};
 
@@ -390,4 +390,50 @@ async fn admin_settings_and_stats_span_the_nodes() {
         n.node.take().unwrap().shutdown().await.unwrap();
     }
     first.finish().await;
+}
+
+/// With credentials, a node answering GetStats asks its peers with the caller's own admin
+/// token, so every live node is reachable and counted; a service token gets PERMISSION_DENIED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_ask_peers_with_the_callers_credential() {
+    use rebound_proto::v1::admin_service_client::AdminServiceClient;
+    let keyspace = rebound_integration_tests::unique_keyspace("ringauth");
+    let file = rebound_integration_tests::credentials_file(
+        "ringauth",
+        &[
+            ("ops", "ops-secret", &[], true),
+            ("pay", "pay-secret", &["payments"], false),
+        ],
+    );
+    let mut nodes = Vec::new();
+    for id in ["b1", "b2"] {
+        let mut c = ring_config(&keyspace, id);
+        c.credentials_file = Some(file.clone());
+        nodes.push(TestNode::start(c, Arc::new(SystemClock)).await);
+    }
+    let stats = |token: &'static str| {
+        let mut admin = AdminServiceClient::new(nodes[0].channel.clone());
+        async move {
+            let mut r = tonic::Request::new(pb::GetStatsRequest::default());
+            r.metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+            admin.get_stats(r).await
+        }
+    };
+    let e = stats("pay-secret").await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    eventually(
+        Duration::from_secs(20),
+        "both nodes in GetStats",
+        || async { stats("ops-secret").await.unwrap().into_inner().nodes.len() == 2 },
+    )
+    .await;
+    let nodes_seen = stats("ops-secret").await.unwrap().into_inner().nodes;
+    assert!(
+        nodes_seen.iter().all(|n| n.reachable),
+        "a peer refused the forwarded credential: {nodes_seen:?}"
+    );
+    for n in nodes {
+        n.finish().await;
+    }
 }
