@@ -306,3 +306,13 @@ pub fn credentials_file(test: &str, entries: &[(&str, &str, &[&str], bool)]) -> 
     std::fs::write(&file, text).unwrap();
     file
 }
+
+/// `msg` with the metadata `authorization: Bearer <token>` when a token is given.
+pub fn with_token<T>(msg: T, token: Option<&str>) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    if let Some(t) = token {
+        r.metadata_mut()
+            .insert("authorization", format!("Bearer {t}").parse().unwrap());
+    }
+    r
+}

@@ -5,23 +5,13 @@
 use std::time::Duration;
 
 use rebound_integration_tests::{
-    credentials_file, dispatch_config, next_delivery, utc_ms, TestNode,
+    credentials_file, dispatch_config, next_delivery, utc_ms, with_token as with, TestNode,
 };
 use rebound_proto::v1::{
     self as pb, admin_service_client::AdminServiceClient,
     executor_service_client::ExecutorServiceClient, retry_service_client::RetryServiceClient,
 };
 use tonic::{Code, Request};
-
-/// `msg` with `authorization: Bearer <token>` when a token is given.
-fn with<T>(msg: T, token: Option<&str>) -> Request<T> {
-    let mut r = Request::new(msg);
-    if let Some(t) = token {
-        r.metadata_mut()
-            .insert("authorization", format!("Bearer {t}").parse().unwrap());
-    }
-    r
-}
 
 fn req(service: &str, txid: &str) -> pb::EnqueueRetryRequest {
     pb::EnqueueRetryRequest {

@@ -414,10 +414,12 @@ async fn stats_ask_peers_with_the_callers_credential() {
     let stats = |token: &'static str| {
         let mut admin = AdminServiceClient::new(nodes[0].channel.clone());
         async move {
-            let mut r = tonic::Request::new(pb::GetStatsRequest::default());
-            r.metadata_mut()
-                .insert("authorization", format!("Bearer {token}").parse().unwrap());
-            admin.get_stats(r).await
+            admin
+                .get_stats(rebound_integration_tests::with_token(
+                    pb::GetStatsRequest::default(),
+                    Some(token),
+                ))
+                .await
         }
     };
     let e = stats("pay-secret").await.unwrap_err();

@@ -77,10 +77,6 @@ impl ClusterClock {
         self.base.now_ms()
     }
 
-    pub fn offset_ms(&self) -> i64 {
-        self.offset_ms.load(Ordering::SeqCst)
-    }
-
     pub fn set_offset_ms(&self, offset_ms: i64) {
         self.offset_ms.store(offset_ms, Ordering::SeqCst);
     }
@@ -88,11 +84,11 @@ impl ClusterClock {
 
 impl Clock for ClusterClock {
     fn now_ms(&self) -> i64 {
-        self.base.now_ms() + ClusterClock::offset_ms(self)
+        self.base.now_ms() + self.offset_ms.load(Ordering::SeqCst)
     }
 
     fn offset_ms(&self) -> Option<i64> {
-        Some(ClusterClock::offset_ms(self))
+        Some(self.offset_ms.load(Ordering::SeqCst))
     }
 }
 

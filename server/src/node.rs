@@ -13,7 +13,7 @@ use crate::{
     admin::Admin,
     api::{AdminApi, Api, ExecutorApi},
     auth::{AdminGate, Auth},
-    clock::{offset_sample, ClusterClock, SharedClock},
+    clock::{offset_sample, Clock, ClusterClock, SharedClock},
     compactor::Compactor,
     config::Config,
     dispatch::{
@@ -55,7 +55,7 @@ pub async fn sync_clock(
         }
     }
     let (offset, rtt) = best.expect("five samples");
-    let before = clock.offset_ms();
+    let before = clock.offset_ms().unwrap_or(0);
     if (offset - before).abs() >= CLOCK_SYNC_DEADBAND_MS {
         clock.set_offset_ms(offset);
         if offset.abs() * 2 > skew_margin_ms {
@@ -74,7 +74,7 @@ pub async fn sync_clock(
             );
         }
     }
-    Ok(clock.offset_ms())
+    Ok(clock.offset_ms().unwrap_or(0))
 }
 
 async fn run_clock_sync(

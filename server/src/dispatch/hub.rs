@@ -182,10 +182,8 @@ impl Hub {
                 break;
             }
         }
-        if service.is_some() {
-            inner.streams -= 1;
-        }
         if let Some(name) = service {
+            inner.streams -= 1;
             if inner.services.get(&name).is_some_and(|s| s.is_empty()) {
                 inner.services.remove(&name);
                 inner.next.remove(&name);

@@ -279,7 +279,6 @@ impl Dispatcher {
     async fn resolve_expired(self: &Arc<Self>, mut work: Work, error: String) {
         loop {
             let lock = self
-                .writer
                 .lock_transaction(&work.state.service, &work.state.transaction_id)
                 .await;
             let current = match self
