@@ -30,6 +30,20 @@ impl Clock for SystemClock {
     }
 }
 
+/// Another clock moved by a fixed number of milliseconds: a machine whose clock is off, for
+/// tests of clock skew (`REBOUND_TEST_CLOCK_SKEW_MS`).
+#[derive(Debug, Clone)]
+pub struct SkewedClock {
+    pub base: SharedClock,
+    pub skew_ms: i64,
+}
+
+impl Clock for SkewedClock {
+    fn now_ms(&self) -> i64 {
+        self.base.now_ms().saturating_add(self.skew_ms)
+    }
+}
+
 /// A clock that only moves when told to. Cloning shares the same time.
 #[derive(Debug, Clone)]
 pub struct ManualClock(Arc<AtomicI64>);

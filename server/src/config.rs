@@ -51,6 +51,10 @@ pub struct Config {
     /// `currentTimestamp()` at start and every `clock_sync_interval_ms`, and apply it.
     pub clock_sync: bool,
     pub clock_sync_interval_ms: u64,
+    /// For tests of clock skew only: milliseconds added to the machine's clock, standing for a
+    /// machine whose clock is off by that much (clock sync, when on, measures and corrects
+    /// it like any other error). `REBOUND_TEST_CLOCK_SKEW_MS`, default 0.
+    pub test_clock_skew_ms: i64,
     /// Credentials file (see `auth`); none: every call is allowed.
     pub credentials_file: Option<std::path::PathBuf>,
     pub shutdown_grace_ms: u64,
@@ -119,6 +123,7 @@ impl Default for Config {
             max_in_flight_bytes: 256 << 20,
             clock_sync: true,
             clock_sync_interval_ms: 10_000,
+            test_clock_skew_ms: 0,
             credentials_file: None,
             shutdown_grace_ms: 5_000,
             dead_letter_retention_seconds: 14 * 86_400,
@@ -390,6 +395,7 @@ impl Config {
             };
         }
         num!("REBOUND_CLOCK_SYNC_INTERVAL_MS", clock_sync_interval_ms);
+        num!("REBOUND_TEST_CLOCK_SKEW_MS", test_clock_skew_ms);
         if let Some(v) = get("REBOUND_CREDENTIALS_FILE") {
             self.credentials_file = (!v.is_empty()).then(|| v.into());
         }

@@ -5,7 +5,7 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc};
 
 use clap::{Parser, Subcommand};
 use rebound_server::{
-    clock::{SharedClock, SystemClock},
+    clock::{SharedClock, SkewedClock, SystemClock},
     config::{Config, Overrides},
     node::{run_migrations, Node},
     telemetry,
@@ -79,7 +79,19 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let clock: SharedClock = Arc::new(SystemClock);
+    let clock: SharedClock = match config.test_clock_skew_ms {
+        0 => Arc::new(SystemClock),
+        skew_ms => {
+            tracing::warn!(
+                skew_ms,
+                "REBOUND_TEST_CLOCK_SKEW_MS: this node's clock is moved on purpose"
+            );
+            Arc::new(SkewedClock {
+                base: Arc::new(SystemClock),
+                skew_ms,
+            })
+        }
+    };
     let result = runtime.block_on(async move {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => serve(config, clock).await,
