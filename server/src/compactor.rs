@@ -28,6 +28,8 @@ pub struct Compactor {
     /// Gate 2: a window is compacted only once `now >= end + margin`.
     margin_ms: i64,
     fence_margin_ms: i64,
+    /// The writer lag last warned about (warned once per value).
+    warned_lag: std::sync::atomic::AtomicI64,
 }
 
 /// What one compaction pass did, for tests and logs.
@@ -54,6 +56,7 @@ impl Compactor {
             grid,
             margin_ms,
             fence_margin_ms,
+            warned_lag: std::sync::atomic::AtomicI64::new(0),
         }
     }
 
@@ -74,15 +77,35 @@ impl Compactor {
         }
     }
 
-    /// One pass over this year and the last.
+    /// One pass over every year that holds a day.
     pub async fn compact(&self) -> Result<CompactionReport, ApiError> {
         let mut report = CompactionReport::default();
         if !self.fenced() {
             return Ok(report);
         }
-        let now = self.clock.now_ms();
+        // Gate 2 in the clock of the writer furthest behind: a live node whose clock lags
+        // may still place retries in windows this node has long seen end (see `peers`).
+        let lag = self.ownership.max_writer_lag_ms();
+        if lag > 0
+            && self
+                .warned_lag
+                .swap(lag, std::sync::atomic::Ordering::Relaxed)
+                != lag
+        {
+            tracing::warn!(
+                lag_ms = lag,
+                "a live node's clock lags this one's; compaction waits for it (turn clock sync on: REBOUND_CLOCK_SYNC)"
+            );
+        }
+        let now = self.clock.now_ms() - lag;
         let year = self.grid.window_of(now).year();
-        for y in [year - 1, year] {
+        // Every year that holds a day, however old (a backlog of any age).
+        let mut years = self.store.list_years().await?;
+        years.extend([year - 1, year]);
+        years.retain(|y| *y <= year);
+        years.sort_unstable();
+        years.dedup();
+        for y in years {
             for day in self.store.list_days(y).await? {
                 if !self.fenced() {
                     return Ok(report);

@@ -12,6 +12,7 @@ pub mod dispatch;
 pub mod error;
 pub mod node;
 pub mod ownership;
+pub mod peers;
 pub mod policy;
 pub mod ring;
 pub mod services;

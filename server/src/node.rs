@@ -213,6 +213,7 @@ impl Node {
                         boot_epoch,
                         slots: config.slots,
                         lease_ttl_ms: config.lease_ttl_ms as i64,
+                        clock_deadband_ms: (config.skew_margin_ms / 2) as i64,
                     },
                 ));
                 (Some(ring.clone()), ring)
@@ -259,8 +260,7 @@ impl Node {
                 // runs; the 1M drain stayed at about 3,200-3,300/s.
                 read_ahead: 64,
                 dead_letter_ttl_seconds: config.dead_letter_retention_seconds,
-                orphan_grace_ms: (2 * config.cassandra_request_timeout_ms + config.skew_margin_ms)
-                    as i64,
+                orphan_grace_ms: crate::writer::orphan_grace_ms(&config),
             },
             shutdown.subscribe(),
         ));
@@ -273,6 +273,13 @@ impl Node {
             2 * config.skew_margin_ms as i64,
             (config.lease_ttl_ms / 5) as i64,
         ));
+        // One ring round before any call is served: this node's heartbeat (and so its clock,
+        // see `peers`) is known to the others before it writes anything they might read.
+        if let Some(r) = &ring {
+            if let Err(e) = r.cycle().await {
+                tracing::warn!(error = %e, "first lease ring round failed, will retry");
+            }
+        }
         let ring_task = ring
             .clone()
             .map(|r| tokio::spawn(r.run(shutdown.subscribe())));
@@ -366,9 +373,7 @@ impl Node {
                             address: advertised.clone(),
                             slots: config.slots,
                             skew_margin_ms: config.skew_margin_ms as i64,
-                            orphan_grace_ms: (2 * config.cassandra_request_timeout_ms
-                                + config.skew_margin_ms)
-                                as i64,
+                            orphan_grace_ms: crate::writer::orphan_grace_ms(&config),
                             dead_letter_retention_seconds: config.dead_letter_retention_seconds,
                         }),
                     },

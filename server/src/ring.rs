@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use crate::{
     clock::SharedClock,
     ownership::{Lease, Ownership},
+    peers::PeerClocks,
     store::{Cas, LeaseChange, LeaseRow, Member, RetryStore, StoreError, TokenRange},
 };
 
@@ -38,6 +39,8 @@ pub struct RingOptions {
     pub boot_epoch: i64,
     pub slots: u32,
     pub lease_ttl_ms: i64,
+    /// Clock differences within this count as none (half the skew margin).
+    pub clock_deadband_ms: i64,
 }
 
 /// The token range of `slot` out of `slots` equal ranges covering `[i64::MIN, i64::MAX]`.
@@ -63,6 +66,9 @@ pub struct LeaseRing {
     clock: SharedClock,
     opts: RingOptions,
     held: Mutex<Held>,
+    peers: PeerClocks,
+    /// Slots validly held by other nodes as last seen: slot -> expiry in this node's clock.
+    others: Mutex<BTreeMap<i32, i64>>,
 }
 
 impl LeaseRing {
@@ -70,8 +76,14 @@ impl LeaseRing {
         Self {
             store,
             clock,
+            peers: PeerClocks::new(
+                opts.node_id.clone(),
+                opts.boot_epoch,
+                opts.clock_deadband_ms,
+            ),
             opts,
             held: Mutex::new(Held::default()),
+            others: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -105,12 +117,27 @@ impl LeaseRing {
                     address: self.opts.address.clone(),
                     boot_epoch: self.opts.boot_epoch,
                     heartbeat_at_ms: now,
+                    written_at_ms: 0,
                 },
                 // A dead node's membership lapses after two lease lifetimes.
                 ((2 * ttl) / 1000).max(2) as u32,
             )
             .await?;
-        let live = self.store.list_members().await?.len().max(1) as u32;
+        let members = self.store.list_members().await?;
+        self.peers.update(&members);
+        // Live: heartbeats Cassandra received within a lease lifetime of ours. A killed
+        // node's row lingers for two lifetimes (its TTL); counting it that long would make
+        // this node hand back slots nobody else will take.
+        let newest = members
+            .iter()
+            .find(|m| m.node_id == self.opts.node_id && m.boot_epoch == self.opts.boot_epoch)
+            .map(|m| m.written_at_ms)
+            .unwrap_or(0);
+        let live = members
+            .iter()
+            .filter(|m| m.written_at_ms == 0 || newest == 0 || m.written_at_ms >= newest - ttl)
+            .count()
+            .max(1) as u32;
         let share = self.opts.slots.div_ceil(live) as usize;
 
         // Renew everything held (and the compactor lease).
@@ -169,7 +196,7 @@ impl LeaseRing {
                 .peek_leases(&unheld)
                 .await?
                 .into_iter()
-                .map(|r| (r.slot, r.expires_at_ms))
+                .map(|r| (r.slot, self.expiry_here(&r)))
                 .collect();
             for k in 0..self.opts.slots {
                 if count >= share {
@@ -195,18 +222,36 @@ impl LeaseRing {
                 .filter(|s| !h.slots.contains_key(s))
                 .collect()
         };
+        let mut others = BTreeMap::new();
         if !unheld.is_empty() {
             for r in self.store.peek_leases(&unheld).await? {
-                if r.expires_at_ms > 0 && r.expires_at_ms < now - period {
-                    self.try_take(r.slot, now).await?;
+                let expires = self.expiry_here(&r);
+                if r.expires_at_ms > 0
+                    && expires < now - period
+                    && self.try_take(r.slot, now).await?
+                {
+                    continue;
+                }
+                if r.owner != self.opts.node_id && expires >= now {
+                    others.insert(r.slot, expires);
                 }
             }
         }
+        *self.others.lock().expect("others lock") = others;
         // The compactor lease: whoever finds it free takes it.
         if !self.lock().slots.contains_key(&COMPACTOR_SLOT) {
             self.try_take(COMPACTOR_SLOT, now).await?;
         }
         Ok(())
+    }
+
+    /// A lease's expiry in this node's clock: its holder wrote it in its own.
+    fn expiry_here(&self, r: &LeaseRow) -> i64 {
+        if r.expires_at_ms <= 0 {
+            return r.expires_at_ms;
+        }
+        r.expires_at_ms
+            .saturating_add(self.peers.node_lag_ms(&r.owner))
     }
 
     fn row(&self, slot: i32, epoch: i64, expires_at_ms: i64) -> LeaseRow {
@@ -236,7 +281,7 @@ impl LeaseRing {
         let current = self.store.read_lease(slot).await?;
         let (epoch, expected) = match &current {
             None => (1, None),
-            Some(r) if r.expires_at_ms < now => (r.epoch + 1, Some(r.epoch)),
+            Some(r) if self.expiry_here(r) < now => (r.epoch + 1, Some(r.epoch)),
             Some(_) => return Ok(false),
         };
         let row = self.row(slot, epoch, now + self.opts.lease_ttl_ms);
@@ -306,7 +351,7 @@ impl LeaseRing {
         let mut rows = self.store.peek_leases(&slots).await?;
         rows.sort_by_key(|r| r.slot);
         for r in rows {
-            if r.expires_at_ms > now {
+            if self.expiry_here(&r) > now {
                 let e = by_owner.entry(r.owner).or_default();
                 if r.slot == COMPACTOR_SLOT {
                     e.0 = true;
@@ -327,7 +372,7 @@ impl LeaseRing {
 }
 
 /// Joins adjacent ranges.
-fn merge(ranges: impl Iterator<Item = TokenRange>) -> Vec<TokenRange> {
+pub fn merge(ranges: impl Iterator<Item = TokenRange>) -> Vec<TokenRange> {
     let mut out: Vec<TokenRange> = Vec::new();
     for r in ranges {
         match out.last_mut() {
@@ -363,6 +408,34 @@ impl Ownership for LeaseRing {
             .slots
             .get(&COMPACTOR_SLOT)
             .is_some_and(|(_, exp)| *exp >= until_ms)
+    }
+
+    fn writer_lag_ms(&self, node_id: &str, boot_epoch: i64) -> i64 {
+        self.peers.writer_lag_ms(node_id, boot_epoch)
+    }
+
+    fn max_writer_lag_ms(&self) -> i64 {
+        self.peers.max_lag_ms()
+    }
+
+    fn max_writer_ahead_ms(&self) -> i64 {
+        self.peers.max_ahead_ms()
+    }
+
+    fn unowned(&self, now_ms: i64) -> Vec<TokenRange> {
+        let mine: std::collections::BTreeSet<i32> = self
+            .lock()
+            .slots
+            .iter()
+            .filter(|(s, (_, exp))| **s >= 0 && *exp > now_ms)
+            .map(|(s, _)| *s)
+            .collect();
+        let others = self.others.lock().expect("others lock");
+        merge(
+            (0..self.opts.slots as i32)
+                .filter(|s| !mine.contains(s) && others.get(s).is_none_or(|exp| *exp < now_ms))
+                .map(|s| slot_range(s as u32, self.opts.slots)),
+        )
     }
 }
 

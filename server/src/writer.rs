@@ -48,6 +48,9 @@ pub struct WriterOptions {
     pub dead_ttl_seconds: u32,
     pub max_concurrent_writes: usize,
     pub default_policy: RetryPolicy,
+    /// How long a reader waits for a state row after its pointer (see
+    /// `DispatchOptions::orphan_grace_ms`): a state row written later may be too late.
+    pub orphan_grace_ms: i64,
 }
 
 impl WriterOptions {
@@ -63,9 +66,19 @@ impl WriterOptions {
             dead_ttl_seconds: c.dead_letter_retention_seconds.max(c.terminal_ttl_seconds),
             max_concurrent_writes: c.max_concurrent_writes,
             default_policy: c.default_policy.clone(),
+            orphan_grace_ms: orphan_grace_ms(c),
         }
     }
 }
+
+/// How long a pointer may wait for its state row before a reader takes it for the remains of
+/// a failed enqueue: two request timeouts plus the skew margin.
+pub fn orphan_grace_ms(c: &Config) -> i64 {
+    (2 * c.cassandra_request_timeout_ms + c.skew_margin_ms) as i64
+}
+
+/// Placements of one schedule tried before giving up when every pointer landed late.
+const PLACEMENTS: usize = 3;
 
 /// What an enqueue did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -534,26 +547,57 @@ impl Writer {
                 }
             }
         }
-        // 6. The state rows, each only after its pointer is durable.
+        // 6. The state rows, each only after its pointer is durable. A pointer that landed
+        //    after its window ended is placed again on its own (see `write_schedule`).
+        let after = self.clock.now_ms();
         let mut rows: Vec<(usize, TxState, bool)> = confirms
             .into_iter()
             .map(|(i, state)| (i, state, true))
             .collect();
-        rows.extend(
-            schedules
-                .into_iter()
-                .zip(pointer_ok)
-                .filter_map(|(s, ok)| ok.then_some(s)),
-        );
+        let mut late: Vec<(usize, TxState, bool)> = Vec::new();
+        for (s, ok) in schedules.into_iter().zip(pointer_ok) {
+            if !ok {
+                continue;
+            }
+            let ended =
+                s.1.location
+                    .as_ref()
+                    .is_some_and(|l| after >= self.grid.end_ms(l.window));
+            if ended {
+                late.push(s);
+            } else {
+                rows.push(s);
+            }
+        }
         let written = self
             .store
             .put_states(rows.iter().map(|(_, s, _)| (s.clone(), None)).collect())
             .await;
+        let landed = self.check_state_landed(now);
         for ((i, state, deduplicated), r) in rows.into_iter().zip(written) {
             results[i] = Some(match r {
-                Ok(()) => Ok(outcome(state, deduplicated)),
+                Ok(()) => landed.clone().map(|()| outcome(state, deduplicated)),
                 Err(e) => Err(e.into()),
             });
+        }
+        for (i, mut state, deduplicated) in late {
+            let location = state.location.clone().expect("placed");
+            tracing::warn!(
+                transaction_id = %state.transaction_id,
+                late_ms = after - self.grid.end_ms(location.window),
+                "a batch pointer landed after its window ended; placing the retry again"
+            );
+            let r = async {
+                self.repair_path(&state.service, &location).await?;
+                let now = self.clock.now_ms();
+                let target = self.grid.target(now, state.due_at_ms);
+                state.generation = new_generation(state.generation, now);
+                state.due_at_ms = self.grid.end_ms(target);
+                state.updated_at_ms = now;
+                self.write_schedule(&mut state, target, now).await
+            }
+            .await;
+            results[i] = Some(r.map(|()| outcome(state, deduplicated)));
         }
         drop(locks);
         results
@@ -828,26 +872,89 @@ impl Writer {
 
     /// The write order of every schedule: directory rows (cached), the Tier-5 pointer with
     /// `state.generation`, then the state row pointing at it.
+    ///
+    /// Late writes: W+1 leaves at least one window between choosing a window and anyone
+    /// reading it, which a normal write takes milliseconds of. A writer that stalled longer
+    /// (a stopped process, a paused database) may land its pointer in a window that was read,
+    /// or compacted, meanwhile. So the clock is read again once the pointer is durable: if
+    /// the window has ended, the pointer is left behind (its path written again, top down,
+    /// so that it is reachable and gets cleaned up) and the retry is placed anew, under a new
+    /// generation, in a window after the current one. If the state row then lands later than
+    /// a reader waits for it, the outcome is unknown and the caller is told so
+    /// (DEADLINE_EXCEEDED: repeating the enqueue repairs it).
     async fn write_schedule(
         &self,
         state: &mut TxState,
         target: WindowId,
         now: i64,
     ) -> Result<(), ApiError> {
-        let location = self
-            .place(&state.service, &state.transaction_id, target, now)
-            .await?;
-        let pointer = Pointer {
-            transaction_id: state.transaction_id.clone(),
-            generation: state.generation,
-            attempt: state.attempt,
-            enqueued_at_ms: now,
+        let (mut target, mut now) = (target, now);
+        for placement in 0..PLACEMENTS {
+            let location = self
+                .place(&state.service, &state.transaction_id, target, now)
+                .await?;
+            let pointer = Pointer {
+                transaction_id: state.transaction_id.clone(),
+                generation: state.generation,
+                attempt: state.attempt,
+                enqueued_at_ms: now,
+            };
+            self.pointers
+                .submit((state.service.clone(), location.clone()), pointer, 1)
+                .await?;
+            let after = self.clock.now_ms();
+            if after < self.grid.end_ms(target) {
+                state.location = Some(location);
+                self.store.put_state(state, None).await?;
+                return self.check_state_landed(now);
+            }
+            tracing::warn!(
+                transaction_id = %state.transaction_id,
+                late_ms = after - self.grid.end_ms(target),
+                placement,
+                "a pointer landed after its window ended; placing the retry again"
+            );
+            self.repair_path(&state.service, &location).await?;
+            let due = state.due_at_ms;
+            now = after;
+            target = self.grid.target(now, due);
+            state.generation = new_generation(state.generation, now);
+            state.due_at_ms = self.grid.end_ms(target);
+            state.updated_at_ms = now;
+        }
+        Err(ApiError::Unavailable(format!(
+            "the node could not write the retry within a window {PLACEMENTS} times in a row (storage too slow); nothing was scheduled"
+        )))
+    }
+
+    /// After a state row written for a pointer placed at `placed_at`: a state row that took
+    /// longer than readers wait for it may have found its pointer skipped already.
+    fn check_state_landed(&self, placed_at: i64) -> Result<(), ApiError> {
+        let took = self.clock.now_ms() - placed_at;
+        if took >= self.opts.orphan_grace_ms {
+            return Err(ApiError::DeadlineExceeded(format!(
+                "the retry's state row took {took} ms to write, longer than readers wait for it; its outcome is unknown, and repeating the call (idempotent) settles it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes the directory path of `location` again, top down (day, window, instance,
+    /// bucket), so that a pointer written late is below rows a traversal reaches, whatever a
+    /// compaction deleted meanwhile; its bucket is then found, skipped as stale and deleted.
+    async fn repair_path(&self, service: &str, location: &Location) -> Result<(), ApiError> {
+        let w = location.window;
+        self.store.put_day(w.year(), w.day).await?;
+        self.store.put_window(w).await?;
+        let row = InstanceRow {
+            instance_token: token::instance_token(service, &location.instance),
+            service: service.to_string(),
+            instance: location.instance.clone(),
         };
-        self.pointers
-            .submit((state.service.clone(), location.clone()), pointer, 1)
+        self.store.put_instance(w, &row).await?;
+        self.store
+            .put_bucket(w, service, &location.instance, location.bucket)
             .await?;
-        state.location = Some(location);
-        self.store.put_state(state, None).await?;
         Ok(())
     }
 

@@ -14,7 +14,10 @@ pub mod hub;
 
 use std::{
     collections::HashSet,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
     time::Duration,
 };
 
@@ -96,7 +99,13 @@ pub struct Dispatcher {
     /// do not.
     feeding: Mutex<HashSet<(WindowId, String, String)>>,
     stopping: watch::Receiver<bool>,
+    /// The years holding a day, as last read, and when (see `years`).
+    years: Mutex<Option<(i64, Vec<i32>)>>,
+    instance_rows_read: AtomicU64,
 }
+
+/// How often a scan rereads which years hold a day.
+const YEARS_REFRESH_MS: i64 = 10_000;
 
 impl Dispatcher {
     #[allow(clippy::too_many_arguments)]
@@ -122,6 +131,8 @@ impl Dispatcher {
             active: Mutex::new(HashSet::new()),
             feeding: Mutex::new(HashSet::new()),
             stopping,
+            years: Mutex::new(None),
+            instance_rows_read: AtomicU64::new(0),
         }
     }
 
@@ -353,8 +364,42 @@ impl Dispatcher {
         }
     }
 
+    /// Every year that may hold a day up to `year`: the years that hold a day row (read
+    /// again every `YEARS_REFRESH_MS`), and always `year - 1` and `year`.
+    async fn years(&self, now: i64, year: i32) -> Result<Vec<i32>, ApiError> {
+        let cached = {
+            let c = self.years.lock().expect("years lock");
+            c.as_ref()
+                .filter(|(at, _)| now.saturating_sub(*at) < YEARS_REFRESH_MS && *at <= now)
+                .map(|(_, y)| y.clone())
+        };
+        let mut years = match cached {
+            Some(y) => y,
+            None => {
+                let y = self.store.list_years().await?;
+                *self.years.lock().expect("years lock") = Some((now, y.clone()));
+                y
+            }
+        };
+        years.extend([year - 1, year]);
+        years.retain(|y| *y <= year);
+        years.sort_unstable();
+        years.dedup();
+        Ok(years)
+    }
+
+    /// Tier-3 rows read by scans so far (each node reads only its share of the token space).
+    pub fn instance_rows_read(&self) -> u64 {
+        self.instance_rows_read.load(Ordering::Relaxed)
+    }
+
     /// One pass over the directory, oldest day first: start a worker for every due instance
     /// in the held ranges whose service has a subscriber (bounded per service).
+    ///
+    /// Tier-3 reads are bounded in CQL to the held token ranges, plus the ranges no live node
+    /// holds (a handover under way), whose due work is not started here but still holds a
+    /// service's newer days back. An instance is due once its writer's clock has closed the
+    /// window (`peers`): the W+1 rule holds in the clock that placed it.
     pub async fn scan(self: &Arc<Self>) -> Result<(), ApiError> {
         let leases = self.ownership.held();
         if leases.is_empty() {
@@ -363,8 +408,21 @@ impl Dispatcher {
         let now = self.clock.now_ms();
         let today = self.grid.window_of(now);
         let year = today.year();
+        let unowned = self.ownership.unowned(now);
+        let ranges = crate::ring::merge({
+            let mut r: Vec<TokenRange> = leases
+                .iter()
+                .map(|l| l.range)
+                .chain(unowned.iter().copied())
+                .collect();
+            r.sort_by_key(|r| r.start);
+            r.into_iter()
+        });
+        // Writers whose clock runs ahead of this node's may have closed windows this one
+        // has not: read up to the furthest any writer is.
+        let ahead = self.ownership.max_writer_ahead_ms();
         let mut held_at: std::collections::HashMap<String, i32> = Default::default();
-        for y in [year - 1, year] {
+        for y in self.years(now, year).await? {
             let days = self.store.list_days(y).await?;
             tracing::trace!(year = y, ?days, now, "scan");
             for day in days {
@@ -376,19 +434,31 @@ impl Dispatcher {
                 tracing::trace!(day, low, ?windows, "scan day");
                 for index in windows {
                     let window = WindowId { day, index };
-                    if !self.grid.is_readable(window, now, self.opts.skew_margin_ms) {
+                    if !self
+                        .grid
+                        .is_readable(window, now + ahead, self.opts.skew_margin_ms)
+                    {
                         break;
                     }
-                    // One read of the window's Tier-3 partition (a row per writer lane and
-                    // service: small), then each row goes to the held lease covering its
-                    // token. One query per window instead of one per held slot.
                     if !leases.iter().any(|l| self.fenced(l)) {
                         continue;
                     }
-                    for row in self.store.list_instances(window, TokenRange::FULL).await? {
+                    let mut rows = Vec::new();
+                    for r in &ranges {
+                        rows.extend(self.store.list_instances(window, *r).await?);
+                    }
+                    self.instance_rows_read
+                        .fetch_add(rows.len() as u64, Ordering::Relaxed);
+                    for row in rows {
+                        if !self.due_for_writer(window, &row.instance, now) {
+                            continue;
+                        }
                         let Some(lease) =
                             leases.iter().find(|l| l.range.contains(row.instance_token))
                         else {
+                            // Due work nobody holds yet: this service's newer days wait for
+                            // it as they would if it were ours.
+                            held_at.entry(row.service.clone()).or_insert(day);
                             continue;
                         };
                         if !self.fenced(lease) {
@@ -409,6 +479,21 @@ impl Dispatcher {
             }
         }
         Ok(())
+    }
+
+    /// How far the writer of `instance` lags this node's clock (0 when unknown).
+    fn writer_lag(&self, instance: &str) -> i64 {
+        crate::peers::writer_of(instance)
+            .map_or(0, |(node, epoch)| self.ownership.writer_lag_ms(node, epoch))
+    }
+
+    /// Whether the writer of `instance` has closed `window` by its own clock, plus the margin.
+    fn due_for_writer(&self, window: WindowId, instance: &str, now: i64) -> bool {
+        self.grid.is_readable(
+            window,
+            now - self.writer_lag(instance),
+            self.opts.skew_margin_ms,
+        )
     }
 
     fn maybe_start(self: &Arc<Self>, window: WindowId, row: InstanceRow, lease: Lease) -> Start {
@@ -565,6 +650,7 @@ impl Dispatcher {
         loc: &Location,
         lease: &Lease,
     ) -> Result<(Feed, FuturesUnordered<oneshot::Receiver<()>>), ApiError> {
+        let writer_lag = self.writer_lag(&loc.instance);
         let store = self.store.clone();
         let svc = service.to_string();
         let mut states = self
@@ -603,21 +689,19 @@ impl Dispatcher {
                 }
             };
             tracing::trace!(transaction_id = %pointer.transaction_id, pointer_generation = pointer.generation, state = ?state.as_ref().map(|s| (s.generation, s.status)), "pointer");
-            let state = match PointerState::of(
-                &pointer,
-                state,
-                self.clock.now_ms(),
-                self.opts.orphan_grace_ms,
-            ) {
-                PointerState::Live(s) => s,
-                // Its state row has not landed (yet): keep the bucket while that can happen.
-                PointerState::Landing => {
-                    whole = false;
-                    continue;
-                }
-                // Stale or already resolved (the execution marker), or a failed enqueue.
-                PointerState::Stale | PointerState::Orphan => continue,
-            };
+            // The pointer's enqueue time is in its writer's clock.
+            let writer_now = self.clock.now_ms() - writer_lag;
+            let state =
+                match PointerState::of(&pointer, state, writer_now, self.opts.orphan_grace_ms) {
+                    PointerState::Live(s) => s,
+                    // Its state row has not landed (yet): keep the bucket while that can happen.
+                    PointerState::Landing => {
+                        whole = false;
+                        continue;
+                    }
+                    // Stale or already resolved (the execution marker), or a failed enqueue.
+                    PointerState::Stale | PointerState::Orphan => continue,
+                };
             if !keep() {
                 return Ok((Feed::Abandoned, pending));
             }

@@ -122,6 +122,7 @@ struct Statements {
     get_states: PreparedStatement,
     get_states_legacy: PreparedStatement,
     list_days: PreparedStatement,
+    list_years: PreparedStatement,
     list_instances: PreparedStatement,
     list_buckets: PreparedStatement,
     list_pointers: PreparedStatement,
@@ -488,6 +489,12 @@ impl CassandraStore {
                 "SELECT day FROM {ks}.days_by_year WHERE region = ? AND cluster = ? AND year = ?"
             ))
             .await?,
+            // The years that hold a day: one partition key per (ns, year), a handful in all,
+            // read by key only (DISTINCT cannot restrict part of a partition key).
+            list_years: prep(format!(
+                "SELECT DISTINCT region, cluster, year FROM {ks}.days_by_year"
+            ))
+            .await?,
             list_instances: prep(format!(
                 "SELECT instance_token, service, instance FROM {ks}.instances_by_window \
                  WHERE region = ? AND cluster = ? AND day = ? AND window = ? \
@@ -579,8 +586,8 @@ impl CassandraStore {
             ))
             .await?,
             list_members: prep(format!(
-                "SELECT node_id, address, boot_epoch, heartbeat_at FROM {ks}.ring_members \
-                 WHERE region = ? AND cluster = ?"
+                "SELECT node_id, address, boot_epoch, heartbeat_at, WRITETIME(heartbeat_at) \
+                 FROM {ks}.ring_members WHERE region = ? AND cluster = ?"
             ))
             .await?,
             read_lease: {
@@ -1211,6 +1218,18 @@ impl RetryStore for CassandraStore {
             .await
     }
 
+    async fn list_years(&self) -> StoreResult<Vec<i32>> {
+        let rows: Vec<(String, String, i32)> = self.collect(&self.st.list_years, ()).await?;
+        let mut years: Vec<i32> = rows
+            .into_iter()
+            .filter(|(r, c, _)| *r == self.region && *c == self.cluster)
+            .map(|(_, _, y)| y)
+            .collect();
+        years.sort_unstable();
+        years.dedup();
+        Ok(years)
+    }
+
     async fn list_days(&self, year: i32) -> StoreResult<Vec<i32>> {
         let rows: Vec<(CqlDate,)> = self
             .collect(&self.st.list_days, (&self.region, &self.cluster, year))
@@ -1685,16 +1704,24 @@ impl RetryStore for CassandraStore {
     }
 
     async fn list_members(&self) -> StoreResult<Vec<Member>> {
-        let rows: Vec<(String, Option<String>, Option<i64>, Option<CqlTimestamp>)> = self
+        type Row = (
+            String,
+            Option<String>,
+            Option<i64>,
+            Option<CqlTimestamp>,
+            Option<i64>,
+        );
+        let rows: Vec<Row> = self
             .collect(&self.st.list_members, (&self.region, &self.cluster))
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(node_id, address, boot_epoch, at)| Member {
+            .map(|(node_id, address, boot_epoch, at, written)| Member {
                 node_id,
                 address: address.unwrap_or_default(),
                 boot_epoch: boot_epoch.unwrap_or(0),
                 heartbeat_at_ms: at.map_or(0, |t| t.0),
+                written_at_ms: written.map_or(0, |us| us.div_euclid(1000)),
             })
             .collect())
     }

@@ -221,6 +221,8 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
     async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>>;
 
     // Directory reads, oldest first.
+    /// Every year of this `ns` that holds a day row, ascending: a backlog of any age is found.
+    async fn list_years(&self) -> StoreResult<Vec<i32>>;
     async fn list_days(&self, year: i32) -> StoreResult<Vec<i32>>;
     async fn list_instances(
         &self,
@@ -365,7 +367,11 @@ pub struct Member {
     pub node_id: String,
     pub address: String,
     pub boot_epoch: i64,
+    /// The member's own clock when it wrote the heartbeat.
     pub heartbeat_at_ms: i64,
+    /// Cassandra's clock when the heartbeat was written (its write time; 0 when unknown, or
+    /// when writing). `written_at_ms - heartbeat_at_ms` is how far the member's clock lags.
+    pub written_at_ms: i64,
 }
 
 /// The outcome of a lightweight transaction.

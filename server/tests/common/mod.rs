@@ -36,6 +36,11 @@ pub fn spawn(keyspace: &str, port: u16) -> Proc {
 }
 
 pub fn spawn_node(keyspace: &str, port: u16, node_id: &str) -> Proc {
+    spawn_node_with(keyspace, port, node_id, &[])
+}
+
+/// A node with extra environment (later entries override the defaults below).
+pub fn spawn_node_with(keyspace: &str, port: u16, node_id: &str, extra: &[(&str, String)]) -> Proc {
     Proc(
         Command::new(env!("CARGO_BIN_EXE_rebound-server"))
             .envs([
@@ -54,6 +59,7 @@ pub fn spawn_node(keyspace: &str, port: u16, node_id: &str) -> Proc {
                     std::env::var("CHILD_LOG").unwrap_or_else(|_| "warn".into()),
                 ),
             ])
+            .envs(extra.iter().map(|(k, v)| (*k, v.clone())))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
