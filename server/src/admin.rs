@@ -636,7 +636,7 @@ impl Admin {
                     s.last_enqueued_at_ms = now;
                     s.enqueue_count = s.enqueue_count.saturating_add(1);
                     let due = now + delay.as_millis() as i64;
-                    self.writer.reschedule(s, due).await?;
+                    self.writer.restart(s, due).await?;
                     resp.redriven += 1;
                 }
                 _ => resp.skipped += 1,

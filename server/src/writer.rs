@@ -689,6 +689,8 @@ impl Writer {
             target,
             due_at_ms,
         } = checked;
+        let existing_generation = existing.as_ref().map_or(0, |s| s.generation);
+        let existing_cancel = existing.as_ref().and_then(|s| s.cancelled_generation);
         let previous = match existing {
             Some(s) if s.status == Status::Succeeded => {
                 return Err(ApiError::AlreadyExists(format!(
@@ -718,6 +720,8 @@ impl Writer {
             enqueue_count: 1,
             delivery_count: 0,
             legacy_columns: false,
+            base_generation: 0,
+            cancelled_generation: existing_cancel,
         };
         if let Some(prev) = &previous {
             state.first_enqueued_at_ms = prev.first_enqueued_at_ms;
@@ -732,13 +736,21 @@ impl Writer {
             // Same window: confirm. The live pointer stays; only the state row is refreshed.
             if let Some(loc) = prev.location.as_ref().filter(|l| l.window == target) {
                 state.generation = prev.generation;
+                state.base_generation = prev.base_generation;
                 state.location = Some(loc.clone());
                 state.due_at_ms = prev.due_at_ms;
                 return Ok(Plan::Confirm(state));
             }
         }
-        let prev_generation = previous.as_ref().map_or(0, |p| p.generation);
+        // Above every generation seen, the cancelled one included, so that a fresh start after
+        // a cancel is not taken for a schedule the cancel covers (whatever this node's clock).
+        let prev_generation = existing_generation.max(existing_cancel.unwrap_or(0));
         state.generation = new_generation(prev_generation, now);
+        // A reschedule derives from the live generation it read; a fresh start from itself.
+        state.base_generation = match &previous {
+            Some(prev) => prev.generation,
+            None => state.generation,
+        };
         Ok(Plan::Schedule {
             state,
             target,
@@ -859,11 +871,33 @@ impl Writer {
 
     /// Schedules the next attempt of `state` at `due_ms` under a new generation: a new pointer
     /// in a future window, then the state row. The old pointer becomes stale.
-    pub async fn reschedule(&self, mut state: TxState, due_ms: i64) -> Result<TxState, ApiError> {
+    pub async fn reschedule(&self, state: TxState, due_ms: i64) -> Result<TxState, ApiError> {
+        self.schedule_next(state, due_ms, false).await
+    }
+
+    /// Schedules a finished retry afresh (a redrive): like `reschedule`, but the new schedule
+    /// derives from itself, so no earlier cancel covers it.
+    pub async fn restart(&self, state: TxState, due_ms: i64) -> Result<TxState, ApiError> {
+        self.schedule_next(state, due_ms, true).await
+    }
+
+    async fn schedule_next(
+        &self,
+        mut state: TxState,
+        due_ms: i64,
+        fresh: bool,
+    ) -> Result<TxState, ApiError> {
         let now = self.clock.now_ms();
         let target = self.grid.target(now, due_ms);
         state.status = Status::Scheduled;
-        state.generation = new_generation(state.generation, now);
+        let above = state
+            .generation
+            .max(state.cancelled_generation.unwrap_or(0));
+        state.base_generation = state.generation;
+        state.generation = new_generation(above, now);
+        if fresh {
+            state.base_generation = state.generation;
+        }
         state.due_at_ms = self.grid.end_ms(target);
         state.updated_at_ms = now;
         self.write_schedule(&mut state, target, now).await?;
@@ -969,8 +1003,24 @@ impl Writer {
         } else {
             self.opts.terminal_ttl_seconds
         };
+        if status == Status::Cancelled {
+            // Every cancel carries the cancel cell (see `cancel`).
+            self.store
+                .cancel_state(&state, ttl, self.cancel_ttl())
+                .await?;
+            return Ok(());
+        }
         self.store.put_state(&state, Some(ttl)).await?;
         Ok(())
+    }
+
+    /// How long a cancel cell lives: as long as a schedule it covers could still fall due
+    /// (the longest delay), plus the terminal TTL and a day.
+    fn cancel_ttl(&self) -> u32 {
+        (self.opts.max_delay.as_secs())
+            .saturating_add(u64::from(self.opts.terminal_ttl_seconds))
+            .saturating_add(86_400)
+            .min(i32::MAX as u64) as u32
     }
 
     pub fn max_delay(&self) -> Duration {
@@ -986,6 +1036,13 @@ impl Writer {
 
     /// Cancels a scheduled retry. Returns the status after the call and whether this call
     /// cancelled it (false when it had already finished).
+    ///
+    /// Across nodes (DESIGN.md "Guarantees across nodes"): the CANCELLED row goes out with
+    /// the cancel cell (`cancelled_generation`, schema 0008), which no ack or enqueue writes.
+    /// An ack or enqueue elsewhere that read the retry before this write derives its schedule
+    /// from a generation the cell covers, so its write, landing before or after this one,
+    /// reads as CANCELLED and is never delivered. The row is read once more after the write,
+    /// and a schedule derived meanwhile from a newer generation is cancelled too.
     pub async fn cancel(
         &self,
         service: &str,
@@ -996,14 +1053,24 @@ impl Writer {
         if state.status.is_terminal() {
             return Ok((state.status, false));
         }
-        state.status = Status::Cancelled;
-        state.updated_at_ms = self.clock.now_ms();
-        self.store
-            .put_state(&state, Some(self.opts.terminal_ttl_seconds))
-            .await?;
+        let cancel_ttl = self.cancel_ttl();
+        for _ in 0..CANCEL_ROUNDS {
+            state.status = Status::Cancelled;
+            state.updated_at_ms = self.clock.now_ms();
+            self.store
+                .cancel_state(&state, self.opts.terminal_ttl_seconds, cancel_ttl)
+                .await?;
+            match self.store.get_state(service, transaction_id).await? {
+                Some(now) if now.status == Status::Scheduled => state = now,
+                _ => break,
+            }
+        }
         Ok((Status::Cancelled, true))
     }
 }
+
+/// Writes of one cancel at most (the first, and one per schedule derived meanwhile).
+const CANCEL_ROUNDS: usize = 3;
 
 fn not_found(service: &str, transaction_id: &str) -> ApiError {
     ApiError::NotFound(format!(

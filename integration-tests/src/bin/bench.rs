@@ -818,6 +818,8 @@ async fn costs(a: &Args) -> anyhow::Result<J> {
         enqueue_count: 1,
         delivery_count: 0,
         legacy_columns: false,
+        base_generation: 0,
+        cancelled_generation: None,
     };
     let mut fields = Vec::new();
     for (label, c) in [("one_at_a_time", 1usize), ("concurrent", conc)] {

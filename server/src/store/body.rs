@@ -34,6 +34,10 @@ pub struct Body {
     pub enqueue_count: u32,
     #[prost(uint32, tag = "11")]
     pub delivery_count: u32,
+    /// The generation this schedule was derived from (the one its writer read), or its own
+    /// for a fresh start: a cancel of a generation at or above it cancels it.
+    #[prost(int64, tag = "12")]
+    pub base_generation: i64,
 }
 
 /// The effective policy of the retry, durations in milliseconds.

@@ -119,6 +119,7 @@ struct Statements {
     put_pointer: PreparedStatement,
     put_state: PreparedStatement,
     put_state_legacy: PreparedStatement,
+    put_cancel: PreparedStatement,
     get_states: PreparedStatement,
     get_states_legacy: PreparedStatement,
     list_days: PreparedStatement,
@@ -251,6 +252,7 @@ impl StateIo {
             location: s.location.as_ref().map(LocationBody::of),
             enqueue_count: s.enqueue_count,
             delivery_count: s.delivery_count,
+            base_generation: s.base_generation,
         };
         BodyValues {
             region: &self.region,
@@ -475,13 +477,20 @@ impl CassandraStore {
                  {LEGACY_STATE_COLUMNS}) VALUES ({legacy_binds}) USING TTL ?"
             ))
             .await?,
+            put_cancel: prep(format!(
+                "UPDATE {ks}.transactions USING TTL ? SET cancelled_generation = ? \
+                 WHERE region = ? AND cluster = ? AND service = ? AND transaction_id = ?"
+            ))
+            .await?,
             get_states: prep(format!(
-                "SELECT transaction_id, status, generation, payload, body FROM {ks}.transactions \
+                "SELECT transaction_id, status, generation, payload, body, cancelled_generation \
+                 FROM {ks}.transactions \
                  WHERE region = ? AND cluster = ? AND service = ? AND transaction_id IN ?"
             ))
             .await?,
             get_states_legacy: prep(format!(
-                "SELECT transaction_id, {LEGACY_STATE_COLUMNS} FROM {ks}.transactions \
+                "SELECT transaction_id, {LEGACY_STATE_COLUMNS}, cancelled_generation \
+                 FROM {ks}.transactions \
                  WHERE region = ? AND cluster = ? AND service = ? AND transaction_id IN ?"
             ))
             .await?,
@@ -883,6 +892,7 @@ struct BodyRow {
     generation: Option<i64>,
     payload: Option<Vec<u8>>,
     body: Option<Vec<u8>>,
+    cancelled_generation: Option<i64>,
 }
 
 impl BodyRow {
@@ -908,7 +918,10 @@ impl BodyRow {
             enqueue_count: body.enqueue_count,
             delivery_count: body.delivery_count,
             legacy_columns: false,
-        })
+            base_generation: body.base_generation,
+            cancelled_generation: self.cancelled_generation,
+        }
+        .apply_cancel())
     }
 }
 
@@ -954,6 +967,7 @@ struct StateRow {
     enqueue_count: Option<i32>,
     delivery_count: Option<i32>,
     non_retryable: Option<String>,
+    cancelled_generation: Option<i64>,
 }
 
 impl StateRow {
@@ -1024,7 +1038,10 @@ impl StateRow {
             enqueue_count: self.enqueue_count.unwrap_or(0).max(0) as u32,
             delivery_count: self.delivery_count.unwrap_or(0).max(0) as u32,
             legacy_columns: true,
-        })
+            base_generation: 0,
+            cancelled_generation: self.cancelled_generation,
+        }
+        .apply_cancel())
     }
 }
 
@@ -1150,6 +1167,40 @@ impl RetryStore for CassandraStore {
         self.state_writes
             .submit((), (s.clone(), ttl_seconds), state_write_weight(s))
             .await
+    }
+
+    async fn cancel_state(
+        &self,
+        state: &TxState,
+        ttl_seconds: u32,
+        cancel_ttl_seconds: u32,
+    ) -> StoreResult<()> {
+        // One partition, one batch: the CANCELLED row and the cancel cell land together.
+        let io = &self.state_io;
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_is_idempotent(true);
+        let cancel = (
+            ttl_of(Some(cancel_ttl_seconds)),
+            state.generation,
+            &self.region,
+            &self.cluster,
+            &state.service,
+            &state.transaction_id,
+        );
+        let r = if state.legacy_columns {
+            batch.append_statement(io.put_legacy.clone());
+            batch.append_statement(self.st.put_cancel.clone());
+            self.session
+                .batch(&batch, (io.legacy_values(state, Some(ttl_seconds)), cancel))
+                .await
+        } else {
+            batch.append_statement(io.put.clone());
+            batch.append_statement(self.st.put_cancel.clone());
+            self.session
+                .batch(&batch, (io.values(state, Some(ttl_seconds)), cancel))
+                .await
+        };
+        r.map(|_| ()).map_err(|e| map_execution_error(&e))
     }
 
     async fn get_state(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {

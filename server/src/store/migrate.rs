@@ -55,6 +55,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0007_state_body.cql",
         cql: include_str!("../../../schema/0007_state_body.cql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_cancel.cql",
+        cql: include_str!("../../../schema/0008_cancel.cql"),
+    },
 ];
 
 /// Splits a migration file into statements: drops `--` comment lines, splits on `;`.

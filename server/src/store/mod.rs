@@ -92,9 +92,28 @@ pub struct TxState {
     /// that layout until it finishes. New rows keep everything but status, generation and
     /// payload in one `body` cell.
     pub legacy_columns: bool,
+    /// The generation this schedule was derived from: the one its writer read (an ack's
+    /// reschedule, an enqueue's), or its own for a fresh start. 0 in the layout before 0007.
+    pub base_generation: i64,
+    /// Written by `CancelRetry` only (schema 0008): a SCHEDULED row whose base is at or below
+    /// it reads as CANCELLED, whatever a concurrent writer on another node wrote after it.
+    pub cancelled_generation: Option<i64>,
 }
 
 impl TxState {
+    /// The status a state row has once the cancel cell is applied: a schedule derived from a
+    /// cancelled generation is cancelled too.
+    pub fn apply_cancel(mut self) -> Self {
+        if self.status == Status::Scheduled
+            && self
+                .cancelled_generation
+                .is_some_and(|c| c >= self.base_generation)
+        {
+            self.status = Status::Cancelled;
+        }
+        self
+    }
+
     /// The execution marker: a pointer of `generation` is live only while the state row has
     /// that generation and is SCHEDULED.
     pub fn is_live(&self, generation: i64) -> bool {
@@ -212,6 +231,15 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
         pointers: &[Pointer],
     ) -> StoreResult<()>;
     async fn put_state(&self, state: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()>;
+    /// Writes the CANCELLED `state` (with `ttl_seconds`) and, in the same single-partition
+    /// batch, the cancel cell `cancelled_generation = state.generation` that lives
+    /// `cancel_ttl_seconds`.
+    async fn cancel_state(
+        &self,
+        state: &TxState,
+        ttl_seconds: u32,
+        cancel_ttl_seconds: u32,
+    ) -> StoreResult<()>;
     async fn get_state(&self, service: &str, transaction_id: &str) -> StoreResult<Option<TxState>>;
     /// The state rows of many transactions of one service, read in few requests; one answer
     /// per id, in order.

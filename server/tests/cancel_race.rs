@@ -1,0 +1,196 @@
+//! A cancel answered on one node is never undone by an ack on another (issue 14, defect 3;
+//! DESIGN.md "Guarantees across nodes"). Two `rebound-server` processes share a keyspace; 200
+//! retries are delivered, and for each one an `Ack(RETRY, retry_after = 0)` on the node that
+//! delivered it races a `CancelRetry` on the other node. Every cancel that answered
+//! `cancelled = true` must stay cancelled: GetRetry says CANCELLED, and the retry is never
+//! delivered again. Needs the Cassandra of `scripts/cassandra start`.
+
+mod common;
+
+use std::{
+    collections::{HashMap, HashSet},
+    time::{Duration, Instant},
+};
+
+use common::{connect, contact_point, free_port, spawn_node_with};
+use rebound_proto::v1::{
+    self as pb, executor_service_client::ExecutorServiceClient,
+    retry_service_client::RetryServiceClient,
+};
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+
+const ROUNDS: usize = 200;
+
+#[tokio::test]
+async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
+    let keyspace = format!("t_cancel_{}_{}", std::process::id(), rand::random::<u16>());
+    let ports = [free_port(), free_port()];
+    let _nodes: Vec<_> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| spawn_node_with(&keyspace, *p, &format!("n{i}"), &[]))
+        .collect();
+    let mut chans: Vec<Channel> = Vec::new();
+    for p in ports {
+        chans.push(connect(p).await);
+    }
+    // Both nodes hold part of the ring before anything is due.
+    let started = Instant::now();
+    loop {
+        let ring = ExecutorServiceClient::new(chans[0].clone())
+            .get_ring(pb::GetRingRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        if ring.nodes.iter().filter(|n| !n.ranges.is_empty()).count() == 2 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "ring not shared"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, pb::Delivery)>();
+    for (i, ch) in chans.iter().enumerate() {
+        let mut stream = ExecutorServiceClient::new(ch.clone())
+            .subscribe(pb::SubscribeRequest {
+                service: "payments".into(),
+                executor_id: format!("race-{i}"),
+                max_in_flight: 500,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(d)) = stream.message().await {
+                if tx.send((i, d)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    let resp = RetryServiceClient::new(chans[0].clone())
+        .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {
+            requests: (0..ROUNDS)
+                .map(|i| pb::EnqueueRetryRequest {
+                    service: "payments".into(),
+                    transaction_id: format!("race-{i:03}"),
+                    payload: b"p".to_vec(),
+                    attempt: 1,
+                    schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
+                        prost_types::Duration::default(),
+                    )),
+                    ..Default::default()
+                })
+                .collect(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(resp.results.iter().all(|r| matches!(
+        r.result,
+        Some(pb::enqueue_retry_result::Result::Response(_))
+    )));
+
+    // Each first delivery starts a race; its outcome comes back on `done`.
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(String, bool, Instant)>();
+    let mut raced: HashSet<String> = HashSet::new();
+    let mut cancelled_at: HashMap<String, Instant> = HashMap::new();
+    let mut again: Vec<String> = Vec::new();
+    let mut finished = 0;
+    let mut quiet_since: Option<Instant> = None;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        tokio::select! {
+            Some((node, d)) = rx.recv() => {
+                let txid = d.transaction_id.clone();
+                if let Some(at) = cancelled_at.get(&txid) {
+                    // Delivered after its cancel answered: the cancel was undone.
+                    if Instant::now() > *at {
+                        again.push(txid.clone());
+                    }
+                    continue;
+                }
+                if !raced.insert(txid.clone()) {
+                    // Delivered again before its cancel answered (or after a false one).
+                    continue;
+                }
+                let (acker, canceller) = (chans[node].clone(), chans[1 - node].clone());
+                let done_tx = done_tx.clone();
+                tokio::spawn(async move {
+                    let mut executor = ExecutorServiceClient::new(acker);
+                    let ack = executor.ack(pb::AckRequest {
+                        delivery_id: d.delivery_id.clone(),
+                        outcome: pb::AckOutcome::Retry as i32,
+                        retry_after: Some(prost_types::Duration::default()),
+                        error: "race".into(),
+                        ..Default::default()
+                    });
+                    let mut retries = RetryServiceClient::new(canceller);
+                    let cancel = retries.cancel_retry(pb::CancelRetryRequest {
+                        service: "payments".into(),
+                        transaction_id: txid.clone(),
+                    });
+                    let (_ack, cancel) = tokio::join!(ack, cancel);
+                    let cancelled = cancel.map(|r| r.into_inner().cancelled).unwrap_or(false);
+                    let _ = done_tx.send((txid, cancelled, Instant::now()));
+                });
+            }
+            Some((txid, cancelled, at)) = done_rx.recv() => {
+                finished += 1;
+                if cancelled {
+                    cancelled_at.insert(txid, at);
+                }
+                if finished == ROUNDS {
+                    quiet_since = Some(Instant::now());
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+        // Retries acked with retry_after = 0 are due again within two windows: wait five.
+        if quiet_since.is_some_and(|t| t.elapsed() > Duration::from_secs(5)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {finished} of {ROUNDS} rounds finished"
+        );
+    }
+    assert!(
+        cancelled_at.len() > ROUNDS / 2,
+        "most cancels find the retry scheduled: {} of {ROUNDS}",
+        cancelled_at.len()
+    );
+    assert!(
+        again.is_empty(),
+        "{} cancelled retries were delivered again: {again:?}",
+        again.len()
+    );
+    let mut retries = RetryServiceClient::new(chans[1].clone());
+    for txid in cancelled_at.keys() {
+        let r = retries
+            .get_retry(pb::GetRetryRequest {
+                service: "payments".into(),
+                transaction_id: txid.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            r.status,
+            pb::RetryStatus::Cancelled as i32,
+            "{txid} answered cancelled and is not"
+        );
+    }
+    let cql = scylla::client::session_builder::SessionBuilder::new()
+        .known_node(contact_point())
+        .build()
+        .await
+        .unwrap();
+    let _ = cql
+        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+        .await;
+}
