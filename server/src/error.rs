@@ -66,7 +66,7 @@ impl From<StoreError> for ApiError {
                 ApiError::Unavailable(format!("storage unavailable, nothing was scheduled: {m}"))
             }
             StoreError::Timeout(m) => ApiError::DeadlineExceeded(format!(
-                "storage did not answer in time; the call is idempotent and safe to repeat: {m}"
+                "storage did not confirm the write (no answer in time, or the connection broke after sending), so its outcome is unknown; the call is idempotent and safe to repeat: {m}"
             )),
             StoreError::Internal(m) => ApiError::Internal(m),
         }

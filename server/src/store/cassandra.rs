@@ -1969,20 +1969,26 @@ pub fn map_execution_error(e: &ExecutionError) -> StoreError {
 
 fn map_attempt_error(a: &RequestAttemptError, whole: &dyn std::fmt::Display) -> StoreError {
     match a {
+        // An unknown outcome (DESIGN.md "Guarantees across nodes"): the request reached the
+        // database, which may have applied it on some replicas (a timeout, a replica's write
+        // or read failure, an LWT whose outcome Paxos could not tell, 0x1700 CAS_WRITE_UNKNOWN),
+        // or the connection broke after it was sent. Never "nothing was written".
         RequestAttemptError::DbError(db, _) => match db {
-            DbError::ReadTimeout { .. } | DbError::WriteTimeout { .. } => {
-                StoreError::Timeout(whole.to_string())
-            }
+            DbError::ReadTimeout { .. }
+            | DbError::WriteTimeout { .. }
+            | DbError::ReadFailure { .. }
+            | DbError::WriteFailure { .. }
+            | DbError::Other(0x1700) => StoreError::Timeout(whole.to_string()),
+            // Refused before it ran: nothing was written.
             DbError::Unavailable { .. }
             | DbError::Overloaded
             | DbError::IsBootstrapping
-            | DbError::RateLimitReached { .. }
-            | DbError::ReadFailure { .. }
-            | DbError::WriteFailure { .. } => StoreError::Unavailable(whole.to_string()),
+            | DbError::RateLimitReached { .. } => StoreError::Unavailable(whole.to_string()),
             _ => StoreError::Internal(whole.to_string()),
         },
-        RequestAttemptError::BrokenConnectionError(_)
-        | RequestAttemptError::UnableToAllocStreamId => StoreError::Unavailable(whole.to_string()),
+        RequestAttemptError::BrokenConnectionError(_) => StoreError::Timeout(whole.to_string()),
+        // Not sent.
+        RequestAttemptError::UnableToAllocStreamId => StoreError::Unavailable(whole.to_string()),
         _ => StoreError::Internal(whole.to_string()),
     }
 }
@@ -2033,5 +2039,75 @@ fn map_prepare_error(e: &scylla::errors::PrepareError, cql: &str) -> StoreError 
         P::ConnectionPoolError(_) => StoreError::Unavailable(msg),
         P::AllAttemptsFailed { .. } => StoreError::Unavailable(msg),
         _ => StoreError::Internal(msg),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scylla::errors::{BrokenConnectionErrorKind, WriteType};
+    use scylla::statement::Consistency;
+
+    fn kind(a: RequestAttemptError) -> &'static str {
+        match map_attempt_error(&a, &"x") {
+            StoreError::Timeout(_) => "unknown",
+            StoreError::Unavailable(_) => "not written",
+            StoreError::Internal(_) => "internal",
+        }
+    }
+
+    #[test]
+    fn outcomes_the_database_did_not_confirm_are_unknown_never_not_written() {
+        let db = |e| RequestAttemptError::DbError(e, String::new());
+        let c = Consistency::LocalQuorum;
+        assert_eq!(
+            kind(db(DbError::WriteFailure {
+                consistency: c,
+                received: 0,
+                required: 1,
+                numfailures: 1,
+                write_type: WriteType::Simple,
+            })),
+            "unknown"
+        );
+        assert_eq!(
+            kind(db(DbError::ReadFailure {
+                consistency: c,
+                received: 0,
+                required: 1,
+                numfailures: 1,
+                data_present: false,
+            })),
+            "unknown"
+        );
+        assert_eq!(
+            kind(db(DbError::WriteTimeout {
+                consistency: c,
+                received: 0,
+                required: 1,
+                write_type: WriteType::Cas,
+            })),
+            "unknown"
+        );
+        assert_eq!(kind(db(DbError::Other(0x1700))), "unknown");
+        let broken = BrokenConnectionErrorKind::UnexpectedStreamId(3).into();
+        assert_eq!(
+            kind(RequestAttemptError::BrokenConnectionError(broken)),
+            "unknown"
+        );
+        // Refused before running, or never sent: nothing was written.
+        assert_eq!(
+            kind(db(DbError::Unavailable {
+                consistency: c,
+                required: 1,
+                alive: 0,
+            })),
+            "not written"
+        );
+        assert_eq!(kind(db(DbError::Overloaded)), "not written");
+        assert_eq!(
+            kind(RequestAttemptError::UnableToAllocStreamId),
+            "not written"
+        );
     }
 }

@@ -172,8 +172,10 @@ pub enum StoreError {
     /// The database could not be reached or refused for lack of replicas: nothing was written.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
-    /// No answer in time: the write may or may not have been applied.
-    #[error("storage timed out: {0}")]
+    /// The outcome is unknown: no answer in time, a replica's write or read failure, or a
+    /// connection that broke after the request was sent. The write may or may not have been
+    /// applied; callers treat it as a timeout (DEADLINE_EXCEEDED, a SERIAL re-read of a lease).
+    #[error("storage outcome unknown: {0}")]
     Timeout(String),
     #[error("storage error: {0}")]
     Internal(String),
