@@ -1023,3 +1023,37 @@ async fn a_node_with_a_fast_clock_runs_on_cassandras_time() {
     assert!((-5_300..=-4_700).contains(&offset), "offset {offset} ms");
     n.finish().await;
 }
+
+/// Lookback without a horizon (issue 14, defect 6): retries left 400 days ago (two calendar
+/// years back) are found and delivered, and the directory is compacted down to today's day.
+#[tokio::test]
+async fn a_backlog_400_days_old_is_found_drained_and_compacted() {
+    let start = utc_ms("2026-12-01 07:00:00.000");
+    let (n, clock) = TestNode::with_manual_clock(dispatch_config("lookback"), start).await;
+    let mut c = n.client.clone();
+    for i in 0..5 {
+        c.enqueue_retry(req("svc", &format!("old-{i}"), 0))
+            .await
+            .unwrap();
+    }
+    clock.advance(400 * 86_400_000);
+    n.wait_for_compactor_lease(start + 400 * 86_400_000).await;
+    let mut s = subscribe(&n.channel, "svc", 10).await;
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 5 {
+        let d = next_delivery(&mut s, Duration::from_secs(20))
+            .await
+            .unwrap_or_else(|| panic!("only {seen:?} of the 400-day-old retries delivered"));
+        ack(&n.channel, &d, pb::AckOutcome::Succeeded)
+            .await
+            .unwrap();
+        seen.insert(d.transaction_id);
+    }
+    eventually(
+        Duration::from_secs(20),
+        "old directory compacted",
+        || async { n.count("windows_by_day").await == 0 && n.count("days_by_year").await == 0 },
+    )
+    .await;
+    n.finish().await;
+}

@@ -102,6 +102,7 @@ pub struct Dispatcher {
     /// The years holding a day, as last read, and when (see `years`).
     years: Mutex<Option<(i64, Vec<i32>)>>,
     instance_rows_read: AtomicU64,
+    scans: AtomicU64,
 }
 
 /// How often a scan rereads which years hold a day.
@@ -133,6 +134,7 @@ impl Dispatcher {
             stopping,
             years: Mutex::new(None),
             instance_rows_read: AtomicU64::new(0),
+            scans: AtomicU64::new(0),
         }
     }
 
@@ -388,9 +390,13 @@ impl Dispatcher {
         Ok(years)
     }
 
-    /// Tier-3 rows read by scans so far (each node reads only its share of the token space).
-    pub fn instance_rows_read(&self) -> u64 {
-        self.instance_rows_read.load(Ordering::Relaxed)
+    /// Tier-3 rows read by scans so far, and the scans that read them (each node reads only
+    /// its share of the token space).
+    pub fn instance_rows_read(&self) -> (u64, u64) {
+        (
+            self.instance_rows_read.load(Ordering::Relaxed),
+            self.scans.load(Ordering::Relaxed),
+        )
     }
 
     /// One pass over the directory, oldest day first: start a worker for every due instance
@@ -422,6 +428,7 @@ impl Dispatcher {
         // has not: read up to the furthest any writer is.
         let ahead = self.ownership.max_writer_ahead_ms();
         let mut held_at: std::collections::HashMap<String, i32> = Default::default();
+        self.scans.fetch_add(1, Ordering::Relaxed);
         for y in self.years(now, year).await? {
             let days = self.store.list_days(y).await?;
             tracing::trace!(year = y, ?days, now, "scan");
