@@ -273,7 +273,12 @@ impl Admin {
         let now = self.clock.now_ms();
         let year = self.grid().window_of(now).year();
         let mut out = Vec::new();
-        for y in [year - 1, year, year + 1] {
+        // Every year that holds a day (a backlog of any age), and next year's early days.
+        let mut years = self.store.list_years().await?;
+        years.extend([year - 1, year, year + 1]);
+        years.sort_unstable();
+        years.dedup();
+        for y in years {
             for day in self.store.list_days(y).await? {
                 let low = self.store.low_water(day).await?;
                 for index in self.store.list_windows_from(day, low).await? {
