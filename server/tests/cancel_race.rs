@@ -26,7 +26,7 @@ const ROUNDS: usize = 200;
 async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
     let keyspace = format!("t_cancel_{}_{}", std::process::id(), rand::random::<u16>());
     let ports = [free_port(), free_port()];
-    let _nodes: Vec<_> = ports
+    let nodes: Vec<_> = ports
         .iter()
         .enumerate()
         .map(|(i, p)| spawn_node_with(&keyspace, *p, &format!("n{i}"), &[]))
@@ -190,6 +190,113 @@ async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
         .build()
         .await
         .unwrap();
+    // The nodes stop before their keyspace goes.
+    drop(nodes);
+    let _ = cql
+        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+        .await;
+}
+
+/// Two enqueues of one transaction on two nodes at once leave exactly one live retry
+/// (DESIGN.md "Guarantees across nodes"): 200 transactions are each enqueued on both nodes
+/// at the same moment (one due at once, one a second later); every one is delivered exactly
+/// once and then never again.
+#[tokio::test]
+async fn two_enqueues_of_one_transaction_on_two_nodes_leave_one_live_retry() {
+    let keyspace = format!("t_twoenq_{}_{}", std::process::id(), rand::random::<u16>());
+    let ports = [free_port(), free_port()];
+    let nodes: Vec<_> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| spawn_node_with(&keyspace, *p, &format!("n{i}"), &[]))
+        .collect();
+    let mut chans: Vec<Channel> = Vec::new();
+    for p in ports {
+        chans.push(connect(p).await);
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, pb::Delivery)>();
+    for (i, ch) in chans.iter().enumerate() {
+        let mut stream = ExecutorServiceClient::new(ch.clone())
+            .subscribe(pb::SubscribeRequest {
+                service: "payments".into(),
+                executor_id: format!("twice-{i}"),
+                max_in_flight: 500,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(d)) = stream.message().await {
+                if tx.send((i, d)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    let enqueue = |ch: Channel, txid: String, delay_s: i64| async move {
+        RetryServiceClient::new(ch)
+            .enqueue_retry(pb::EnqueueRetryRequest {
+                service: "payments".into(),
+                transaction_id: txid,
+                payload: b"p".to_vec(),
+                attempt: 1,
+                schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
+                    prost_types::Duration {
+                        seconds: delay_s,
+                        nanos: 0,
+                    },
+                )),
+                ..Default::default()
+            })
+            .await
+    };
+    for chunk in (0..ROUNDS).collect::<Vec<_>>().chunks(20) {
+        let calls = chunk.iter().map(|i| {
+            let txid = format!("twice-{i:03}");
+            let a = enqueue(chans[0].clone(), txid.clone(), 0);
+            let b = enqueue(chans[1].clone(), txid, 1);
+            async move {
+                let (a, b) = tokio::join!(a, b);
+                a.expect("enqueue on n0");
+                b.expect("enqueue on n1");
+            }
+        });
+        futures::future::join_all(calls).await;
+    }
+    let mut delivered: HashMap<String, usize> = HashMap::new();
+    let mut last = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while last.elapsed() < Duration::from_secs(5) || delivered.len() < ROUNDS {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {ROUNDS} transactions delivered",
+            delivered.len()
+        );
+        let Ok(Some((node, d))) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await
+        else {
+            continue;
+        };
+        last = Instant::now();
+        *delivered.entry(d.transaction_id.clone()).or_default() += 1;
+        ExecutorServiceClient::new(chans[node].clone())
+            .ack(pb::AckRequest {
+                delivery_id: d.delivery_id,
+                outcome: pb::AckOutcome::Succeeded as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+    let cql = scylla::client::session_builder::SessionBuilder::new()
+        .known_node(contact_point())
+        .build()
+        .await
+        .unwrap();
+    // The nodes stop before their keyspace goes.
+    drop(nodes);
     let _ = cql
         .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
         .await;
