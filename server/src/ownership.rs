@@ -22,19 +22,14 @@ pub trait Ownership: Send + Sync + Debug {
     fn still_holds(&self, range: TokenRange, until_ms: i64) -> bool;
     /// True while this node holds the compactor lease until at least `until_ms`.
     fn is_compactor(&self, until_ms: i64) -> bool;
-    /// How far the clock of the writer `(node_id, boot_epoch)` lags this node's, in ms (see
-    /// `peers`): its windows close for it that much later. 0 for an unknown writer.
+    /// How far the clock of the writer `(node_id, boot_epoch)` lags this node's, in ms, never
+    /// below 0 (see `peers`): its windows close for it that much later. 0 for an unknown writer.
     fn writer_lag_ms(&self, _node_id: &str, _boot_epoch: i64) -> i64 {
         0
     }
     /// The largest lag of any live writer: no window is closed to every writer before
     /// `now - max_writer_lag_ms` has passed its end.
     fn max_writer_lag_ms(&self) -> i64 {
-        0
-    }
-    /// How far the clock of the live writer furthest ahead of this node's runs ahead (0 when
-    /// none does): its windows close that much sooner here.
-    fn max_writer_ahead_ms(&self) -> i64 {
         0
     }
     /// Token ranges that no live node holds a lease on at `now_ms` (a handover under way):

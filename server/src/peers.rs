@@ -31,7 +31,6 @@ struct Inner {
     by_node: HashMap<String, i64>,
     by_writer: HashMap<(String, i64), i64>,
     max_lag: i64,
-    max_ahead: i64,
 }
 
 /// Clock lags of the live members relative to this node.
@@ -88,7 +87,6 @@ impl PeerClocks {
             g.by_node.clear();
             g.by_writer.clear();
             g.max_lag = 0;
-            g.max_ahead = 0;
             return;
         };
         let mut by_writer = HashMap::new();
@@ -109,7 +107,6 @@ impl PeerClocks {
             }
         }
         g.max_lag = by_writer.values().copied().max().unwrap_or(0).max(0);
-        g.max_ahead = -by_writer.values().copied().min().unwrap_or(0).min(0);
         let lagging: Vec<_> = by_writer.iter().filter(|(_, l)| **l != 0).collect();
         if !lagging.is_empty() {
             tracing::debug!(?lagging, "nodes whose clocks differ from this one's");
@@ -118,17 +115,21 @@ impl PeerClocks {
         g.by_node = by_node.into_iter().map(|(k, (_, l))| (k, l)).collect();
     }
 
-    /// How far the clock of the writer `(node_id, boot_epoch)` lags this node's (0 when
-    /// unknown: a node that is not a live member writes nothing more).
+    /// How far the clock of the writer `(node_id, boot_epoch)` lags this node's, never below
+    /// 0 (unknown: a node that is not a live member writes nothing more). A writer whose clock
+    /// runs ahead told its callers due times in its future, so its windows are read on this
+    /// node's clock: never before the due time it answered.
     pub fn writer_lag_ms(&self, node_id: &str, boot_epoch: i64) -> i64 {
         self.lock()
             .by_writer
             .get(&(node_id.to_string(), boot_epoch))
             .copied()
             .unwrap_or(0)
+            .max(0)
     }
 
-    /// How far the clock of node `node_id` (its newest boot) lags this node's.
+    /// How far the clock of node `node_id` (its newest boot) lags this node's; negative
+    /// when it runs ahead.
     pub fn node_lag_ms(&self, node_id: &str) -> i64 {
         self.lock().by_node.get(node_id).copied().unwrap_or(0)
     }
@@ -136,11 +137,6 @@ impl PeerClocks {
     /// The largest lag of any live writer (0 when none lags).
     pub fn max_lag_ms(&self) -> i64 {
         self.lock().max_lag
-    }
-
-    /// How far the live writer furthest ahead runs ahead of this node (0 when none does).
-    pub fn max_ahead_ms(&self) -> i64 {
-        self.lock().max_ahead
     }
 }
 
@@ -181,7 +177,11 @@ mod tests {
         assert_eq!(p.node_lag_ms("a"), day3 - 3);
         assert_eq!(p.writer_lag_ms("c", 2), 0);
         assert_eq!(p.max_lag_ms(), day3 - 3);
-        assert_eq!(p.max_ahead_ms(), 0);
+        // b ahead of a: a's windows are read late, never b's early.
+        let a = PeerClocks::new("a".into(), 1, 100);
+        a.update(&[m("b", 7, 1_000, 1_005), m("a", 1, 1_000 - day3, 1_002)]);
+        assert_eq!(a.writer_lag_ms("b", 7), 0);
+        assert_eq!(a.node_lag_ms("b"), -(day3 - 3));
         // A slow write (Cassandra paused) does not move the lag: the smallest sample counts.
         p.update(&[
             m("b", 7, 2_000, 4_000),

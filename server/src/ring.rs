@@ -245,13 +245,20 @@ impl LeaseRing {
         Ok(())
     }
 
-    /// A lease's expiry in this node's clock: its holder wrote it in its own.
+    /// A lease's expiry in this node's clock: its holder wrote it in its own. Differences
+    /// within the fencing margin (a fifth of the TTL, by which a holder stops before its
+    /// expiry) are left alone, so that measurement noise never takes a lease early.
     fn expiry_here(&self, r: &LeaseRow) -> i64 {
         if r.expires_at_ms <= 0 {
             return r.expires_at_ms;
         }
-        r.expires_at_ms
-            .saturating_add(self.peers.node_lag_ms(&r.owner))
+        let lag = self.peers.node_lag_ms(&r.owner);
+        let lag = if lag.abs() <= self.opts.lease_ttl_ms / 5 {
+            0
+        } else {
+            lag
+        };
+        r.expires_at_ms.saturating_add(lag)
     }
 
     fn row(&self, slot: i32, epoch: i64, expires_at_ms: i64) -> LeaseRow {
@@ -416,10 +423,6 @@ impl Ownership for LeaseRing {
 
     fn max_writer_lag_ms(&self) -> i64 {
         self.peers.max_lag_ms()
-    }
-
-    fn max_writer_ahead_ms(&self) -> i64 {
-        self.peers.max_ahead_ms()
     }
 
     fn unowned(&self, now_ms: i64) -> Vec<TokenRange> {

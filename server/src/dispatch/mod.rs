@@ -424,9 +424,6 @@ impl Dispatcher {
             r.sort_by_key(|r| r.start);
             r.into_iter()
         });
-        // Writers whose clock runs ahead of this node's may have closed windows this one
-        // has not: read up to the furthest any writer is.
-        let ahead = self.ownership.max_writer_ahead_ms();
         let mut held_at: std::collections::HashMap<String, i32> = Default::default();
         self.scans.fetch_add(1, Ordering::Relaxed);
         for y in self.years(now, year).await? {
@@ -441,10 +438,7 @@ impl Dispatcher {
                 tracing::trace!(day, low, ?windows, "scan day");
                 for index in windows {
                     let window = WindowId { day, index };
-                    if !self
-                        .grid
-                        .is_readable(window, now + ahead, self.opts.skew_margin_ms)
-                    {
+                    if !self.grid.is_readable(window, now, self.opts.skew_margin_ms) {
                         break;
                     }
                     if !leases.iter().any(|l| self.fenced(l)) {
