@@ -1299,17 +1299,21 @@ async fn an_enqueue_behind_the_transaction_lock_reads_the_clock_after_the_wait()
         let b = batch.await.unwrap().unwrap().into_inner();
         let held = moved_at.elapsed();
         let s = single.await.unwrap().unwrap().into_inner();
+        // A batch whose state rows landed ten clock-minutes after its pointers answers that
+        // their outcome is unknown (see `Writer::write_schedule`): no conclusion this round.
         let Some(pb::enqueue_retry_result::Result::Response(first)) = &b.results[0].result else {
-            panic!("batch item 0 failed: {:?}", b.results[0]);
-        };
-        let due_before = ts_ms(first.due_time.as_ref().unwrap());
-        // The batch must have taken the lock first (the single found its row), before the
-        // clock moved (its window is the old one), and held it well after.
-        let batch_locked_late = due_before >= before + 600_000;
-        if first.deduplicated || batch_locked_late || held < Duration::from_millis(100) {
             eprintln!(
-                "round {round} inconclusive: single first {}, batch locked after the move {batch_locked_late}, \
-                 batch done {held:?} after the clock moved",
+                "round {round} inconclusive: batch item 0 {:?}",
+                b.results[0]
+            );
+            continue;
+        };
+        // The batch must have taken the lock first (the single found its row) and held it
+        // well after the clock moved. (Its own items may have been placed again after the
+        // move: a pointer that lands after its window ended is re-placed.)
+        if first.deduplicated || held < Duration::from_millis(100) {
+            eprintln!(
+                "round {round} inconclusive: single first {}, batch done {held:?} after the clock moved",
                 first.deduplicated
             );
             continue;
@@ -1322,7 +1326,9 @@ async fn an_enqueue_behind_the_transaction_lock_reads_the_clock_after_the_wait()
              the moved clock puts it at {} or later",
             before + 603_000
         );
-        assert!(s.generation > first.generation);
+        // A later generation, or the same one when the batch's item was placed again after the
+        // move into the window the single then chose (the single only confirms it).
+        assert!(s.generation >= first.generation);
         n.finish().await;
         return;
     }

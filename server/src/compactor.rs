@@ -165,6 +165,16 @@ impl Compactor {
             return Ok(());
         }
         let target = new_low.unwrap_or_else(|| windows.last().map_or(low, |w| w + 1));
+        // Never past a window a writer may still place retries in, listed yet or not: a
+        // writer that read its clock a moment before another may land a row in the window
+        // before the one this pass found first. Only windows that have ended, plus the
+        // margin, are closed to every writer.
+        let open = self.grid.window_of(now - self.margin_ms);
+        let target = match day.cmp(&open.day) {
+            std::cmp::Ordering::Less => target,
+            std::cmp::Ordering::Equal => target.min(open.index),
+            std::cmp::Ordering::Greater => target.min(0),
+        };
         if target > low {
             self.store.set_low_water(day, target).await?;
         }

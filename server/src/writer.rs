@@ -588,7 +588,9 @@ impl Writer {
                 "a batch pointer landed after its window ended; placing the retry again"
             );
             let r = async {
-                self.repair_path(&state.service, &location).await?;
+                self.store
+                    .delete_late_pointer(&state.service, &location, &state.transaction_id)
+                    .await?;
                 let now = self.clock.now_ms();
                 let target = self.grid.target(now, state.due_at_ms);
                 state.generation = new_generation(state.generation, now);
@@ -689,8 +691,9 @@ impl Writer {
             target,
             due_at_ms,
         } = checked;
-        let existing_generation = existing.as_ref().map_or(0, |s| s.generation);
+        let floor = existing.as_ref().map_or(0, TxState::generation_floor);
         let existing_cancel = existing.as_ref().and_then(|s| s.cancelled_generation);
+        let existing_success = existing.as_ref().and_then(|s| s.succeeded_generation);
         let previous = match existing {
             Some(s) if s.status == Status::Succeeded => {
                 return Err(ApiError::AlreadyExists(format!(
@@ -722,6 +725,7 @@ impl Writer {
             legacy_columns: false,
             base_generation: 0,
             cancelled_generation: existing_cancel,
+            succeeded_generation: existing_success,
         };
         if let Some(prev) = &previous {
             state.first_enqueued_at_ms = prev.first_enqueued_at_ms;
@@ -744,8 +748,7 @@ impl Writer {
         }
         // Above every generation seen, the cancelled one included, so that a fresh start after
         // a cancel is not taken for a schedule the cancel covers (whatever this node's clock).
-        let prev_generation = existing_generation.max(existing_cancel.unwrap_or(0));
-        state.generation = new_generation(prev_generation, now);
+        state.generation = new_generation(floor, now);
         // A reschedule derives from the live generation it read; a fresh start from itself.
         state.base_generation = match &previous {
             Some(prev) => prev.generation,
@@ -890,9 +893,7 @@ impl Writer {
         let now = self.clock.now_ms();
         let target = self.grid.target(now, due_ms);
         state.status = Status::Scheduled;
-        let above = state
-            .generation
-            .max(state.cancelled_generation.unwrap_or(0));
+        let above = state.generation_floor();
         state.base_generation = state.generation;
         state.generation = new_generation(above, now);
         if fresh {
@@ -909,13 +910,13 @@ impl Writer {
     ///
     /// Late writes: W+1 leaves at least one window between choosing a window and anyone
     /// reading it, which a normal write takes milliseconds of. A writer that stalled longer
-    /// (a stopped process, a paused database) may land its pointer in a window that was read,
-    /// or compacted, meanwhile. So the clock is read again once the pointer is durable: if
-    /// the window has ended, the pointer is left behind (its path written again, top down,
-    /// so that it is reachable and gets cleaned up) and the retry is placed anew, under a new
-    /// generation, in a window after the current one. If the state row then lands later than
-    /// a reader waits for it, the outcome is unknown and the caller is told so
-    /// (DEADLINE_EXCEEDED: repeating the enqueue repairs it).
+    /// (a stopped process, a paused database) could land rows in a window that was read, or
+    /// compacted, meanwhile. So the clock is read again before the directory rows, before
+    /// the pointer and once the pointer is durable: when the window has ended, the retry is
+    /// placed anew, under a new generation, in a window after the current one, and a pointer
+    /// that landed late is deleted (its bucket may be gone). If the state row then lands later
+    /// than a reader waits for it, the outcome is unknown and the caller is told so
+    /// (DEADLINE_EXCEEDED: repeating the enqueue settles it).
     async fn write_schedule(
         &self,
         state: &mut TxState,
@@ -924,9 +925,23 @@ impl Writer {
     ) -> Result<(), ApiError> {
         let (mut target, mut now) = (target, now);
         for placement in 0..PLACEMENTS {
+            if placement > 0 {
+                now = self.clock.now_ms();
+                target = self.grid.target(now, state.due_at_ms);
+                state.generation = new_generation(state.generation, now);
+                state.due_at_ms = self.grid.end_ms(target);
+                state.updated_at_ms = now;
+            }
+            let end = self.grid.end_ms(target);
+            if self.clock.now_ms() >= end {
+                continue;
+            }
             let location = self
                 .place(&state.service, &state.transaction_id, target, now)
                 .await?;
+            if self.clock.now_ms() >= end {
+                continue;
+            }
             let pointer = Pointer {
                 transaction_id: state.transaction_id.clone(),
                 generation: state.generation,
@@ -937,27 +952,23 @@ impl Writer {
                 .submit((state.service.clone(), location.clone()), pointer, 1)
                 .await?;
             let after = self.clock.now_ms();
-            if after < self.grid.end_ms(target) {
+            if after < end {
                 state.location = Some(location);
                 self.store.put_state(state, None).await?;
                 return self.check_state_landed(now);
             }
             tracing::warn!(
                 transaction_id = %state.transaction_id,
-                late_ms = after - self.grid.end_ms(target),
+                late_ms = after - end,
                 placement,
                 "a pointer landed after its window ended; placing the retry again"
             );
-            self.repair_path(&state.service, &location).await?;
-            let due = state.due_at_ms;
-            now = after;
-            target = self.grid.target(now, due);
-            state.generation = new_generation(state.generation, now);
-            state.due_at_ms = self.grid.end_ms(target);
-            state.updated_at_ms = now;
+            self.store
+                .delete_late_pointer(&state.service, &location, &state.transaction_id)
+                .await?;
         }
         Err(ApiError::Unavailable(format!(
-            "the node could not write the retry within a window {PLACEMENTS} times in a row (storage too slow); nothing was scheduled"
+            "the node could not write the retry within its window {PLACEMENTS} times in a row (storage too slow); nothing was scheduled"
         )))
     }
 
@@ -970,25 +981,6 @@ impl Writer {
                 "the retry's state row took {took} ms to write, longer than readers wait for it; its outcome is unknown, and repeating the call (idempotent) settles it"
             )));
         }
-        Ok(())
-    }
-
-    /// Writes the directory path of `location` again, top down (day, window, instance,
-    /// bucket), so that a pointer written late is below rows a traversal reaches, whatever a
-    /// compaction deleted meanwhile; its bucket is then found, skipped as stale and deleted.
-    async fn repair_path(&self, service: &str, location: &Location) -> Result<(), ApiError> {
-        let w = location.window;
-        self.store.put_day(w.year(), w.day).await?;
-        self.store.put_window(w).await?;
-        let row = InstanceRow {
-            instance_token: token::instance_token(service, &location.instance),
-            service: service.to_string(),
-            instance: location.instance.clone(),
-        };
-        self.store.put_instance(w, &row).await?;
-        self.store
-            .put_bucket(w, service, &location.instance, location.bucket)
-            .await?;
         Ok(())
     }
 

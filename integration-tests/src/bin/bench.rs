@@ -820,6 +820,7 @@ async fn costs(a: &Args) -> anyhow::Result<J> {
         legacy_columns: false,
         base_generation: 0,
         cancelled_generation: None,
+        succeeded_generation: None,
     };
     let mut fields = Vec::new();
     for (label, c) in [("one_at_a_time", 1usize), ("concurrent", conc)] {

@@ -6,6 +6,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::{stream, StreamExt, TryStreamExt};
+use scylla::value::MaybeUnset;
 use scylla::{
     client::{
         execution_profile::ExecutionProfile, session::Session, session_builder::SessionBuilder,
@@ -129,6 +130,7 @@ struct Statements {
     list_pointers: PreparedStatement,
     put_dead_letter: PreparedStatement,
     delete_pointer_partition: PreparedStatement,
+    delete_pointer: PreparedStatement,
     delete_bucket: PreparedStatement,
     delete_instance: PreparedStatement,
     any_instance: PreparedStatement,
@@ -263,6 +265,11 @@ impl StateIo {
             generation: s.generation,
             payload: &s.payload,
             body: body.encode_to_vec(),
+            succeeded_generation: if s.status == Status::Succeeded {
+                MaybeUnset::Set(s.generation)
+            } else {
+                MaybeUnset::Unset
+            },
             ttl: ttl_of(ttl_seconds),
         }
     }
@@ -352,6 +359,15 @@ impl StateIo {
         let mut found = std::collections::HashMap::with_capacity(ids.len());
         let mut legacy = Vec::new();
         for row in rows {
+            if row.body.is_none() && row.status.is_none() {
+                // Only a cancel cell outlived the row (it lives longer): the retry reads as
+                // cancelled, at that generation, so a new enqueue starts above it.
+                if let Some(g) = row.cancelled_generation {
+                    let id = row.transaction_id.clone();
+                    found.insert(id.clone(), TxState::cancelled_ghost(&service, &id, g));
+                }
+                continue;
+            }
             if row.body.is_none() {
                 legacy.push(row.transaction_id);
                 continue;
@@ -469,7 +485,8 @@ impl CassandraStore {
             .await?,
             put_state: prep(format!(
                 "INSERT INTO {ks}.transactions (region, cluster, service, transaction_id, \
-                 status, generation, payload, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+                 status, generation, payload, body, succeeded_generation) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
             ))
             .await?,
             put_state_legacy: prep(format!(
@@ -483,14 +500,14 @@ impl CassandraStore {
             ))
             .await?,
             get_states: prep(format!(
-                "SELECT transaction_id, status, generation, payload, body, cancelled_generation \
-                 FROM {ks}.transactions \
+                "SELECT transaction_id, status, generation, payload, body, cancelled_generation, \
+                 succeeded_generation FROM {ks}.transactions \
                  WHERE region = ? AND cluster = ? AND service = ? AND transaction_id IN ?"
             ))
             .await?,
             get_states_legacy: prep(format!(
-                "SELECT transaction_id, {LEGACY_STATE_COLUMNS}, cancelled_generation \
-                 FROM {ks}.transactions \
+                "SELECT transaction_id, {LEGACY_STATE_COLUMNS}, cancelled_generation, \
+                 succeeded_generation FROM {ks}.transactions \
                  WHERE region = ? AND cluster = ? AND service = ? AND transaction_id IN ?"
             ))
             .await?,
@@ -530,6 +547,12 @@ impl CassandraStore {
             delete_pointer_partition: prep(format!(
                 "DELETE FROM {ks}.retry_transactions_by_bucket WHERE region = ? AND cluster = ? \
                  AND day = ? AND window = ? AND service = ? AND instance = ? AND bucket = ?"
+            ))
+            .await?,
+            delete_pointer: prep(format!(
+                "DELETE FROM {ks}.retry_transactions_by_bucket WHERE region = ? AND cluster = ? \
+                 AND day = ? AND window = ? AND service = ? AND instance = ? AND bucket = ? \
+                 AND transaction_id = ?"
             ))
             .await?,
             delete_bucket: prep(format!(
@@ -877,6 +900,8 @@ struct BodyValues<'a> {
     generation: i64,
     payload: &'a [u8],
     body: Vec<u8>,
+    /// Set by a SUCCEEDED write only (the success cell); unset leaves the cell alone.
+    succeeded_generation: MaybeUnset<i64>,
     ttl: i32,
 }
 
@@ -893,6 +918,7 @@ struct BodyRow {
     payload: Option<Vec<u8>>,
     body: Option<Vec<u8>>,
     cancelled_generation: Option<i64>,
+    succeeded_generation: Option<i64>,
 }
 
 impl BodyRow {
@@ -920,8 +946,9 @@ impl BodyRow {
             legacy_columns: false,
             base_generation: body.base_generation,
             cancelled_generation: self.cancelled_generation,
+            succeeded_generation: self.succeeded_generation,
         }
-        .apply_cancel())
+        .apply_settled())
     }
 }
 
@@ -968,6 +995,7 @@ struct StateRow {
     delivery_count: Option<i32>,
     non_retryable: Option<String>,
     cancelled_generation: Option<i64>,
+    succeeded_generation: Option<i64>,
 }
 
 impl StateRow {
@@ -1040,8 +1068,9 @@ impl StateRow {
             legacy_columns: true,
             base_generation: 0,
             cancelled_generation: self.cancelled_generation,
+            succeeded_generation: self.succeeded_generation,
         }
-        .apply_cancel())
+        .apply_settled())
     }
 }
 
@@ -1612,6 +1641,28 @@ impl RetryStore for CassandraStore {
                 service,
                 &loc.instance,
                 loc.bucket as i32,
+            ),
+        )
+        .await
+    }
+
+    async fn delete_late_pointer(
+        &self,
+        service: &str,
+        loc: &Location,
+        transaction_id: &str,
+    ) -> StoreResult<()> {
+        self.exec(
+            &self.st.delete_pointer,
+            (
+                &self.region,
+                &self.cluster,
+                cql_date(loc.window.day),
+                loc.window.index as i32,
+                service,
+                &loc.instance,
+                loc.bucket as i32,
+                transaction_id,
             ),
         )
         .await

@@ -98,20 +98,58 @@ pub struct TxState {
     /// Written by `CancelRetry` only (schema 0008): a SCHEDULED row whose base is at or below
     /// it reads as CANCELLED, whatever a concurrent writer on another node wrote after it.
     pub cancelled_generation: Option<i64>,
+    /// Written by a SUCCEEDED ack only (schema 0008), with the row: a SCHEDULED row whose
+    /// base is at or below it reads as SUCCEEDED.
+    pub succeeded_generation: Option<i64>,
 }
 
 impl TxState {
-    /// The status a state row has once the cancel cell is applied: a schedule derived from a
-    /// cancelled generation is cancelled too.
-    pub fn apply_cancel(mut self) -> Self {
-        if self.status == Status::Scheduled
-            && self
-                .cancelled_generation
-                .is_some_and(|c| c >= self.base_generation)
-        {
-            self.status = Status::Cancelled;
+    /// The status a state row has once the settle cells are applied: a schedule derived
+    /// from a generation that was acknowledged SUCCEEDED, or cancelled, is that too.
+    pub fn apply_settled(mut self) -> Self {
+        let covers = |cell: Option<i64>| cell.is_some_and(|g| g >= self.base_generation);
+        if self.status == Status::Scheduled {
+            if covers(self.succeeded_generation) {
+                self.status = Status::Succeeded;
+            } else if covers(self.cancelled_generation) {
+                self.status = Status::Cancelled;
+            }
         }
         self
+    }
+
+    /// The generation a new schedule must go above: every generation this row has seen.
+    pub fn generation_floor(&self) -> i64 {
+        self.generation
+            .max(self.cancelled_generation.unwrap_or(0))
+            .max(self.succeeded_generation.unwrap_or(0))
+    }
+
+    /// A row of which only the cancel cell is left (the rest expired first): cancelled at
+    /// `generation`, nothing else known.
+    pub fn cancelled_ghost(service: &str, transaction_id: &str, generation: i64) -> TxState {
+        TxState {
+            service: service.to_string(),
+            transaction_id: transaction_id.to_string(),
+            status: Status::Cancelled,
+            generation,
+            attempt: 0,
+            payload: Vec::new(),
+            attributes: BTreeMap::new(),
+            policy: RetryPolicy::default(),
+            first_enqueued_at_ms: 0,
+            last_enqueued_at_ms: 0,
+            updated_at_ms: 0,
+            due_at_ms: 0,
+            last_error: String::new(),
+            location: None,
+            enqueue_count: 0,
+            delivery_count: 0,
+            legacy_columns: false,
+            base_generation: generation,
+            cancelled_generation: Some(generation),
+            succeeded_generation: None,
+        }
     }
 
     /// The execution marker: a pointer of `generation` is live only while the state row has
@@ -280,6 +318,16 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
     // a window's whole Tier-3 partition once Node-0 has seen it empty.
     async fn delete_pointer_partition(&self, service: &str, location: &Location)
         -> StoreResult<()>;
+    /// The one row delete of Tier 5: a pointer its writer found had landed after its window
+    /// ended (see `Writer::write_schedule`), whose bucket may be gone already. Rare by
+    /// construction (it needs a writer stalled for a whole window), so its row tombstones are
+    /// few.
+    async fn delete_late_pointer(
+        &self,
+        service: &str,
+        location: &Location,
+        transaction_id: &str,
+    ) -> StoreResult<()>;
     async fn delete_bucket(
         &self,
         window: WindowId,
