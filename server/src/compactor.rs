@@ -173,7 +173,7 @@ impl Compactor {
         let target = match day.cmp(&open.day) {
             std::cmp::Ordering::Less => target,
             std::cmp::Ordering::Equal => target.min(open.index),
-            std::cmp::Ordering::Greater => target.min(0),
+            std::cmp::Ordering::Greater => 0,
         };
         if target > low {
             self.store.set_low_water(day, target).await?;
