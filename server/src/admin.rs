@@ -33,7 +33,7 @@ use crate::{
     services::{Services, Settings},
     store::{DeadLetter, InstanceRow, Location, PointerState, RetryStore, Status, TokenRange},
     validate,
-    window::{date_to_day, day_to_date, WindowGrid, WindowId, DAY_MS},
+    window::{day_to_date, WindowGrid, WindowId, DAY_MS},
     writer::Writer,
 };
 
@@ -890,12 +890,7 @@ impl Admin {
         &self,
         r: &pb::InspectWindowRequest,
     ) -> Result<pb::InspectWindowResponse, ApiError> {
-        let date = chrono::NaiveDate::parse_from_str(&r.day, "%Y-%m-%d").map_err(|_| {
-            ApiError::invalid(
-                "day",
-                format!("must be a UTC day as YYYY-MM-DD, got {:?}", r.day),
-            )
-        })?;
+        let day = validate::day("day", &r.day)?;
         let grid = self.grid();
         if r.window >= grid.windows_per_day() {
             return Err(ApiError::invalid(
@@ -909,7 +904,7 @@ impl Admin {
             ));
         }
         let window = WindowId {
-            day: date_to_day(date),
+            day,
             index: r.window,
         };
         let mut instances = Vec::new();
