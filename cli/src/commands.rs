@@ -175,6 +175,10 @@ async fn connect(addr: &str, timeout: Duration) -> Result<Channel, CliError> {
     }
 }
 
+/// The longest deadline the `grpc-timeout` header can carry (8 digits of hours); tonic panics
+/// on a longer one, so `--timeout 20000y` is sent as this.
+const MAX_GRPC_TIMEOUT: Duration = Duration::from_secs(99_999_999 * 3600);
+
 /// The connection and the settings every call uses.
 struct Ctx {
     channel: Channel,
@@ -204,7 +208,7 @@ impl Ctx {
 
     fn req_within<T>(&self, message: T, limit: Duration) -> tonic::Request<T> {
         let mut r = tonic::Request::new(message);
-        r.set_timeout(limit);
+        r.set_timeout(limit.min(MAX_GRPC_TIMEOUT));
         if let Some(a) = &self.authorization {
             r.metadata_mut().insert("authorization", a.clone());
         }
@@ -798,7 +802,8 @@ async fn dlq_redrive(
     let per_call = {
         let items = if batch == 0 { 1_000 } else { batch };
         let rate = if rate == 0 { 500 } else { rate };
-        ctx.timeout + Duration::from_secs_f64(f64::from(items) / f64::from(rate))
+        ctx.timeout
+            .saturating_add(Duration::from_secs_f64(f64::from(items) / f64::from(rate)))
     };
     let bar = ctx.progress(Some(matched));
     bar.set_message(format!("redriving {}", f.service));
@@ -1071,5 +1076,14 @@ mod tests {
         assert!(out.text.contains("rate            100/s\n"), "{}", out.text);
         assert_eq!(out.json["limits"]["max_dispatch_per_second"], 100.0);
         assert_eq!(out.json["limits"]["dispatch_burst"], 20);
+    }
+
+    #[test]
+    fn the_longest_timeout_fits_the_grpc_timeout_header() {
+        // tonic panics on a deadline longer than 99999999 hours.
+        let mut r = tonic::Request::new(());
+        r.set_timeout(Duration::MAX.min(MAX_GRPC_TIMEOUT));
+        let header = r.metadata().get("grpc-timeout").unwrap().to_str().unwrap();
+        assert_eq!(header, "99999999H");
     }
 }

@@ -34,9 +34,12 @@ pub fn parse_time(s: &str) -> Result<prost_types::Timestamp, String> {
             })?
             .with_timezone(&Utc)
     };
+    // A leap second (`23:59:60`) reads as 1e9 nanoseconds or more, which is no valid
+    // timestamp: fold it into the next second.
+    let nanos = at.timestamp_subsec_nanos();
     Ok(prost_types::Timestamp {
-        seconds: at.timestamp(),
-        nanos: at.timestamp_subsec_nanos() as i32,
+        seconds: at.timestamp() + i64::from(nanos / 1_000_000_000),
+        nanos: (nanos % 1_000_000_000) as i32,
     })
 }
 
@@ -529,5 +532,59 @@ mod tests {
             end: -1,
         }];
         assert!((token_share(&half) - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_leap_second_is_a_valid_timestamp() {
+        let t = parse_time("2016-12-31T23:59:60.5Z").unwrap();
+        assert_eq!(t, parse_time("2017-01-01T00:00:00.5Z").unwrap());
+        assert!((0..1_000_000_000).contains(&t.nanos));
+    }
+
+    mod props {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<String>(),
+                "[0-9]{1,25}(\\.[0-9]{0,12})?(ns|us|ms|s|m|h|d|w|M|y)?( [0-9]{1,22}[a-z]{1,3}){0,3}",
+                "[+-]?[0-9.eE]{0,30}",
+                "[0-9]{4,6}-[0-9]{1,2}-[0-9]{1,2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,12})?(Z|[+-][0-9]{2}:[0-9]{2})",
+                prop::collection::vec(any::<u8>(), 0..40)
+                    .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn durations_are_total(s in text()) {
+                let _ = parse_duration(&s);
+            }
+
+            #[test]
+            fn durations_round_trip(secs in 0u64..10_000_000_000, millis in 0u32..1000) {
+                let d = Duration::new(secs, millis * 1_000_000);
+                let text = humantime::format_duration(d).to_string();
+                prop_assert_eq!(parse_duration(&text).unwrap(), d);
+            }
+
+            #[test]
+            fn times_are_total_and_valid(s in text()) {
+                if let Ok(t) = parse_time(&s) {
+                    prop_assert!((0..1_000_000_000).contains(&t.nanos), "{t:?}");
+                }
+            }
+
+            #[test]
+            fn key_values_are_total(s in text()) {
+                if let Ok((k, v)) = parse_key_value(&s) {
+                    prop_assert_eq!(format!("{k}={v}"), s);
+                }
+            }
+        }
     }
 }

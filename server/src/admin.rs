@@ -33,7 +33,7 @@ use crate::{
     services::{Services, Settings},
     store::{DeadLetter, InstanceRow, Location, PointerState, RetryStore, Status, TokenRange},
     validate,
-    window::{date_to_day, day_to_date, WindowGrid, WindowId, DAY_MS},
+    window::{day_to_date, WindowGrid, WindowId, DAY_MS},
     writer::Writer,
 };
 
@@ -97,16 +97,27 @@ struct LetterQuery {
     error_contains: String,
 }
 
-/// Where a listing stopped: the last letter returned.
+/// Where a listing stopped: the last letter returned. Its text form is the `page_token` of
+/// ListDeadLetters: `v1.<day>.<dead_at_ms>.<transaction id as lower-case hex>`.
 #[derive(Debug, Clone, PartialEq)]
-struct Cursor {
-    day: i32,
-    dead_at_ms: i64,
-    transaction_id: String,
+pub struct Cursor {
+    pub day: i32,
+    pub dead_at_ms: i64,
+    pub transaction_id: String,
+}
+
+/// The value of one ASCII hex digit.
+fn hex_digit(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
 }
 
 impl Cursor {
-    fn encode(&self) -> String {
+    pub fn encode(&self) -> String {
         let hex: String = self
             .transaction_id
             .bytes()
@@ -115,7 +126,9 @@ impl Cursor {
         format!("v1.{}.{}.{hex}", self.day, self.dead_at_ms)
     }
 
-    fn decode(token: &str) -> Result<Cursor, ApiError> {
+    /// Parses a `page_token`. Total: any text is a cursor or a `page_token` error (the token
+    /// comes from the client, so it may be anything, multi-byte characters included).
+    pub fn decode(token: &str) -> Result<Cursor, ApiError> {
         let bad = || ApiError::invalid("page_token", "is not a token returned by ListDeadLetters");
         let mut parts = token.splitn(4, '.');
         if parts.next() != Some("v1") {
@@ -123,15 +136,17 @@ impl Cursor {
         }
         let day: i32 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
         let dead_at_ms: i64 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
-        let hex = parts.next().ok_or_else(bad)?;
+        let hex = parts.next().ok_or_else(bad)?.as_bytes();
         if hex.len() % 2 != 0 || hex.len() > 2 * validate::MAX_TRANSACTION_ID_BYTES {
             return Err(bad());
         }
-        let bytes = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
-            .collect::<Result<Vec<u8>, _>>()
-            .map_err(|_| bad())?;
+        // Pairs of bytes, not of string indices: a multi-byte character is refused here
+        // rather than sliced through.
+        let bytes = hex
+            .chunks_exact(2)
+            .map(|pair| Some((hex_digit(pair[0])? << 4) | hex_digit(pair[1])?))
+            .collect::<Option<Vec<u8>>>()
+            .ok_or_else(bad)?;
         let transaction_id = String::from_utf8(bytes).map_err(|_| bad())?;
         Ok(Cursor {
             day,
@@ -880,12 +895,7 @@ impl Admin {
         &self,
         r: &pb::InspectWindowRequest,
     ) -> Result<pb::InspectWindowResponse, ApiError> {
-        let date = chrono::NaiveDate::parse_from_str(&r.day, "%Y-%m-%d").map_err(|_| {
-            ApiError::invalid(
-                "day",
-                format!("must be a UTC day as YYYY-MM-DD, got {:?}", r.day),
-            )
-        })?;
+        let day = validate::day("day", &r.day)?;
         let grid = self.grid();
         if r.window >= grid.windows_per_day() {
             return Err(ApiError::invalid(
@@ -899,7 +909,7 @@ impl Admin {
             ));
         }
         let window = WindowId {
-            day: date_to_day(date),
+            day,
             index: r.window,
         };
         let mut instances = Vec::new();
@@ -993,6 +1003,86 @@ mod tests {
         ] {
             let e = Cursor::decode(junk).unwrap_err();
             assert!(e.to_string().starts_with("page_token:"), "{junk}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_page_token_with_a_multibyte_character_is_refused_not_sliced() {
+        // Issue 14: the hex part "aéb" is 4 bytes, so pairs of string indices cut the é.
+        for token in ["v1.0.0.aéb", "v1.0.0.é", "v1.0.0.éé", "v1.1.2.0é0"] {
+            let e = Cursor::decode(token).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "page_token: is not a token returned by ListDeadLetters",
+                "{token}"
+            );
+        }
+        // A sign is no hex digit (`u8::from_str_radix` would take "+f").
+        assert!(Cursor::decode("v1.1.2.+f").is_err());
+        // Hex digits in either case.
+        let c = Cursor::decode("v1.1.2.4A4b").unwrap();
+        assert_eq!(c.transaction_id, "JK");
+    }
+
+    mod props {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Text that looks like a token: the prefix, numbers and dots, then anything,
+        /// multi-byte characters included.
+        fn token_like() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "v1\\.[0-9.]{0,10}.{0,5}",
+                "v1\\.-?[0-9]{1,6}\\.-?[0-9]{1,14}\\.[0-9a-fA-F+é€ -]{0,12}",
+                "(?s).{0,64}",
+            ]
+        }
+
+        fn page_token_error(e: &ApiError) -> bool {
+            matches!(e, ApiError::InvalidArgument { field, .. } if field == "page_token")
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn page_token_decode_is_total(s in any::<String>()) {
+                if let Err(e) = Cursor::decode(&s) {
+                    prop_assert!(page_token_error(&e), "{e}");
+                }
+            }
+
+            #[test]
+            fn page_token_decode_is_total_on_token_like_text(s in token_like()) {
+                match Cursor::decode(&s) {
+                    // Whatever decodes encodes to a token that decodes the same.
+                    Ok(c) => prop_assert_eq!(Cursor::decode(&c.encode()).unwrap(), c),
+                    Err(e) => prop_assert!(page_token_error(&e), "{e}"),
+                }
+            }
+
+            #[test]
+            fn page_token_decode_is_total_on_bytes(
+                prefix in prop::sample::select(vec!["", "v1.", "v1.0.0.", "v1.-3.17."]),
+                bytes in prop::collection::vec(any::<u8>(), 0..48),
+            ) {
+                let s = format!("{prefix}{}", String::from_utf8_lossy(&bytes));
+                if let Err(e) = Cursor::decode(&s) {
+                    prop_assert!(page_token_error(&e), "{e}");
+                }
+            }
+
+            #[test]
+            fn page_tokens_round_trip(
+                day in any::<i32>(),
+                dead_at_ms in any::<i64>(),
+                // At most 64 characters of up to 4 bytes: within MAX_TRANSACTION_ID_BYTES.
+                transaction_id in "(?s).{0,64}",
+            ) {
+                let c = Cursor { day, dead_at_ms, transaction_id };
+                prop_assert_eq!(Cursor::decode(&c.encode()).unwrap(), c);
+            }
         }
     }
 

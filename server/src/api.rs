@@ -260,23 +260,14 @@ impl Drop for Subscription {
     }
 }
 
-/// A delivery id as the node issues them: 1 to 128 bytes.
-fn delivery_id(field: &str, id: &str) -> Result<(), ApiError> {
-    if id.is_empty() || id.len() > 128 {
-        return Err(ApiError::invalid(
-            field,
-            "must be the 1-128 byte id of a delivery",
-        ));
-    }
-    Ok(())
-}
-
-fn ack_outcome(
+/// Validates one ack: its delivery id, error, retry_after (at most `max_delay`), error class,
+/// outcome and snooze. `prefix` is prepended to field names (batch items).
+pub fn ack_outcome(
     r: &pb::AckRequest,
     max_delay: std::time::Duration,
     prefix: &str,
 ) -> Result<AttemptOutcome, ApiError> {
-    delivery_id(&format!("{prefix}delivery_id"), &r.delivery_id)?;
+    validate::delivery_id(&format!("{prefix}delivery_id"), &r.delivery_id)?;
     if r.error.len() > validate::MAX_LAST_ERROR_BYTES {
         return Err(ApiError::invalid(
             format!("{prefix}error"),
@@ -445,13 +436,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
             )
             .into());
         }
-        if r.executor_id.len() > 128 || r.executor_id.chars().any(char::is_control) {
-            return Err(ApiError::invalid(
-                "executor_id",
-                "must be at most 128 bytes with no control characters",
-            )
-            .into());
-        }
+        validate::executor_id("executor_id", &r.executor_id)?;
         Auth::may_use(caller, "service", &r.service)?;
         let (id, rx) = self.dispatcher.hub.subscribe(&r.service, r.max_in_flight)?;
         tracing::info!(service = %r.service, executor_id = %r.executor_id, subscriber = id, max_in_flight = r.max_in_flight, "executor subscribed");
@@ -511,19 +496,8 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
     ) -> Result<Response<pb::ExtendDeadlineResponse>, Status> {
         let (metadata, _, r) = r.into_parts();
         let caller = self.auth.caller(&metadata)?;
-        delivery_id("delivery_id", &r.delivery_id)?;
-        let ext = r
-            .extension
-            .as_ref()
-            .ok_or_else(|| ApiError::invalid("extension", "is required"))?;
-        let ext = validate::duration("extension", ext)?;
-        if ext.is_zero() || ext > MAX_EXTENSION {
-            return Err(ApiError::invalid(
-                "extension",
-                format!("must be between 1ms and {}s", MAX_EXTENSION.as_secs()),
-            )
-            .into());
-        }
+        validate::delivery_id("delivery_id", &r.delivery_id)?;
+        let ext = validate::extension("extension", r.extension.as_ref())?;
         if let Some(service) = self.dispatcher.hub.service_of(&r.delivery_id) {
             Auth::may_use(caller, "delivery_id", &service)?;
         }
@@ -672,5 +646,53 @@ impl pb::admin_service_server::AdminService for AdminApi {
         Ok(Response::new(
             self.admin.inspect_window(&r.into_inner()).await?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[A-Za-z0-9._:/é -]{0,130}",
+            prop::collection::vec(any::<u8>(), 0..200)
+                .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Any ack is an outcome or an INVALID_ARGUMENT naming a field of its batch item.
+        #[test]
+        fn ack_outcomes_are_total(
+            delivery_id in text(),
+            outcome in prop_oneof![any::<i32>(), 0i32..5],
+            error in text(),
+            error_class in text(),
+            retry_after in prop::option::of((any::<i64>(), any::<i32>())),
+            snooze in any::<bool>(),
+        ) {
+            let r = pb::AckRequest {
+                delivery_id,
+                outcome,
+                error,
+                error_class,
+                retry_after: retry_after
+                    .map(|(seconds, nanos)| prost_types::Duration { seconds, nanos }),
+                snooze,
+            };
+            match ack_outcome(&r, std::time::Duration::from_secs(86_400), "acks[7].") {
+                Ok(_) => prop_assert!(validate::delivery_id("d", &r.delivery_id).is_ok()),
+                Err(ApiError::InvalidArgument { field, .. }) => {
+                    prop_assert!(field.starts_with("acks[7]."), "{field}")
+                }
+                Err(e) => prop_assert!(false, "not INVALID_ARGUMENT: {e:?}"),
+            }
+        }
     }
 }

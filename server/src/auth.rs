@@ -61,16 +61,31 @@ pub struct Auth {
     by_hash: Option<HashMap<[u8; 32], Credential>>,
 }
 
+/// 64 hex digits (surrounding whitespace allowed) as 32 bytes. Decodes byte pairs, so no
+/// input can make it slice inside a character; anything but hex digits is refused.
 fn hex32(s: &str) -> Option<[u8; 32]> {
-    let s = s.trim();
-    if s.len() != 64 || !s.is_ascii() {
+    fn digit(b: u8) -> Option<u8> {
+        (b as char).to_digit(16).map(|d| d as u8)
+    }
+    let s = s.trim().as_bytes();
+    if s.len() != 64 {
         return None;
     }
     let mut out = [0u8; 32];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    for (b, pair) in out.iter_mut().zip(s.chunks_exact(2)) {
+        *b = (digit(pair[0])? << 4) | digit(pair[1])?;
     }
     Some(out)
+}
+
+/// The token of an `authorization` value `Bearer <token>` (scheme in any case, token
+/// trimmed, not empty).
+pub fn bearer_token(value: &str) -> Option<&str> {
+    value
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim())
+        .filter(|t| !t.is_empty())
 }
 
 impl Auth {
@@ -163,16 +178,9 @@ impl Auth {
                         .into(),
                 )
             })?;
-        let token = value
-            .split_once(' ')
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, t)| t.trim())
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                ApiError::Unauthenticated(
-                    "the authorization metadata must be `Bearer <token>`".into(),
-                )
-            })?;
+        let token = bearer_token(value).ok_or_else(|| {
+            ApiError::Unauthenticated("the authorization metadata must be `Bearer <token>`".into())
+        })?;
         let hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         by_hash
             .get(&hash)
@@ -305,6 +313,90 @@ mod tests {
         ] {
             let e = Auth::parse(&text).unwrap_err();
             assert!(e.contains(&want), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn token_hashes_are_hex_digits_only() {
+        let ok = sha("x");
+        assert!(hex32(&ok).is_some());
+        assert!(hex32(&format!("  {}\n", ok.to_uppercase())).is_some());
+        // 64 bytes, but not 64 hex digits: a sign, a multi-byte character.
+        assert!(hex32(&format!("+f{}", &ok[2..])).is_none());
+        assert!(hex32(&format!("é{}", &ok[2..])).is_none());
+        assert!(hex32(&format!("{}é", &ok[..62])).is_none());
+    }
+
+    mod props {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<String>(),
+                "[0-9a-fA-Fé+ ]{60,68}",
+                prop::collection::vec(any::<u8>(), 0..80)
+                    .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+            ]
+        }
+
+        /// A credentials file with one entry whose values are arbitrary (quoted as TOML
+        /// basic strings, so most of them reach the checks after the TOML parser).
+        fn file_like() -> impl Strategy<Value = String> {
+            let quoted = |s: String| {
+                let mut q = String::from("\"");
+                for c in s.chars() {
+                    match c {
+                        '"' | '\\' => {
+                            q.push('\\');
+                            q.push(c);
+                        }
+                        c if c.is_control() => q.push_str(&format!("\\u{:04X}", u32::from(c))),
+                        c => q.push(c),
+                    }
+                }
+                q.push('"');
+                q
+            };
+            (text(), text(), prop::collection::vec(text(), 0..3), any::<bool>(), any::<u8>())
+                .prop_map(move |(name, hash, services, admin, extra)| {
+                    let services: Vec<String> = services.into_iter().map(quoted).collect();
+                    let mut f = format!(
+                        "[[credential]]\nname = {}\ntoken_sha256 = {}\nservices = [{}]\nadmin = {admin}\n",
+                        quoted(name),
+                        quoted(hash),
+                        services.join(", ")
+                    );
+                    if extra % 4 == 0 {
+                        f.push_str("[[credential]]\nname = \"b\"\n");
+                    }
+                    f
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn credentials_files_are_total(text in prop_oneof![any::<String>(), file_like()]) {
+                let _ = Auth::parse(&text);
+            }
+
+            #[test]
+            fn token_hashes_are_total_and_round_trip(s in text(), hash in any::<[u8; 32]>(), upper in any::<bool>()) {
+                let _ = hex32(&s);
+                let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+                let hex = if upper { hex.to_uppercase() } else { hex };
+                prop_assert_eq!(hex32(&hex), Some(hash));
+            }
+
+            #[test]
+            fn bearer_tokens_are_total(s in text(), token in "[!-~]{1,40}") {
+                let _ = bearer_token(&s);
+                let value = format!("Bearer {token}");
+                prop_assert_eq!(bearer_token(&value), Some(token.as_str()));
+            }
         }
     }
 }

@@ -85,6 +85,52 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// Every environment key the configuration reads (`apply_env`; README.md lists them).
+pub const ENV_KEYS: &[&str] = &[
+    "REBOUND_LISTEN",
+    "REBOUND_ADVERTISE",
+    "REBOUND_CASSANDRA_CONTACT_POINTS",
+    "REBOUND_KEYSPACE",
+    "REBOUND_REPLICATION",
+    "REBOUND_CONSISTENCY",
+    "REBOUND_SERIAL_CONSISTENCY",
+    "REBOUND_CASSANDRA_REQUEST_TIMEOUT_MS",
+    "REBOUND_CASSANDRA_CONNECT_TIMEOUT_MS",
+    "REBOUND_CASSANDRA_STARTUP_WAIT_MS",
+    "REBOUND_REGION",
+    "REBOUND_CLUSTER",
+    "REBOUND_NODE_ID",
+    "REBOUND_WINDOW_SECONDS",
+    "REBOUND_SKEW_MARGIN_MS",
+    "REBOUND_BUCKET_SIZE",
+    "REBOUND_LANES",
+    "REBOUND_SLOTS",
+    "REBOUND_LEASE_TTL_MS",
+    "REBOUND_MAX_PAYLOAD_BYTES",
+    "REBOUND_MAX_DELAY_SECONDS",
+    "REBOUND_TERMINAL_TTL_SECONDS",
+    "REBOUND_MAX_BATCH_ITEMS",
+    "REBOUND_MAX_CONCURRENT_WRITES",
+    "REBOUND_MAX_SUBSCRIBERS",
+    "REBOUND_MAX_IN_FLIGHT_BYTES",
+    "REBOUND_CLOCK_SYNC",
+    "REBOUND_CLOCK_SYNC_INTERVAL_MS",
+    "REBOUND_TEST_CLOCK_SKEW_MS",
+    "REBOUND_CREDENTIALS_FILE",
+    "REBOUND_SHUTDOWN_GRACE_MS",
+    "REBOUND_DEAD_LETTER_RETENTION_SECONDS",
+    "REBOUND_SCAN_INTERVAL_MS",
+    "REBOUND_SETTINGS_REFRESH_MS",
+    "REBOUND_COMPACTION_INTERVAL_MS",
+    "REBOUND_LOG_FORMAT",
+];
+
+/// Longest `REBOUND_CASSANDRA_STARTUP_WAIT_MS`: one day.
+pub const MAX_STARTUP_WAIT_MS: u64 = 86_400_000;
+/// Largest `REBOUND_TEST_CLOCK_SKEW_MS` either way: one year, far past any real clock error,
+/// and small enough that no time computed from the skewed clock overflows.
+pub const MAX_TEST_CLOCK_SKEW_MS: i64 = 365 * 86_400_000;
+
 fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError {
         key: key.to_string(),
@@ -224,15 +270,33 @@ impl Config {
         env: &HashMap<String, String>,
         flags: &Overrides,
     ) -> Result<Self, ConfigError> {
+        let text = file
+            .map(|path| {
+                std::fs::read_to_string(path)
+                    .map_err(|e| bad("--config", format!("cannot read {}: {e}", path.display())))
+            })
+            .transpose()?;
+        let c = Self::from_sources(text.as_deref(), env, flags)?;
+        c.check_credentials_file()?;
+        Ok(c)
+    }
+
+    /// `load` without the file system: defaults, then `file_text` (the TOML file's contents),
+    /// then `env`, then `flags`, then every check that needs no file (the credentials file is
+    /// only read by `load` and `validate`). Total: any text and any environment give a
+    /// configuration or a `ConfigError` naming the key.
+    pub fn from_sources(
+        file_text: Option<&str>,
+        env: &HashMap<String, String>,
+        flags: &Overrides,
+    ) -> Result<Self, ConfigError> {
         let mut c = Config::default();
-        if let Some(path) = file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| bad("--config", format!("cannot read {}: {e}", path.display())))?;
-            c.apply_file(&text)?;
+        if let Some(text) = file_text {
+            c.apply_file(text)?;
         }
         c.apply_env(env)?;
         c.apply_flags(flags)?;
-        c.validate()?;
+        c.check_values()?;
         Ok(c)
     }
 
@@ -429,9 +493,22 @@ impl Config {
         Ok(())
     }
 
-    /// Checks every value; the error names the environment key (the TOML key is the same name
-    /// in lower case without the prefix).
+    /// Checks every value, and that the credentials file reads; the error names the
+    /// environment key (the TOML key is the same name in lower case without the prefix).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_values()?;
+        self.check_credentials_file()
+    }
+
+    fn check_credentials_file(&self) -> Result<(), ConfigError> {
+        if let Some(path) = &self.credentials_file {
+            crate::auth::Auth::load(path).map_err(|e| bad("REBOUND_CREDENTIALS_FILE", e))?;
+        }
+        Ok(())
+    }
+
+    /// Every check of `validate` but the credentials file.
+    fn check_values(&self) -> Result<(), ConfigError> {
         if self.cassandra_contact_points.is_empty() {
             return Err(bad(
                 "REBOUND_CASSANDRA_CONTACT_POINTS",
@@ -512,6 +589,12 @@ impl Config {
             100,
             600_000,
         )?;
+        range(
+            "REBOUND_CASSANDRA_STARTUP_WAIT_MS",
+            self.cassandra_startup_wait_ms,
+            0,
+            MAX_STARTUP_WAIT_MS,
+        )?;
         if self.window_seconds == 0 || 86_400 % self.window_seconds != 0 {
             return Err(bad(
                 "REBOUND_WINDOW_SECONDS",
@@ -578,9 +661,6 @@ impl Config {
             100,
             3_600_000,
         )?;
-        if let Some(path) = &self.credentials_file {
-            crate::auth::Auth::load(path).map_err(|e| bad("REBOUND_CREDENTIALS_FILE", e))?;
-        }
         range(
             "REBOUND_MAX_IN_FLIGHT_BYTES",
             self.max_in_flight_bytes as u64,
@@ -611,6 +691,15 @@ impl Config {
             10,
             600_000,
         )?;
+        if !(-MAX_TEST_CLOCK_SKEW_MS..=MAX_TEST_CLOCK_SKEW_MS).contains(&self.test_clock_skew_ms) {
+            return Err(bad(
+                "REBOUND_TEST_CLOCK_SKEW_MS",
+                format!(
+                    "{} is outside {}..={MAX_TEST_CLOCK_SKEW_MS}",
+                    self.test_clock_skew_ms, -MAX_TEST_CLOCK_SKEW_MS
+                ),
+            ));
+        }
         self.default_policy
             .validate()
             .map_err(|e| bad(&format!("default_policy.{}", e.field), e.message))?;
@@ -782,5 +871,203 @@ mod tests {
         let mut c = Config::default();
         let err = c.apply_file("windw_seconds = 5").unwrap_err();
         assert!(err.message.contains("windw_seconds"), "{err}");
+    }
+
+    #[test]
+    fn env_keys_lists_what_apply_env_reads() {
+        let source = include_str!("config.rs");
+        let start = source.find("fn apply_env").unwrap();
+        let end = source.find("fn apply_flags").unwrap();
+        let mut read: Vec<&str> = source[start..end]
+            .split('"')
+            .filter(|s| s.starts_with("REBOUND_"))
+            .collect();
+        read.sort_unstable();
+        read.dedup();
+        let mut listed = ENV_KEYS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(read, listed);
+    }
+
+    #[test]
+    fn values_that_would_overflow_later_are_refused() {
+        for (k, v) in [
+            ("REBOUND_TEST_CLOCK_SKEW_MS", "9223372036854775807"),
+            ("REBOUND_TEST_CLOCK_SKEW_MS", "-9223372036854775808"),
+            ("REBOUND_CASSANDRA_STARTUP_WAIT_MS", "18446744073709551615"),
+        ] {
+            let err =
+                Config::from_sources(None, &env(&[(k, v)]), &Overrides::default()).unwrap_err();
+            assert_eq!(err.key, k, "{k}={v} gave {err}");
+            assert!(err.message.contains("is outside"), "{err}");
+        }
+        let c = Config::from_sources(
+            None,
+            &env(&[("REBOUND_TEST_CLOCK_SKEW_MS", "-30000")]),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.test_clock_skew_ms, -30_000);
+    }
+
+    mod props {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Values biased to what the parsers look for: numbers of every size and sign,
+        /// padded, words, addresses, and anything at all.
+        fn value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<String>(),
+                "[+-]?[0-9]{0,22}",
+                " *[0-9]{1,12}(\\.[0-9]{0,3})? *",
+                prop::sample::select(vec![
+                    "true",
+                    "off",
+                    "json",
+                    "TEXT",
+                    "LOCAL_SERIAL",
+                    "quorum",
+                    "0.0.0.0:0",
+                    "[::1]:50051",
+                    "a,b, ,c",
+                    "{'class': 'x'}",
+                    "é",
+                    "",
+                ])
+                .prop_map(String::from),
+                prop::collection::vec(any::<u8>(), 0..40)
+                    .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+            ]
+        }
+
+        /// A TOML value: integers of any size, floats with nan and inf, strings, arrays.
+        fn toml_value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<i64>().prop_map(|n| n.to_string()),
+                "-?[0-9]{1,25}",
+                prop::sample::select(vec!["nan", "inf", "-inf", "1e308", "0.5", "true", "[]"])
+                    .prop_map(String::from),
+                value().prop_map(|v| format!("{v:?}")),
+                prop::collection::vec(value(), 0..3).prop_map(|v| format!("{v:?}")),
+            ]
+        }
+
+        const FILE_KEYS: &[&str] = &[
+            "listen",
+            "advertise",
+            "cassandra_contact_points",
+            "keyspace",
+            "replication",
+            "consistency",
+            "serial_consistency",
+            "cassandra_request_timeout_ms",
+            "cassandra_connect_timeout_ms",
+            "cassandra_startup_wait_ms",
+            "region",
+            "cluster",
+            "node_id",
+            "window_seconds",
+            "skew_margin_ms",
+            "bucket_size",
+            "lanes",
+            "slots",
+            "lease_ttl_ms",
+            "max_payload_bytes",
+            "max_delay_seconds",
+            "terminal_ttl_seconds",
+            "max_batch_items",
+            "max_concurrent_writes",
+            "max_subscribers",
+            "max_in_flight_bytes",
+            "clock_sync",
+            "clock_sync_interval_ms",
+            "credentials_file",
+            "shutdown_grace_ms",
+            "dead_letter_retention_seconds",
+            "scan_interval_ms",
+            "settings_refresh_ms",
+            "compaction_interval_ms",
+            "log_format",
+        ];
+        const POLICY_KEYS: &[&str] = &[
+            "max_attempts",
+            "initial_backoff_ms",
+            "max_backoff_ms",
+            "multiplier",
+            "jitter",
+            "max_retry_duration_ms",
+            "ack_timeout_ms",
+            "max_deliveries_per_attempt",
+        ];
+
+        fn toml_file() -> impl Strategy<Value = String> {
+            (
+                prop::collection::vec((prop::sample::select(FILE_KEYS), toml_value()), 0..4),
+                prop::collection::vec((prop::sample::select(POLICY_KEYS), toml_value()), 0..4),
+            )
+                .prop_map(|(top, policy)| {
+                    let mut f = String::new();
+                    for (k, v) in top {
+                        f.push_str(&format!("{k} = {v}\n"));
+                    }
+                    if !policy.is_empty() {
+                        f.push_str("[default_policy]\n");
+                        for (k, v) in policy {
+                            f.push_str(&format!("{k} = {v}\n"));
+                        }
+                    }
+                    f
+                })
+        }
+
+        /// The error names a key someone can look up.
+        fn known_key(e: &ConfigError) -> bool {
+            e.key == "--config"
+                || e.key.starts_with("default_policy.")
+                || ENV_KEYS.contains(&e.key.as_str())
+                || FILE_KEYS.contains(&e.key.as_str())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn config_files_are_total(text in prop_oneof![any::<String>(), toml_file()]) {
+                if let Err(e) = Config::from_sources(Some(&text), &HashMap::new(), &Overrides::default()) {
+                    prop_assert!(known_key(&e), "{e}");
+                }
+            }
+
+            #[test]
+            fn config_env_is_total(
+                pairs in prop::collection::vec((prop::sample::select(ENV_KEYS), value()), 0..6),
+            ) {
+                let env: HashMap<String, String> =
+                    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                match Config::from_sources(None, &env, &Overrides::default()) {
+                    Ok(c) => {
+                        // Whatever passes is safe to compute with.
+                        prop_assert!(c.test_clock_skew_ms.abs() <= MAX_TEST_CLOCK_SKEW_MS);
+                        prop_assert!(c.cassandra_startup_wait_ms <= MAX_STARTUP_WAIT_MS);
+                    }
+                    Err(e) => prop_assert!(known_key(&e), "{e}"),
+                }
+            }
+
+            #[test]
+            fn config_flags_are_total(listen in value(), contact_points in value(), node_id in value()) {
+                let flags = Overrides {
+                    listen: Some(listen),
+                    contact_points: Some(contact_points),
+                    node_id: Some(node_id),
+                    ..Default::default()
+                };
+                if let Err(e) = Config::from_sources(None, &HashMap::new(), &flags) {
+                    prop_assert!(known_key(&e) || e.key == "--listen", "{e}");
+                }
+            }
+        }
     }
 }

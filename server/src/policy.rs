@@ -223,7 +223,9 @@ impl RetryPolicy {
         let capped = base.min(self.max_backoff.as_secs_f64());
         let spread = 1.0 + self.jitter * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
         let secs = (capped * spread).clamp(0.0, self.max_backoff.as_secs_f64());
-        Duration::from_secs_f64(secs)
+        // NaN (a NaN `unit` or `jitter`, which a validated policy never has) is not a delay;
+        // the cap is applied again after the float round trip, which may round it up.
+        Duration::try_from_secs_f64(secs).map_or(self.max_backoff, |d| d.min(self.max_backoff))
     }
 }
 
@@ -347,5 +349,26 @@ mod tests {
         // An override without a list keeps the underlying one.
         let q = p.apply(&PolicyOverrides::default());
         assert_eq!(q.non_retryable, p.non_retryable);
+    }
+
+    #[test]
+    fn backoff_stays_within_a_cap_that_floats_round_up() {
+        // Found by `cargo fuzz run duration`: 31535999.999999999 s is 31536000.0 as an f64.
+        let cap = Duration::new(31_535_999, 999_999_999);
+        let p = RetryPolicy {
+            initial_backoff: cap,
+            max_backoff: cap,
+            jitter: 0.0,
+            ..Default::default()
+        };
+        assert_eq!(p.backoff(1, 0.5), cap);
+        assert_eq!(p.backoff(9, 1.0), cap);
+    }
+
+    #[test]
+    fn backoff_is_total_for_a_nan_sample() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.backoff(3, f64::NAN), p.max_backoff);
+        assert!(p.backoff(3, f64::INFINITY) <= p.max_backoff);
     }
 }

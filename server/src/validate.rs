@@ -13,6 +13,8 @@ pub const MAX_ATTRIBUTES: usize = 64;
 pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 128;
 pub const MAX_ATTRIBUTE_VALUE_BYTES: usize = 4096;
 pub const MAX_LAST_ERROR_BYTES: usize = 8192;
+pub const MAX_DELIVERY_ID_BYTES: usize = 128;
+pub const MAX_EXECUTOR_ID_BYTES: usize = 128;
 
 /// Shows at most 64 characters of a hostile value in an error message.
 fn show(v: &str) -> String {
@@ -65,6 +67,55 @@ pub fn transaction_id(field: &str, v: &str) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+/// A delivery id as the node issues them (`dispatch::hub::delivery_id_text`): 1 to 128 bytes.
+/// Its parts are never read back; an id the node did not issue is simply not in flight.
+pub fn delivery_id(field: &str, id: &str) -> Result<(), ApiError> {
+    if id.is_empty() || id.len() > MAX_DELIVERY_ID_BYTES {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be the 1-{MAX_DELIVERY_ID_BYTES} byte id of a delivery"),
+        ));
+    }
+    Ok(())
+}
+
+/// The optional name an executor gives itself in `Subscribe` (logged only).
+pub fn executor_id(field: &str, v: &str) -> Result<(), ApiError> {
+    if v.len() > MAX_EXECUTOR_ID_BYTES || v.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be at most {MAX_EXECUTOR_ID_BYTES} bytes with no control characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// A UTC day as `YYYY-MM-DD` (InspectWindow), as days since 1970-01-01.
+pub fn day(field: &str, v: &str) -> Result<i32, ApiError> {
+    chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
+        .map(crate::window::date_to_day)
+        .map_err(|_| {
+            ApiError::invalid(
+                field,
+                format!("must be a UTC day as YYYY-MM-DD, got {}", show(v)),
+            )
+        })
+}
+
+/// The `extension` of ExtendDeadline: required, 1ms to `api::MAX_EXTENSION`.
+pub fn extension(field: &str, d: Option<&prost_types::Duration>) -> Result<Duration, ApiError> {
+    let d = d.ok_or_else(|| ApiError::invalid(field, "is required"))?;
+    let ext = duration(field, d)?;
+    let max = crate::api::MAX_EXTENSION;
+    if ext.is_zero() || ext > max {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be between 1ms and {}s", max.as_secs()),
+        ));
+    }
+    Ok(ext)
 }
 
 pub fn duration(field: &str, d: &prost_types::Duration) -> Result<Duration, ApiError> {
@@ -346,6 +397,221 @@ mod tests {
             match enqueue("", r, 10) {
                 Err(ApiError::InvalidArgument { field: f, .. }) => assert_eq!(f, field),
                 other => panic!("{field}: expected INVALID_ARGUMENT, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn delivery_executor_and_day_fields() {
+        assert!(delivery_id("delivery_id", "1700000000000-1-42").is_ok());
+        for bad in ["", &"x".repeat(129)] {
+            let e = delivery_id("acks[3].delivery_id", bad).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "acks[3].delivery_id: must be the 1-128 byte id of a delivery"
+            );
+        }
+        assert!(executor_id("executor_id", "").is_ok());
+        assert!(executor_id("executor_id", "worker-7").is_ok());
+        assert_eq!(
+            executor_id("executor_id", "a\tb").unwrap_err().to_string(),
+            "executor_id: must be at most 128 bytes with no control characters"
+        );
+        assert_eq!(day("day", "1970-01-02").unwrap(), 1);
+        assert_eq!(
+            day("day", "2026-13-01").unwrap_err().to_string(),
+            "day: must be a UTC day as YYYY-MM-DD, got \"2026-13-01\""
+        );
+        let ms = |n| prost_types::Duration {
+            seconds: 0,
+            nanos: n * 1_000_000,
+        };
+        assert_eq!(
+            extension("extension", Some(&ms(5))).unwrap(),
+            Duration::from_millis(5)
+        );
+        assert_eq!(
+            extension("extension", None).unwrap_err().to_string(),
+            "extension: is required"
+        );
+        assert_eq!(
+            extension("extension", Some(&ms(0)))
+                .unwrap_err()
+                .to_string(),
+            "extension: must be between 1ms and 43200s"
+        );
+    }
+
+    mod props {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// The field of an INVALID_ARGUMENT, or a failure for any other error.
+        fn field_of(e: ApiError) -> String {
+            match e {
+                ApiError::InvalidArgument { field, .. } => field,
+                other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+            }
+        }
+
+        /// Strings biased to the edges of the name rules: lengths around the limits, the
+        /// allowed punctuation, control and multi-byte characters.
+        fn name_like() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<String>(),
+                "[A-Za-z0-9._-]{0,70}",
+                "[a-z0-9][a-z0-9._é\\t\\x00 -]{0,70}",
+                "(?s).{60,70}",
+                prop::collection::vec(any::<u8>(), 0..300)
+                    .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+            ]
+        }
+
+        fn pb_duration() -> impl Strategy<Value = prost_types::Duration> {
+            (
+                prop_oneof![any::<i64>(), -2i64..100_000_000],
+                prop_oneof![any::<i32>(), -2i32..1_000_000_001],
+            )
+                .prop_map(|(seconds, nanos)| prost_types::Duration { seconds, nanos })
+        }
+
+        fn pb_policy() -> impl Strategy<Value = pb::RetryPolicy> {
+            let d = || prop::option::of(pb_duration());
+            (
+                (
+                    prop::option::of(any::<u32>()),
+                    prop::option::of(any::<bool>()),
+                    prop::collection::vec(name_like(), 0..3),
+                    prop::option::of(any::<u32>()),
+                ),
+                (d(), d(), d(), d()),
+                (
+                    prop::option::of(prop_oneof![any::<f64>(), 0.0..3.0]),
+                    prop::option::of(prop_oneof![any::<f64>(), 0.0..1.0]),
+                ),
+            )
+                .prop_map(
+                    |(
+                        (max_attempts, unlimited_attempts, classes, max_deliveries),
+                        (initial, max, total, ack),
+                        (multiplier, jitter),
+                    )| pb::RetryPolicy {
+                        max_attempts,
+                        unlimited_attempts,
+                        non_retryable_error_classes: classes,
+                        initial_backoff: initial,
+                        max_backoff: max,
+                        multiplier,
+                        jitter,
+                        max_retry_duration: total,
+                        ack_timeout: ack,
+                        max_deliveries_per_attempt: max_deliveries,
+                    },
+                )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn service_names_are_total(v in name_like()) {
+                match service("service", &v) {
+                    Ok(()) => prop_assert!(
+                        v.len() <= MAX_SERVICE_LEN
+                            && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                    ),
+                    Err(e) => prop_assert_eq!(field_of(e), "service"),
+                }
+            }
+
+            #[test]
+            fn transaction_executor_and_delivery_ids_are_total(v in name_like()) {
+                if let Err(e) = transaction_id("transaction_id", &v) {
+                    prop_assert_eq!(field_of(e), "transaction_id");
+                } else {
+                    prop_assert!(!v.is_empty() && v.len() <= MAX_TRANSACTION_ID_BYTES);
+                }
+                if let Err(e) = executor_id("executor_id", &v) {
+                    prop_assert_eq!(field_of(e), "executor_id");
+                }
+                match delivery_id("delivery_id", &v) {
+                    Ok(()) => prop_assert!(!v.is_empty() && v.len() <= MAX_DELIVERY_ID_BYTES),
+                    Err(e) => prop_assert_eq!(field_of(e), "delivery_id"),
+                }
+            }
+
+            #[test]
+            fn days_are_total(v in prop_oneof![
+                any::<String>(),
+                "[+-]?[0-9]{0,7}-[0-9]{0,3}-[0-9]{0,3}.{0,2}",
+            ]) {
+                if let Err(e) = day("day", &v) {
+                    prop_assert_eq!(field_of(e), "day");
+                }
+            }
+
+            #[test]
+            fn days_round_trip(d in -1_000_000i32..1_000_000) {
+                let date = crate::window::day_to_date(d);
+                prop_assert_eq!(day("day", &date.format("%Y-%m-%d").to_string()).unwrap(), d);
+            }
+
+            #[test]
+            fn durations_and_timestamps_are_total(d in pb_duration()) {
+                match duration("delay", &d) {
+                    Ok(v) => prop_assert_eq!(
+                        (v.as_secs() as i64, v.subsec_nanos() as i32),
+                        (d.seconds, d.nanos)
+                    ),
+                    Err(e) => prop_assert_eq!(field_of(e), "delay"),
+                }
+                if let Err(e) = extension("extension", Some(&d)) {
+                    prop_assert_eq!(field_of(e), "extension");
+                }
+                let t = prost_types::Timestamp { seconds: d.seconds, nanos: d.nanos };
+                if let Err(e) = timestamp_ms("due_time", &t) {
+                    prop_assert_eq!(field_of(e), "due_time");
+                }
+            }
+
+            /// Any policy either is refused by name or, applied to the defaults and checked,
+            /// gives backoffs for any attempt count without panicking.
+            #[test]
+            fn policies_are_total(p in pb_policy(), attempts in any::<u32>(), unit in any::<f64>()) {
+                match policy("policy", Some(&p)) {
+                    Ok(o) => {
+                        let effective = crate::policy::RetryPolicy::default().apply(&o);
+                        if effective.validate().is_ok() {
+                            let b = effective.backoff(attempts, unit);
+                            prop_assert!(b <= effective.max_backoff);
+                        }
+                    }
+                    Err(e) => prop_assert!(field_of(e).starts_with("policy.")),
+                }
+            }
+
+            #[test]
+            fn enqueue_requests_are_total(
+                service_name in name_like(),
+                transaction in name_like(),
+                attributes in prop::collection::hash_map(name_like(), name_like(), 0..4),
+                last_error in name_like(),
+                delay in prop::option::of(pb_duration()),
+                p in prop::option::of(pb_policy()),
+            ) {
+                let r = pb::EnqueueRetryRequest {
+                    service: service_name,
+                    transaction_id: transaction,
+                    attributes,
+                    last_error,
+                    schedule: delay.map(pb::enqueue_retry_request::Schedule::Delay),
+                    policy: p,
+                    ..Default::default()
+                };
+                if let Err(e) = enqueue("requests[0].", r, 10) {
+                    prop_assert!(field_of(e).starts_with("requests[0]."));
+                }
             }
         }
     }

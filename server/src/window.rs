@@ -27,7 +27,9 @@ impl WindowId {
 }
 
 pub fn day_to_date(day: i32) -> NaiveDate {
-    NaiveDate::from_num_days_from_ce_opt(day + EPOCH_DAYS_FROM_CE).unwrap_or(NaiveDate::MIN)
+    day.checked_add(EPOCH_DAYS_FROM_CE)
+        .and_then(NaiveDate::from_num_days_from_ce_opt)
+        .unwrap_or(NaiveDate::MIN)
 }
 
 pub fn date_to_day(date: NaiveDate) -> i32 {
@@ -169,5 +171,13 @@ mod tests {
         let g = WindowGrid::new(60);
         assert_eq!(g.window_of(-1).day, -1);
         assert_eq!(g.window_of(-1).index, 1439);
+    }
+
+    #[test]
+    fn day_to_date_is_total() {
+        for d in [i32::MIN, -1_000_000_000, -1, 0, 1, 1_000_000_000, i32::MAX] {
+            let _ = day_to_date(d);
+        }
+        assert_eq!(day_to_date(i32::MAX), NaiveDate::MIN);
     }
 }

@@ -66,6 +66,17 @@ pub struct InFlight {
     _permit: OwnedSemaphorePermit,
 }
 
+/// The id of one delivery: the node's boot epoch, a sequence number and a random nonce. At
+/// most 52 bytes, so `validate::delivery_id` accepts every id the node issues.
+pub fn delivery_id_text(boot_epoch: i64, seq: u64, nonce: u32) -> String {
+    format!("{boot_epoch}-{seq}-{nonce}")
+}
+
+/// A duration in whole milliseconds, saturating at `i64::MAX`.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// What one delivery holds in memory beyond its fixed fields.
 fn held_bytes(s: &TxState) -> usize {
     s.payload.len()
@@ -253,12 +264,11 @@ impl Hub {
                 continue;
             };
             let now = self.clock.now_ms();
-            let deadline_ms = now + work.state.policy.ack_timeout.as_millis() as i64;
-            let delivery_id = format!(
-                "{}-{}-{}",
+            let deadline_ms = now.saturating_add(millis(work.state.policy.ack_timeout));
+            let delivery_id = delivery_id_text(
                 self.boot_epoch,
                 self.ids.fetch_add(1, Ordering::Relaxed),
-                rand::random::<u32>()
+                rand::random::<u32>(),
             );
             let delivery = delivery_pb(&delivery_id, &work.state, deadline_ms);
             if let Err(e) = sub.tx.try_send(Ok(delivery)) {
@@ -339,9 +349,7 @@ impl Hub {
         let now = self.clock.now_ms();
         let mut inner = self.lock();
         let f = inner.inflight.get_mut(delivery_id)?;
-        f.deadline_ms = f
-            .deadline_ms
-            .max(now + extension.as_millis().min(i64::MAX as u128) as i64);
+        f.deadline_ms = f.deadline_ms.max(now.saturating_add(millis(extension)));
         Some(f.deadline_ms)
     }
 
@@ -403,5 +411,35 @@ fn delivery_pb(id: &str, s: &TxState, deadline_ms: i64) -> pb::Delivery {
         first_enqueued_at: Some(ts(s.first_enqueued_at_ms)),
         ack_deadline: Some(ts(deadline_ms)),
         last_error: s.last_error.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Every id the node issues is one that Ack and ExtendDeadline accept.
+        #[test]
+        fn issued_delivery_ids_are_valid(boot_epoch in any::<i64>(), seq in any::<u64>(), nonce in any::<u32>()) {
+            let id = delivery_id_text(boot_epoch, seq, nonce);
+            prop_assert!(crate::validate::delivery_id("delivery_id", &id).is_ok(), "{id}");
+        }
+
+        #[test]
+        fn millis_saturate(secs in any::<u64>(), nanos in 0u32..1_000_000_000) {
+            let d = Duration::new(secs, nanos);
+            let ms = millis(d);
+            prop_assert!(ms >= 0);
+            if let Ok(exact) = i64::try_from(d.as_millis()) {
+                prop_assert_eq!(ms, exact);
+            } else {
+                prop_assert_eq!(ms, i64::MAX);
+            }
+        }
     }
 }

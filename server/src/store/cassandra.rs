@@ -97,12 +97,13 @@ pub async fn connect(o: &CassandraOptions) -> StoreResult<Session> {
 /// Keeps trying to connect until `wait` has passed: a node started together with its database
 /// waits for it instead of failing.
 pub async fn connect_with_wait(o: &CassandraOptions, wait: Duration) -> StoreResult<Session> {
-    let deadline = tokio::time::Instant::now() + wait;
+    // A wait too long for the clock is no deadline at all.
+    let deadline = tokio::time::Instant::now().checked_add(wait);
     let mut pause = Duration::from_millis(200);
     loop {
         match connect(o).await {
             Ok(s) => return Ok(s),
-            Err(e) if tokio::time::Instant::now() + pause < deadline => {
+            Err(e) if deadline.is_none_or(|d| tokio::time::Instant::now() + pause < d) => {
                 tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "cassandra not reachable yet");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));
