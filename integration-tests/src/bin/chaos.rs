@@ -40,6 +40,38 @@ fn main() -> std::process::ExitCode {
             "--nodes" => nodes = num(val(i)) as usize,
             "--fault-every" => fault_every = Some(num(val(i))),
             "--drain-timeout" => drain = Some(num(val(i))),
+            "--inspect" => {
+                // Leftover pointers of a kept keyspace, with their state rows.
+                let ks = val(i);
+                let rt = tokio::runtime::Runtime::new().expect("runtime");
+                rt.block_on(async move {
+                    let cql =
+                        chaos::directory::session(&rebound_integration_tests::contact_point())
+                            .await
+                            .expect("cassandra");
+                    for (s, t, what) in chaos::directory::leftover_pointers(&cql, &ks).await {
+                        println!("{s}/{t}: {what}");
+                    }
+                    match chaos::directory::read(&cql, &ks).await {
+                        Ok(t) => println!("{t:#?}"),
+                        Err(e) => println!("cannot read the directory: {e}"),
+                    }
+                    let lw = cql
+                        .query_unpaged(format!("SELECT JSON * FROM {ks}.window_low_water"), ())
+                        .await
+                        .ok()
+                        .and_then(|r| r.into_rows_result().ok())
+                        .map(|r| {
+                            r.rows::<(String,)>()
+                                .map(|it| {
+                                    it.filter_map(Result::ok).map(|x| x.0).collect::<Vec<_>>()
+                                })
+                                .unwrap_or_default()
+                        });
+                    println!("window_low_water: {lw:?}");
+                });
+                return std::process::ExitCode::SUCCESS;
+            }
             "--keep" => {
                 keep = true;
                 i += 1;

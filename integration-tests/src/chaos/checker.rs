@@ -289,7 +289,7 @@ pub fn check(input: &Input) -> CheckResult {
                             )
                     }) {
                         v(
-                            "SUCCEEDED forgotten",
+                            "SUCCEEDED undone (a later call was accepted)",
                             format!(
                                 "ack #{a} SUCCEEDED returned OK, later call #{x} was accepted as if the retry were not SUCCEEDED"
                             ),

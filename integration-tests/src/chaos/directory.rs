@@ -63,7 +63,8 @@ pub struct Tiers {
     pub instances: BTreeSet<InstanceKey>,
     pub windows: BTreeSet<(Day, i32)>,
     pub days: BTreeSet<(i32, Day)>,
-    pub low_water: BTreeSet<Day>,
+    /// day → first window the scans read (window_low_water).
+    pub low_water: std::collections::BTreeMap<Day, i32>,
 }
 
 async fn rows<R>(cql: &Session, q: String) -> anyhow::Result<Vec<R>>
@@ -115,11 +116,13 @@ pub async fn read(cql: &Session, ks: &str) -> anyhow::Result<Tiers> {
         .await?
         .into_iter()
         .collect();
-    t.low_water = rows::<(Day,)>(cql, format!("SELECT day FROM {ks}.window_low_water"))
-        .await?
-        .into_iter()
-        .map(|(d,)| d)
-        .collect();
+    t.low_water = rows::<(Day, i32)>(
+        cql,
+        format!("SELECT day, low_window FROM {ks}.window_low_water"),
+    )
+    .await?
+    .into_iter()
+    .collect();
     Ok(t)
 }
 
@@ -151,6 +154,16 @@ pub fn orphans(t: &Tiers) -> BTreeSet<(String, String)> {
             ));
         }
     }
+    // The scans start at the low-water mark: a window below it that still has Tier-3 rows is
+    // never read again (its retries are stranded).
+    for (d, w, s, i) in &t.instances {
+        if let Some(low) = t.low_water.get(d).filter(|low| *low > w) {
+            out.insert((
+                format!("instance row {:?}", (d, w, s, i)),
+                format!("a window_low_water of {low} at most {w} (the scans skip it)"),
+            ));
+        }
+    }
     for (d, w) in &t.windows {
         if !t.days.contains(&(d.year(), *d)) {
             out.insert((
@@ -164,8 +177,9 @@ pub fn orphans(t: &Tiers) -> BTreeSet<(String, String)> {
 
 pub struct Samples {
     pub samples: usize,
-    /// Orphans seen in one sample and still orphans in the next one, ~1.5 s later.
-    pub orphans: Vec<String>,
+    /// Orphans seen in one sample and still orphans in the next one, ~1.5 s later, with the
+    /// time of the first of those samples.
+    pub orphans: Vec<(i64, String)>,
 }
 
 /// Samples every second until `stop`; an orphan counts only if the next sample still has the
@@ -173,16 +187,21 @@ pub struct Samples {
 pub async fn sampler(cql: Session, ks: String, stop: Arc<AtomicBool>) -> Samples {
     let mut samples = 0;
     let mut last: BTreeSet<(String, String)> = BTreeSet::new();
-    let mut found: BTreeSet<String> = BTreeSet::new();
+    let mut last_at = 0;
+    let mut found: std::collections::BTreeMap<String, i64> = Default::default();
     while !stop.load(Ordering::SeqCst) {
         let started = Instant::now();
+        let at = super::history::now_ms();
         if let Ok(t) = read(&cql, &ks).await {
             samples += 1;
             let now = orphans(&t);
             for o in now.intersection(&last) {
-                found.insert(format!("{} without its parent {}", o.0, o.1));
+                found
+                    .entry(format!("{} without {}", o.0, o.1))
+                    .or_insert(last_at);
             }
             last = now;
+            last_at = at;
         } else {
             // A failed read (Cassandra paused) proves nothing either way.
             last.clear();
@@ -192,7 +211,7 @@ pub async fn sampler(cql: Session, ks: String, stop: Arc<AtomicBool>) -> Samples
     }
     Samples {
         samples,
-        orphans: found.into_iter().collect(),
+        orphans: found.into_iter().map(|(k, v)| (v, k)).collect(),
     }
 }
 
@@ -230,7 +249,7 @@ pub async fn wait_end_state(cql: &Session, ks: &str, within: Duration) -> Vec<St
                         format!("{x:?}"),
                     ));
                 }
-                let old_low: Vec<_> = t.low_water.iter().filter(|d| **d != today).collect();
+                let old_low: Vec<_> = t.low_water.keys().filter(|d| **d != today).collect();
                 if let Some(x) = old_low.first() {
                     left.push(n(
                         "low-water rows of another day",
@@ -246,4 +265,47 @@ pub async fn wait_end_state(cql: &Session, ks: &str, within: Duration) -> Vec<St
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The pointers still in Tier 5, each with the state row it points at:
+/// (service, transaction, description).
+pub async fn leftover_pointers(cql: &Session, ks: &str) -> Vec<(String, String, String)> {
+    type Row = (Day, i32, String, String, i32, String, i64);
+    let pointers = match rows::<Row>(
+        cql,
+        format!("SELECT day, window, service, instance, bucket, transaction_id, generation FROM {ks}.retry_transactions_by_bucket"),
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => return vec![(String::new(), String::new(), format!("cannot read: {e}"))],
+    };
+    let mut out = Vec::new();
+    for (day, window, service, instance, bucket, tx, generation) in pointers {
+        let state = rows::<(Option<String>, Option<i64>, Option<i32>, Option<i64>)>(
+            cql,
+            format!(
+                "SELECT status, generation, loc_window, toUnixTimestamp(due_at) FROM {ks}.transactions \
+                 WHERE region = 'local' AND cluster = 'default' AND service = '{service}' AND transaction_id = '{tx}'"
+            ),
+        )
+        .await;
+        let state = match state {
+            Ok(r) => match r.first() {
+                Some((st, g, w, due)) => {
+                    format!("state row: status {st:?} generation {g:?} window {w:?} due_at {due:?}")
+                }
+                None => "no state row".into(),
+            },
+            Err(e) => format!("state row unreadable: {e}"),
+        };
+        out.push((
+            service.clone(),
+            tx.clone(),
+            format!(
+                "pointer {day} window {window} {instance} bucket {bucket} generation {generation}; {state}"
+            ),
+        ));
+    }
+    out
 }

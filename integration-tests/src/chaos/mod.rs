@@ -451,6 +451,11 @@ pub async fn run(o: Options) -> anyhow::Result<Report> {
     let drain_s = drain_started.elapsed().as_secs_f64();
     // Compaction: tiers 2-5 empty, Tier 1 at most today's day.
     let end_state = directory::wait_end_state(&cql, &keyspace, Duration::from_secs(30)).await;
+    let leftover = if end_state.is_empty() {
+        Vec::new()
+    } else {
+        directory::leftover_pointers(&cql, &keyspace).await
+    };
     shared.stop.store(true, Ordering::SeqCst);
     sampler_stop.store(true, Ordering::SeqCst);
     let orphans = sampler.await?;
@@ -552,10 +557,14 @@ pub async fn run(o: Options) -> anyhow::Result<Report> {
         }
     );
     let mut violations = result.violations;
-    for o in &orphans.orphans {
+    for (at, o) in &orphans.orphans {
         violations.push(checker::Violation {
-            kind: "orphan directory row",
-            subject: o.clone(),
+            kind: if o.contains("low_water") {
+                "Tier-3 row below the low-water mark"
+            } else {
+                "orphan directory row"
+            },
+            subject: format!("{o} (sampled at {} ms)", at - t0),
             lines: vec![],
         });
     }
@@ -564,6 +573,26 @@ pub async fn run(o: Options) -> anyhow::Result<Report> {
             kind: "directory not empty at the end",
             subject: e.clone(),
             lines: vec![],
+        });
+    }
+    let mut tx_lines: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    for (i, e) in events.iter().enumerate() {
+        if let Some(k) = e.tx() {
+            tx_lines.entry(k).or_default().push(i);
+        }
+    }
+    for (s, t, what) in &leftover {
+        let mut lines = tx_lines
+            .get(&(s.as_str(), t.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        if lines.len() > 40 {
+            lines.drain(..lines.len() - 40);
+        }
+        violations.push(checker::Violation {
+            kind: "pointer left at the end",
+            subject: format!("{s}/{t}: {what}"),
+            lines,
         });
     }
     let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
@@ -605,7 +634,12 @@ pub async fn run(o: Options) -> anyhow::Result<Report> {
     }
     // The full history, for diagnosis.
     let hist_file = log_dir.join("history.txt");
-    let mut all = String::new();
+    let mut all = format!(
+        "# seed {}, keyspace {keyspace}, t0 = {} ({} ms since the epoch, Cassandra clock)\n",
+        o.seed,
+        chrono::DateTime::from_timestamp_millis(t0).map_or(String::new(), |d| d.to_rfc3339()),
+        t0
+    );
     for (i, e) in events.iter().enumerate() {
         let _ = writeln!(
             all,
