@@ -188,7 +188,8 @@ pub async fn sampler(cql: Session, ks: String, stop: Arc<AtomicBool>) -> Samples
     let mut samples = 0;
     let mut last: BTreeSet<(String, String)> = BTreeSet::new();
     let mut last_at = 0;
-    let mut found: std::collections::BTreeMap<String, i64> = Default::default();
+    // By child row: the first time it was seen orphaned, and what it lacked then.
+    let mut found: std::collections::BTreeMap<String, (i64, String)> = Default::default();
     while !stop.load(Ordering::SeqCst) {
         let started = Instant::now();
         let at = super::history::now_ms();
@@ -197,8 +198,8 @@ pub async fn sampler(cql: Session, ks: String, stop: Arc<AtomicBool>) -> Samples
             let now = orphans(&t);
             for o in now.intersection(&last) {
                 found
-                    .entry(format!("{} without {}", o.0, o.1))
-                    .or_insert(last_at);
+                    .entry(o.0.clone())
+                    .or_insert_with(|| (last_at, format!("{} without {}", o.0, o.1)));
             }
             last = now;
             last_at = at;
@@ -211,7 +212,7 @@ pub async fn sampler(cql: Session, ks: String, stop: Arc<AtomicBool>) -> Samples
     }
     Samples {
         samples,
-        orphans: found.into_iter().map(|(k, v)| (v, k)).collect(),
+        orphans: found.into_values().collect(),
     }
 }
 
