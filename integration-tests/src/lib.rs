@@ -1,6 +1,8 @@
 //! Harness for end-to-end tests against the real Cassandra started by `scripts/cassandra`.
 //! Each test gets its own keyspace and an in-process node on port 0 with an injected clock.
 
+pub mod chaos;
+
 use std::{
     sync::{
         atomic::{AtomicU32, Ordering},

@@ -1,0 +1,501 @@
+//! Checks a chaos history against the contract (DESIGN.md "Dispatch", "Guarantees across
+//! nodes", "Bad input and overload").
+//!
+//! The history is a set of intervals on Cassandra's clock: a call may have taken effect at
+//! any point between its start and its end, and a call whose outcome is unknown (deadline,
+//! connection, unavailable) may have taken effect at any point after its start, even a while
+//! after its end (a SIGSTOPped node resumes and finishes it). A rule fires only when no such
+//! placement of the calls explains what was seen. A delivery is received some time after it
+//! was sent; it may have been sent before a node was SIGSTOPped (or before Cassandra was) and
+//! reach the executor only after the resume, so its send time is bounded from below by the
+//! start of such a pause.
+
+use std::collections::{BTreeMap, HashMap};
+
+use rebound_proto::v1 as pb;
+
+use super::history::{Answer, Event, FaultKind, Kind, Outcome};
+
+/// Time the test process itself may take between a message arriving and it being stamped
+/// (two cores, three debug nodes and Cassandra), and a node between reading a state row and
+/// sending the delivery it decided on.
+pub const SLACK_MS: i64 = 500;
+/// How long after its end a call of unknown outcome may still take effect.
+pub const UNKNOWN_TAIL_MS: i64 = 5_000;
+
+pub struct Input<'a> {
+    pub events: &'a [Event],
+    pub finals: &'a BTreeMap<(String, String), Answer<pb::Retry>>,
+    pub letters: &'a HashMap<(String, String), Vec<String>>,
+    pub clock_err_ms: i64,
+    pub t0: i64,
+}
+
+#[derive(Debug)]
+pub struct Violation {
+    pub kind: &'static str,
+    pub subject: String,
+    /// History lines (indices) that show it.
+    pub lines: Vec<usize>,
+}
+
+#[derive(Debug, Default)]
+pub struct CheckResult {
+    pub violations: Vec<Violation>,
+    pub deliveries: usize,
+    pub duplicates: usize,
+    pub explained_duplicates: usize,
+    pub duplicate_bound: usize,
+}
+
+struct Fault {
+    start: i64,
+    end: i64,
+    kind: FaultKind,
+    node: Option<usize>,
+}
+
+/// What one event means for its transaction.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Role {
+    /// Acknowledged scheduling (enqueue OK, RETRY ack OK with a next due time).
+    Schedule,
+    /// An outcome that ends the retry (SUCCEEDED / FAILED / dead-lettering ack OK, any
+    /// cancel OK).
+    End,
+    /// A call of unknown outcome that could schedule or end it.
+    Unknown,
+    Delivery,
+    /// Refused: changed nothing.
+    None,
+}
+
+fn role(e: &Event) -> Role {
+    match &e.kind {
+        Kind::Enqueue { answer, .. } => match answer {
+            Answer::Ok(_) => Role::Schedule,
+            Answer::Unknown(_) => Role::Unknown,
+            Answer::Refused(_) => Role::None,
+        },
+        Kind::Cancel { answer, .. } => match answer {
+            Answer::Ok(_) => Role::End,
+            Answer::Unknown(_) => Role::Unknown,
+            Answer::Refused(_) => Role::None,
+        },
+        Kind::Ack {
+            answer, outcome, ..
+        } => match answer {
+            Answer::Ok(a) => {
+                if a.dead_lettered
+                    || matches!(outcome, Outcome::Succeeded | Outcome::Failed)
+                    || a.next_due_ms.is_none()
+                {
+                    Role::End
+                } else {
+                    Role::Schedule
+                }
+            }
+            Answer::Unknown(_) => Role::Unknown,
+            Answer::Refused(_) => Role::None,
+        },
+        Kind::Delivery { .. } => Role::Delivery,
+        Kind::Fault { .. } => Role::None,
+    }
+}
+
+/// The latest time an event may take effect.
+fn effect_end(e: &Event) -> i64 {
+    if role(e) == Role::Unknown {
+        e.end_ms + UNKNOWN_TAIL_MS
+    } else {
+        e.end_ms
+    }
+}
+
+fn is_enqueue(e: &Event) -> bool {
+    matches!(e.kind, Kind::Enqueue { .. })
+}
+
+fn status_name(s: i32) -> String {
+    pb::RetryStatus::try_from(s)
+        .map(|s| format!("{s:?}"))
+        .unwrap_or_else(|_| s.to_string())
+}
+
+pub fn check(input: &Input) -> CheckResult {
+    let ev = input.events;
+    let mut out = CheckResult::default();
+    let faults: Vec<Fault> = ev
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Kind::Fault { kind, node, .. } => Some(Fault {
+                start: e.start_ms,
+                end: e.end_ms,
+                kind: *kind,
+                node: *node,
+            }),
+            _ => None,
+        })
+        .collect();
+    // The earliest time a delivery may have been sent.
+    let sent_lb = |i: usize| -> i64 {
+        let e = &ev[i];
+        let Kind::Delivery { node, .. } = &e.kind else {
+            unreachable!()
+        };
+        let recv = e.end_ms;
+        let mut lb = recv - SLACK_MS;
+        for f in &faults {
+            let relevant = match f.kind {
+                FaultKind::Stop => f.node == Some(*node),
+                FaultKind::CassandraPause => true,
+                _ => false,
+            };
+            if relevant && f.start <= recv && f.end + 1_500 >= recv {
+                lb = lb.min(f.start - SLACK_MS);
+            }
+        }
+        lb
+    };
+    // Acks by delivery index.
+    let mut ack_of: HashMap<usize, usize> = HashMap::new();
+    let mut by_tx: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    for (i, e) in ev.iter().enumerate() {
+        if let Kind::Ack { delivery, .. } = &e.kind {
+            ack_of.insert(*delivery, i);
+        }
+        if let Some((s, t)) = e.tx() {
+            by_tx
+                .entry((s.to_string(), t.to_string()))
+                .or_default()
+                .push(i);
+        }
+        if matches!(e.kind, Kind::Delivery { .. }) {
+            out.deliveries += 1;
+        }
+    }
+    // The bound on duplicates: deliveries in flight at a fault (on its node, or anywhere for
+    // a Cassandra pause), plus those whose ack did not come back OK or was never sent.
+    for f in &faults {
+        for (i, e) in ev.iter().enumerate() {
+            if let Kind::Delivery { node, .. } = &e.kind {
+                if e.end_ms <= f.start
+                    && (f.node.is_none() || f.node == Some(*node))
+                    && ack_of.get(&i).is_none_or(|a| ev[*a].end_ms > f.start)
+                {
+                    out.duplicate_bound += 1;
+                }
+            }
+        }
+    }
+    for (i, e) in ev.iter().enumerate() {
+        if matches!(e.kind, Kind::Delivery { .. }) {
+            match ack_of.get(&i) {
+                None => out.duplicate_bound += 1,
+                Some(a)
+                    if !matches!(
+                        &ev[*a].kind,
+                        Kind::Ack {
+                            answer: Answer::Ok(_),
+                            ..
+                        }
+                    ) =>
+                {
+                    out.duplicate_bound += 1
+                }
+                _ => {}
+            }
+        }
+    }
+
+    for (key, idx) in &by_tx {
+        let subject = format!("{}/{}", key.0, key.1);
+        let lines = |focus: &[usize]| -> Vec<usize> {
+            // The transaction's events, at most 40, around the focus.
+            if idx.len() <= 40 {
+                return idx.clone();
+            }
+            let f = focus.first().copied().unwrap_or(0);
+            let pos = idx.iter().position(|&i| i >= f).unwrap_or(0);
+            let lo = pos.saturating_sub(25);
+            idx[lo..(lo + 40).min(idx.len())].to_vec()
+        };
+        let mut v = |kind: &'static str, detail: String, focus: &[usize]| {
+            out.violations.push(Violation {
+                kind,
+                subject: format!("{subject}: {detail}"),
+                lines: lines(focus),
+            });
+        };
+        let deliveries: Vec<usize> = idx
+            .iter()
+            .copied()
+            .filter(|&i| role(&ev[i]) == Role::Delivery)
+            .collect();
+        // An enqueue that may have scheduled the transaction anew in [from, to).
+        let enqueue_between = |from: i64, to: i64| {
+            idx.iter().any(|&j| {
+                let e = &ev[j];
+                is_enqueue(e)
+                    && matches!(role(e), Role::Schedule | Role::Unknown)
+                    && e.start_ms < to
+                    && effect_end(e) > from
+            })
+        };
+
+        // 1. Never early.
+        for &d in &deliveries {
+            let Kind::Delivery { due_ms, .. } = &ev[d].kind else {
+                continue;
+            };
+            if ev[d].end_ms + input.clock_err_ms + 20 < *due_ms {
+                v(
+                    "delivered before its due time",
+                    format!("received {} ms before due (#{d})", due_ms - ev[d].end_ms),
+                    &[d],
+                );
+            }
+        }
+
+        for &a in idx {
+            let e = &ev[a];
+            match &e.kind {
+                // 2. Nothing after SUCCEEDED acknowledged.
+                Kind::Ack {
+                    outcome: Outcome::Succeeded,
+                    answer: Answer::Ok(_),
+                    ..
+                } => {
+                    if let Some(&d) = deliveries.iter().find(|&&d| {
+                        sent_lb(d) > e.end_ms && !enqueue_between(e.start_ms, ev[d].end_ms)
+                    }) {
+                        v(
+                            "delivered after SUCCEEDED was acknowledged",
+                            format!("ack #{a} returned OK, delivery #{d} sent after it"),
+                            &[a, d],
+                        );
+                    }
+                    if let Some(&x) = idx.iter().find(|&&x| {
+                        ev[x].start_ms > e.end_ms
+                            && matches!(
+                                &ev[x].kind,
+                                Kind::Enqueue {
+                                    answer: Answer::Ok(_),
+                                    ..
+                                } | Kind::Cancel {
+                                    answer: Answer::Ok((true, _)),
+                                    ..
+                                }
+                            )
+                    }) {
+                        v(
+                            "SUCCEEDED undone (a later call was accepted)",
+                            format!(
+                                "ack #{a} SUCCEEDED returned OK, later call #{x} was accepted as if the retry were not SUCCEEDED"
+                            ),
+                            &[a, x],
+                        );
+                    }
+                }
+                // 3. After cancelled = true, that generation is never delivered again, no
+                // ack undoes the cancel.
+                Kind::Cancel {
+                    answer: Answer::Ok((true, _)),
+                    ..
+                } => {
+                    let (cs, ce) = (e.start_ms, e.end_ms);
+                    if let Some(&d) = deliveries
+                        .iter()
+                        .find(|&&d| sent_lb(d) > ce && !enqueue_between(cs, ev[d].end_ms))
+                    {
+                        v(
+                            "delivered after cancel",
+                            format!(
+                                "cancel #{a} answered cancelled=true, delivery #{d} sent after it"
+                            ),
+                            &[a, d],
+                        );
+                    }
+                    for &k in idx {
+                        let Kind::Ack {
+                            delivery,
+                            answer: Answer::Ok(_),
+                            ..
+                        } = &ev[k].kind
+                        else {
+                            continue;
+                        };
+                        if ev[*delivery].end_ms >= cs {
+                            continue;
+                        }
+                        let ack = &ev[k];
+                        let undone = match role(ack) {
+                            Role::End => ack.end_ms > cs,
+                            Role::Schedule => ack.start_ms > ce,
+                            _ => false,
+                        };
+                        if undone {
+                            v(
+                                "cancel undone by an ack",
+                                format!(
+                                    "cancel #{a} answered cancelled=true and ack #{k} of delivery #{delivery} (received before the cancel) answered OK"
+                                ),
+                                &[a, k],
+                            );
+                        }
+                    }
+                    // Nothing after the cancel could have changed it: it must be CANCELLED.
+                    let later = idx.iter().any(|&j| {
+                        j != a
+                            && matches!(role(&ev[j]), Role::Schedule | Role::End | Role::Unknown)
+                            && effect_end(&ev[j]) > cs
+                    });
+                    if !later {
+                        if let Some(Answer::Ok(r)) = input.finals.get(key) {
+                            if r.status != pb::RetryStatus::Cancelled as i32 {
+                                v(
+                                    "cancel undone",
+                                    format!(
+                                        "cancel #{a} answered cancelled=true and nothing later touched it, final status {}",
+                                        status_name(r.status)
+                                    ),
+                                    &[a],
+                                );
+                            }
+                        }
+                    }
+                }
+                // 5. Every DEAD retry is in the dead letters, with its last error.
+                Kind::Ack {
+                    answer: Answer::Ok(ok),
+                    outcome,
+                    error,
+                    ..
+                } if ok.dead_lettered || *outcome == Outcome::Failed => {
+                    let found = input
+                        .letters
+                        .get(key)
+                        .is_some_and(|ls| ls.iter().any(|l| l.contains(error.as_str())));
+                    if !found {
+                        v(
+                            "dead-lettered retry missing from the dead letters",
+                            format!(
+                                "ack #{a} answered dead-lettered; letters of it: {:?}",
+                                input.letters.get(key)
+                            ),
+                            &[a],
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+
+        // 4. Every acknowledged schedule is delivered until an outcome ends it.
+        let last_schedule = idx
+            .iter()
+            .copied()
+            .filter(|&i| role(&ev[i]) == Role::Schedule)
+            .max_by_key(|&i| ev[i].end_ms);
+        if let Some(s) = last_schedule {
+            let start = ev[s].start_ms;
+            let ended = idx.iter().any(|&j| {
+                matches!(role(&ev[j]), Role::End | Role::Unknown) && effect_end(&ev[j]) > start
+            });
+            let delivered = deliveries.iter().any(|&d| ev[d].end_ms > start);
+            if !ended && !delivered {
+                let fin = match input.finals.get(key) {
+                    Some(Answer::Ok(r)) => status_name(r.status),
+                    Some(other) => format!("{other:?}"),
+                    None => "-".into(),
+                };
+                v(
+                    "acknowledged schedule never delivered",
+                    format!(
+                        "#{s} answered OK, no delivery after it and no outcome; final status {fin}"
+                    ),
+                    &[s],
+                );
+            }
+        }
+        match input.finals.get(key) {
+            Some(Answer::Ok(r)) if r.status == pb::RetryStatus::Scheduled as i32 => {
+                v(
+                    "still SCHEDULED after the drain",
+                    format!(
+                        "GetRetry: attempt {} due {} ms, generation {}",
+                        r.attempt,
+                        r.due_time
+                            .as_ref()
+                            .map_or(0, |t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
+                            - input.t0,
+                        r.generation
+                    ),
+                    &[],
+                );
+            }
+            Some(Answer::Ok(r))
+                if r.status == pb::RetryStatus::Dead as i32
+                    && input.letters.get(key).is_none_or(|l| l.is_empty()) =>
+            {
+                v(
+                    "DEAD without a dead letter",
+                    format!("GetRetry DEAD, last error {:?}", r.last_error),
+                    &[],
+                );
+            }
+            _ => {}
+        }
+
+        // 6. Duplicates: the same attempt delivered again with no scheduling in between.
+        for (n, &d2) in deliveries.iter().enumerate() {
+            let Kind::Delivery { attempt, .. } = &ev[d2].kind else {
+                continue;
+            };
+            let Some(&d1) = deliveries[..n].iter().rev().find(
+                |&&d| matches!(&ev[d].kind, Kind::Delivery { attempt: a, .. } if a == attempt),
+            ) else {
+                continue;
+            };
+            let (r1, r2) = (ev[d1].end_ms, ev[d2].end_ms);
+            let boundary = idx.iter().any(|&j| {
+                let e = &ev[j];
+                matches!(role(e), Role::Schedule | Role::Unknown)
+                    && effect_end(e) > r1 - 1_000
+                    && e.start_ms < r2
+            });
+            if boundary {
+                continue;
+            }
+            out.duplicates += 1;
+            let Kind::Delivery { deadline_ms, .. } = &ev[d1].kind else {
+                continue;
+            };
+            let ack = ack_of.get(&d1).map(|&a| &ev[a]);
+            let acked_ok = ack.is_some_and(|a| {
+                matches!(
+                    &a.kind,
+                    Kind::Ack {
+                        answer: Answer::Ok(_),
+                        ..
+                    }
+                )
+            });
+            let until = ack.map_or(r2, |a| a.end_ms);
+            let fault = faults
+                .iter()
+                .any(|f| f.start <= until + SLACK_MS && f.end + 2_000 >= r1);
+            let late = ack.is_some_and(|a| a.end_ms > *deadline_ms);
+            if !acked_ok || fault || late {
+                out.explained_duplicates += 1;
+            } else {
+                v(
+                    "duplicate delivery without a fault",
+                    format!("#{d2} repeats #{d1} (attempt {attempt}), which was acknowledged OK in time"),
+                    &[d1, d2],
+                );
+            }
+        }
+    }
+    out
+}

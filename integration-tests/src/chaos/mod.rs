@@ -1,0 +1,1069 @@
+//! A seeded, reproducible randomized history checker ("chaos test").
+//!
+//! Three (or more) `rebound-server` processes run on one keyspace against the real Cassandra.
+//! A workload planned from the seed enqueues, re-enqueues and cancels; executors subscribed to
+//! every node answer SUCCEEDED, RETRY (with and without `retry_after`), FAILED or snooze; a
+//! fault injector (also planned from the seed) SIGKILLs and restarts nodes, SIGSTOPs a node
+//! past its lease, restarts a node with its clock off, and SIGSTOPs Cassandra for longer than
+//! the request timeout. Every call, answer, delivery and fault is recorded ([`history`]), the
+//! directory is sampled every second, and at the end [`checker`] checks the history against
+//! the contract of DESIGN.md ("Dispatch", "Guarantees across nodes").
+//!
+//! The random choices (workload, faults, executor outcomes) follow from the seed alone; the
+//! interleaving of real processes of course does not.
+
+pub mod checker;
+pub mod cluster;
+pub mod directory;
+pub mod history;
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    hash::{Hash, Hasher},
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use rebound_proto::v1::{
+    self as pb, admin_service_client::AdminServiceClient,
+    executor_service_client::ExecutorServiceClient, retry_service_client::RetryServiceClient,
+};
+use tokio::sync::Mutex as AsyncMutex;
+
+use cluster::{CassandraPause, Node, NodeSettings};
+use history::{now_ms, AckOk, Answer, EnqueueOk, Event, FaultKind, History, Kind, Outcome};
+
+/// Every unary call gives up after this long (its outcome is then unknown).
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub const SERVICES: &[&str] = &["pay", "mail"];
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub seed: u64,
+    /// How long the faulty phase lasts (the workload's operations are spread over it).
+    pub duration: Duration,
+    /// Operations of the workload; default: 6 per second of `duration`.
+    pub ops: Option<usize>,
+    pub nodes: usize,
+    pub repo: PathBuf,
+    pub contact_point: String,
+    /// Cassandra's pid, for the pause fault (None: that fault is skipped).
+    pub cassandra_pid: Option<u32>,
+    pub drain_timeout: Duration,
+    pub keep_keyspace: bool,
+    /// Mean pause between two faults.
+    pub fault_every: Duration,
+}
+
+impl Options {
+    pub fn new(seed: u64, duration: Duration) -> Options {
+        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("workspace")
+            .to_path_buf();
+        Options {
+            seed,
+            duration,
+            ops: None,
+            nodes: 3,
+            cassandra_pid: cluster::cassandra_pid(&repo),
+            repo,
+            contact_point: crate::contact_point(),
+            drain_timeout: Duration::from_secs(60),
+            keep_keyspace: false,
+            fault_every: Duration::from_secs(9),
+        }
+    }
+}
+
+// Cluster settings (see `cluster::Node::start`).
+const WINDOW_SECONDS: u32 = 1;
+const SKEW_MARGIN_MS: u64 = 500;
+const LEASE_TTL_MS: u64 = 2_000;
+const REQUEST_TIMEOUT_MS: u64 = 1_000;
+/// Clock offsets of the skew fault stay within half the skew margin.
+const MAX_SKEW_MS: i64 = 250;
+
+fn policy() -> pb::RetryPolicy {
+    let d = |ms: i64| prost_types::Duration {
+        seconds: ms / 1000,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    };
+    pb::RetryPolicy {
+        max_attempts: Some(3),
+        initial_backoff: Some(d(1_000)),
+        max_backoff: Some(d(2_000)),
+        multiplier: Some(2.0),
+        jitter: Some(0.2),
+        ack_timeout: Some(d(3_000)),
+        max_deliveries_per_attempt: Some(3),
+        ..Default::default()
+    }
+}
+
+fn ts(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+fn ts_ms(t: &Option<prost_types::Timestamp>) -> Option<i64> {
+    t.as_ref()
+        .map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
+}
+
+fn dur(ms: i64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: ms / 1000,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
+async fn call<T>(
+    f: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(r) => r.map(tonic::Response::into_inner),
+        Err(_) => Err(tonic::Status::deadline_exceeded("client timeout (chaos)")),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The plan: workload and faults, from the seed alone.
+
+#[derive(Clone, Debug)]
+pub enum Sched {
+    Delay(i64),
+    DueIn(i64),
+}
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    Enqueue {
+        node: usize,
+        items: Vec<(String, String, Sched)>,
+        batch: bool,
+    },
+    Cancel {
+        node: usize,
+        service: String,
+        tx: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct PlannedFault {
+    pub at_ms: i64,
+    pub kind: FaultKind,
+    pub node: usize,
+    /// Down time (kill), stop time (stop, pause), or the new clock offset (skew).
+    pub value: i64,
+}
+
+pub struct Plan {
+    pub ops: Vec<(i64, Op)>,
+    pub faults: Vec<PlannedFault>,
+}
+
+pub fn plan(o: &Options) -> Plan {
+    let mut rng = StdRng::seed_from_u64(o.seed);
+    let span_ms = o.duration.as_millis() as i64;
+    let n_ops = o.ops.unwrap_or((span_ms / 1000 * 6).max(10) as usize);
+    let mut recent: Vec<(String, String)> = Vec::new();
+    let mut next_id = 0u32;
+    let mut pick = |rng: &mut StdRng, recent: &mut Vec<(String, String)>| {
+        if recent.is_empty() || rng.random_bool(0.45) {
+            next_id += 1;
+            let svc = if rng.random_bool(0.7) {
+                SERVICES[0]
+            } else {
+                SERVICES[1]
+            };
+            let id = (svc.to_string(), format!("tx-{next_id:05}"));
+            recent.push(id.clone());
+            if recent.len() > 40 {
+                recent.remove(0);
+            }
+            id
+        } else {
+            recent[rng.random_range(0..recent.len())].clone()
+        }
+    };
+    let sched = |rng: &mut StdRng| {
+        if rng.random_bool(0.8) {
+            Sched::Delay(rng.random_range(0..=3_000))
+        } else {
+            Sched::DueIn(rng.random_range(0..=3_000))
+        }
+    };
+    let mut ops = Vec::with_capacity(n_ops);
+    for i in 0..n_ops {
+        let at = (i as i64 * span_ms) / n_ops as i64;
+        let node = rng.random_range(0..o.nodes);
+        let r: f64 = rng.random();
+        let op = if r < 0.68 {
+            let id = pick(&mut rng, &mut recent);
+            Op::Enqueue {
+                node,
+                items: vec![(id.0, id.1, sched(&mut rng))],
+                batch: false,
+            }
+        } else if r < 0.82 {
+            let n = rng.random_range(2..=5);
+            let mut items: Vec<(String, String, Sched)> = Vec::new();
+            for _ in 0..n {
+                let id = pick(&mut rng, &mut recent);
+                if !items.iter().any(|(s, t, _)| *s == id.0 && *t == id.1) {
+                    items.push((id.0, id.1, sched(&mut rng)));
+                }
+            }
+            Op::Enqueue {
+                node,
+                items,
+                batch: true,
+            }
+        } else {
+            let id = pick(&mut rng, &mut recent);
+            Op::Cancel {
+                node,
+                service: id.0,
+                tx: id.1,
+            }
+        };
+        ops.push((at, op));
+    }
+    let mut faults = Vec::new();
+    let every = o.fault_every.as_millis() as i64;
+    let mut at = 4_000 + rng.random_range(0..every);
+    let kinds = [
+        FaultKind::Kill,
+        FaultKind::Stop,
+        FaultKind::Skew,
+        FaultKind::CassandraPause,
+    ];
+    while at < span_ms - 3_000 {
+        let kind = kinds[rng.random_range(0..kinds.len())];
+        let node = rng.random_range(0..o.nodes);
+        let value = match kind {
+            FaultKind::Kill => rng.random_range(500..=3_000),
+            FaultKind::Stop => LEASE_TTL_MS as i64 + rng.random_range(500..=1_500),
+            FaultKind::Skew => {
+                if rng.random_bool(0.2) {
+                    0
+                } else {
+                    let m = rng.random_range(100..=MAX_SKEW_MS);
+                    if rng.random_bool(0.5) {
+                        m
+                    } else {
+                        -m
+                    }
+                }
+            }
+            FaultKind::CassandraPause => REQUEST_TIMEOUT_MS as i64 + rng.random_range(500..=2_000),
+        };
+        faults.push(PlannedFault {
+            at_ms: at,
+            kind,
+            node,
+            value,
+        });
+        at += every / 2 + rng.random_range(0..every);
+    }
+    Plan { ops, faults }
+}
+
+// ---------------------------------------------------------------------------------------
+// The run.
+
+pub struct Shared {
+    pub history: History,
+    pub nodes: Vec<Arc<AsyncMutex<Node>>>,
+    /// Channels by node index (cloned out of the nodes; they reconnect by themselves).
+    pub channels: Vec<tonic::transport::Channel>,
+    pub draining: AtomicBool,
+    pub stop: AtomicBool,
+    pub seed: u64,
+    /// How many times each executor saw (service, tx, attempt), for its deterministic choice.
+    seen: Mutex<HashMap<(String, String, u32), u32>>,
+    pub ignored: AtomicUsize,
+}
+
+/// The summary of a run and what the checker found.
+pub struct Report {
+    pub text: String,
+    pub violations: usize,
+}
+
+pub async fn run(o: Options) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let keyspace = format!(
+        "chaos_{}_{}_{}",
+        o.seed,
+        std::process::id(),
+        rand::random::<u16>()
+    );
+    let log_dir = std::env::temp_dir().join(format!("rebound-{keyspace}"));
+    std::fs::create_dir_all(&log_dir)?;
+    println!(
+        "chaos: seed {} ({} s faulty phase, {} nodes), keyspace {keyspace}, node logs in {}",
+        o.seed,
+        o.duration.as_secs_f64(),
+        o.nodes,
+        log_dir.display()
+    );
+    println!(
+        "chaos: re-run with: scripts/chaos --seed {} --minutes {}",
+        o.seed,
+        o.duration.as_secs_f64() / 60.0
+    );
+    if o.cassandra_pid.is_none() {
+        println!("chaos: Cassandra's pid unknown: the Cassandra pause fault is skipped");
+    }
+    let cql = directory::session(&o.contact_point).await?;
+    let (offset, err) = directory::clock_offset(&cql).await?;
+    history::set_offset_ms(offset);
+    println!("chaos: Cassandra's clock - ours = {offset} ms (± {err} ms)");
+    let clock_err = err + 5;
+
+    let settings = NodeSettings {
+        bin: cluster::server_bin()?,
+        contact_point: o.contact_point.clone(),
+        keyspace: keyspace.clone(),
+        log_dir: log_dir.clone(),
+        window_seconds: WINDOW_SECONDS,
+        skew_margin_ms: SKEW_MARGIN_MS,
+        lease_ttl_ms: LEASE_TTL_MS,
+        request_timeout_ms: REQUEST_TIMEOUT_MS,
+    };
+    let mut nodes = Vec::new();
+    for i in 0..o.nodes {
+        let mut n = Node::new(i, cluster::free_port());
+        n.start(&settings, 0)?;
+        // The first node creates the keyspace and applies the schema alone.
+        if i == 0 && !n.wait_ready(Duration::from_secs(90)).await {
+            anyhow::bail!("node n1 did not start; see {}", log_dir.display());
+        }
+        nodes.push(n);
+    }
+    for n in &nodes {
+        if !n.wait_ready(Duration::from_secs(90)).await {
+            anyhow::bail!("node {} did not start; see {}", n.id, log_dir.display());
+        }
+    }
+    let channels = nodes.iter().map(|n| n.channel.clone()).collect();
+    let shared = Arc::new(Shared {
+        history: History::default(),
+        nodes: nodes
+            .into_iter()
+            .map(|n| Arc::new(AsyncMutex::new(n)))
+            .collect(),
+        channels,
+        draining: AtomicBool::new(false),
+        stop: AtomicBool::new(false),
+        seed: o.seed,
+        seen: Mutex::new(HashMap::new()),
+        ignored: AtomicUsize::new(0),
+    });
+    // Let the ring settle: every node holds slots.
+    tokio::time::sleep(Duration::from_millis(2 * LEASE_TTL_MS)).await;
+    let t0 = now_ms();
+    let plan = plan(&o);
+
+    let mut executors = Vec::new();
+    for node in 0..o.nodes {
+        for svc in SERVICES {
+            executors.push(tokio::spawn(executor(
+                shared.clone(),
+                node,
+                svc.to_string(),
+            )));
+        }
+    }
+    let sampler_stop = Arc::new(AtomicBool::new(false));
+    let sampler = tokio::spawn(directory::sampler(
+        directory::session(&o.contact_point).await?,
+        keyspace.clone(),
+        sampler_stop.clone(),
+    ));
+    let faults = tokio::spawn(inject(
+        shared.clone(),
+        settings.clone(),
+        plan.faults.clone(),
+        o.cassandra_pid,
+        t0,
+    ));
+    // The workload: each operation at its planned time, concurrently.
+    let mut calls = Vec::new();
+    let mut op_counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut touched: BTreeSet<(String, String)> = BTreeSet::new();
+    for (at, op) in plan.ops {
+        let wait = t0 + at - now_ms();
+        if wait > 0 {
+            tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        }
+        match &op {
+            Op::Enqueue { items, batch, .. } => {
+                *op_counts
+                    .entry(if *batch { "enqueue_batch" } else { "enqueue" })
+                    .or_default() += 1;
+                for (s, t, _) in items {
+                    touched.insert((s.clone(), t.clone()));
+                }
+            }
+            Op::Cancel { service, tx, .. } => {
+                *op_counts.entry("cancel").or_default() += 1;
+                touched.insert((service.clone(), tx.clone()));
+            }
+        }
+        calls.push(tokio::spawn(perform(shared.clone(), op)));
+    }
+    for c in calls {
+        let _ = c.await;
+    }
+    let fault_counts = faults.await??;
+    let faulty_end = now_ms();
+    println!(
+        "chaos: faulty phase over after {:.0} s; draining (executors answer SUCCEEDED)",
+        started.elapsed().as_secs_f64()
+    );
+
+    // Drain: every node up, executors ack SUCCEEDED, until nothing is SCHEDULED.
+    shared.draining.store(true, Ordering::SeqCst);
+    let drain_started = Instant::now();
+    let mut finals;
+    loop {
+        finals = final_states(&shared, &touched).await;
+        let pending = finals
+            .values()
+            .filter(|r| matches!(r, Answer::Ok(x) if x.status == pb::RetryStatus::Scheduled as i32))
+            .count();
+        if pending == 0 || drain_started.elapsed() > o.drain_timeout {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let drain_s = drain_started.elapsed().as_secs_f64();
+    // Compaction: tiers 2-5 empty, Tier 1 at most today's day.
+    let end_state = directory::wait_end_state(&cql, &keyspace, Duration::from_secs(30)).await;
+    let leftover = if end_state.is_empty() {
+        Vec::new()
+    } else {
+        directory::leftover_pointers(&cql, &keyspace).await
+    };
+    shared.stop.store(true, Ordering::SeqCst);
+    sampler_stop.store(true, Ordering::SeqCst);
+    let orphans = sampler.await?;
+    let letters = dead_letters(&shared).await;
+    for e in executors {
+        e.abort();
+    }
+
+    let events = shared.history.snapshot();
+    let input = checker::Input {
+        events: &events,
+        finals: &finals,
+        letters: &letters,
+        clock_err_ms: clock_err,
+        t0,
+    };
+    let result = checker::check(&input);
+
+    let mut text = String::new();
+    use std::fmt::Write;
+    let _ = writeln!(text, "== chaos summary (seed {})", o.seed);
+    let _ = writeln!(
+        text,
+        "run: {:.0} s total, faulty phase {:.0} s, drain {:.1} s; clock offset {offset} ms ± {err}",
+        started.elapsed().as_secs_f64(),
+        (faulty_end - t0) as f64 / 1000.0,
+        drain_s
+    );
+    let ops_total: usize = op_counts.values().sum();
+    let _ = writeln!(
+        text,
+        "operations: {ops_total} ({}), transactions {}",
+        fmt_counts(&op_counts),
+        touched.len()
+    );
+    let mut answers: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &events {
+        let (k, unknown, refused) = match &e.kind {
+            Kind::Enqueue { answer, .. } => (
+                "enqueue item",
+                answer.is_unknown(),
+                matches!(answer, Answer::Refused(_)),
+            ),
+            Kind::Cancel { answer, .. } => (
+                "cancel",
+                answer.is_unknown(),
+                matches!(answer, Answer::Refused(_)),
+            ),
+            Kind::Ack { answer, .. } => (
+                "ack",
+                answer.is_unknown(),
+                matches!(answer, Answer::Refused(_)),
+            ),
+            _ => continue,
+        };
+        let tag = if unknown {
+            "unknown"
+        } else if refused {
+            "refused"
+        } else {
+            "ok"
+        };
+        *answers.entry(format!("{k} {tag}")).or_default() += 1;
+    }
+    let _ = writeln!(text, "answers: {}", fmt_counts(&answers));
+    let _ = writeln!(
+        text,
+        "faults: {} ({})",
+        fault_counts.values().sum::<usize>(),
+        fmt_counts(&fault_counts)
+    );
+    let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &events {
+        if let Kind::Ack { outcome, .. } = &e.kind {
+            *outcomes.entry(format!("{outcome:?}")).or_default() += 1;
+        }
+    }
+    let _ = writeln!(
+        text,
+        "deliveries: {} (acks: {}; ignored on purpose: {})",
+        result.deliveries,
+        fmt_counts(&outcomes),
+        shared.ignored.load(Ordering::SeqCst)
+    );
+    let _ = writeln!(
+        text,
+        "duplicates: {} (explained by a fault or an expired deadline: {}) against a bound of {}",
+        result.duplicates, result.explained_duplicates, result.duplicate_bound
+    );
+    let _ = writeln!(
+        text,
+        "directory: {} samples, {} persisting orphans; end state: {}",
+        orphans.samples,
+        orphans.orphans.len(),
+        if end_state.is_empty() {
+            "empty but for today's Tier-1 row".to_string()
+        } else {
+            end_state.join("; ")
+        }
+    );
+    let mut violations = result.violations;
+    for (at, o) in &orphans.orphans {
+        violations.push(checker::Violation {
+            kind: if o.contains("low_water") {
+                "Tier-3 row below the low-water mark"
+            } else {
+                "orphan directory row"
+            },
+            subject: format!("{o} (sampled at {} ms)", at - t0),
+            lines: vec![],
+        });
+    }
+    for e in &end_state {
+        violations.push(checker::Violation {
+            kind: "directory not empty at the end",
+            subject: e.clone(),
+            lines: vec![],
+        });
+    }
+    let mut tx_lines: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    for (i, e) in events.iter().enumerate() {
+        if let Some(k) = e.tx() {
+            tx_lines.entry(k).or_default().push(i);
+        }
+    }
+    for (s, t, what) in &leftover {
+        let mut lines = tx_lines
+            .get(&(s.as_str(), t.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        if lines.len() > 40 {
+            lines.drain(..lines.len() - 40);
+        }
+        violations.push(checker::Violation {
+            kind: "pointer left at the end",
+            subject: format!("{s}/{t}: {what}"),
+            lines,
+        });
+    }
+    let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+    for v in &violations {
+        *by_kind.entry(v.kind).or_default() += 1;
+    }
+    let _ = writeln!(
+        text,
+        "violations: {} (expected 0){}{}",
+        violations.len(),
+        if by_kind.is_empty() { "" } else { ": " },
+        fmt_counts(&by_kind)
+    );
+    const SHOWN: usize = 6;
+    let mut shown: BTreeMap<&str, usize> = BTreeMap::new();
+    for v in &violations {
+        let n = shown.entry(v.kind).or_default();
+        *n += 1;
+        if *n > SHOWN {
+            continue;
+        }
+        let _ = writeln!(text, "-- VIOLATION {}: {}", v.kind, v.subject);
+        for &i in &v.lines {
+            let _ = writeln!(
+                text,
+                "     {}",
+                history::Line {
+                    index: i,
+                    event: &events[i],
+                    t0
+                }
+            );
+        }
+    }
+    for (k, n) in &by_kind {
+        if *n > SHOWN {
+            let _ = writeln!(text, "-- ... and {} more of {k}", n - SHOWN);
+        }
+    }
+    // The full history, for diagnosis.
+    let hist_file = log_dir.join("history.txt");
+    let mut all = format!(
+        "# seed {}, keyspace {keyspace}, t0 = {} ({} ms since the epoch, Cassandra clock)\n",
+        o.seed,
+        chrono::DateTime::from_timestamp_millis(t0).map_or(String::new(), |d| d.to_rfc3339()),
+        t0
+    );
+    for (i, e) in events.iter().enumerate() {
+        let _ = writeln!(
+            all,
+            "{}",
+            history::Line {
+                index: i,
+                event: e,
+                t0
+            }
+        );
+    }
+    let _ = std::fs::write(&hist_file, all);
+    let _ = writeln!(
+        text,
+        "history: {} events in {} (times in ms from the start of the workload, Cassandra clock)",
+        events.len(),
+        hist_file.display()
+    );
+
+    for n in &shared.nodes {
+        n.lock().await.terminate(Duration::from_secs(3)).await;
+    }
+    if !o.keep_keyspace && violations.is_empty() {
+        let _ = cql
+            .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+            .await;
+    }
+    Ok(Report {
+        text,
+        violations: violations.len(),
+    })
+}
+
+fn fmt_counts<K: std::fmt::Display>(m: &BTreeMap<K, usize>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+async fn perform(shared: Arc<Shared>, op: Op) {
+    match op {
+        Op::Enqueue { node, items, batch } => {
+            let now = now_ms();
+            let reqs: Vec<(pb::EnqueueRetryRequest, String)> = items
+                .iter()
+                .map(|(svc, tx, s)| {
+                    let (schedule, asked) = match s {
+                        Sched::Delay(ms) => (
+                            pb::enqueue_retry_request::Schedule::Delay(dur(*ms)),
+                            format!("delay={ms}ms"),
+                        ),
+                        Sched::DueIn(ms) => (
+                            pb::enqueue_retry_request::Schedule::DueTime(ts(now + ms)),
+                            format!("due_in={ms}ms"),
+                        ),
+                    };
+                    (
+                        pb::EnqueueRetryRequest {
+                            service: svc.clone(),
+                            transaction_id: tx.clone(),
+                            payload: tx.as_bytes().to_vec(),
+                            schedule: Some(schedule),
+                            policy: Some(policy()),
+                            attempt: 1,
+                            last_error: "first try failed".into(),
+                            ..Default::default()
+                        },
+                        asked,
+                    )
+                })
+                .collect();
+            let mut client = RetryServiceClient::new(shared.channels[node].clone());
+            let start = now_ms();
+            let answers: Vec<Answer<EnqueueOk>> = if batch {
+                let r = call(client.enqueue_retry_batch(pb::EnqueueRetryBatchRequest {
+                    requests: reqs.iter().map(|(r, _)| r.clone()).collect(),
+                }))
+                .await;
+                match r {
+                    Ok(resp) => resp
+                        .results
+                        .into_iter()
+                        .map(|r| match r.result {
+                            Some(pb::enqueue_retry_result::Result::Response(x)) => {
+                                Answer::Ok(enqueue_ok(&x))
+                            }
+                            Some(pb::enqueue_retry_result::Result::Error(e)) => {
+                                Answer::from_item_error(e.code, &e.message)
+                            }
+                            None => Answer::Unknown("empty result".into()),
+                        })
+                        .collect(),
+                    Err(s) => reqs.iter().map(|_| Answer::from_status(&s)).collect(),
+                }
+            } else {
+                let r = call(client.enqueue_retry(reqs[0].0.clone())).await;
+                vec![match r {
+                    Ok(x) => Answer::Ok(enqueue_ok(&x)),
+                    Err(s) => Answer::from_status(&s),
+                }]
+            };
+            let end = now_ms();
+            for ((req, asked), answer) in reqs.into_iter().zip(answers) {
+                shared.history.push(Event {
+                    start_ms: start,
+                    end_ms: end,
+                    kind: Kind::Enqueue {
+                        node,
+                        service: req.service,
+                        tx: req.transaction_id,
+                        asked,
+                        batch,
+                        answer,
+                    },
+                });
+            }
+        }
+        Op::Cancel { node, service, tx } => {
+            let mut client = RetryServiceClient::new(shared.channels[node].clone());
+            let start = now_ms();
+            let r = call(client.cancel_retry(pb::CancelRetryRequest {
+                service: service.clone(),
+                transaction_id: tx.clone(),
+            }))
+            .await;
+            let end = now_ms();
+            let answer = match r {
+                Ok(x) => Answer::Ok((x.cancelled, x.status)),
+                Err(s) => Answer::from_status(&s),
+            };
+            shared.history.push(Event {
+                start_ms: start,
+                end_ms: end,
+                kind: Kind::Cancel {
+                    node,
+                    service,
+                    tx,
+                    answer,
+                },
+            });
+        }
+    }
+}
+
+fn enqueue_ok(x: &pb::EnqueueRetryResponse) -> EnqueueOk {
+    EnqueueOk {
+        due_ms: ts_ms(&x.due_time).unwrap_or(0),
+        generation: x.generation,
+        deduplicated: x.deduplicated,
+    }
+}
+
+/// The executor of one service on one node: subscribes (again after every break), answers
+/// each delivery with an outcome chosen from the seed, on the node that delivered it.
+async fn executor(shared: Arc<Shared>, node: usize, service: String) {
+    while !shared.stop.load(Ordering::SeqCst) {
+        let mut client = ExecutorServiceClient::new(shared.channels[node].clone());
+        let sub = tokio::time::timeout(
+            Duration::from_secs(3),
+            client.subscribe(pb::SubscribeRequest {
+                service: service.clone(),
+                executor_id: format!("chaos-n{}-{service}", node + 1),
+                max_in_flight: 16,
+            }),
+        )
+        .await;
+        let mut stream = match sub {
+            Ok(Ok(s)) => s.into_inner(),
+            _ => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+        };
+        while let Ok(Some(d)) = stream.message().await {
+            let at = now_ms();
+            let idx = shared.history.push(Event {
+                start_ms: at,
+                end_ms: at,
+                kind: Kind::Delivery {
+                    node,
+                    service: d.service.clone(),
+                    tx: d.transaction_id.clone(),
+                    delivery_id: d.delivery_id.clone(),
+                    attempt: d.attempt,
+                    due_ms: ts_ms(&d.due_time).unwrap_or(0),
+                    deadline_ms: ts_ms(&d.ack_deadline).unwrap_or(0),
+                },
+            });
+            tokio::spawn(answer(shared.clone(), node, idx, d));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The deterministic choice for the n-th sighting of (service, tx, attempt).
+fn choose(shared: &Shared, d: &pb::Delivery) -> (Option<Outcome>, Option<i64>, u64) {
+    let n = {
+        let mut seen = shared.seen.lock().expect("seen");
+        let c = seen
+            .entry((d.service.clone(), d.transaction_id.clone(), d.attempt))
+            .or_insert(0);
+        *c += 1;
+        *c
+    };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (shared.seed, &d.service, &d.transaction_id, d.attempt, n).hash(&mut h);
+    let mut rng = StdRng::seed_from_u64(h.finish());
+    let think = rng.random_range(0..=200);
+    if shared.draining.load(Ordering::SeqCst) {
+        return (Some(Outcome::Succeeded), None, think);
+    }
+    let r: f64 = rng.random();
+    let after = rng.random_range(1_000..=2_000);
+    let (o, a) = if r < 0.38 {
+        (Some(Outcome::Succeeded), None)
+    } else if r < 0.56 {
+        (Some(Outcome::Retry), None)
+    } else if r < 0.70 {
+        (Some(Outcome::RetryAfter), Some(after))
+    } else if r < 0.80 {
+        (Some(Outcome::Failed), None)
+    } else if r < 0.96 {
+        (Some(Outcome::Snooze), Some(after))
+    } else {
+        // Never answered: the ack deadline passes and the node redelivers.
+        (None, None)
+    };
+    (o, a, think)
+}
+
+async fn answer(shared: Arc<Shared>, node: usize, idx: usize, d: pb::Delivery) {
+    let (outcome, after, think) = choose(&shared, &d);
+    tokio::time::sleep(Duration::from_millis(think)).await;
+    let Some(outcome) = outcome else {
+        shared.ignored.fetch_add(1, Ordering::SeqCst);
+        return;
+    };
+    let error = match outcome {
+        Outcome::Succeeded => String::new(),
+        _ => format!("chaos-{outcome:?}-#{idx}"),
+    };
+    let req = pb::AckRequest {
+        delivery_id: d.delivery_id.clone(),
+        outcome: match outcome {
+            Outcome::Succeeded => pb::AckOutcome::Succeeded,
+            Outcome::Failed => pb::AckOutcome::Failed,
+            _ => pb::AckOutcome::Retry,
+        } as i32,
+        retry_after: after.map(dur),
+        error: error.clone(),
+        snooze: outcome == Outcome::Snooze,
+        ..Default::default()
+    };
+    let mut client = ExecutorServiceClient::new(shared.channels[node].clone());
+    let start = now_ms();
+    let r = call(client.ack(req)).await;
+    let end = now_ms();
+    let answer = match r {
+        Ok(x) => Answer::Ok(AckOk {
+            next_due_ms: ts_ms(&x.next_due_time),
+            dead_lettered: x.dead_lettered,
+            snoozed: x.snoozed,
+        }),
+        Err(s) => Answer::from_status(&s),
+    };
+    shared.history.push(Event {
+        start_ms: start,
+        end_ms: end,
+        kind: Kind::Ack {
+            node,
+            service: d.service,
+            tx: d.transaction_id,
+            delivery_id: d.delivery_id,
+            delivery: idx,
+            attempt: d.attempt,
+            outcome,
+            retry_after_ms: after,
+            error,
+            answer,
+        },
+    });
+}
+
+/// Runs the planned faults one after the other; every fault ends with its target running.
+async fn inject(
+    shared: Arc<Shared>,
+    settings: NodeSettings,
+    faults: Vec<PlannedFault>,
+    cassandra: Option<u32>,
+    t0: i64,
+) -> anyhow::Result<BTreeMap<String, usize>> {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for f in faults {
+        let wait = t0 + f.at_ms - now_ms();
+        if wait > 0 {
+            tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        }
+        let start = now_ms();
+        let detail;
+        let node = match f.kind {
+            FaultKind::CassandraPause => {
+                let Some(pid) = cassandra else { continue };
+                let inflight = shared.history.in_flight_at(start, None);
+                {
+                    let _pause = CassandraPause::start(pid);
+                    tokio::time::sleep(Duration::from_millis(f.value as u64)).await;
+                }
+                detail = format!("SIGSTOP for {} ms; {inflight} in flight", f.value);
+                None
+            }
+            FaultKind::Kill => {
+                let mut n = shared.nodes[f.node].lock().await;
+                let inflight = shared.history.in_flight_at(start, Some(f.node));
+                n.kill();
+                tokio::time::sleep(Duration::from_millis(f.value as u64)).await;
+                let skew = n.skew_ms;
+                n.start(&settings, skew)?;
+                let ready = n.wait_ready(Duration::from_secs(60)).await;
+                detail = format!(
+                    "SIGKILL, restarted after {} ms (ready: {ready}); {inflight} in flight",
+                    f.value
+                );
+                Some(f.node)
+            }
+            FaultKind::Stop => {
+                let mut n = shared.nodes[f.node].lock().await;
+                let inflight = shared.history.in_flight_at(start, Some(f.node));
+                n.stop();
+                tokio::time::sleep(Duration::from_millis(f.value as u64)).await;
+                n.resume();
+                detail = format!("SIGSTOP for {} ms; {inflight} in flight", f.value);
+                Some(f.node)
+            }
+            FaultKind::Skew => {
+                let mut n = shared.nodes[f.node].lock().await;
+                let inflight = shared.history.in_flight_at(start, Some(f.node));
+                n.terminate(Duration::from_secs(3)).await;
+                n.start(&settings, f.value)?;
+                let ready = n.wait_ready(Duration::from_secs(60)).await;
+                detail = format!(
+                    "restarted (SIGTERM) with clock offset {} ms{} (ready: {ready}); {inflight} in flight",
+                    f.value,
+                    if f.value == 0 { " (clock sync on)" } else { ", clock sync off" }
+                );
+                Some(f.node)
+            }
+        };
+        *counts.entry(format!("{:?}", f.kind)).or_default() += 1;
+        shared.history.push(Event {
+            start_ms: start,
+            end_ms: now_ms(),
+            kind: Kind::Fault {
+                kind: f.kind,
+                node,
+                detail,
+            },
+        });
+    }
+    Ok(counts)
+}
+
+/// GetRetry of every transaction the workload touched.
+async fn final_states(
+    shared: &Shared,
+    touched: &BTreeSet<(String, String)>,
+) -> BTreeMap<(String, String), Answer<pb::Retry>> {
+    use futures::StreamExt;
+    let n = shared.channels.len();
+    futures::stream::iter(touched.iter().enumerate())
+        .map(|(i, (s, t))| {
+            let ch = shared.channels[i % n].clone();
+            async move {
+                let mut c = RetryServiceClient::new(ch);
+                let r = call(c.get_retry(pb::GetRetryRequest {
+                    service: s.clone(),
+                    transaction_id: t.clone(),
+                }))
+                .await;
+                let a = match r {
+                    Ok(x) => Answer::Ok(x),
+                    Err(e) => Answer::from_status(&e),
+                };
+                ((s.clone(), t.clone()), a)
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await
+}
+
+/// Every dead letter of the run's services: (service, tx) → last errors.
+async fn dead_letters(shared: &Shared) -> HashMap<(String, String), Vec<String>> {
+    let mut out: HashMap<(String, String), Vec<String>> = HashMap::new();
+    let mut admin = AdminServiceClient::new(shared.channels[0].clone());
+    for svc in SERVICES {
+        let mut token = String::new();
+        loop {
+            let r = call(admin.list_dead_letters(pb::ListDeadLettersRequest {
+                service: svc.to_string(),
+                page_size: 1000,
+                page_token: token.clone(),
+                include_redriven: true,
+                ..Default::default()
+            }))
+            .await;
+            match r {
+                Ok(page) => {
+                    for l in page.dead_letters {
+                        out.entry((l.service, l.transaction_id))
+                            .or_default()
+                            .push(l.last_error);
+                    }
+                    if page.next_page_token.is_empty() {
+                        break;
+                    }
+                    token = page.next_page_token;
+                }
+                Err(e) => {
+                    eprintln!("chaos: ListDeadLetters({svc}) failed: {e}");
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
