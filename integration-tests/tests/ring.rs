@@ -455,22 +455,8 @@ async fn each_of_four_nodes_reads_only_its_share_of_tier_3() {
     converge(&nodes[0], 4, true).await;
     // 48 services x 2 lanes: 96 Tier-3 rows per window written to (one or two), nobody
     // subscribed, so they stay and every scan reads them.
-    let services: Vec<String> = (0..48).map(|i| format!("svc{i:02}")).collect();
-    let mut c = nodes[0].client.clone();
-    for s in &services {
-        for t in 0..4 {
-            c.enqueue_retry(pb::EnqueueRetryRequest {
-                service: s.clone(),
-                transaction_id: format!("t{t}"),
-                attempt: 1,
-                schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-                    prost_types::Duration::default(),
-                )),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        }
+    for i in 0..48 {
+        enqueue_due_now(&nodes[0], &format!("svc{i:02}"), "t", 4).await;
     }
     let total: usize = nodes[0].count("instances_by_window").await;
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{ack, connect, contact_point, free_port, next, spawn_node_with, subscribe};
+use common::{ack, connect, drop_keyspace, free_port, next, spawn_node_with, subscribe};
 use rebound_proto::v1::{self as pb, retry_service_client::RetryServiceClient};
 use tonic::transport::Channel;
 
@@ -152,11 +152,7 @@ async fn backlog(overlap: bool) {
             "{late_old} three-day-old retries were delivered after the first of today's"
         );
     }
-    let cql = scylla::client::session_builder::SessionBuilder::new()
-        .known_node(contact_point())
-        .build()
-        .await
-        .unwrap();
+    let cql = common::cql().await;
     let started = Instant::now();
     loop {
         let left = directory_left(&cql, &keyspace).await;
@@ -170,9 +166,7 @@ async fn backlog(overlap: bool) {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     drop(b);
-    let _ = cql
-        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
-        .await;
+    drop_keyspace(&keyspace).await;
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{connect, contact_point, free_port, spawn_node_with};
+use common::{connect, drop_keyspace, free_port, spawn_node_with, subscribe_all};
 use rebound_proto::v1::{
     self as pb, executor_service_client::ExecutorServiceClient,
     retry_service_client::RetryServiceClient,
@@ -52,26 +52,7 @@ async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, pb::Delivery)>();
-    for (i, ch) in chans.iter().enumerate() {
-        let mut stream = ExecutorServiceClient::new(ch.clone())
-            .subscribe(pb::SubscribeRequest {
-                service: "payments".into(),
-                executor_id: format!("race-{i}"),
-                max_in_flight: 500,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(d)) = stream.message().await {
-                if tx.send((i, d)).is_err() {
-                    return;
-                }
-            }
-        });
-    }
+    let mut rx = subscribe_all(&chans, "payments", 500).await;
     let resp = RetryServiceClient::new(chans[0].clone())
         .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {
             requests: (0..ROUNDS)
@@ -185,16 +166,9 @@ async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
             "{txid} answered cancelled and is not"
         );
     }
-    let cql = scylla::client::session_builder::SessionBuilder::new()
-        .known_node(contact_point())
-        .build()
-        .await
-        .unwrap();
     // The nodes stop before their keyspace goes.
     drop(nodes);
-    let _ = cql
-        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
-        .await;
+    drop_keyspace(&keyspace).await;
 }
 
 /// Two enqueues of one transaction on two nodes at once leave exactly one live retry
@@ -214,26 +188,7 @@ async fn two_enqueues_of_one_transaction_on_two_nodes_leave_one_live_retry() {
     for p in ports {
         chans.push(connect(p).await);
     }
-    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, pb::Delivery)>();
-    for (i, ch) in chans.iter().enumerate() {
-        let mut stream = ExecutorServiceClient::new(ch.clone())
-            .subscribe(pb::SubscribeRequest {
-                service: "payments".into(),
-                executor_id: format!("twice-{i}"),
-                max_in_flight: 500,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(d)) = stream.message().await {
-                if tx.send((i, d)).is_err() {
-                    return;
-                }
-            }
-        });
-    }
+    let mut rx = subscribe_all(&chans, "payments", 500).await;
     let enqueue = |ch: Channel, txid: String, delay_s: i64| async move {
         RetryServiceClient::new(ch)
             .enqueue_retry(pb::EnqueueRetryRequest {
@@ -290,14 +245,7 @@ async fn two_enqueues_of_one_transaction_on_two_nodes_leave_one_live_retry() {
     }
     let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "delivered more than once: {twice:?}");
-    let cql = scylla::client::session_builder::SessionBuilder::new()
-        .known_node(contact_point())
-        .build()
-        .await
-        .unwrap();
     // The nodes stop before their keyspace goes.
     drop(nodes);
-    let _ = cql
-        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
-        .await;
+    drop_keyspace(&keyspace).await;
 }

@@ -120,3 +120,51 @@ pub async fn next(
         Err(_) => None,
     }
 }
+
+/// One `Subscribe` stream to `service` on every channel, merged: each delivery comes with the
+/// index of the node that sent it (acks go back to that node).
+pub async fn subscribe_all(
+    chans: &[Channel],
+    service: &str,
+    max_in_flight: u32,
+) -> tokio::sync::mpsc::UnboundedReceiver<(usize, pb::Delivery)> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    for (i, ch) in chans.iter().enumerate() {
+        let mut stream = ExecutorServiceClient::new(ch.clone())
+            .subscribe(pb::SubscribeRequest {
+                service: service.into(),
+                executor_id: format!("test-{i}"),
+                max_in_flight,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(d)) = stream.message().await {
+                if tx.send((i, d)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    rx
+}
+
+/// A CQL session to the test Cassandra.
+pub async fn cql() -> scylla::client::session::Session {
+    scylla::client::session_builder::SessionBuilder::new()
+        .known_node(contact_point())
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Drops a test keyspace (stop its nodes first: a node scanning a dropped keyspace makes
+/// Cassandra log errors).
+pub async fn drop_keyspace(keyspace: &str) {
+    let _ = cql()
+        .await
+        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+        .await;
+}
