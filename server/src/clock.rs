@@ -1,4 +1,4 @@
-//! Time is injected: window math, backoff and (later) lease expiry read a `Clock`, so tests can
+//! Time is injected: window math, backoff and lease expiry read a `Clock`, so tests can
 //! stand at 23:59:59.999 on New Year's Eve without sleeping.
 
 use std::sync::{

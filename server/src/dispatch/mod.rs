@@ -8,7 +8,11 @@
 //!   SCHEDULED (the execution marker: an acknowledged item is skipped on replay);
 //! - a bucket is deleted only after every one of its pointers is resolved, each resolution's
 //!   state write having returned; an abandoned bucket stays whole and is replayed;
-//! - every step and every delete checks the lease first (fencing) and stops when it is gone.
+//! - every step and every delete checks the lease first (fencing) and stops when it is gone;
+//! - an instance is worked only once its writer's clock has closed its window (`peers`), so
+//!   no writer adds to a bucket after it was read (W+1 in the writer's own clock);
+//! - within one service, a newer day waits while an older day has due work not yet fed,
+//!   here or in a token range no live node holds.
 
 pub mod hub;
 

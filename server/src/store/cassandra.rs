@@ -1,4 +1,4 @@
-//! The Cassandra (and ScyllaDB) implementation of the store. Every statement is prepared once
+//! The Cassandra implementation of the store. Every statement is prepared once
 //! at start and marked idempotent: each one is an upsert of fixed values or a read, so the
 //! driver may retry or speculate it safely, and a caller that saw a timeout may replay it.
 

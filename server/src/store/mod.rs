@@ -1,11 +1,16 @@
 //! Storage behind one trait. Nothing outside `store` knows CQL exists: the Cassandra
 //! implementation lives in `cassandra.rs`, migrations in `migrate.rs`.
 //!
-//! Every write here is an idempotent upsert or a whole-partition delete, so a write whose
+//! Every write here is an idempotent upsert or a whole-partition delete (the one row delete is
+//! `delete_late_pointer`, on the rare late-write path), so a write whose
 //! outcome is unknown (a timeout) can be replayed without harm: the write path's invariant is
 //! "directory rows, then the Tier-5 pointer, then the state row", and replaying any prefix of
 //! that sequence leaves either a pointer without a matching state row (skipped by the
 //! dispatcher) or the full sequence.
+//!
+//! The state row's settle cells (`cancelled_generation`, `succeeded_generation`, schema 0008)
+//! are written only by a cancel and a SUCCEEDED ack; reads apply them (`TxState::apply_settled`)
+//! so that an ack or enqueue on another node cannot undo either.
 
 pub mod body;
 pub mod cassandra;
