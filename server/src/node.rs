@@ -77,6 +77,21 @@ pub async fn sync_clock(
     Ok(clock.offset_ms().unwrap_or(0))
 }
 
+/// This node's offset from Cassandra's clock (best of three by round trip), without applying
+/// it; None when the database cannot tell its time.
+async fn measure_offset(store: &dyn RetryStore, clock: &dyn Clock) -> Option<i64> {
+    let mut best: Option<(i64, i64)> = None;
+    for _ in 0..3 {
+        let sent = clock.now_ms();
+        let server = store.server_time_ms().await.ok()?;
+        let (offset, rtt) = offset_sample(sent, server, clock.now_ms());
+        if best.is_none_or(|(_, r)| rtt < r) {
+            best = Some((offset, rtt));
+        }
+    }
+    best.map(|(o, _)| o)
+}
+
 async fn run_clock_sync(
     store: Arc<dyn RetryStore>,
     clock: Arc<ClusterClock>,
@@ -278,6 +293,23 @@ impl Node {
         if let Some(r) = &ring {
             if let Err(e) = r.cycle().await {
                 tracing::warn!(error = %e, "first lease ring round failed, will retry");
+            }
+            // A clock off by more than half the margin with clock sync off: wait until every
+            // other node has read this one's heartbeat (one lease lifetime) before writing,
+            // so that they judge its windows in its clock from its first write on.
+            if !config.clock_sync {
+                if let Some(offset) = measure_offset(store.as_ref(), clock.as_ref()).await {
+                    if offset.abs() * 2 > config.skew_margin_ms as i64 {
+                        tracing::warn!(
+                            offset_ms = offset,
+                            "this node's clock differs from Cassandra's by more than half the skew margin and clock sync is off (REBOUND_CLOCK_SYNC): the other nodes will judge its windows and leases in its own clock; waiting one lease lifetime before serving so they know it"
+                        );
+                        tokio::time::sleep(Duration::from_millis(config.lease_ttl_ms)).await;
+                        if let Err(e) = r.cycle().await {
+                            tracing::warn!(error = %e, "lease ring round failed, will retry");
+                        }
+                    }
+                }
             }
         }
         let ring_task = ring

@@ -491,7 +491,28 @@ impl Writer {
         }
         let mut groups: HashMap<(String, Location), Vec<usize>> = HashMap::new();
         let mut directory: HashSet<DirRow> = HashSet::new();
+        // Targets below a compacted window move up to it (see `above_low_water`): one read
+        // per window this process has not written yet.
+        let mut bumped: HashMap<WindowId, Result<WindowId, ApiError>> = HashMap::new();
+        let mut kept = Vec::with_capacity(placed.len());
         for (i, target, mut state, deduplicated) in placed {
+            let above = match bumped.get(&target) {
+                Some(a) => a.clone(),
+                None => {
+                    let a = self.above_low_water(target).await;
+                    bumped.insert(target, a.clone());
+                    a
+                }
+            };
+            match above {
+                Ok(above) => {
+                    state.due_at_ms = self.grid.end_ms(above);
+                    kept.push((i, above, state, deduplicated));
+                }
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        for (i, target, mut state, deduplicated) in kept {
             let (location, rows) = self.assign(&state.service, &state.transaction_id, target, now);
             directory.extend(rows);
             groups
@@ -761,6 +782,36 @@ impl Writer {
         })
     }
 
+    /// `target`, or the first window of its day the compactor has not passed yet when
+    /// `target` is below it. Only a writer whose clock lags the compactor's by more than the
+    /// margin (clock sync off on a wrong clock) can choose a window that was compacted
+    /// already; its rows there would be below the low-water mark, where no scan reads. Read
+    /// once per window per process (when its directory rows are first written).
+    async fn above_low_water(&self, target: WindowId) -> Result<WindowId, ApiError> {
+        if self
+            .directory
+            .lock()
+            .expect("directory lock")
+            .windows
+            .contains(&target)
+        {
+            return Ok(target);
+        }
+        let low = self.store.low_water(target.day).await?;
+        if low > target.index {
+            tracing::warn!(
+                window = target.index,
+                low_water = low,
+                "this node's clock lags the compactor's: placing the retry at the low-water mark"
+            );
+            return Ok(WindowId {
+                day: target.day,
+                index: low,
+            });
+        }
+        Ok(target)
+    }
+
     /// Picks lane and bucket for a new pointer in `window` and makes sure its directory rows
     /// (Tiers 1-4) exist, writing each key at most once per process.
     async fn place(
@@ -931,6 +982,11 @@ impl Writer {
                 state.generation = new_generation(state.generation, now);
                 state.due_at_ms = self.grid.end_ms(target);
                 state.updated_at_ms = now;
+            }
+            let above = self.above_low_water(target).await?;
+            if above != target {
+                target = above;
+                state.due_at_ms = self.grid.end_ms(target);
             }
             let end = self.grid.end_ms(target);
             if self.clock.now_ms() >= end {

@@ -1,7 +1,7 @@
 //! The chaos history checker (see `rebound_integration_tests::chaos`).
 //!
 //! usage: chaos [--seed S] [--minutes M | --seconds S] [--ops N] [--nodes 3] [--keep]
-//!              [--fault-every SECONDS] [--drain-timeout SECONDS]
+//!              [--fault-every SECONDS] [--drain-timeout SECONDS] [--max-skew-ms MS]
 //! Prints the seed first, the summary at the end; exit 1 on any violation, 2 on a harness error.
 
 use std::time::Duration;
@@ -17,8 +17,9 @@ fn main() -> std::process::ExitCode {
     let mut keep = false;
     let mut fault_every = None;
     let mut drain = None;
+    let mut max_skew = None;
     let mut i = 0;
-    let usage = "usage: chaos [--seed S] [--minutes M | --seconds S] [--ops N] [--nodes 3] [--keep] [--fault-every S] [--drain-timeout S]";
+    let usage = "usage: chaos [--seed S] [--minutes M | --seconds S] [--ops N] [--nodes 3] [--keep] [--fault-every S] [--drain-timeout S] [--max-skew-ms MS]";
     while i < args.len() {
         let val = |i: usize| -> String {
             args.get(i + 1).cloned().unwrap_or_else(|| {
@@ -40,6 +41,7 @@ fn main() -> std::process::ExitCode {
             "--nodes" => nodes = num(val(i)) as usize,
             "--fault-every" => fault_every = Some(num(val(i))),
             "--drain-timeout" => drain = Some(num(val(i))),
+            "--max-skew-ms" => max_skew = Some(num(val(i)) as i64),
             "--inspect" => {
                 // Leftover pointers of a kept keyspace, with their state rows.
                 let ks = val(i);
@@ -93,6 +95,9 @@ fn main() -> std::process::ExitCode {
     o.ops = ops;
     o.nodes = nodes.max(1);
     o.keep_keyspace = keep;
+    if let Some(m) = max_skew {
+        o.max_skew_ms = m;
+    }
     if let Some(f) = fault_every {
         o.fault_every = Duration::from_secs_f64(f.max(1.0));
     }

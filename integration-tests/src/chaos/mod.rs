@@ -58,6 +58,9 @@ pub struct Options {
     pub keep_keyspace: bool,
     /// Mean pause between two faults.
     pub fault_every: Duration,
+    /// Largest clock offset of the skew fault (default: half the skew margin). Larger ones
+    /// stand for a node whose clock is off with clock sync turned off (see `peers`).
+    pub max_skew_ms: i64,
 }
 
 impl Options {
@@ -77,6 +80,7 @@ impl Options {
             drain_timeout: Duration::from_secs(60),
             keep_keyspace: false,
             fault_every: Duration::from_secs(9),
+            max_skew_ms: MAX_SKEW_MS,
         }
     }
 }
@@ -257,7 +261,7 @@ pub fn plan(o: &Options) -> Plan {
                 if rng.random_bool(0.2) {
                     0
                 } else {
-                    let m = rng.random_range(100..=MAX_SKEW_MS);
+                    let m = rng.random_range(100..=o.max_skew_ms.max(100));
                     if rng.random_bool(0.5) {
                         m
                     } else {
