@@ -291,12 +291,10 @@ impl Node {
         // One ring round before any call is served: this node's heartbeat (and so its clock,
         // see `peers`) is known to the others before it writes anything they might read.
         if let Some(r) = &ring {
-            if let Err(e) = r.cycle().await {
-                tracing::warn!(error = %e, "first lease ring round failed, will retry");
-            }
-            // A clock off by more than half the margin with clock sync off: wait until every
-            // other node has read this one's heartbeat (one lease lifetime) before writing,
-            // so that they judge its windows in its clock from its first write on.
+            // A clock off by more than half the margin with clock sync off: announce this
+            // node, then wait until every other node has read its heartbeat (one lease
+            // lifetime) before taking a lease or writing anything, so that they judge its
+            // leases and windows in its clock from the first one on.
             if !config.clock_sync {
                 if let Some(offset) = measure_offset(store.as_ref(), clock.as_ref()).await {
                     if offset.abs() * 2 > config.skew_margin_ms as i64 {
@@ -304,12 +302,15 @@ impl Node {
                             offset_ms = offset,
                             "this node's clock differs from Cassandra's by more than half the skew margin and clock sync is off (REBOUND_CLOCK_SYNC): the other nodes will judge its windows and leases in its own clock; waiting one lease lifetime before serving so they know it"
                         );
-                        tokio::time::sleep(Duration::from_millis(config.lease_ttl_ms)).await;
-                        if let Err(e) = r.cycle().await {
-                            tracing::warn!(error = %e, "lease ring round failed, will retry");
+                        if let Err(e) = r.announce().await {
+                            tracing::warn!(error = %e, "cannot announce this node, will retry");
                         }
+                        tokio::time::sleep(Duration::from_millis(config.lease_ttl_ms)).await;
                     }
                 }
+            }
+            if let Err(e) = r.cycle().await {
+                tracing::warn!(error = %e, "first lease ring round failed, will retry");
             }
         }
         let ring_task = ring

@@ -39,15 +39,20 @@ pub struct PeerClocks {
     node_id: String,
     boot_epoch: i64,
     deadband_ms: i64,
+    /// How long a node's lag is kept after its heartbeat row lapsed: a node stopped for a
+    /// while (SIGSTOP, a long GC) comes back writing in its own clock, and must be judged in
+    /// it from its first write on, not from its next heartbeat.
+    retain_ms: i64,
     inner: Mutex<Inner>,
 }
 
 impl PeerClocks {
-    pub fn new(node_id: String, boot_epoch: i64, deadband_ms: i64) -> Self {
+    pub fn new(node_id: String, boot_epoch: i64, deadband_ms: i64, retain_ms: i64) -> Self {
         Self {
             node_id,
             boot_epoch,
             deadband_ms,
+            retain_ms,
             inner: Mutex::new(Inner::default()),
         }
     }
@@ -63,7 +68,15 @@ impl PeerClocks {
             .iter()
             .map(|m| (m.node_id.clone(), m.boot_epoch))
             .collect();
-        g.samples.retain(|k, _| live.contains(k));
+        // A newer boot of a node replaces its older ones at once; a node whose row lapsed
+        // is kept `retain_ms` (Cassandra's clock) after its last heartbeat.
+        let newest = members.iter().map(|m| m.written_at_ms).max().unwrap_or(0);
+        let retain_ms = self.retain_ms;
+        g.samples.retain(|k, q| {
+            live.contains(k)
+                || (!live.iter().any(|(n, _)| *n == k.0)
+                    && q.back().is_some_and(|(at, _)| *at >= newest - retain_ms))
+        });
         for m in members.iter().filter(|m| m.written_at_ms > 0) {
             let q = g
                 .samples
@@ -165,7 +178,7 @@ mod tests {
 
     #[test]
     fn lags_are_relative_to_this_node_and_ignore_latency_and_noise() {
-        let p = PeerClocks::new("b".into(), 7, 100);
+        let p = PeerClocks::new("b".into(), 7, 100, 1_000);
         let day3 = 3 * 86_400_000;
         // b is on time (5 ms latency), a is three days behind, c 40 ms ahead (noise).
         p.update(&[
@@ -178,7 +191,7 @@ mod tests {
         assert_eq!(p.writer_lag_ms("c", 2), 0);
         assert_eq!(p.max_lag_ms(), day3 - 3);
         // b ahead of a: a's windows are read late, never b's early.
-        let a = PeerClocks::new("a".into(), 1, 100);
+        let a = PeerClocks::new("a".into(), 1, 100, 1_000);
         a.update(&[m("b", 7, 1_000, 1_005), m("a", 1, 1_000 - day3, 1_002)]);
         assert_eq!(a.writer_lag_ms("b", 7), 0);
         assert_eq!(a.node_lag_ms("b"), -(day3 - 3));
@@ -189,10 +202,17 @@ mod tests {
             m("c", 2, 2_040, 2_001),
         ]);
         assert_eq!(p.writer_lag_ms("a", 1), day3 + 2 - 5);
-        // A member that lapsed is forgotten.
-        p.update(&[m("b", 7, 3_000, 3_005)]);
+        // A member whose row lapsed is remembered a while (it may only be stopped), then
+        // forgotten.
+        p.update(&[m("b", 7, 2_500, 2_505)]);
+        assert_eq!(p.writer_lag_ms("a", 1), day3 + 2 - 5);
+        p.update(&[m("b", 7, 3_500, 3_505)]);
         assert_eq!(p.writer_lag_ms("a", 1), 0);
         assert_eq!(p.max_lag_ms(), 0);
+        // A new boot of a node replaces the old one at once.
+        p.update(&[m("b", 7, 4_000, 4_005), m("c", 2, 4_000, 4_001)]);
+        p.update(&[m("b", 7, 4_500, 4_505), m("c", 3, 4_500, 4_501)]);
+        assert_eq!(p.writer_lag_ms("c", 2), 0);
     }
 
     #[test]

@@ -76,10 +76,12 @@ impl LeaseRing {
         Self {
             store,
             clock,
+            // A node's lag outlives its heartbeat row (two lifetimes) by eight more.
             peers: PeerClocks::new(
                 opts.node_id.clone(),
                 opts.boot_epoch,
                 opts.clock_deadband_ms,
+                8 * opts.lease_ttl_ms,
             ),
             opts,
             held: Mutex::new(Held::default()),
@@ -106,9 +108,8 @@ impl LeaseRing {
         self.release_all().await;
     }
 
-    /// One round: heartbeat, renew, hand back surplus, take up to the share.
-    pub async fn cycle(&self) -> Result<(), StoreError> {
-        let now = self.clock.now_ms();
+    /// Writes this node's heartbeat (membership, and its clock for `peers`).
+    pub async fn announce(&self) -> Result<(), StoreError> {
         let ttl = self.opts.lease_ttl_ms;
         self.store
             .heartbeat(
@@ -116,13 +117,20 @@ impl LeaseRing {
                     node_id: self.opts.node_id.clone(),
                     address: self.opts.address.clone(),
                     boot_epoch: self.opts.boot_epoch,
-                    heartbeat_at_ms: now,
+                    heartbeat_at_ms: self.clock.now_ms(),
                     written_at_ms: 0,
                 },
                 // A dead node's membership lapses after two lease lifetimes.
                 ((2 * ttl) / 1000).max(2) as u32,
             )
-            .await?;
+            .await
+    }
+
+    /// One round: heartbeat, renew, hand back surplus, take up to the share.
+    pub async fn cycle(&self) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let ttl = self.opts.lease_ttl_ms;
+        self.announce().await?;
         let members = self.store.list_members().await?;
         self.peers.update(&members);
         // Live: heartbeats Cassandra received within a lease lifetime of ours. A killed

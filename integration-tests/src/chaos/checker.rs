@@ -372,10 +372,30 @@ pub fn check(input: &Input) -> CheckResult {
                     error,
                     ..
                 } if ok.dead_lettered || *outcome == Outcome::Failed => {
-                    let found = input
-                        .letters
-                        .get(key)
-                        .is_some_and(|ls| ls.iter().any(|l| l.contains(error.as_str())));
+                    // Two deliveries of one attempt (a duplicate after a fault) may both be
+                    // acked into the dead letters at once: one letter is kept, with the error
+                    // of either ack.
+                    let concurrent: Vec<&str> = idx
+                        .iter()
+                        .filter_map(|&j| match &ev[j].kind {
+                            Kind::Ack {
+                                answer: Answer::Ok(o),
+                                outcome: oc,
+                                error: er,
+                                ..
+                            } if (o.dead_lettered || *oc == Outcome::Failed)
+                                && (ev[j].start_ms - e.start_ms).abs() < 1_000 =>
+                            {
+                                Some(er.as_str())
+                            }
+                            _ => None,
+                        })
+                        .collect();
+                    let found = input.letters.get(key).is_some_and(|ls| {
+                        ls.iter().any(|l| {
+                            l.contains(error.as_str()) || concurrent.iter().any(|c| l.contains(c))
+                        })
+                    });
                     if !found {
                         v(
                             "dead-lettered retry missing from the dead letters",

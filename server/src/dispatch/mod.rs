@@ -272,16 +272,30 @@ impl Dispatcher {
                 this.resolve_expired(work, error).await;
                 return;
             }
-            // Cancelled, purged or finished meanwhile: nothing to redeliver. (On a read error
-            // it goes out anyway; its ack checks the state again.)
-            if let Ok(current) = this
-                .store
-                .get_state(&work.state.service, &work.state.transaction_id)
-                .await
-            {
-                if !current.is_some_and(|s| s.is_live(work.state.generation)) {
-                    work.resolve();
-                    return;
+            // Cancelled, purged or finished meanwhile: nothing to redeliver. Only a state read
+            // that answered says so: on a read error the check is repeated (an unchecked
+            // redelivery could run a step whose SUCCEEDED ack another node already took).
+            loop {
+                match this
+                    .store
+                    .get_state(&work.state.service, &work.state.transaction_id)
+                    .await
+                {
+                    Ok(current) => {
+                        if !current.is_some_and(|s| s.is_live(work.state.generation)) {
+                            work.resolve();
+                            return;
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        if this.stopping() {
+                            // Dropped unresolved: the bucket stays and is replayed.
+                            return;
+                        }
+                        tracing::warn!(error = %e, "cannot read the state of a delivery to redeliver, will retry");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
                 }
             }
             let keep = {
