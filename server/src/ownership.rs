@@ -22,8 +22,8 @@ pub trait Ownership: Send + Sync + Debug {
     fn still_holds(&self, range: TokenRange, until_ms: i64) -> bool;
     /// True while this node holds the compactor lease until at least `until_ms`.
     fn is_compactor(&self, until_ms: i64) -> bool;
-    /// How much later than this node's clock the windows of the writer `(node_id,
-    /// boot_epoch)` are read, in ms (see `peers`; negative when this node's clock is behind).
+    /// How far the clock of the writer `(node_id, boot_epoch)` lags this node's, in ms, never
+    /// below 0 (see `peers`): its windows close for it that much later. 0 for an unknown writer.
     fn writer_lag_ms(&self, _node_id: &str, _boot_epoch: i64) -> i64 {
         0
     }

@@ -29,10 +29,7 @@ struct Inner {
     samples: HashMap<(String, i64), VecDeque<(i64, i64)>>,
     /// node_id -> lag relative to this node (ms; positive: its clock is behind).
     by_node: HashMap<String, i64>,
-    /// (node_id, boot_epoch) -> lag behind Cassandra's clock (ms; negative: ahead).
     by_writer: HashMap<(String, i64), i64>,
-    /// This node's own lag behind Cassandra's clock.
-    mine: i64,
     max_lag: i64,
 }
 
@@ -102,28 +99,27 @@ impl PeerClocks {
             // Without our own sample there is nothing to compare with.
             g.by_node.clear();
             g.by_writer.clear();
-            g.mine = 0;
             g.max_lag = 0;
             return;
         };
-        let band = |l: i64| if l.abs() <= self.deadband_ms { 0 } else { l };
         let mut by_writer = HashMap::new();
         let mut by_node: HashMap<String, (i64, i64)> = HashMap::new();
         for (k, q) in &g.samples {
             let Some(l) = lag(q) else { continue };
-            let rel = band(l - mine);
-            by_writer.insert(k.clone(), band(l));
+            let rel = l - mine;
+            let rel = if rel.abs() <= self.deadband_ms {
+                0
+            } else {
+                rel
+            };
+            by_writer.insert(k.clone(), rel);
             // A node's newest boot speaks for its leases.
             let e = by_node.entry(k.0.clone()).or_insert((k.1, rel));
             if k.1 >= e.0 {
                 *e = (k.1, rel);
             }
         }
-        let mine = band(mine);
-        // The writer furthest behind Cassandra's clock (this node counts too), in this
-        // node's clock.
-        g.max_lag = (by_writer.values().map(|l| (*l).max(0)).max().unwrap_or(0) - mine).max(0);
-        g.mine = mine;
+        g.max_lag = by_writer.values().copied().max().unwrap_or(0).max(0);
         let lagging: Vec<_> = by_writer.iter().filter(|(_, l)| **l != 0).collect();
         if !lagging.is_empty() {
             tracing::debug!(?lagging, "nodes whose clocks differ from this one's");
@@ -132,20 +128,17 @@ impl PeerClocks {
         g.by_node = by_node.into_iter().map(|(k, (_, l))| (k, l)).collect();
     }
 
-    /// How much later than this node's clock the windows of the writer `(node_id,
-    /// boot_epoch)` are read: its lag behind Cassandra's clock (never below 0: a writer whose
-    /// clock runs ahead told its callers due times in its future, and its windows are read on
-    /// Cassandra's time, so never before the due time it answered), less this node's own lag.
-    /// Negative when this node's clock is the one behind. An unknown writer (no longer a
-    /// member) counts as on time.
+    /// How far the clock of the writer `(node_id, boot_epoch)` lags this node's, never below
+    /// 0 (unknown: a node that is not a live member writes nothing more). A writer whose clock
+    /// runs ahead told its callers due times in its future, so its windows are read on this
+    /// node's clock: never before the due time it answered.
     pub fn writer_lag_ms(&self, node_id: &str, boot_epoch: i64) -> i64 {
-        let g = self.lock();
-        g.by_writer
+        self.lock()
+            .by_writer
             .get(&(node_id.to_string(), boot_epoch))
             .copied()
             .unwrap_or(0)
             .max(0)
-            - g.mine
     }
 
     /// How far the clock of node `node_id` (its newest boot) lags this node's; negative
@@ -193,37 +186,26 @@ mod tests {
             m("a", 1, 1_000 - day3, 1_002),
             m("c", 2, 1_040, 1_001),
         ]);
-        // Lags are against Cassandra's clock; b's own 5 ms is within the deadband.
-        assert_eq!(p.writer_lag_ms("a", 1), day3 + 2);
+        assert_eq!(p.writer_lag_ms("a", 1), day3 + 2 - 5);
         assert_eq!(p.node_lag_ms("a"), day3 - 3);
         assert_eq!(p.writer_lag_ms("c", 2), 0);
-        assert_eq!(p.max_lag_ms(), day3 + 2);
-        // Seen from a, three days behind: b's windows are read three days earlier in a's
-        // clock (on time in Cassandra's), a's own on its own clock.
+        assert_eq!(p.max_lag_ms(), day3 - 3);
+        // b ahead of a: a's windows are read late, never b's early.
         let a = PeerClocks::new("a".into(), 1, 100, 1_000);
         a.update(&[m("b", 7, 1_000, 1_005), m("a", 1, 1_000 - day3, 1_002)]);
-        assert_eq!(a.writer_lag_ms("b", 7), -(day3 + 2));
-        assert_eq!(a.writer_lag_ms("a", 1), 0);
+        assert_eq!(a.writer_lag_ms("b", 7), 0);
         assert_eq!(a.node_lag_ms("b"), -(day3 - 3));
-        assert_eq!(a.max_lag_ms(), 0);
-        // A node 2 s ahead reads its own windows 2 s late in its clock (never before the due
-        // time it answered), and a node on time as on time.
-        let f = PeerClocks::new("f".into(), 1, 100, 1_000);
-        f.update(&[m("f", 1, 3_000, 1_000), m("b", 7, 1_000, 1_001)]);
-        assert_eq!(f.writer_lag_ms("f", 1), 2_000);
-        assert_eq!(f.writer_lag_ms("b", 7), 2_000);
-        assert_eq!(f.max_lag_ms(), 2_000);
         // A slow write (Cassandra paused) does not move the lag: the smallest sample counts.
         p.update(&[
             m("b", 7, 2_000, 4_000),
             m("a", 1, 2_000 - day3, 2_002),
             m("c", 2, 2_040, 2_001),
         ]);
-        assert_eq!(p.writer_lag_ms("a", 1), day3 + 2);
+        assert_eq!(p.writer_lag_ms("a", 1), day3 + 2 - 5);
         // A member whose row lapsed is remembered a while (it may only be stopped), then
         // forgotten.
         p.update(&[m("b", 7, 2_500, 2_505)]);
-        assert_eq!(p.writer_lag_ms("a", 1), day3 + 2);
+        assert_eq!(p.writer_lag_ms("a", 1), day3 + 2 - 5);
         p.update(&[m("b", 7, 3_500, 3_505)]);
         assert_eq!(p.writer_lag_ms("a", 1), 0);
         assert_eq!(p.max_lag_ms(), 0);
