@@ -13,7 +13,7 @@ use crate::{
     clock::SharedClock,
     error::ApiError,
     ownership::Ownership,
-    store::RetryStore,
+    store::DirectoryStore,
     window::{WindowGrid, WindowId},
 };
 
@@ -21,7 +21,7 @@ use crate::{
 /// per-day low-water mark past compacted windows so no scan re-reads their tombstones.
 #[derive(Debug)]
 pub struct Compactor {
-    store: Arc<dyn RetryStore>,
+    store: Arc<dyn DirectoryStore>,
     ownership: Arc<dyn Ownership>,
     clock: SharedClock,
     grid: WindowGrid,
@@ -42,7 +42,7 @@ pub struct CompactionReport {
 
 impl Compactor {
     pub fn new(
-        store: Arc<dyn RetryStore>,
+        store: Arc<dyn DirectoryStore>,
         ownership: Arc<dyn Ownership>,
         clock: SharedClock,
         grid: WindowGrid,

@@ -26,7 +26,7 @@ use crate::{
     store::{
         cassandra::{connect_with_wait, CassandraOptions, CassandraStore},
         migrate::migrate,
-        RetryStore,
+        LeaseStore, RetryStore,
     },
     writer::{Writer, WriterOptions},
 };
@@ -41,7 +41,7 @@ const CLOCK_SYNC_DEADBAND_MS: i64 = 50;
 /// Measures this node's clock against Cassandra's (`currentTimestamp()` of a coordinator):
 /// five samples, the one with the shortest round trip wins, and its offset is applied.
 pub async fn sync_clock(
-    store: &dyn RetryStore,
+    store: &dyn LeaseStore,
     clock: &ClusterClock,
     skew_margin_ms: i64,
 ) -> Result<i64, crate::store::StoreError> {
@@ -79,7 +79,7 @@ pub async fn sync_clock(
 
 /// This node's offset from Cassandra's clock (best of three by round trip), without applying
 /// it; None when the database cannot tell its time.
-async fn measure_offset(store: &dyn RetryStore, clock: &dyn Clock) -> Option<i64> {
+async fn measure_offset(store: &dyn LeaseStore, clock: &dyn Clock) -> Option<i64> {
     let mut best: Option<(i64, i64)> = None;
     for _ in 0..3 {
         let sent = clock.now_ms();
@@ -93,7 +93,7 @@ async fn measure_offset(store: &dyn RetryStore, clock: &dyn Clock) -> Option<i64
 }
 
 async fn run_clock_sync(
-    store: Arc<dyn RetryStore>,
+    store: Arc<dyn LeaseStore>,
     clock: Arc<ClusterClock>,
     every: Duration,
     skew_margin_ms: i64,
@@ -235,6 +235,7 @@ impl Node {
             }
         };
         let services = Arc::new(Services::new(
+            store.clone(),
             store.clone(),
             clock.clone(),
             config.default_policy.clone(),

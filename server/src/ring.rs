@@ -26,7 +26,7 @@ use crate::{
     clock::SharedClock,
     ownership::{Lease, Ownership},
     peers::PeerClocks,
-    store::{Cas, LeaseChange, LeaseRow, Member, RetryStore, StoreError, TokenRange},
+    store::{Cas, LeaseChange, LeaseRow, LeaseStore, Member, StoreError, TokenRange},
 };
 
 /// The compactor lease's slot number.
@@ -62,7 +62,7 @@ struct Held {
 
 #[derive(Debug)]
 pub struct LeaseRing {
-    store: Arc<dyn RetryStore>,
+    store: Arc<dyn LeaseStore>,
     clock: SharedClock,
     opts: RingOptions,
     held: Mutex<Held>,
@@ -72,7 +72,7 @@ pub struct LeaseRing {
 }
 
 impl LeaseRing {
-    pub fn new(store: Arc<dyn RetryStore>, clock: SharedClock, opts: RingOptions) -> Self {
+    pub fn new(store: Arc<dyn LeaseStore>, clock: SharedClock, opts: RingOptions) -> Self {
         Self {
             store,
             clock,

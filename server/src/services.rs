@@ -29,7 +29,7 @@ use crate::{
     clock::SharedClock,
     error::ApiError,
     policy::{PolicyOverrides, RetryPolicy},
-    store::{RetryStore, ServiceRow},
+    store::{LeaseStore, ServiceRow, ServiceStore},
     validate,
 };
 
@@ -160,7 +160,9 @@ impl Limiter {
 /// The settings of every known service, refreshed from Cassandra.
 #[derive(Debug)]
 pub struct Services {
-    store: Arc<dyn RetryStore>,
+    store: Arc<dyn ServiceStore>,
+    /// The ring's members, whose count divides the per-service limits.
+    members: Arc<dyn LeaseStore>,
     clock: SharedClock,
     default_policy: RetryPolicy,
     map: RwLock<HashMap<String, Settings>>,
@@ -172,12 +174,14 @@ pub struct Services {
 
 impl Services {
     pub fn new(
-        store: Arc<dyn RetryStore>,
+        store: Arc<dyn ServiceStore>,
+        members: Arc<dyn LeaseStore>,
         clock: SharedClock,
         default_policy: RetryPolicy,
     ) -> Self {
         Self {
             store,
+            members,
             clock,
             default_policy,
             map: RwLock::new(HashMap::new()),
@@ -194,7 +198,7 @@ impl Services {
     /// Reads the table (and the member count for limit shares) into memory.
     pub async fn refresh(&self) -> Result<(), ApiError> {
         let rows = self.store.list_services().await?;
-        let members = self.store.list_members().await?.len() as u32;
+        let members = self.members.list_members().await?.len() as u32;
         self.live_nodes.store(members.max(1), Ordering::Relaxed);
         let map: HashMap<String, Settings> = rows
             .into_iter()

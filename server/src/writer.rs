@@ -28,7 +28,7 @@ use crate::{
     error::ApiError,
     policy::RetryPolicy,
     services::Services,
-    store::{InstanceRow, Location, Pointer, RetryStore, Status, StoreError, TxState},
+    store::{InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState},
     token,
     validate::{EnqueueInput, Schedule},
     window::{WindowGrid, WindowId},
@@ -184,7 +184,7 @@ const BATCH_POINTER_WRITES_PARALLEL: usize = 8;
 /// write order (pointer, then state) is unchanged.
 type PointerWrites = Coalescer<(String, Location), Pointer, ()>;
 
-fn pointer_writes(store: Arc<dyn RetryStore>) -> Arc<PointerWrites> {
+fn pointer_writes(store: Arc<dyn ScheduleStore>) -> Arc<PointerWrites> {
     Coalescer::new(
         Limits {
             max_items: MAX_POINTER_BATCH,
@@ -279,7 +279,7 @@ impl Drop for TxLock<'_> {
 /// The enqueue path of one node. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct Writer {
-    store: Arc<dyn RetryStore>,
+    store: Arc<dyn ScheduleStore>,
     clock: SharedClock,
     grid: WindowGrid,
     opts: WriterOptions,
@@ -292,7 +292,7 @@ pub struct Writer {
 
 impl Writer {
     pub fn new(
-        store: Arc<dyn RetryStore>,
+        store: Arc<dyn ScheduleStore>,
         clock: SharedClock,
         opts: WriterOptions,
         services: Arc<Services>,

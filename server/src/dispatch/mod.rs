@@ -35,7 +35,7 @@ use crate::{
     ownership::{Lease, Ownership},
     services::Services,
     store::{
-        DeadLetter, InstanceRow, Location, PointerState, RetryStore, Status, TokenRange, TxState,
+        DeadLetter, DispatchStore, InstanceRow, Location, PointerState, Status, TokenRange, TxState,
     },
     window::{WindowGrid, WindowId},
     writer::Writer,
@@ -89,7 +89,7 @@ pub enum AttemptOutcome {
 #[derive(Debug)]
 pub struct Dispatcher {
     pub hub: Arc<Hub>,
-    store: Arc<dyn RetryStore>,
+    store: Arc<dyn DispatchStore>,
     writer: Arc<Writer>,
     pub services: Arc<Services>,
     ownership: Arc<dyn Ownership>,
@@ -116,7 +116,7 @@ impl Dispatcher {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         hub: Arc<Hub>,
-        store: Arc<dyn RetryStore>,
+        store: Arc<dyn DispatchStore>,
         writer: Arc<Writer>,
         services: Arc<Services>,
         ownership: Arc<dyn Ownership>,

@@ -24,8 +24,9 @@ use prost::Message;
 
 use super::{
     body::{Body, LocationBody, PolicyBody},
-    Cas, DeadLetter, DeadLetterRow, InstanceRow, LeaseChange, LeaseRow, Location, Member, Pointer,
-    RetryStore, ServiceRow, Status, StoreError, StoreResult, TokenRange, TxState,
+    Cas, DeadLetter, DeadLetterRow, DeadLetterStore, DirectoryStore, InstanceRow, LeaseChange,
+    LeaseRow, LeaseStore, Location, Member, MigrationStore, Pointer, ServiceRow, ServiceStore,
+    StateStore, Status, StoreError, StoreResult, TokenRange, TxState,
 };
 use crate::{
     coalesce::{Coalescer, Counts, Limits},
@@ -171,6 +172,8 @@ struct Statements {
 /// The Cassandra store for one keyspace and one `ns` (region, cluster).
 pub struct CassandraStore {
     session: Arc<Session>,
+    keyspace: String,
+    replication: String,
     region: String,
     cluster: String,
     st: Statements,
@@ -780,6 +783,8 @@ impl CassandraStore {
         );
         Ok(Self {
             session,
+            keyspace: o.keyspace.clone(),
+            replication: o.replication.clone(),
             region: o.region.clone(),
             cluster: o.cluster.clone(),
             st,
@@ -1076,7 +1081,7 @@ impl StateRow {
 }
 
 #[async_trait]
-impl RetryStore for CassandraStore {
+impl DirectoryStore for CassandraStore {
     async fn put_day(&self, year: i32, day: i32) -> StoreResult<()> {
         self.exec(
             &self.st.put_day,
@@ -1193,112 +1198,6 @@ impl RetryStore for CassandraStore {
             .map_err(|e| map_execution_error(&e))
     }
 
-    async fn put_state(&self, s: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {
-        self.state_writes
-            .submit((), (s.clone(), ttl_seconds), state_write_weight(s))
-            .await
-    }
-
-    async fn cancel_state(
-        &self,
-        state: &TxState,
-        ttl_seconds: u32,
-        cancel_ttl_seconds: u32,
-    ) -> StoreResult<()> {
-        // One partition, one batch: the CANCELLED row and the cancel cell land together.
-        let io = &self.state_io;
-        let mut batch = Batch::new(BatchType::Unlogged);
-        batch.set_is_idempotent(true);
-        let cancel = (
-            ttl_of(Some(cancel_ttl_seconds)),
-            state.generation,
-            &self.region,
-            &self.cluster,
-            &state.service,
-            &state.transaction_id,
-        );
-        let r = if state.legacy_columns {
-            batch.append_statement(io.put_legacy.clone());
-            batch.append_statement(self.st.put_cancel.clone());
-            self.session
-                .batch(&batch, (io.legacy_values(state, Some(ttl_seconds)), cancel))
-                .await
-        } else {
-            batch.append_statement(io.put.clone());
-            batch.append_statement(self.st.put_cancel.clone());
-            self.session
-                .batch(&batch, (io.values(state, Some(ttl_seconds)), cancel))
-                .await
-        };
-        r.map(|_| ()).map_err(|e| map_execution_error(&e))
-    }
-
-    async fn get_state(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {
-        self.state_reads
-            .submit(service.to_string(), txid.to_string(), 1)
-            .await
-    }
-
-    async fn get_states(&self, service: &str, ids: &[String]) -> StoreResult<Vec<Option<TxState>>> {
-        // Futures made up front (they start only when polled): a closure over borrowed chunks
-        // would not satisfy async_trait's lifetimes.
-        let reads: Vec<_> = ids
-            .chunks(STATE_READ_BATCH)
-            .map(|chunk| {
-                self.state_reads.record(chunk.len());
-                let (io, service, chunk) =
-                    (self.state_io.clone(), service.to_string(), chunk.to_vec());
-                async move { io.get(service, chunk).await }
-            })
-            .collect();
-        let parts: Vec<Vec<Option<TxState>>> = stream::iter(reads)
-            .buffered(STATE_READS_PARALLEL)
-            .try_collect()
-            .await?;
-        Ok(parts.into_iter().flatten().collect())
-    }
-
-    async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>> {
-        // The same limits as coalesced writes: at most STATE_WRITE_BATCH rows and
-        // STATE_WRITE_BATCH_BYTES per batch; a heavier row goes alone.
-        let mut chunks: Vec<Vec<(TxState, Option<u32>)>> = Vec::new();
-        let mut weight = 0;
-        for row in rows {
-            let w = state_write_weight(&row.0);
-            match chunks.last_mut() {
-                Some(last)
-                    if last.len() < STATE_WRITE_BATCH && weight + w <= STATE_WRITE_BATCH_BYTES =>
-                {
-                    weight += w;
-                    last.push(row);
-                }
-                _ => {
-                    weight = w;
-                    chunks.push(vec![row]);
-                }
-            }
-        }
-        let writes: Vec<_> = chunks
-            .into_iter()
-            .map(|chunk| {
-                self.state_writes.record(chunk.len());
-                let io = self.state_io.clone();
-                async move {
-                    let n = chunk.len();
-                    match io.put(chunk).await {
-                        Ok(_) => vec![Ok(()); n],
-                        Err(e) => vec![Err(e); n],
-                    }
-                }
-            })
-            .collect();
-        stream::iter(writes)
-            .buffered(STATE_WRITES_PARALLEL)
-            .flat_map(stream::iter)
-            .collect()
-            .await
-    }
-
     async fn list_years(&self) -> StoreResult<Vec<i32>> {
         let rows: Vec<(String, String, i32)> = self.collect(&self.st.list_years, ()).await?;
         let mut years: Vec<i32> = rows
@@ -1391,244 +1290,6 @@ impl RetryStore for CassandraStore {
                 enqueued_at_ms: at.0,
             })
             .boxed())
-    }
-
-    async fn list_services(&self) -> StoreResult<Vec<ServiceRow>> {
-        type Row = (
-            String,
-            Option<CqlTimestamp>,
-            Option<bool>,
-            Option<CqlTimestamp>,
-            Option<Vec<u8>>,
-            Option<Vec<u8>>,
-            Option<CqlTimestamp>,
-        );
-        let rows: Vec<Row> = self
-            .collect(&self.st.list_services, (&self.region, &self.cluster))
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(service, seen, paused, paused_at, policy, limits, updated)| ServiceRow {
-                    service,
-                    seen_at_ms: seen.map(|t| t.0),
-                    paused: paused.unwrap_or(false),
-                    paused_at_ms: paused_at.map(|t| t.0),
-                    policy: policy.unwrap_or_default(),
-                    limits: limits.unwrap_or_default(),
-                    updated_at_ms: updated.map(|t| t.0),
-                },
-            )
-            .collect())
-    }
-
-    async fn touch_service(&self, service: &str, now_ms: i64) -> StoreResult<()> {
-        self.exec(
-            &self.st.touch_service,
-            (CqlTimestamp(now_ms), &self.region, &self.cluster, service),
-        )
-        .await
-    }
-
-    async fn set_service_paused(&self, service: &str, paused: bool, now: i64) -> StoreResult<()> {
-        if paused {
-            self.exec(
-                &self.st.pause_service,
-                (
-                    CqlTimestamp(now),
-                    CqlTimestamp(now),
-                    &self.region,
-                    &self.cluster,
-                    service,
-                ),
-            )
-            .await
-        } else {
-            self.exec(
-                &self.st.resume_service,
-                (CqlTimestamp(now), &self.region, &self.cluster, service),
-            )
-            .await
-        }
-    }
-
-    async fn set_service_policy(&self, service: &str, policy: &[u8], now: i64) -> StoreResult<()> {
-        self.exec(
-            &self.st.set_service_policy,
-            (
-                policy,
-                CqlTimestamp(now),
-                &self.region,
-                &self.cluster,
-                service,
-            ),
-        )
-        .await
-    }
-
-    async fn set_service_limits(&self, service: &str, limits: &[u8], now: i64) -> StoreResult<()> {
-        self.exec(
-            &self.st.set_service_limits,
-            (
-                limits,
-                CqlTimestamp(now),
-                &self.region,
-                &self.cluster,
-                service,
-            ),
-        )
-        .await
-    }
-
-    async fn stream_dead_letters(
-        &self,
-        service: &str,
-        day: i32,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<DeadLetterRow>>> {
-        type Row = (
-            CqlTimestamp,
-            String,
-            Option<i32>,
-            Option<String>,
-            Option<i64>,
-            Option<CqlTimestamp>,
-        );
-        let rows = self
-            .pages::<Row>(
-                &self.st.list_dead_letters,
-                (
-                    &self.region,
-                    &self.cluster,
-                    service,
-                    cql_date(day),
-                    CqlTimestamp(from_ms),
-                    CqlTimestamp(to_ms),
-                ),
-            )
-            .await?;
-        let service = service.to_string();
-        Ok(rows
-            .map_ok(
-                move |(dead_at, transaction_id, attempt, last_error, generation, redriven)| {
-                    DeadLetterRow {
-                        letter: DeadLetter {
-                            service: service.clone(),
-                            transaction_id,
-                            day,
-                            dead_at_ms: dead_at.0,
-                            attempt: attempt.unwrap_or(0).max(0) as u32,
-                            last_error: last_error.unwrap_or_default(),
-                            generation: generation.unwrap_or(0),
-                        },
-                        redriven_at_ms: redriven.map(|t| t.0),
-                    }
-                },
-            )
-            .boxed())
-    }
-
-    async fn mark_redriven(&self, d: &DeadLetter, now: i64) -> StoreResult<()> {
-        self.exec(
-            &self.st.mark_redriven,
-            (
-                CqlTimestamp(now),
-                &self.region,
-                &self.cluster,
-                &d.service,
-                cql_date(d.day),
-                CqlTimestamp(d.dead_at_ms),
-                &d.transaction_id,
-            ),
-        )
-        .await
-    }
-
-    async fn delete_dead_letter_day(&self, service: &str, day: i32) -> StoreResult<()> {
-        self.exec(
-            &self.st.delete_dead_letter_day,
-            (&self.region, &self.cluster, service, cql_date(day)),
-        )
-        .await
-    }
-
-    async fn delete_dead_letter_range(
-        &self,
-        service: &str,
-        day: i32,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> StoreResult<()> {
-        self.exec(
-            &self.st.delete_dead_letter_range,
-            (
-                &self.region,
-                &self.cluster,
-                service,
-                cql_date(day),
-                CqlTimestamp(from_ms),
-                CqlTimestamp(to_ms),
-            ),
-        )
-        .await
-    }
-
-    async fn count_pointers(&self, service: &str, loc: &Location) -> StoreResult<u64> {
-        let rows: Vec<(i64,)> = self
-            .collect(
-                &self.st.count_pointers,
-                (
-                    &self.region,
-                    &self.cluster,
-                    cql_date(loc.window.day),
-                    loc.window.index as i32,
-                    service,
-                    &loc.instance,
-                    loc.bucket as i32,
-                ),
-            )
-            .await?;
-        Ok(rows.first().map_or(0, |r| r.0.max(0) as u64))
-    }
-
-    async fn day_listed(&self, year: i32, day: i32) -> StoreResult<bool> {
-        let rows: Vec<(CqlDate,)> = self
-            .collect(
-                &self.st.day_listed,
-                (&self.region, &self.cluster, year, cql_date(day)),
-            )
-            .await?;
-        Ok(!rows.is_empty())
-    }
-
-    async fn window_listed(&self, w: WindowId) -> StoreResult<bool> {
-        let rows: Vec<(i32,)> = self
-            .collect(
-                &self.st.window_listed,
-                (&self.region, &self.cluster, cql_date(w.day), w.index as i32),
-            )
-            .await?;
-        Ok(!rows.is_empty())
-    }
-
-    async fn put_dead_letter(&self, d: &DeadLetter, ttl_seconds: u32) -> StoreResult<()> {
-        self.exec(
-            &self.st.put_dead_letter,
-            (
-                &self.region,
-                &self.cluster,
-                &d.service,
-                cql_date(d.day),
-                CqlTimestamp(d.dead_at_ms),
-                &d.transaction_id,
-                d.attempt as i32,
-                &d.last_error,
-                d.generation,
-                ttl_seconds.min(i32::MAX as u32) as i32,
-            ),
-        )
-        .await
     }
 
     async fn delete_pointer_partition(&self, service: &str, loc: &Location) -> StoreResult<()> {
@@ -1741,6 +1402,44 @@ impl RetryStore for CassandraStore {
         .await
     }
 
+    async fn count_pointers(&self, service: &str, loc: &Location) -> StoreResult<u64> {
+        let rows: Vec<(i64,)> = self
+            .collect(
+                &self.st.count_pointers,
+                (
+                    &self.region,
+                    &self.cluster,
+                    cql_date(loc.window.day),
+                    loc.window.index as i32,
+                    service,
+                    &loc.instance,
+                    loc.bucket as i32,
+                ),
+            )
+            .await?;
+        Ok(rows.first().map_or(0, |r| r.0.max(0) as u64))
+    }
+
+    async fn day_listed(&self, year: i32, day: i32) -> StoreResult<bool> {
+        let rows: Vec<(CqlDate,)> = self
+            .collect(
+                &self.st.day_listed,
+                (&self.region, &self.cluster, year, cql_date(day)),
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn window_listed(&self, w: WindowId) -> StoreResult<bool> {
+        let rows: Vec<(i32,)> = self
+            .collect(
+                &self.st.window_listed,
+                (&self.region, &self.cluster, cql_date(w.day), w.index as i32),
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
     async fn low_water(&self, day: i32) -> StoreResult<u32> {
         let rows: Vec<(Option<i32>,)> = self
             .collect(
@@ -1752,16 +1451,6 @@ impl RetryStore for CassandraStore {
             .first()
             .and_then(|r| r.0)
             .map_or(0, |w| w.max(0) as u32))
-    }
-
-    async fn server_time_ms(&self) -> StoreResult<i64> {
-        let ps = self.st.server_time.as_ref().ok_or_else(|| {
-            StoreError::Internal("the database has no currentTimestamp() function".into())
-        })?;
-        let rows: Vec<(CqlTimestamp,)> = self.collect(ps, ()).await?;
-        rows.first()
-            .map(|r| r.0 .0)
-            .ok_or_else(|| StoreError::Internal("system.local returned no row".into()))
     }
 
     async fn set_low_water(&self, day: i32, window: u32) -> StoreResult<()> {
@@ -1788,6 +1477,128 @@ impl RetryStore for CassandraStore {
             )
             .await?;
         Ok(rows.into_iter().map(|(w,)| w.max(0) as u32).collect())
+    }
+}
+
+#[async_trait]
+impl StateStore for CassandraStore {
+    async fn put_state(&self, s: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {
+        self.state_writes
+            .submit((), (s.clone(), ttl_seconds), state_write_weight(s))
+            .await
+    }
+
+    async fn cancel_state(
+        &self,
+        state: &TxState,
+        ttl_seconds: u32,
+        cancel_ttl_seconds: u32,
+    ) -> StoreResult<()> {
+        // One partition, one batch: the CANCELLED row and the cancel cell land together.
+        let io = &self.state_io;
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_is_idempotent(true);
+        let cancel = (
+            ttl_of(Some(cancel_ttl_seconds)),
+            state.generation,
+            &self.region,
+            &self.cluster,
+            &state.service,
+            &state.transaction_id,
+        );
+        let r = if state.legacy_columns {
+            batch.append_statement(io.put_legacy.clone());
+            batch.append_statement(self.st.put_cancel.clone());
+            self.session
+                .batch(&batch, (io.legacy_values(state, Some(ttl_seconds)), cancel))
+                .await
+        } else {
+            batch.append_statement(io.put.clone());
+            batch.append_statement(self.st.put_cancel.clone());
+            self.session
+                .batch(&batch, (io.values(state, Some(ttl_seconds)), cancel))
+                .await
+        };
+        r.map(|_| ()).map_err(|e| map_execution_error(&e))
+    }
+
+    async fn get_state(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {
+        self.state_reads
+            .submit(service.to_string(), txid.to_string(), 1)
+            .await
+    }
+
+    async fn get_states(&self, service: &str, ids: &[String]) -> StoreResult<Vec<Option<TxState>>> {
+        // Futures made up front (they start only when polled): a closure over borrowed chunks
+        // would not satisfy async_trait's lifetimes.
+        let reads: Vec<_> = ids
+            .chunks(STATE_READ_BATCH)
+            .map(|chunk| {
+                self.state_reads.record(chunk.len());
+                let (io, service, chunk) =
+                    (self.state_io.clone(), service.to_string(), chunk.to_vec());
+                async move { io.get(service, chunk).await }
+            })
+            .collect();
+        let parts: Vec<Vec<Option<TxState>>> = stream::iter(reads)
+            .buffered(STATE_READS_PARALLEL)
+            .try_collect()
+            .await?;
+        Ok(parts.into_iter().flatten().collect())
+    }
+
+    async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>> {
+        // The same limits as coalesced writes: at most STATE_WRITE_BATCH rows and
+        // STATE_WRITE_BATCH_BYTES per batch; a heavier row goes alone.
+        let mut chunks: Vec<Vec<(TxState, Option<u32>)>> = Vec::new();
+        let mut weight = 0;
+        for row in rows {
+            let w = state_write_weight(&row.0);
+            match chunks.last_mut() {
+                Some(last)
+                    if last.len() < STATE_WRITE_BATCH && weight + w <= STATE_WRITE_BATCH_BYTES =>
+                {
+                    weight += w;
+                    last.push(row);
+                }
+                _ => {
+                    weight = w;
+                    chunks.push(vec![row]);
+                }
+            }
+        }
+        let writes: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| {
+                self.state_writes.record(chunk.len());
+                let io = self.state_io.clone();
+                async move {
+                    let n = chunk.len();
+                    match io.put(chunk).await {
+                        Ok(_) => vec![Ok(()); n],
+                        Err(e) => vec![Err(e); n],
+                    }
+                }
+            })
+            .collect();
+        stream::iter(writes)
+            .buffered(STATE_WRITES_PARALLEL)
+            .flat_map(stream::iter)
+            .collect()
+            .await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for CassandraStore {
+    async fn server_time_ms(&self) -> StoreResult<i64> {
+        let ps = self.st.server_time.as_ref().ok_or_else(|| {
+            StoreError::Internal("the database has no currentTimestamp() function".into())
+        })?;
+        let rows: Vec<(CqlTimestamp,)> = self.collect(ps, ()).await?;
+        rows.first()
+            .map(|r| r.0 .0)
+            .ok_or_else(|| StoreError::Internal("system.local returned no row".into()))
     }
 
     async fn heartbeat(&self, m: &Member, ttl_seconds: u32) -> StoreResult<()> {
@@ -1922,6 +1733,223 @@ impl RetryStore for CassandraStore {
         }
         .map_err(|e| map_execution_error(&e))?;
         cas_outcome(res, l.slot)
+    }
+}
+
+#[async_trait]
+impl ServiceStore for CassandraStore {
+    async fn list_services(&self) -> StoreResult<Vec<ServiceRow>> {
+        type Row = (
+            String,
+            Option<CqlTimestamp>,
+            Option<bool>,
+            Option<CqlTimestamp>,
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+            Option<CqlTimestamp>,
+        );
+        let rows: Vec<Row> = self
+            .collect(&self.st.list_services, (&self.region, &self.cluster))
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(service, seen, paused, paused_at, policy, limits, updated)| ServiceRow {
+                    service,
+                    seen_at_ms: seen.map(|t| t.0),
+                    paused: paused.unwrap_or(false),
+                    paused_at_ms: paused_at.map(|t| t.0),
+                    policy: policy.unwrap_or_default(),
+                    limits: limits.unwrap_or_default(),
+                    updated_at_ms: updated.map(|t| t.0),
+                },
+            )
+            .collect())
+    }
+
+    async fn touch_service(&self, service: &str, now_ms: i64) -> StoreResult<()> {
+        self.exec(
+            &self.st.touch_service,
+            (CqlTimestamp(now_ms), &self.region, &self.cluster, service),
+        )
+        .await
+    }
+
+    async fn set_service_paused(&self, service: &str, paused: bool, now: i64) -> StoreResult<()> {
+        if paused {
+            self.exec(
+                &self.st.pause_service,
+                (
+                    CqlTimestamp(now),
+                    CqlTimestamp(now),
+                    &self.region,
+                    &self.cluster,
+                    service,
+                ),
+            )
+            .await
+        } else {
+            self.exec(
+                &self.st.resume_service,
+                (CqlTimestamp(now), &self.region, &self.cluster, service),
+            )
+            .await
+        }
+    }
+
+    async fn set_service_policy(&self, service: &str, policy: &[u8], now: i64) -> StoreResult<()> {
+        self.exec(
+            &self.st.set_service_policy,
+            (
+                policy,
+                CqlTimestamp(now),
+                &self.region,
+                &self.cluster,
+                service,
+            ),
+        )
+        .await
+    }
+
+    async fn set_service_limits(&self, service: &str, limits: &[u8], now: i64) -> StoreResult<()> {
+        self.exec(
+            &self.st.set_service_limits,
+            (
+                limits,
+                CqlTimestamp(now),
+                &self.region,
+                &self.cluster,
+                service,
+            ),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl MigrationStore for CassandraStore {
+    async fn migrate(&self, now_ms: i64) -> StoreResult<Vec<i32>> {
+        super::migrate::migrate(&self.session, &self.keyspace, &self.replication, now_ms).await
+    }
+
+    async fn applied_migrations(&self) -> StoreResult<Vec<i32>> {
+        super::migrate::applied(&self.session, &self.keyspace).await
+    }
+}
+
+#[async_trait]
+impl DeadLetterStore for CassandraStore {
+    async fn put_dead_letter(&self, d: &DeadLetter, ttl_seconds: u32) -> StoreResult<()> {
+        self.exec(
+            &self.st.put_dead_letter,
+            (
+                &self.region,
+                &self.cluster,
+                &d.service,
+                cql_date(d.day),
+                CqlTimestamp(d.dead_at_ms),
+                &d.transaction_id,
+                d.attempt as i32,
+                &d.last_error,
+                d.generation,
+                ttl_seconds.min(i32::MAX as u32) as i32,
+            ),
+        )
+        .await
+    }
+
+    async fn stream_dead_letters(
+        &self,
+        service: &str,
+        day: i32,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<DeadLetterRow>>> {
+        type Row = (
+            CqlTimestamp,
+            String,
+            Option<i32>,
+            Option<String>,
+            Option<i64>,
+            Option<CqlTimestamp>,
+        );
+        let rows = self
+            .pages::<Row>(
+                &self.st.list_dead_letters,
+                (
+                    &self.region,
+                    &self.cluster,
+                    service,
+                    cql_date(day),
+                    CqlTimestamp(from_ms),
+                    CqlTimestamp(to_ms),
+                ),
+            )
+            .await?;
+        let service = service.to_string();
+        Ok(rows
+            .map_ok(
+                move |(dead_at, transaction_id, attempt, last_error, generation, redriven)| {
+                    DeadLetterRow {
+                        letter: DeadLetter {
+                            service: service.clone(),
+                            transaction_id,
+                            day,
+                            dead_at_ms: dead_at.0,
+                            attempt: attempt.unwrap_or(0).max(0) as u32,
+                            last_error: last_error.unwrap_or_default(),
+                            generation: generation.unwrap_or(0),
+                        },
+                        redriven_at_ms: redriven.map(|t| t.0),
+                    }
+                },
+            )
+            .boxed())
+    }
+
+    async fn mark_redriven(&self, d: &DeadLetter, now: i64) -> StoreResult<()> {
+        self.exec(
+            &self.st.mark_redriven,
+            (
+                CqlTimestamp(now),
+                &self.region,
+                &self.cluster,
+                &d.service,
+                cql_date(d.day),
+                CqlTimestamp(d.dead_at_ms),
+                &d.transaction_id,
+            ),
+        )
+        .await
+    }
+
+    async fn delete_dead_letter_day(&self, service: &str, day: i32) -> StoreResult<()> {
+        self.exec(
+            &self.st.delete_dead_letter_day,
+            (&self.region, &self.cluster, service, cql_date(day)),
+        )
+        .await
+    }
+
+    async fn delete_dead_letter_range(
+        &self,
+        service: &str,
+        day: i32,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> StoreResult<()> {
+        self.exec(
+            &self.st.delete_dead_letter_range,
+            (
+                &self.region,
+                &self.cluster,
+                service,
+                cql_date(day),
+                CqlTimestamp(from_ms),
+                CqlTimestamp(to_ms),
+            ),
+        )
+        .await
     }
 }
 

@@ -168,6 +168,31 @@ pub async fn migrate(
     Ok(done)
 }
 
+/// The versions recorded in `schema_migrations`, ascending.
+pub async fn applied(session: &Session, keyspace: &str) -> StoreResult<Vec<i32>> {
+    let rows = session
+        .query_unpaged(
+            format!("SELECT version FROM {keyspace}.schema_migrations"),
+            (),
+        )
+        .await
+        .map_err(|e| map_execution_error(&e))?
+        .into_rows_result()
+        .map_err(|e| StoreError::Internal(format!("schema_migrations: {e}")))?;
+    let mut versions = Vec::new();
+    for row in rows
+        .rows::<(i32,)>()
+        .map_err(|e| StoreError::Internal(format!("schema_migrations: {e}")))?
+    {
+        versions.push(
+            row.map_err(|e| StoreError::Internal(format!("schema_migrations: {e}")))?
+                .0,
+        );
+    }
+    versions.sort_unstable();
+    Ok(versions)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

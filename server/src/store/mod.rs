@@ -1,5 +1,7 @@
-//! Storage behind one trait. Nothing outside `store` knows CQL exists: the Cassandra
-//! implementation lives in `cassandra.rs`, migrations in `migrate.rs`.
+//! Storage behind one trait per table group (`DirectoryStore`, `StateStore`, `LeaseStore`,
+//! `ServiceStore`, `DeadLetterStore`, `MigrationStore`; `RetryStore` is their union).
+//! Nothing outside `store` knows CQL exists: the Cassandra implementation lives in
+//! `cassandra/`, migrations in `migrate.rs`. See docs/architecture.md.
 //!
 //! Every write here is an idempotent upsert or a whole-partition delete (the one row delete is
 //! `delete_late_pointer`, on the rare late-write path), so a write whose
@@ -244,11 +246,10 @@ impl TokenRange {
     }
 }
 
-/// The retry store: the five-tier directory and the state rows, for one `ns`
-/// (region, cluster) fixed when the store is built.
+/// The five-tier directory (days, windows, Tier-3 instances, buckets, Tier-5 pointers) and
+/// the compactor's low water, for one `ns`.
 #[async_trait]
-pub trait RetryStore: Send + Sync + std::fmt::Debug {
-    // Directory writes (idempotent upserts).
+pub trait DirectoryStore: Send + Sync + std::fmt::Debug {
     async fn put_day(&self, year: i32, day: i32) -> StoreResult<()>;
     async fn put_window(&self, window: WindowId) -> StoreResult<()>;
     async fn put_instance(&self, window: WindowId, row: &InstanceRow) -> StoreResult<()>;
@@ -265,8 +266,6 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
         location: &Location,
         pointer: &Pointer,
     ) -> StoreResult<()>;
-
-    /// Writes the whole state row; `ttl_seconds` is set for terminal states.
     /// Several pointers of one bucket in one single-partition unlogged batch (one mutation
     /// of one partition for Cassandra).
     async fn put_pointers(
@@ -275,25 +274,6 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
         location: &Location,
         pointers: &[Pointer],
     ) -> StoreResult<()>;
-    async fn put_state(&self, state: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()>;
-    /// Writes the CANCELLED `state` (with `ttl_seconds`) and, in the same single-partition
-    /// batch, the cancel cell `cancelled_generation = state.generation` that lives
-    /// `cancel_ttl_seconds`.
-    async fn cancel_state(
-        &self,
-        state: &TxState,
-        ttl_seconds: u32,
-        cancel_ttl_seconds: u32,
-    ) -> StoreResult<()>;
-    async fn get_state(&self, service: &str, transaction_id: &str) -> StoreResult<Option<TxState>>;
-    /// The state rows of many transactions of one service, read in few requests; one answer
-    /// per id, in order.
-    async fn get_states(&self, service: &str, ids: &[String]) -> StoreResult<Vec<Option<TxState>>>;
-    /// Writes many state rows in few requests; one result per row, in order (a request that
-    /// fails fails the rows it carried). No transaction may appear twice.
-    async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>>;
-
-    // Directory reads, oldest first.
     /// Every year of this `ns` that holds a day row, ascending: a backlog of any age is found.
     async fn list_years(&self) -> StoreResult<Vec<i32>>;
     async fn list_days(&self, year: i32) -> StoreResult<Vec<i32>>;
@@ -315,12 +295,6 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
         service: &str,
         location: &Location,
     ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<Pointer>>>;
-
-    // Dispatch writes.
-    async fn put_dead_letter(&self, letter: &DeadLetter, ttl_seconds: u32) -> StoreResult<()>;
-
-    // Deletes. Tier 5 only as whole partitions; Tiers 1-4 single rows in small partitions;
-    // a window's whole Tier-3 partition once Node-0 has seen it empty.
     async fn delete_pointer_partition(&self, service: &str, location: &Location)
         -> StoreResult<()>;
     /// The one row delete of Tier 5: a pointer its writer found had landed after its window
@@ -346,13 +320,71 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
     async fn delete_window_instances(&self, window: WindowId) -> StoreResult<()>;
     async fn delete_window(&self, window: WindowId) -> StoreResult<()>;
     async fn delete_day(&self, year: i32, day: i32) -> StoreResult<()>;
+    async fn count_pointers(&self, service: &str, location: &Location) -> StoreResult<u64>;
+    async fn day_listed(&self, year: i32, day: i32) -> StoreResult<bool>;
+    async fn window_listed(&self, window: WindowId) -> StoreResult<bool>;
+    /// First window of `day` not yet compacted (0 when unknown).
+    async fn low_water(&self, day: i32) -> StoreResult<u32>;
+    async fn set_low_water(&self, day: i32, window: u32) -> StoreResult<()>;
+    async fn delete_low_water(&self, day: i32) -> StoreResult<()>;
+    /// Windows of `day` from `from` on, ascending.
+    async fn list_windows_from(&self, day: i32, from: u32) -> StoreResult<Vec<u32>>;
+}
 
-    // Service settings (one small partition per namespace).
+/// The state rows: one per (service, transaction).
+#[async_trait]
+pub trait StateStore: Send + Sync + std::fmt::Debug {
+    /// Writes the whole state row; `ttl_seconds` is set for terminal states.
+    async fn put_state(&self, state: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()>;
+    /// Writes the CANCELLED `state` (with `ttl_seconds`) and, in the same single-partition
+    /// batch, the cancel cell `cancelled_generation = state.generation` that lives
+    /// `cancel_ttl_seconds`.
+    async fn cancel_state(
+        &self,
+        state: &TxState,
+        ttl_seconds: u32,
+        cancel_ttl_seconds: u32,
+    ) -> StoreResult<()>;
+    async fn get_state(&self, service: &str, transaction_id: &str) -> StoreResult<Option<TxState>>;
+    /// The state rows of many transactions of one service, read in few requests; one answer
+    /// per id, in order.
+    async fn get_states(&self, service: &str, ids: &[String]) -> StoreResult<Vec<Option<TxState>>>;
+    /// Writes many state rows in few requests; one result per row, in order (a request that
+    /// fails fails the rows it carried). No transaction may appear twice.
+    async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>>;
+}
+
+/// The lease ring and its members, and the database's clock. Lease changes are
+/// compare-and-set (LWT at SERIAL consistency for Cassandra); a timeout of one is an unknown
+/// outcome, which the caller resolves with `read_lease`.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + std::fmt::Debug {
+    /// The coordinator's clock (`currentTimestamp()`), for the node's clock offset.
+    async fn server_time_ms(&self) -> StoreResult<i64>;
+    async fn heartbeat(&self, member: &Member, ttl_seconds: u32) -> StoreResult<()>;
+    async fn list_members(&self) -> StoreResult<Vec<Member>>;
+    /// Reads a lease with SERIAL consistency, so that it reflects every committed LWT.
+    async fn read_lease(&self, slot: i32) -> StoreResult<Option<LeaseRow>>;
+    /// Reads the leases of `slots` at the normal consistency: a cheap, possibly slightly stale
+    /// overview (no Paxos round); decisions are still taken by LWT.
+    async fn peek_leases(&self, slots: &[i32]) -> StoreResult<Vec<LeaseRow>>;
+    /// Creates the lease of a slot that has never been held.
+    async fn create_lease(&self, lease: &LeaseRow) -> StoreResult<Cas>;
+    /// Replaces the lease if its epoch is still `expected_epoch` (take, renew or release).
+    async fn replace_lease(
+        &self,
+        lease: &LeaseRow,
+        expected_epoch: i64,
+        change: LeaseChange,
+    ) -> StoreResult<Cas>;
+}
+
+/// Service settings: one small partition per namespace.
+#[async_trait]
+pub trait ServiceStore: Send + Sync + std::fmt::Debug {
     async fn list_services(&self) -> StoreResult<Vec<ServiceRow>>;
     /// Records that the service exists (once per service per process).
     async fn touch_service(&self, service: &str, now_ms: i64) -> StoreResult<()>;
-    /// The coordinator's clock (`currentTimestamp()`), for the node's clock offset.
-    async fn server_time_ms(&self) -> StoreResult<i64>;
     async fn set_service_paused(&self, service: &str, paused: bool, now_ms: i64)
         -> StoreResult<()>;
     async fn set_service_policy(
@@ -367,8 +399,12 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
         limits: &[u8],
         now_ms: i64,
     ) -> StoreResult<()>;
+}
 
-    // Dead letters: one partition per (service, day), rows by (dead_at, transaction_id).
+/// Dead letters: one partition per (service, day), rows by (dead_at, transaction_id).
+#[async_trait]
+pub trait DeadLetterStore: Send + Sync + std::fmt::Debug {
+    async fn put_dead_letter(&self, letter: &DeadLetter, ttl_seconds: u32) -> StoreResult<()>;
     /// The rows of one day with `from_ms <= dead_at < to_ms`, page by page.
     async fn stream_dead_letters(
         &self,
@@ -388,38 +424,39 @@ pub trait RetryStore: Send + Sync + std::fmt::Debug {
         from_ms: i64,
         to_ms: i64,
     ) -> StoreResult<()>;
-
-    // Inspection.
-    async fn count_pointers(&self, service: &str, location: &Location) -> StoreResult<u64>;
-    async fn day_listed(&self, year: i32, day: i32) -> StoreResult<bool>;
-    async fn window_listed(&self, window: WindowId) -> StoreResult<bool>;
-
-    /// First window of `day` not yet compacted (0 when unknown).
-    async fn low_water(&self, day: i32) -> StoreResult<u32>;
-    async fn set_low_water(&self, day: i32, window: u32) -> StoreResult<()>;
-    async fn delete_low_water(&self, day: i32) -> StoreResult<()>;
-    /// Windows of `day` from `from` on, ascending.
-    async fn list_windows_from(&self, day: i32, from: u32) -> StoreResult<Vec<u32>>;
-
-    // The lease ring. Lease changes are lightweight transactions (SERIAL consistency); a
-    // timeout of one is an unknown outcome, which the caller resolves with `read_lease`.
-    async fn heartbeat(&self, member: &Member, ttl_seconds: u32) -> StoreResult<()>;
-    async fn list_members(&self) -> StoreResult<Vec<Member>>;
-    /// Reads a lease with SERIAL consistency, so that it reflects every committed LWT.
-    async fn read_lease(&self, slot: i32) -> StoreResult<Option<LeaseRow>>;
-    /// Reads the leases of `slots` at the normal consistency: a cheap, possibly slightly stale
-    /// overview (no Paxos round); decisions are still taken by LWT.
-    async fn peek_leases(&self, slots: &[i32]) -> StoreResult<Vec<LeaseRow>>;
-    /// Creates the lease of a slot that has never been held.
-    async fn create_lease(&self, lease: &LeaseRow) -> StoreResult<Cas>;
-    /// Replaces the lease if its epoch is still `expected_epoch` (take, renew or release).
-    async fn replace_lease(
-        &self,
-        lease: &LeaseRow,
-        expected_epoch: i64,
-        change: LeaseChange,
-    ) -> StoreResult<Cas>;
 }
+
+/// The schema: the numbered migrations of `schema/` (Cassandra), or the embedded store's
+/// own layout version.
+#[async_trait]
+pub trait MigrationStore: Send + Sync + std::fmt::Debug {
+    /// Brings the schema up to date; returns the versions this call applied (none when it
+    /// was up to date: a re-run is harmless).
+    async fn migrate(&self, now_ms: i64) -> StoreResult<Vec<i32>>;
+    /// The versions applied so far, ascending.
+    async fn applied_migrations(&self) -> StoreResult<Vec<i32>>;
+}
+
+/// The whole store: the union of the table groups. Components take the narrowest group
+/// they need (the ring a `LeaseStore`, the compactor a `DirectoryStore`); the node and
+/// the admin API hold the union.
+pub trait RetryStore:
+    DispatchStore + ScheduleStore + LeaseStore + ServiceStore + MigrationStore
+{
+}
+
+impl<T> RetryStore for T where
+    T: DirectoryStore + StateStore + LeaseStore + ServiceStore + DeadLetterStore + MigrationStore
+{
+}
+
+/// What the writer needs: the directory and the state rows.
+pub trait ScheduleStore: DirectoryStore + StateStore {}
+impl<T: DirectoryStore + StateStore + ?Sized> ScheduleStore for T {}
+
+/// What the dispatcher needs: the directory, the state rows and the dead letters.
+pub trait DispatchStore: DirectoryStore + StateStore + DeadLetterStore {}
+impl<T: DirectoryStore + StateStore + DeadLetterStore + ?Sized> DispatchStore for T {}
 
 /// A `ring_leases` row.
 #[derive(Debug, Clone, PartialEq, Eq)]
