@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use prost::Message;
 
-use super::{Location, StoreError, StoreResult};
+use super::{Location, Status, StoreError, StoreResult, TxState};
 use crate::{policy::RetryPolicy, window::WindowId};
 
 #[derive(Clone, PartialEq, Message)]
@@ -135,7 +135,64 @@ impl LocationBody {
     }
 }
 
+/// The cells of a state row besides its body: status, generation, payload and the two
+/// settle cells.
+#[derive(Debug)]
+pub struct StateCells {
+    pub status: Status,
+    pub generation: i64,
+    pub payload: Vec<u8>,
+    pub cancelled_generation: Option<i64>,
+    pub succeeded_generation: Option<i64>,
+}
+
 impl Body {
+    /// The body of `s`: everything but its status, generation, payload and settle cells.
+    pub fn of_state(s: &TxState) -> Self {
+        Body {
+            attempt: s.attempt,
+            attributes: s.attributes.clone(),
+            policy: Some(PolicyBody::of(&s.policy)),
+            first_enqueued_at_ms: s.first_enqueued_at_ms,
+            last_enqueued_at_ms: s.last_enqueued_at_ms,
+            updated_at_ms: s.updated_at_ms,
+            due_at_ms: s.due_at_ms,
+            last_error: s.last_error.clone(),
+            location: s.location.as_ref().map(LocationBody::of),
+            enqueue_count: s.enqueue_count,
+            delivery_count: s.delivery_count,
+            base_generation: s.base_generation,
+        }
+    }
+
+    /// The state row of `service`/`transaction_id` made of this body and `cells`, with the
+    /// settle cells applied (`TxState::apply_settled`).
+    pub fn into_state(mut self, service: &str, transaction_id: &str, cells: StateCells) -> TxState {
+        TxState {
+            service: service.to_string(),
+            transaction_id: transaction_id.to_string(),
+            status: cells.status,
+            generation: cells.generation,
+            attempt: self.attempt,
+            payload: cells.payload,
+            policy: self.policy_or_default(),
+            attributes: self.attributes,
+            first_enqueued_at_ms: self.first_enqueued_at_ms,
+            last_enqueued_at_ms: self.last_enqueued_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            due_at_ms: self.due_at_ms,
+            last_error: self.last_error,
+            location: self.location.map(LocationBody::location),
+            enqueue_count: self.enqueue_count,
+            delivery_count: self.delivery_count,
+            legacy_columns: false,
+            base_generation: self.base_generation,
+            cancelled_generation: cells.cancelled_generation,
+            succeeded_generation: cells.succeeded_generation,
+        }
+        .apply_settled()
+    }
+
     /// Decodes a stored body; `what` names the row in the error.
     pub fn decode_stored(bytes: &[u8], what: &str) -> StoreResult<Self> {
         Body::decode(bytes)

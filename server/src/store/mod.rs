@@ -16,6 +16,7 @@
 
 pub mod body;
 pub mod cassandra;
+pub mod embedded;
 pub mod migrate;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,153 @@
+//! Dead letters: one partition per (service, day), rows by (dead_at, transaction_id).
+
+use async_trait::async_trait;
+
+use super::{
+    expiry,
+    keys::{Dec, Enc, Key, KeyReader, Table},
+    EmbeddedStore, NEVER,
+};
+use crate::store::{DeadLetter, DeadLetterRow, DeadLetterStore, StoreResult};
+
+impl EmbeddedStore {
+    fn letter_day(&self, service: &str, day: i32) -> Key {
+        self.key(Table::DeadLetters).str(service).i32(day)
+    }
+}
+
+fn encode(d: &DeadLetter, redriven_at_ms: Option<i64>) -> Vec<u8> {
+    Enc::new()
+        .u32(d.attempt)
+        .str(&d.last_error)
+        .i64(d.generation)
+        .opt_i64(redriven_at_ms)
+        .into_bytes()
+}
+
+#[async_trait]
+impl DeadLetterStore for EmbeddedStore {
+    async fn put_dead_letter(&self, d: &DeadLetter, ttl_seconds: u32) -> StoreResult<()> {
+        let key = self
+            .letter_day(&d.service, d.day)
+            .i64(d.dead_at_ms)
+            .str(&d.transaction_id);
+        let d = d.clone();
+        // An INSERT leaves `redriven_at` as it was.
+        self.blocking(move |i| {
+            i.write(|w| {
+                let redriven = match w.get(key.as_bytes())? {
+                    Some(v) => {
+                        let mut dec = Dec::new(&v);
+                        dec.u32()?;
+                        dec.str()?;
+                        dec.i64()?;
+                        dec.opt_i64()?
+                    }
+                    None => None,
+                };
+                let exp = expiry(w.now_ms, Some(ttl_seconds));
+                w.put(key.as_bytes(), &encode(&d, redriven), exp)
+            })
+        })
+        .await
+    }
+
+    async fn stream_dead_letters(
+        &self,
+        service: &str,
+        day: i32,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<DeadLetterRow>>> {
+        use futures::StreamExt;
+        let prefix = self.letter_day(service, day);
+        let n = prefix.as_bytes().len();
+        let service = service.to_string();
+        // The partition read in pages; rows outside [from, to) are dropped (Cassandra
+        // restricts the clustering range on the server, with the same result).
+        let rows = self.stream_partition(prefix, move |k, v| {
+            let mut r = KeyReader::after(k, n)?;
+            let dead_at_ms = r.i64()?;
+            let transaction_id = r.str()?;
+            let mut d = Dec::new(v);
+            Ok(DeadLetterRow {
+                letter: DeadLetter {
+                    service: service.clone(),
+                    transaction_id,
+                    day,
+                    dead_at_ms,
+                    attempt: d.u32()?,
+                    last_error: d.str()?,
+                    generation: d.i64()?,
+                },
+                redriven_at_ms: d.opt_i64()?,
+            })
+        });
+        Ok(rows
+            .filter(move |r| {
+                let keep = match r {
+                    Ok(r) => from_ms <= r.letter.dead_at_ms && r.letter.dead_at_ms < to_ms,
+                    Err(_) => true,
+                };
+                futures::future::ready(keep)
+            })
+            .boxed())
+    }
+
+    async fn mark_redriven(&self, d: &DeadLetter, now: i64) -> StoreResult<()> {
+        let key = self
+            .letter_day(&d.service, d.day)
+            .i64(d.dead_at_ms)
+            .str(&d.transaction_id);
+        let d = d.clone();
+        self.blocking(move |i| {
+            i.write(|w| {
+                // An UPDATE of a row already gone writes the one cell, with no TTL.
+                let (letter, exp) = match w.get_with_expiry(key.as_bytes())? {
+                    Some((v, exp)) => {
+                        let mut dec = Dec::new(&v);
+                        let letter = DeadLetter {
+                            attempt: dec.u32()?,
+                            last_error: dec.str()?,
+                            generation: dec.i64()?,
+                            ..d.clone()
+                        };
+                        (letter, exp)
+                    }
+                    None => (
+                        DeadLetter {
+                            attempt: 0,
+                            last_error: String::new(),
+                            generation: 0,
+                            ..d.clone()
+                        },
+                        NEVER,
+                    ),
+                };
+                w.put(key.as_bytes(), &encode(&letter, Some(now)), exp)
+            })
+        })
+        .await
+    }
+
+    async fn delete_dead_letter_day(&self, service: &str, day: i32) -> StoreResult<()> {
+        self.delete_partition(self.letter_day(service, day)).await
+    }
+
+    async fn delete_dead_letter_range(
+        &self,
+        service: &str,
+        day: i32,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> StoreResult<()> {
+        if from_ms >= to_ms {
+            return Ok(());
+        }
+        let part = self.letter_day(service, day);
+        let from = part.clone().i64(from_ms).into_bytes();
+        let to = part.i64(to_ms).into_bytes();
+        self.blocking(move |i| i.write(|w| w.delete_range(&from, Some(to))))
+            .await
+    }
+}

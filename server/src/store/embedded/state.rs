@@ -1,0 +1,166 @@
+//! State rows. The main row (status, generation, payload, body) and the two settle cells
+//! are separate rows, because in Cassandra they are cells with TTLs of their own: the
+//! cancel cell outlives the row it cancelled, and an upsert that leaves a settle cell unset
+//! leaves it as it was.
+
+use async_trait::async_trait;
+use prost::Message;
+
+use super::{
+    expiry,
+    keys::{Dec, Enc, Key, Table},
+    EmbeddedStore, Inner, Writer,
+};
+use crate::store::{
+    body::{Body, StateCells},
+    StateStore, Status, StoreError, StoreResult, TxState,
+};
+
+/// The three keys of one transaction's state: main row, cancel cell, succeeded cell.
+struct StateKeys {
+    main: Key,
+    cancel: Key,
+    succeeded: Key,
+}
+
+impl EmbeddedStore {
+    fn state_keys(&self, service: &str, transaction_id: &str) -> StateKeys {
+        let k = |t| self.key(t).str(service).str(transaction_id);
+        StateKeys {
+            main: k(Table::State),
+            cancel: k(Table::CancelCell),
+            succeeded: k(Table::SucceededCell),
+        }
+    }
+}
+
+fn main_payload(s: &TxState) -> Vec<u8> {
+    Enc::new()
+        .str(s.status.as_str())
+        .i64(s.generation)
+        .bytes(&s.payload)
+        .bytes(&Body::of_state(s).encode_to_vec())
+        .into_bytes()
+}
+
+fn generation_cell(g: i64) -> Vec<u8> {
+    Enc::new().i64(g).into_bytes()
+}
+
+/// Writes `s` as the Cassandra INSERT does: the main row with `ttl_seconds`, and the
+/// succeeded cell (same TTL) when `s` is SUCCEEDED; the cancel cell is left as it is.
+fn put_state(w: &mut Writer<'_>, k: &StateKeys, s: &TxState, ttl: Option<u32>) -> StoreResult<()> {
+    let exp = expiry(w.now_ms, ttl);
+    w.put(k.main.as_bytes(), &main_payload(s), exp)?;
+    if s.status == Status::Succeeded {
+        w.put(k.succeeded.as_bytes(), &generation_cell(s.generation), exp)?;
+    }
+    Ok(())
+}
+
+fn read_state(i: &Inner, service: &str, id: &str, k: &StateKeys) -> StoreResult<Option<TxState>> {
+    let cell = |key: &Key| -> StoreResult<Option<i64>> {
+        i.get(key.as_bytes())?
+            .map(|v| Dec::new(&v).i64())
+            .transpose()
+    };
+    let cancelled = cell(&k.cancel)?;
+    let Some(main) = i.get(k.main.as_bytes())? else {
+        // Only a cancel cell outlived the row (it lives longer): the retry reads as
+        // cancelled, at that generation, so a new enqueue starts above it.
+        return Ok(cancelled.map(|g| TxState::cancelled_ghost(service, id, g)));
+    };
+    let mut d = Dec::new(&main);
+    let status_text = d.str()?;
+    let status = Status::parse(&status_text).ok_or_else(|| {
+        StoreError::Internal(format!(
+            "state row {service}/{id} has unknown status {status_text:?}"
+        ))
+    })?;
+    let generation = d.i64()?;
+    let payload = d.bytes()?;
+    let body = Body::decode_stored(&d.bytes()?, &format!("{service}/{id}"))?;
+    Ok(Some(body.into_state(
+        service,
+        id,
+        StateCells {
+            status,
+            generation,
+            payload,
+            cancelled_generation: cancelled,
+            succeeded_generation: cell(&k.succeeded)?,
+        },
+    )))
+}
+
+#[async_trait]
+impl StateStore for EmbeddedStore {
+    async fn put_state(&self, s: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {
+        let k = self.state_keys(&s.service, &s.transaction_id);
+        let s = s.clone();
+        self.blocking(move |i| i.write(|w| put_state(w, &k, &s, ttl_seconds)))
+            .await
+    }
+
+    async fn cancel_state(
+        &self,
+        s: &TxState,
+        ttl_seconds: u32,
+        cancel_ttl_seconds: u32,
+    ) -> StoreResult<()> {
+        let k = self.state_keys(&s.service, &s.transaction_id);
+        let s = s.clone();
+        self.blocking(move |i| {
+            i.write(|w| {
+                put_state(w, &k, &s, Some(ttl_seconds))?;
+                let exp = expiry(w.now_ms, Some(cancel_ttl_seconds));
+                w.put(k.cancel.as_bytes(), &generation_cell(s.generation), exp)
+            })
+        })
+        .await
+    }
+
+    async fn get_state(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {
+        let k = self.state_keys(service, txid);
+        let (service, txid) = (service.to_string(), txid.to_string());
+        self.blocking(move |i| read_state(i, &service, &txid, &k))
+            .await
+    }
+
+    async fn get_states(&self, service: &str, ids: &[String]) -> StoreResult<Vec<Option<TxState>>> {
+        let keys: Vec<(String, StateKeys)> = ids
+            .iter()
+            .map(|id| (id.clone(), self.state_keys(service, id)))
+            .collect();
+        let service = service.to_string();
+        self.blocking(move |i| {
+            keys.iter()
+                .map(|(id, k)| read_state(i, &service, id, k))
+                .collect()
+        })
+        .await
+    }
+
+    async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>> {
+        let n = rows.len();
+        let keyed: Vec<(StateKeys, TxState, Option<u32>)> = rows
+            .into_iter()
+            .map(|(s, ttl)| (self.state_keys(&s.service, &s.transaction_id), s, ttl))
+            .collect();
+        // One transaction carries them all: it commits or fails whole.
+        let res = self
+            .blocking(move |i| {
+                i.write(|w| {
+                    for (k, s, ttl) in &keyed {
+                        put_state(w, k, s, *ttl)?;
+                    }
+                    Ok(())
+                })
+            })
+            .await;
+        match res {
+            Ok(()) => (0..n).map(|_| Ok(())).collect(),
+            Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
+        }
+    }
+}
