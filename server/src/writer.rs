@@ -28,8 +28,7 @@ use crate::{
     error::ApiError,
     policy::RetryPolicy,
     services::Services,
-    store::{InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState},
-    token,
+    store::{token, InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState},
     validate::{EnqueueInput, Schedule},
     window::{WindowGrid, WindowId},
 };

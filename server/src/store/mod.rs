@@ -17,6 +17,7 @@
 pub mod body;
 pub mod cassandra;
 pub mod migrate;
+pub mod token;
 
 use std::collections::BTreeMap;
 
