@@ -859,7 +859,9 @@ async fn costs(a: &Args) -> anyhow::Result<J> {
         }
         fields.push((label, J::O(ops)));
     }
-    session
+    // A session of its own: the store's connection carries only its prepared statements.
+    session(a)
+        .await?
         .query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", config.keyspace), ())
         .await?;
     fields.push(("n", J::N(n as f64)));
