@@ -34,7 +34,7 @@ use crate::{
     store::{DeadLetter, InstanceRow, Location, PointerState, RetryStore, Status, TokenRange},
     validate,
     window::{day_to_date, WindowGrid, WindowId, DAY_MS},
-    writer::Writer,
+    writer::{generation_ms, Writer},
 };
 
 /// Longest time range a dead-letter call may cover.
@@ -63,11 +63,6 @@ fn unknown_service(service: &str) -> ApiError {
     ApiError::NotFound(format!(
         "no service {service:?}: it was never enqueued to nor configured"
     ))
-}
-
-/// The time a generation was made (its high bits; see `writer::new_generation`).
-fn generation_ms(generation: i64) -> i64 {
-    generation >> 20
 }
 
 fn dur(ms: i64) -> prost_types::Duration {
@@ -1084,11 +1079,5 @@ mod tests {
                 prop_assert_eq!(Cursor::decode(&c.encode()).unwrap(), c);
             }
         }
-    }
-
-    #[test]
-    fn generation_time_is_the_high_bits() {
-        let g = crate::writer::new_generation(0, 1_700_000_000_000);
-        assert_eq!(generation_ms(g), 1_700_000_000_000);
     }
 }

@@ -6,7 +6,7 @@ use std::{collections::HashMap, net::SocketAddr, path::Path, time::Duration};
 
 use serde::Deserialize;
 
-use crate::policy::RetryPolicy;
+use crate::{policy::RetryPolicy, store::cassandra};
 
 /// Everything a node needs to know to start. Durations are kept in the units of their keys.
 #[derive(Debug, Clone, PartialEq)]
@@ -565,18 +565,10 @@ impl Config {
                 "must be a CQL replication map such as {'class': 'SimpleStrategy', 'replication_factor': 1}",
             ));
         }
-        parse_consistency(&self.consistency).ok_or_else(|| {
-            bad(
-                "REBOUND_CONSISTENCY",
-                format!("unknown consistency level {:?}", self.consistency),
-            )
-        })?;
-        parse_serial_consistency(&self.serial_consistency).ok_or_else(|| {
-            bad(
-                "REBOUND_SERIAL_CONSISTENCY",
-                "must be SERIAL or LOCAL_SERIAL",
-            )
-        })?;
+        cassandra::check_consistency(&self.consistency)
+            .map_err(|e| bad("REBOUND_CONSISTENCY", e))?;
+        cassandra::check_serial_consistency(&self.serial_consistency)
+            .map_err(|e| bad("REBOUND_SERIAL_CONSISTENCY", e))?;
         range(
             "REBOUND_CASSANDRA_REQUEST_TIMEOUT_MS",
             self.cassandra_request_timeout_ms,
@@ -753,31 +745,6 @@ fn range(key: &str, v: u64, min: u64, max: u64) -> Result<(), ConfigError> {
         Err(bad(key, format!("{v} is outside {min}..={max}")))
     } else {
         Ok(())
-    }
-}
-
-/// CQL consistency level names accepted by `REBOUND_CONSISTENCY`.
-pub fn parse_consistency(s: &str) -> Option<scylla::statement::Consistency> {
-    use scylla::statement::Consistency as C;
-    Some(match s.to_ascii_uppercase().as_str() {
-        "ONE" => C::One,
-        "TWO" => C::Two,
-        "THREE" => C::Three,
-        "QUORUM" => C::Quorum,
-        "ALL" => C::All,
-        "LOCAL_QUORUM" => C::LocalQuorum,
-        "EACH_QUORUM" => C::EachQuorum,
-        "LOCAL_ONE" => C::LocalOne,
-        _ => return None,
-    })
-}
-
-pub fn parse_serial_consistency(s: &str) -> Option<scylla::statement::SerialConsistency> {
-    use scylla::statement::SerialConsistency as S;
-    match s.to_ascii_uppercase().as_str() {
-        "SERIAL" => Some(S::Serial),
-        "LOCAL_SERIAL" => Some(S::LocalSerial),
-        _ => None,
     }
 }
 

@@ -18,7 +18,6 @@ pub mod ring;
 pub mod services;
 pub mod store;
 pub mod telemetry;
-pub mod token;
 pub mod validate;
 pub mod window;
 pub mod writer;

@@ -24,8 +24,7 @@ use crate::{
     ring::{LeaseRing, RingOptions},
     services::Services,
     store::{
-        cassandra::{connect_with_wait, CassandraOptions, CassandraStore},
-        migrate::migrate,
+        cassandra::{connect_with_wait, CassandraOptions, CassandraStore, Connection},
         LeaseStore, RetryStore,
     },
     writer::{Writer, WriterOptions},
@@ -132,33 +131,44 @@ pub struct Node {
     pub cassandra: Arc<CassandraStore>,
 }
 
+/// The Cassandra connection settings of `c` (validated by `Config::validate`).
+pub fn cassandra_options(c: &Config) -> CassandraOptions {
+    CassandraOptions {
+        contact_points: c.cassandra_contact_points.clone(),
+        keyspace: c.keyspace.clone(),
+        replication: c.replication.clone(),
+        region: c.region.clone(),
+        cluster: c.cluster.clone(),
+        consistency: c.consistency.clone(),
+        serial_consistency: c.serial_consistency.clone(),
+        request_timeout: Duration::from_millis(c.cassandra_request_timeout_ms),
+        connect_timeout: Duration::from_millis(c.cassandra_connect_timeout_ms),
+    }
+}
+
 /// Applies the schema migrations to the configured keyspace (the `migrate` command).
 pub async fn run_migrations(config: &Config, clock: &SharedClock) -> anyhow::Result<Vec<i32>> {
     Ok(connect_and_migrate(config, clock).await?.1)
 }
 
 /// Connects (waiting for Cassandra up to `cassandra_startup_wait_ms`) and brings the keyspace
-/// up to date; returns the session and the migrations this call applied.
+/// up to date; returns the connection and the migrations this call applied.
 async fn connect_and_migrate(
     config: &Config,
     clock: &SharedClock,
-) -> anyhow::Result<(scylla::client::session::Session, Vec<i32>)> {
-    let opts = CassandraOptions::from_config(config);
-    let session = connect_with_wait(
+) -> anyhow::Result<(Connection, Vec<i32>)> {
+    let opts = cassandra_options(config);
+    let connection = connect_with_wait(
         &opts,
         Duration::from_millis(config.cassandra_startup_wait_ms),
     )
     .await
     .context("connecting to Cassandra")?;
-    let applied = migrate(
-        &session,
-        &opts.keyspace,
-        &config.replication,
-        clock.now_ms(),
-    )
-    .await
-    .context("applying migrations")?;
-    Ok((session, applied))
+    let applied = connection
+        .migrate(&opts.keyspace, &config.replication, clock.now_ms())
+        .await
+        .context("applying migrations")?;
+    Ok((connection, applied))
 }
 
 impl Node {
@@ -181,14 +191,13 @@ impl Node {
             }
             None => Auth::off(),
         });
-        let opts = CassandraOptions::from_config(&config);
-        let (session, applied) = connect_and_migrate(&config, &clock).await?;
-        let session = Arc::new(session);
+        let opts = cassandra_options(&config);
+        let (connection, applied) = connect_and_migrate(&config, &clock).await?;
         if !applied.is_empty() {
             tracing::info!(?applied, keyspace = %opts.keyspace, "schema migrated");
         }
         let cassandra = Arc::new(
-            CassandraStore::new(session.clone(), &opts)
+            CassandraStore::new(&connection, &opts)
                 .await
                 .context("preparing statements")?,
         );

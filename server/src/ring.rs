@@ -188,7 +188,7 @@ impl LeaseRing {
 
         // Take expired or never-held slots up to the share, starting at a node-specific slot so
         // that nodes starting together do not all race for slot 0.
-        let offset = (crate::token::token_of(self.opts.node_id.as_bytes()) as u64
+        let offset = (crate::store::token::token_of(self.opts.node_id.as_bytes()) as u64
             % u64::from(self.opts.slots)) as u32;
         let mut count = mine.len();
         if count < share {

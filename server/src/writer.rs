@@ -28,8 +28,7 @@ use crate::{
     error::ApiError,
     policy::RetryPolicy,
     services::Services,
-    store::{InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState},
-    token,
+    store::{token, InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState},
     validate::{EnqueueInput, Schedule},
     window::{WindowGrid, WindowId},
 };
@@ -1126,12 +1125,20 @@ fn not_found(service: &str, transaction_id: &str) -> ApiError {
     ))
 }
 
+/// The random bits below a generation's milliseconds (`new_generation`, `generation_ms`).
+const GENERATION_RANDOM_BITS: u32 = 20;
+
 /// A generation that is larger than `previous` and unique across nodes with overwhelming
 /// probability: milliseconds in the high bits, 20 random bits below (good until year 2248).
 pub fn new_generation(previous: i64, now_ms: i64) -> i64 {
-    let random: i64 = rand::rng().random_range(0..(1 << 20));
-    let fresh = (now_ms.max(0) << 20) | random;
+    let random: i64 = rand::rng().random_range(0..(1 << GENERATION_RANDOM_BITS));
+    let fresh = (now_ms.max(0) << GENERATION_RANDOM_BITS) | random;
     fresh.max(previous.saturating_add(1))
+}
+
+/// The time a generation was made: its high bits (see `new_generation`).
+pub fn generation_ms(generation: i64) -> i64 {
+    generation >> GENERATION_RANDOM_BITS
 }
 
 #[cfg(test)]
@@ -1147,6 +1154,12 @@ mod tests {
             .map(|_| new_generation(0, 1_700_000_000_000))
             .collect();
         assert!(many.len() > 990);
+    }
+
+    #[test]
+    fn generation_time_is_the_high_bits() {
+        let g = new_generation(0, 1_700_000_000_000);
+        assert_eq!(generation_ms(g), 1_700_000_000_000);
     }
 
     #[tokio::test]

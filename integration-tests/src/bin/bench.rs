@@ -796,10 +796,10 @@ async fn costs(a: &Args) -> anyhow::Result<J> {
     };
     let clock: rebound_server::clock::SharedClock = Arc::new(rebound_server::clock::SystemClock);
     rebound_server::node::run_migrations(&config, &clock).await?;
-    let opts = cassandra::CassandraOptions::from_config(&config);
-    let session = Arc::new(cassandra::connect(&opts).await?);
+    let opts = rebound_server::node::cassandra_options(&config);
+    let connection = cassandra::connect(&opts).await?;
     let store: Arc<dyn RetryStore> =
-        Arc::new(cassandra::CassandraStore::new(session.clone(), &opts).await?);
+        Arc::new(cassandra::CassandraStore::new(&connection, &opts).await?);
     let state = |i: usize| TxState {
         service: "bench".into(),
         transaction_id: format!("tx-{i}"),
@@ -859,7 +859,9 @@ async fn costs(a: &Args) -> anyhow::Result<J> {
         }
         fields.push((label, J::O(ops)));
     }
-    session
+    // A session of its own: the store's connection carries only its prepared statements.
+    session(a)
+        .await?
         .query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", config.keyspace), ())
         .await?;
     fields.push(("n", J::N(n as f64)));

@@ -1,0 +1,504 @@
+//! The state rows (`transactions`): one per (service, transaction). Single reads and writes
+//! are coalesced into `IN` queries and small unlogged batches; rows of the layout before
+//! schema 0007 go through `legacy.rs`.
+
+use std::{collections::HashMap, sync::Arc};
+
+use async_trait::async_trait;
+use futures::{stream, StreamExt, TryStreamExt};
+use prost::Message;
+use scylla::{
+    client::session::Session,
+    statement::{
+        batch::{Batch, BatchType},
+        prepared::PreparedStatement,
+    },
+    value::MaybeUnset,
+    DeserializeRow, SerializeRow,
+};
+
+use super::{batchable, legacy, map_execution_error, CassandraStore, Prep};
+use crate::{
+    coalesce::{Coalescer, Counts, Limits},
+    store::{
+        body::{Body, LocationBody, PolicyBody},
+        StateStore, Status, StoreError, StoreResult, TxState,
+    },
+};
+
+/// Most state rows one read carries (`transaction_id IN ?`).
+const STATE_READ_BATCH: usize = 64;
+/// Most state rows one write batch carries. Cassandra warns about an unlogged batch over more
+/// than 10 partitions (`unlogged_batch_across_partitions_warn_threshold`) or 5 KiB
+/// (`batch_size_warn_threshold`); a batch stays under both.
+const STATE_WRITE_BATCH: usize = 10;
+const STATE_WRITE_BATCH_BYTES: usize = 4608;
+/// Coalesced state reads (per service) and writes (per node) in flight at once. Measured with
+/// `bench rebound` on 2 cores: 4 leaves Cassandra's request threads idle between requests
+/// (they spin and park, burning the CPU the node needs), unlimited loses the batching; 16 was
+/// best for enqueue and drain alike.
+const STATE_READS_PARALLEL: usize = 16;
+const STATE_WRITES_PARALLEL: usize = 16;
+
+/// What a state-row write adds to a batch's size as Cassandra counts it (the cells' data:
+/// timestamps, TTLs and values), over-estimated. A row of the layout before 0007 with empty
+/// values measures about 680 bytes there; one of today's 4 cells about 100 bytes, plus its
+/// values, and its body holds about 120 bytes of fixed fields besides the texts.
+fn state_write_weight(s: &TxState) -> usize {
+    let variable = s.service.len()
+        + s.transaction_id.len()
+        + s.payload.len()
+        + s.last_error.len()
+        + s.attributes
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 8)
+            .sum::<usize>()
+        + s.policy
+            .non_retryable
+            .iter()
+            .map(|c| c.len() + 2)
+            .sum::<usize>()
+        + s.location.as_ref().map_or(0, |l| l.instance.len());
+    if s.legacy_columns {
+        768 + variable
+    } else {
+        320 + variable
+    }
+}
+
+/// The state-row statements, and the coalescers that run them.
+pub(super) struct States {
+    put_cancel: PreparedStatement,
+    /// State-row reads of one service coalesced into `IN` queries.
+    reads: Arc<Coalescer<String, String, Option<TxState>>>,
+    /// State-row writes coalesced into small unlogged batches.
+    writes: Arc<Coalescer<(), (TxState, Option<u32>), ()>>,
+    /// The same statements, for callers that bring many rows at once.
+    io: Arc<StateIo>,
+}
+
+impl States {
+    pub(super) async fn prepare(p: &Prep, region: &str, cluster: &str) -> StoreResult<Self> {
+        let ks = p.ks();
+        let put_state = p
+            .prepare(format!(
+                "INSERT INTO {ks}.transactions (region, cluster, service, transaction_id, \
+             status, generation, payload, body, succeeded_generation) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+            ))
+            .await?;
+        let put_cancel = p
+            .prepare(format!(
+                "UPDATE {ks}.transactions USING TTL ? SET cancelled_generation = ? \
+             WHERE region = ? AND cluster = ? AND service = ? AND transaction_id = ?"
+            ))
+            .await?;
+        let get_states = p
+            .prepare(format!(
+                "SELECT transaction_id, status, generation, payload, body, cancelled_generation, \
+             succeeded_generation FROM {ks}.transactions \
+             WHERE region = ? AND cluster = ? AND service = ? AND transaction_id IN ?"
+            ))
+            .await?;
+        let io = Arc::new(StateIo {
+            session: p.session.clone(),
+            region: region.to_string(),
+            cluster: cluster.to_string(),
+            put: put_state,
+            get: get_states,
+            legacy: legacy::Statements::prepare(p).await?,
+        });
+        let reader = io.clone();
+        let state_io = io.clone();
+        let state_reads = Coalescer::new(
+            Limits {
+                max_items: STATE_READ_BATCH,
+                max_weight: usize::MAX,
+                parallel: STATE_READS_PARALLEL,
+            },
+            Arc::new(move |service, ids| {
+                let io = reader.clone();
+                Box::pin(async move { io.get(service, ids).await })
+            }),
+        );
+        let state_writes = Coalescer::new(
+            Limits {
+                max_items: STATE_WRITE_BATCH,
+                max_weight: STATE_WRITE_BATCH_BYTES,
+                parallel: STATE_WRITES_PARALLEL,
+            },
+            Arc::new(move |(), rows| {
+                let io = io.clone();
+                Box::pin(async move { io.put(rows).await })
+            }),
+        );
+        Ok(Self {
+            put_cancel,
+            reads: state_reads,
+            writes: state_writes,
+            io: state_io,
+        })
+    }
+}
+
+impl CassandraStore {
+    /// State-row reads and writes issued so far, and the rows they carried (coalescing).
+    pub fn state_io_counts(&self) -> (Counts, Counts) {
+        (self.state.reads.counts(), self.state.writes.counts())
+    }
+}
+
+/// The state-row statements and what they bind, owned, so coalesced flushes can run them.
+struct StateIo {
+    session: Arc<Session>,
+    region: String,
+    cluster: String,
+    put: PreparedStatement,
+    get: PreparedStatement,
+    legacy: legacy::Statements,
+}
+
+impl StateIo {
+    fn values<'a>(&'a self, s: &'a TxState, ttl_seconds: Option<u32>) -> BodyValues<'a> {
+        let body = Body {
+            attempt: s.attempt,
+            attributes: s.attributes.clone(),
+            policy: Some(PolicyBody::of(&s.policy)),
+            first_enqueued_at_ms: s.first_enqueued_at_ms,
+            last_enqueued_at_ms: s.last_enqueued_at_ms,
+            updated_at_ms: s.updated_at_ms,
+            due_at_ms: s.due_at_ms,
+            last_error: s.last_error.clone(),
+            location: s.location.as_ref().map(LocationBody::of),
+            enqueue_count: s.enqueue_count,
+            delivery_count: s.delivery_count,
+            base_generation: s.base_generation,
+        };
+        BodyValues {
+            region: &self.region,
+            cluster: &self.cluster,
+            service: &s.service,
+            transaction_id: &s.transaction_id,
+            status: s.status.as_str(),
+            generation: s.generation,
+            payload: &s.payload,
+            body: body.encode_to_vec(),
+            succeeded_generation: if s.status == Status::Succeeded {
+                MaybeUnset::Set(s.generation)
+            } else {
+                MaybeUnset::Unset
+            },
+            ttl: ttl_of(ttl_seconds),
+        }
+    }
+
+    fn legacy_values<'a>(
+        &'a self,
+        s: &'a TxState,
+        ttl_seconds: Option<u32>,
+    ) -> legacy::StateValues<'a> {
+        legacy::values(&self.region, &self.cluster, s, ttl_seconds)
+    }
+
+    /// Writes the rows: one statement, or one unlogged batch (each row its own partition).
+    /// Two writes of one transaction never share a batch (see `batchable`).
+    async fn put(&self, rows: Vec<(TxState, Option<u32>)>) -> StoreResult<Vec<()>> {
+        let n = rows.len();
+        // Rows in the layout of before 0007 (rare: live when the node was upgraded) go one by
+        // one, the rest together.
+        let (legacy, rows): (Vec<_>, Vec<_>) =
+            rows.into_iter().partition(|(s, _)| s.legacy_columns);
+        for (s, ttl) in &legacy {
+            self.session
+                .execute_unpaged(&self.legacy.put, self.legacy_values(s, *ttl))
+                .await
+                .map_err(|e| map_execution_error(&e))?;
+        }
+        let result = if !batchable(rows.iter().map(|(s, _)| (&s.service, &s.transaction_id))) {
+            let mut result = Ok(());
+            for (s, ttl) in &rows {
+                result = self
+                    .session
+                    .execute_unpaged(&self.put, self.values(s, *ttl))
+                    .await
+                    .map(|_| ());
+                if result.is_err() {
+                    break;
+                }
+            }
+            result
+        } else {
+            let mut batch = Batch::new(BatchType::Unlogged);
+            batch.set_is_idempotent(true);
+            let values: Vec<BodyValues<'_>> = rows
+                .iter()
+                .map(|(s, ttl)| {
+                    batch.append_statement(self.put.clone());
+                    self.values(s, *ttl)
+                })
+                .collect();
+            self.session.batch(&batch, values).await.map(|_| ())
+        };
+        result.map_err(|e| map_execution_error(&e))?;
+        Ok(vec![(); n])
+    }
+
+    /// Reads the rows of `ids` (of one service) in one query; None where there is none.
+    async fn get(&self, service: String, ids: Vec<String>) -> StoreResult<Vec<Option<TxState>>> {
+        let rows: Vec<BodyRow> = self.select(&self.get, &service, &ids).await?;
+        let mut found = HashMap::with_capacity(ids.len());
+        let mut legacy = Vec::new();
+        for row in rows {
+            if row.body.is_none() && row.status.is_none() {
+                // Only a cancel cell outlived the row (it lives longer): the retry reads as
+                // cancelled, at that generation, so a new enqueue starts above it.
+                if let Some(g) = row.cancelled_generation {
+                    let id = row.transaction_id.clone();
+                    found.insert(id.clone(), TxState::cancelled_ghost(&service, &id, g));
+                }
+                continue;
+            }
+            if row.body.is_none() {
+                legacy.push(row.transaction_id);
+                continue;
+            }
+            let id = row.transaction_id.clone();
+            let state = row.into_state(&service, &id)?;
+            found.insert(id, state);
+        }
+        if !legacy.is_empty() {
+            // Rows written before schema 0007, one column per field.
+            let rows: Vec<legacy::StateRow> =
+                self.select(&self.legacy.get, &service, &legacy).await?;
+            for row in rows {
+                let id = row.transaction_id.clone();
+                let state = row.into_state(&service, &id)?;
+                found.insert(id, state);
+            }
+        }
+        let mut out: Vec<Option<TxState>> = Vec::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            // The same id twice in one read: the second gets a copy of the first's row.
+            let state = found.remove(id).or_else(|| {
+                ids[..i]
+                    .iter()
+                    .position(|x| x == id)
+                    .and_then(|j| out[j].clone())
+            });
+            out.push(state);
+        }
+        Ok(out)
+    }
+
+    /// Runs a state read (`... transaction_id IN ?`) of one service and decodes its rows.
+    async fn select<R>(
+        &self,
+        ps: &PreparedStatement,
+        service: &str,
+        ids: &[String],
+    ) -> StoreResult<Vec<R>>
+    where
+        R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
+    {
+        let bad = |e: &dyn std::fmt::Display| StoreError::Internal(format!("bad state row: {e}"));
+        self.session
+            .execute_unpaged(ps, (&self.region, &self.cluster, service, ids))
+            .await
+            .map_err(|e| map_execution_error(&e))?
+            .into_rows_result()
+            .map_err(|e| StoreError::Internal(format!("state read returned no rows result: {e}")))?
+            .rows::<R>()
+            .map_err(|e| bad(&e))?
+            .map(|row| row.map_err(|e| bad(&e)))
+            .collect()
+    }
+}
+
+/// Bind values of the state-row upsert (schema 0007 layout), in column order (the last one is
+/// the TTL).
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct BodyValues<'a> {
+    region: &'a str,
+    cluster: &'a str,
+    service: &'a str,
+    transaction_id: &'a str,
+    status: &'a str,
+    generation: i64,
+    payload: &'a [u8],
+    body: Vec<u8>,
+    /// Set by a SUCCEEDED write only (the success cell); unset leaves the cell alone.
+    succeeded_generation: MaybeUnset<i64>,
+    ttl: i32,
+}
+
+/// TTL 0 means "no TTL": live rows are kept until they reach a terminal state.
+pub(super) fn ttl_of(ttl_seconds: Option<u32>) -> i32 {
+    ttl_seconds.map_or(0, |t| t.min(i32::MAX as u32) as i32)
+}
+
+#[derive(DeserializeRow)]
+struct BodyRow {
+    transaction_id: String,
+    status: Option<String>,
+    generation: Option<i64>,
+    payload: Option<Vec<u8>>,
+    body: Option<Vec<u8>>,
+    cancelled_generation: Option<i64>,
+    succeeded_generation: Option<i64>,
+}
+
+impl BodyRow {
+    fn into_state(self, service: &str, transaction_id: &str) -> StoreResult<TxState> {
+        let status = parse_status(self.status, service, transaction_id)?;
+        let what = format!("{service}/{transaction_id}");
+        let mut body = Body::decode_stored(self.body.as_deref().unwrap_or_default(), &what)?;
+        Ok(TxState {
+            service: service.to_string(),
+            transaction_id: transaction_id.to_string(),
+            status,
+            generation: self.generation.unwrap_or(0),
+            attempt: body.attempt,
+            payload: self.payload.unwrap_or_default(),
+            policy: body.policy_or_default(),
+            attributes: body.attributes,
+            first_enqueued_at_ms: body.first_enqueued_at_ms,
+            last_enqueued_at_ms: body.last_enqueued_at_ms,
+            updated_at_ms: body.updated_at_ms,
+            due_at_ms: body.due_at_ms,
+            last_error: body.last_error,
+            location: body.location.map(LocationBody::location),
+            enqueue_count: body.enqueue_count,
+            delivery_count: body.delivery_count,
+            legacy_columns: false,
+            base_generation: body.base_generation,
+            cancelled_generation: self.cancelled_generation,
+            succeeded_generation: self.succeeded_generation,
+        }
+        .apply_settled())
+    }
+}
+
+pub(super) fn parse_status(
+    status: Option<String>,
+    service: &str,
+    transaction_id: &str,
+) -> StoreResult<Status> {
+    let status_text = status.unwrap_or_default();
+    Status::parse(&status_text).ok_or_else(|| {
+        StoreError::Internal(format!(
+            "state row {service}/{transaction_id} has unknown status {status_text:?}"
+        ))
+    })
+}
+
+#[async_trait]
+impl StateStore for CassandraStore {
+    async fn put_state(&self, s: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {
+        self.state
+            .writes
+            .submit((), (s.clone(), ttl_seconds), state_write_weight(s))
+            .await
+    }
+
+    async fn cancel_state(
+        &self,
+        state: &TxState,
+        ttl_seconds: u32,
+        cancel_ttl_seconds: u32,
+    ) -> StoreResult<()> {
+        // One partition, one batch: the CANCELLED row and the cancel cell land together.
+        let io = &self.state.io;
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_is_idempotent(true);
+        let cancel = (
+            ttl_of(Some(cancel_ttl_seconds)),
+            state.generation,
+            &self.region,
+            &self.cluster,
+            &state.service,
+            &state.transaction_id,
+        );
+        let r = if state.legacy_columns {
+            batch.append_statement(io.legacy.put.clone());
+            batch.append_statement(self.state.put_cancel.clone());
+            self.session
+                .batch(&batch, (io.legacy_values(state, Some(ttl_seconds)), cancel))
+                .await
+        } else {
+            batch.append_statement(io.put.clone());
+            batch.append_statement(self.state.put_cancel.clone());
+            self.session
+                .batch(&batch, (io.values(state, Some(ttl_seconds)), cancel))
+                .await
+        };
+        r.map(|_| ()).map_err(|e| map_execution_error(&e))
+    }
+
+    async fn get_state(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {
+        self.state
+            .reads
+            .submit(service.to_string(), txid.to_string(), 1)
+            .await
+    }
+
+    async fn get_states(&self, service: &str, ids: &[String]) -> StoreResult<Vec<Option<TxState>>> {
+        // Futures made up front (they start only when polled): a closure over borrowed chunks
+        // would not satisfy async_trait's lifetimes.
+        let reads: Vec<_> = ids
+            .chunks(STATE_READ_BATCH)
+            .map(|chunk| {
+                self.state.reads.record(chunk.len());
+                let (io, service, chunk) =
+                    (self.state.io.clone(), service.to_string(), chunk.to_vec());
+                async move { io.get(service, chunk).await }
+            })
+            .collect();
+        let parts: Vec<Vec<Option<TxState>>> = stream::iter(reads)
+            .buffered(STATE_READS_PARALLEL)
+            .try_collect()
+            .await?;
+        Ok(parts.into_iter().flatten().collect())
+    }
+
+    async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>> {
+        // The same limits as coalesced writes: at most STATE_WRITE_BATCH rows and
+        // STATE_WRITE_BATCH_BYTES per batch; a heavier row goes alone.
+        let mut chunks: Vec<Vec<(TxState, Option<u32>)>> = Vec::new();
+        let mut weight = 0;
+        for row in rows {
+            let w = state_write_weight(&row.0);
+            match chunks.last_mut() {
+                Some(last)
+                    if last.len() < STATE_WRITE_BATCH && weight + w <= STATE_WRITE_BATCH_BYTES =>
+                {
+                    weight += w;
+                    last.push(row);
+                }
+                _ => {
+                    weight = w;
+                    chunks.push(vec![row]);
+                }
+            }
+        }
+        let writes: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| {
+                self.state.writes.record(chunk.len());
+                let io = self.state.io.clone();
+                async move {
+                    let n = chunk.len();
+                    match io.put(chunk).await {
+                        Ok(_) => vec![Ok(()); n],
+                        Err(e) => vec![Err(e); n],
+                    }
+                }
+            })
+            .collect();
+        stream::iter(writes)
+            .buffered(STATE_WRITES_PARALLEL)
+            .flat_map(stream::iter)
+            .collect()
+            .await
+    }
+}
