@@ -11,6 +11,10 @@ use crate::{policy::RetryPolicy, store::cassandra};
 /// Everything a node needs to know to start. Durations are kept in the units of their keys.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// Which store holds the data (`REBOUND_STORE`).
+    pub store: StoreKind,
+    /// The embedded store's directory (`REBOUND_DATA_DIR`); required with `embedded`.
+    pub data_dir: Option<std::path::PathBuf>,
     pub listen: SocketAddr,
     /// The `host:port` other nodes and SDKs use to reach this node (GetRing). Defaults to
     /// `listen`.
@@ -85,8 +89,30 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// The store behind the storage traits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreKind {
+    /// Apache Cassandra: any number of nodes.
+    #[default]
+    Cassandra,
+    /// The embedded store in `REBOUND_DATA_DIR`: one node.
+    Embedded,
+}
+
+impl StoreKind {
+    fn parse(key: &str, v: &str) -> Result<Self, ConfigError> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "cassandra" => Ok(StoreKind::Cassandra),
+            "embedded" => Ok(StoreKind::Embedded),
+            _ => Err(bad(key, format!("{v:?} must be cassandra or embedded"))),
+        }
+    }
+}
+
 /// Every environment key the configuration reads (`apply_env`; README.md lists them).
 pub const ENV_KEYS: &[&str] = &[
+    "REBOUND_STORE",
+    "REBOUND_DATA_DIR",
     "REBOUND_LISTEN",
     "REBOUND_ADVERTISE",
     "REBOUND_CASSANDRA_CONTACT_POINTS",
@@ -141,6 +167,8 @@ fn bad(key: &str, message: impl Into<String>) -> ConfigError {
 impl Default for Config {
     fn default() -> Self {
         Self {
+            store: StoreKind::Cassandra,
+            data_dir: None,
             listen: "127.0.0.1:50051".parse().expect("static address"),
             advertise: None,
             cassandra_contact_points: vec!["127.0.0.1:9042".into()],
@@ -195,6 +223,8 @@ fn default_node_id() -> String {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
+    store: Option<String>,
+    data_dir: Option<std::path::PathBuf>,
     listen: Option<String>,
     advertise: Option<String>,
     cassandra_contact_points: Option<ContactPoints>,
@@ -303,6 +333,12 @@ impl Config {
     fn apply_file(&mut self, text: &str) -> Result<(), ConfigError> {
         let f: FileConfig =
             toml::from_str(text).map_err(|e| bad("--config", format!("bad TOML: {e}")))?;
+        if let Some(v) = f.store {
+            self.store = StoreKind::parse("store", &v)?;
+        }
+        if f.data_dir.is_some() {
+            self.data_dir = f.data_dir;
+        }
         if let Some(v) = f.listen {
             self.listen = parse_addr("listen", &v)?;
         }
@@ -393,6 +429,12 @@ impl Config {
         let get = |k: &str| env.get(k).map(|v| v.trim().to_string());
         if let Some(v) = get("REBOUND_LISTEN") {
             self.listen = parse_addr("REBOUND_LISTEN", &v)?;
+        }
+        if let Some(v) = get("REBOUND_STORE") {
+            self.store = StoreKind::parse("REBOUND_STORE", &v)?;
+        }
+        if let Some(v) = get("REBOUND_DATA_DIR") {
+            self.data_dir = (!v.is_empty()).then(|| v.into());
         }
         if let Some(v) = get("REBOUND_ADVERTISE") {
             self.advertise = Some(v);
@@ -509,6 +551,12 @@ impl Config {
 
     /// Every check of `validate` but the credentials file.
     fn check_values(&self) -> Result<(), ConfigError> {
+        if self.store == StoreKind::Embedded && self.data_dir.is_none() {
+            return Err(bad(
+                "REBOUND_DATA_DIR",
+                "is required with REBOUND_STORE=embedded (the directory of the node's data)",
+            ));
+        }
         if self.cassandra_contact_points.is_empty() {
             return Err(bad(
                 "REBOUND_CASSANDRA_CONTACT_POINTS",

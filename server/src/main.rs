@@ -1,12 +1,13 @@
-//! `rebound-server`: runs a Rebound node (`serve`, the default) or applies the schema
-//! (`migrate`). Configuration: defaults, `--config` TOML, `REBOUND_*` environment, flags.
+//! `rebound-server`: runs a Rebound node (`serve`, the default), a zero-dependency node on
+//! the embedded store (`dev`), or applies the schema (`migrate`). Configuration: defaults,
+//! `--config` TOML, `REBOUND_*` environment, flags.
 
 use std::{path::PathBuf, process::ExitCode, sync::Arc};
 
 use clap::{Parser, Subcommand};
 use rebound_server::{
     clock::{SharedClock, SkewedClock, SystemClock},
-    config::{Config, Overrides},
+    config::{Config, Overrides, StoreKind},
     node::{run_migrations, Node},
     telemetry,
 };
@@ -46,6 +47,14 @@ struct Cli {
 enum Command {
     /// Run the node (the default).
     Serve,
+    /// Run a single node with no database to install: the embedded store (in a temporary
+    /// directory, deleted on exit, unless --data-dir), 1 s windows and a short skew margin,
+    /// so retries fire promptly. For trying Rebound and for testing code that uses it.
+    Dev {
+        /// Keep the data in this directory (created if missing) instead of a temporary one.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// Create the keyspace if needed and apply missing schema migrations, then exit.
     Migrate,
     /// Validate the configuration and print it, then exit.
@@ -95,8 +104,19 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => serve(config, clock).await,
+            Command::Dev { data_dir } => dev(config, &env, data_dir, clock).await,
             Command::Migrate => {
                 let applied = run_migrations(&config, &clock).await?;
+                if config.store == StoreKind::Embedded {
+                    println!(
+                        "embedded store in {:?}: applied {applied:?}",
+                        config
+                            .data_dir
+                            .as_deref()
+                            .unwrap_or(std::path::Path::new(""))
+                    );
+                    return Ok(());
+                }
                 println!(
                     "keyspace {}: applied {:?} ({} migration(s) were already applied)",
                     config.keyspace,
@@ -122,7 +142,11 @@ fn main() -> ExitCode {
 }
 
 async fn serve(config: Config, clock: SharedClock) -> anyhow::Result<()> {
-    let mut node = Node::start(config, clock).await?;
+    serve_node(Node::start(config, clock).await?).await
+}
+
+/// Runs `node` until it fails or a shutdown signal arrives.
+async fn serve_node(mut node: Node) -> anyhow::Result<()> {
     tokio::select! {
         r = node.wait() => r,
         _ = shutdown_signal() => {
@@ -132,6 +156,70 @@ async fn serve(config: Config, clock: SharedClock) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The settings of `rebound-server dev`, over the loaded configuration: what the
+/// environment sets explicitly for windows and margin is kept.
+fn dev_config(
+    mut config: Config,
+    env: &std::collections::HashMap<String, String>,
+    data_dir: PathBuf,
+) -> Config {
+    config.store = StoreKind::Embedded;
+    config.data_dir = Some(data_dir);
+    if !env.contains_key("REBOUND_WINDOW_SECONDS") {
+        config.window_seconds = 1;
+    }
+    if !env.contains_key("REBOUND_SKEW_MARGIN_MS") {
+        config.skew_margin_ms = 250;
+    }
+    if !env.contains_key("REBOUND_SCAN_INTERVAL_MS") {
+        config.scan_interval_ms = 100;
+    }
+    if !env.contains_key("REBOUND_COMPACTION_INTERVAL_MS") {
+        config.compaction_interval_ms = 1_000;
+    }
+    if !env.contains_key("REBOUND_NODE_ID") {
+        config.node_id = "dev".into();
+    }
+    // One node on its own clock: there is no database clock to follow.
+    config.clock_sync = false;
+    config
+}
+
+async fn dev(
+    config: Config,
+    env: &std::collections::HashMap<String, String>,
+    data_dir: Option<PathBuf>,
+    clock: SharedClock,
+) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    // The temporary directory lives until this function returns, then is deleted.
+    let (dir, _temp) = match data_dir {
+        Some(d) => (d, None),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("rebound-dev-")
+                .tempdir()
+                .map_err(|e| anyhow::anyhow!("cannot create a temporary data directory: {e}"))?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    let config = dev_config(config, env, dir.clone());
+    let node = Node::start(config, clock).await?;
+    let addr = node.local_addr();
+    let kept = if _temp.is_some() {
+        "a temporary directory, deleted on exit"
+    } else {
+        "kept on exit"
+    };
+    println!(
+        "rebound dev: serving on {addr} in {} ms (embedded store in {}, {kept}; 1 s windows)",
+        started.elapsed().as_millis(),
+        dir.display()
+    );
+    println!("try: grpcurl -plaintext -d '{{\"service\": \"orders\", \"transaction_id\": \"order-42\", \"delay\": \"2s\"}}' {addr} rebound.v1.RetryService/EnqueueRetry");
+    serve_node(node).await
 }
 
 async fn shutdown_signal() {

@@ -15,7 +15,7 @@ use crate::{
     auth::{AdminGate, Auth},
     clock::{offset_sample, Clock, ClusterClock, SharedClock},
     compactor::Compactor,
-    config::Config,
+    config::{Config, StoreKind},
     dispatch::{
         hub::{Hub, HubLimits},
         DispatchOptions, Dispatcher,
@@ -25,7 +25,8 @@ use crate::{
     services::Services,
     store::{
         cassandra::{connect_with_wait, CassandraOptions, CassandraStore, Connection},
-        LeaseStore, RetryStore,
+        embedded::EmbeddedStore,
+        LeaseStore, MigrationStore, RetryStore,
     },
     writer::{Writer, WriterOptions},
 };
@@ -127,8 +128,10 @@ pub struct Node {
     background: Vec<JoinHandle<()>>,
     ring_task: Option<JoinHandle<()>>,
     pub ring: Option<Arc<LeaseRing>>,
-    /// The store, typed, for its request counters.
-    pub cassandra: Arc<CassandraStore>,
+    /// The store.
+    pub store: Arc<dyn RetryStore>,
+    /// The Cassandra store, typed, for its request counters (None on the embedded store).
+    pub cassandra: Option<Arc<CassandraStore>>,
 }
 
 /// The Cassandra connection settings of `c` (validated by `Config::validate`).
@@ -146,9 +149,55 @@ pub fn cassandra_options(c: &Config) -> CassandraOptions {
     }
 }
 
-/// Applies the schema migrations to the configured keyspace (the `migrate` command).
+/// Applies the schema migrations to the configured store (the `migrate` command).
 pub async fn run_migrations(config: &Config, clock: &SharedClock) -> anyhow::Result<Vec<i32>> {
-    Ok(connect_and_migrate(config, clock).await?.1)
+    Ok(open_store(config, clock).await?.applied)
+}
+
+/// An open, migrated store.
+struct OpenStore {
+    store: Arc<dyn RetryStore>,
+    cassandra: Option<Arc<CassandraStore>>,
+    applied: Vec<i32>,
+}
+
+/// Opens the configured store (`REBOUND_STORE`) and brings its schema up to date.
+async fn open_store(config: &Config, clock: &SharedClock) -> anyhow::Result<OpenStore> {
+    match config.store {
+        StoreKind::Cassandra => {
+            let opts = cassandra_options(config);
+            let (connection, applied) = connect_and_migrate(config, clock).await?;
+            let cassandra = Arc::new(
+                CassandraStore::new(&connection, &opts)
+                    .await
+                    .context("preparing statements")?,
+            );
+            Ok(OpenStore {
+                store: cassandra.clone(),
+                cassandra: Some(cassandra),
+                applied,
+            })
+        }
+        StoreKind::Embedded => {
+            let dir = config
+                .data_dir
+                .as_deref()
+                .context("REBOUND_DATA_DIR is required with REBOUND_STORE=embedded")?;
+            let store = EmbeddedStore::open(dir, &config.region, &config.cluster, clock.clone())
+                .with_context(|| {
+                    format!("opening the embedded store in {dir:?} (REBOUND_DATA_DIR)")
+                })?;
+            let applied = store
+                .migrate(clock.now_ms())
+                .await
+                .context("preparing the embedded store")?;
+            Ok(OpenStore {
+                store: Arc::new(store),
+                cassandra: None,
+                applied,
+            })
+        }
+    }
 }
 
 /// Connects (waiting for Cassandra up to `cassandra_startup_wait_ms`) and brings the keyspace
@@ -191,17 +240,14 @@ impl Node {
             }
             None => Auth::off(),
         });
-        let opts = cassandra_options(&config);
-        let (connection, applied) = connect_and_migrate(&config, &clock).await?;
+        let OpenStore {
+            store,
+            cassandra,
+            applied,
+        } = open_store(&config, &clock).await?;
         if !applied.is_empty() {
-            tracing::info!(?applied, keyspace = %opts.keyspace, "schema migrated");
+            tracing::info!(?applied, store = ?config.store, keyspace = %config.keyspace, "schema migrated");
         }
-        let cassandra = Arc::new(
-            CassandraStore::new(&connection, &opts)
-                .await
-                .context("preparing statements")?,
-        );
-        let store: Arc<dyn RetryStore> = cassandra.clone();
         // Every use of the clock below (windows, leases, backoff, the boot epoch) runs on
         // Cassandra's time when clock sync is on.
         let (clock, cluster_clock) = if config.clock_sync {
@@ -462,8 +508,9 @@ impl Node {
                 }
             }
         });
-        tracing::info!(%addr, node_id = %config.node_id, boot_epoch, keyspace = %config.keyspace, "rebound node serving");
+        tracing::info!(%addr, node_id = %config.node_id, boot_epoch, store = ?config.store, keyspace = %config.keyspace, "rebound node serving");
         Ok(Node {
+            store: store.clone(),
             cassandra,
             addr,
             shutdown,
@@ -485,7 +532,11 @@ impl Node {
     /// Stops accepting calls, lets running calls finish within the grace period, then stops.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
-        let (reads, writes) = self.cassandra.state_io_counts();
+        let (reads, writes) = self
+            .cassandra
+            .as_ref()
+            .map(|c| c.state_io_counts())
+            .unwrap_or_default();
         let (pointer_writes, pointers) = self.writer.pointer_writes();
         tracing::info!(
             state_reads = reads.flushes,
