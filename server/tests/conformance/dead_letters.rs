@@ -76,6 +76,8 @@ pub async fn dead_letters_stream_in_order_within_a_range(f: &dyn Fixture) {
         plain(&[l(1_000, "a"), l(1_000, "b"), l(2_000, "a")])
     );
     assert_eq!(letters(&*s, SVC, DAY, 1_001, 2_000).await, vec![]);
+    assert_eq!(letters(&*s, SVC, DAY, 1_000, 1_000).await, vec![]);
+    assert_eq!(letters(&*s, SVC, DAY, 3_000, 1_000).await, vec![]);
 
     s.mark_redriven(&l(1_000, "b"), 9_999).await.unwrap();
     let got = letters(&*s, SVC, DAY, 1_000, 1_001).await;

@@ -47,8 +47,14 @@ pub async fn members_heartbeat_are_listed_and_expire(f: &dyn Fixture) {
     s.heartbeat(&member("node-a", "10.0.0.1:1", 200), 60)
         .await
         .unwrap();
-    // A second heartbeat replaces the first.
+    // A second heartbeat replaces the first, TTL included.
     s.heartbeat(&member("node-a", "10.0.0.1:2", 300), 60)
+        .await
+        .unwrap();
+    s.heartbeat(&member("node-c", "10.0.0.3:1", 400), 2)
+        .await
+        .unwrap();
+    s.heartbeat(&member("node-c", "10.0.0.3:1", 500), 60)
         .await
         .unwrap();
     let after = f.now_ms();
@@ -59,6 +65,7 @@ pub async fn members_heartbeat_are_listed_and_expire(f: &dyn Fixture) {
         vec![
             member("node-a", "10.0.0.1:2", 300),
             member("node-b", "10.0.0.2:1", 100),
+            member("node-c", "10.0.0.3:1", 500),
         ]
     );
     // Written at the store's time, whatever the member's own clock said.
@@ -71,7 +78,10 @@ pub async fn members_heartbeat_are_listed_and_expire(f: &dyn Fixture) {
     f.advance(Duration::from_secs(3)).await;
     assert_eq!(
         as_written(&s.list_members().await.unwrap()),
-        vec![member("node-a", "10.0.0.1:2", 300)]
+        vec![
+            member("node-a", "10.0.0.1:2", 300),
+            member("node-c", "10.0.0.3:1", 500),
+        ]
     );
 }
 

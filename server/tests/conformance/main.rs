@@ -10,8 +10,25 @@
 //! `Fixture::advance`: a real sleep against Cassandra, a manual clock's step for a store
 //! that follows an injected clock.
 //!
-//! To add a store: a fixture module (see `fixtures/cassandra.rs`) and one `conformance_tests!` line
-//! at the bottom of this file.
+//! To add a store: a fixture module (see `fixtures/cassandra.rs`) and one
+//! `all_conformance_tests!` line at the bottom of this file.
+//!
+//! What the suite pins down that is easy to get wrong in a new store:
+//! - every listing is ascending by its key: years, days, windows (from `from`, inclusive),
+//!   buckets, pointers by transaction id, members by node id, services by name, dead letters
+//!   by (dead_at, transaction id); Tier 3 by (token, service, instance), both range ends
+//!   inclusive, an empty range (start above end) reads nothing;
+//! - an expired row is no row (None, or left out of a listing), never a row of defaults;
+//! - `get_state` returns rows with the settle cells applied (`TxState::apply_settled`), and
+//!   the cells themselves: a SUCCEEDED write sets `succeeded_generation` to its generation,
+//!   `cancel_state` sets `cancelled_generation`, and no other write clears either; each cell
+//!   expires with its own TTL, and a cancel cell that outlives its row reads as
+//!   `TxState::cancelled_ghost`;
+//! - a rejected `create_lease` carries the current owner, epoch, expiry and address; a
+//!   rejected `replace_lease` only its epoch (Cassandra answers nothing else), and one on a
+//!   slot never created carries None;
+//! - settings and heartbeats are upserts: a setting for a service never touched makes its
+//!   row, resuming keeps `paused_at`, a heartbeat replaces the last one and its TTL.
 
 mod dead_letters;
 mod directory;
@@ -46,11 +63,23 @@ macro_rules! conformance_tests {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
+                    let started = std::time::Instant::now();
                     let f = <$fixture>::setup(stringify!($test)).await;
+                    let set_up = started.elapsed();
                     let outcome = std::panic::AssertUnwindSafe($crate::suite::$test(&f))
                         .catch_unwind()
                         .await;
+                    let ran = started.elapsed() - set_up;
                     f.teardown().await;
+                    // Shown with --nocapture: where a store's suite spends its time.
+                    eprintln!(
+                        "conformance {}::{}: setup {} ms, test {} ms, teardown {} ms",
+                        stringify!($store),
+                        stringify!($test),
+                        set_up.as_millis(),
+                        ran.as_millis(),
+                        (started.elapsed() - set_up - ran).as_millis(),
+                    );
                     if let Err(panic) = outcome {
                         std::panic::resume_unwind(panic);
                     }
@@ -81,6 +110,7 @@ macro_rules! all_conformance_tests {
             a_succeeded_write_sets_the_success_cell,
             cancel_state_writes_the_row_and_the_cancel_cell,
             terminal_state_rows_expire_with_their_ttl,
+            a_row_rewritten_without_ttl_lives_on_and_its_cells_expire,
             a_cancel_cell_outlives_its_row_as_a_ghost,
             get_states_answers_in_order_with_none_for_missing,
             put_states_gives_one_result_per_row,

@@ -188,6 +188,37 @@ pub async fn terminal_state_rows_expire_with_their_ttl(f: &dyn Fixture) {
     assert_eq!(read[2], Some(live));
 }
 
+pub async fn a_row_rewritten_without_ttl_lives_on_and_its_cells_expire(f: &dyn Fixture) {
+    let s = f.store();
+    // A retry that succeeded (terminal, with a TTL) and is enqueued again under its id.
+    let done = TxState {
+        status: Status::Succeeded,
+        ..state(SVC, "s", 1)
+    };
+    s.put_state(&done, Some(1)).await.unwrap();
+    let again = TxState {
+        base_generation: 2,
+        ..state(SVC, "s", 2)
+    };
+    s.put_state(&again, None).await.unwrap();
+    // A retry cancelled (row 1 s, cancel cell 2 s) and enqueued again above the cancel.
+    let cancelled = TxState {
+        status: Status::Cancelled,
+        ..state(SVC, "c", 1)
+    };
+    s.cancel_state(&cancelled, 1, 2).await.unwrap();
+    let renewed = TxState {
+        base_generation: 2,
+        ..state(SVC, "c", 2)
+    };
+    s.put_state(&renewed, None).await.unwrap();
+    f.advance(Duration::from_secs(3)).await;
+    // The rows live on without a TTL; each settle cell expired with its own TTL (the success
+    // cell with the SUCCEEDED write's, the cancel cell with `cancel_ttl_seconds`).
+    assert_eq!(s.get_state(SVC, "s").await.unwrap(), Some(again));
+    assert_eq!(s.get_state(SVC, "c").await.unwrap(), Some(renewed));
+}
+
 pub async fn a_cancel_cell_outlives_its_row_as_a_ghost(f: &dyn Fixture) {
     let s = f.store();
     let cancelled = TxState {
