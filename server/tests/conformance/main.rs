@@ -1,0 +1,138 @@
+//! The storage conformance suite: one set of tests of the store traits (`store/mod.rs`),
+//! written once against `&dyn Fixture` and run against every store by `conformance_tests!`,
+//! so each test shows as `<store>::<test>`. What these tests assert is the storage contract:
+//! a new store passes them all, and a test that only one store passes is a bug in the
+//! contract or in that store.
+//!
+//! Against Cassandra each test gets a keyspace of its own, migrated, dropped after (it needs
+//! the Cassandra of `scripts/cassandra start`, or `REBOUND_TEST_CASSANDRA`). TTLs are
+//! Cassandra's whole seconds, so the TTL tests write TTLs of 1 to 4 s and let time pass with
+//! `Fixture::advance`: a real sleep against Cassandra, a manual clock's step for a store
+//! that follows an injected clock.
+//!
+//! To add a store: a fixture module (see `fixtures/cassandra.rs`) and one
+//! `all_conformance_tests!` line at the bottom of this file.
+//!
+//! What the suite pins down that is easy to get wrong in a new store:
+//! - every listing is ascending by its key: years, days, windows (from `from`, inclusive),
+//!   buckets, pointers by transaction id, members by node id, services by name, dead letters
+//!   by (dead_at, transaction id); Tier 3 by (token, service, instance), both range ends
+//!   inclusive, an empty range (start above end) reads nothing;
+//! - an expired row is no row (None, or left out of a listing), never a row of defaults;
+//! - `get_state` returns rows with the settle cells applied (`TxState::apply_settled`), and
+//!   the cells themselves: a SUCCEEDED write sets `succeeded_generation` to its generation,
+//!   `cancel_state` sets `cancelled_generation`, and no other write clears either; each cell
+//!   expires with its own TTL, and a cancel cell that outlives its row reads as
+//!   `TxState::cancelled_ghost`;
+//! - a rejected `create_lease` carries the current owner, epoch, expiry and address; a
+//!   rejected `replace_lease` only its epoch (Cassandra answers nothing else), and one on a
+//!   slot never created carries None;
+//! - settings and heartbeats are upserts: a setting for a service never touched makes its
+//!   row, resuming keeps `paused_at`, a heartbeat replaces the last one and its TTL.
+
+mod dead_letters;
+mod directory;
+mod fixture;
+mod leases;
+mod migrations;
+mod services;
+mod state;
+
+/// One fixture per store.
+mod fixtures {
+    pub mod cassandra;
+}
+
+/// Every test of the suite, by name, for `conformance_tests!`.
+mod suite {
+    pub use crate::dead_letters::*;
+    pub use crate::directory::*;
+    pub use crate::leases::*;
+    pub use crate::migrations::*;
+    pub use crate::services::*;
+    pub use crate::state::*;
+}
+
+/// `conformance_tests!(module, FixtureType; test, ...)`: a module of `#[tokio::test]`s, one
+/// per suite test, each on a fresh fixture that is torn down after the test, pass or fail.
+macro_rules! conformance_tests {
+    ($store:ident, $fixture:ty; $($test:ident),* $(,)?) => {
+        mod $store {
+            use futures::FutureExt as _;
+            use $crate::fixture::Setup as _;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let started = std::time::Instant::now();
+                    let f = <$fixture>::setup(stringify!($test)).await;
+                    let set_up = started.elapsed();
+                    let outcome = std::panic::AssertUnwindSafe($crate::suite::$test(&f))
+                        .catch_unwind()
+                        .await;
+                    let ran = started.elapsed() - set_up;
+                    f.teardown().await;
+                    // Shown with --nocapture: where a store's suite spends its time.
+                    eprintln!(
+                        "conformance {}::{}: setup {} ms, test {} ms, teardown {} ms",
+                        stringify!($store),
+                        stringify!($test),
+                        set_up.as_millis(),
+                        ran.as_millis(),
+                        (started.elapsed() - set_up - ran).as_millis(),
+                    );
+                    if let Err(panic) = outcome {
+                        std::panic::resume_unwind(panic);
+                    }
+                }
+            )*
+        }
+    };
+}
+
+/// The whole suite for one store.
+macro_rules! all_conformance_tests {
+    ($store:ident, $fixture:ty) => {
+        conformance_tests!($store, $fixture;
+            // Directory: days, windows, Tier 3, buckets, Tier 5, low water.
+            days_are_listed_ascending_by_year,
+            windows_are_listed_ascending_from_a_window,
+            low_water_defaults_to_zero_and_is_a_plain_upsert,
+            instances_are_read_in_token_order_within_an_inclusive_range,
+            window_instances_delete_leaves_other_windows_alone,
+            buckets_are_listed_ascending_and_deleted_one_by_one,
+            pointers_are_upserts_streamed_in_transaction_order,
+            pointers_stream_to_the_end_over_many_pages,
+            pointer_partition_delete_leaves_neighbours_alone,
+            late_pointer_delete_removes_one_row_only,
+            namespaces_do_not_see_each_other,
+            // State rows.
+            state_rows_round_trip,
+            a_succeeded_write_sets_the_success_cell,
+            cancel_state_writes_the_row_and_the_cancel_cell,
+            terminal_state_rows_expire_with_their_ttl,
+            a_row_rewritten_without_ttl_lives_on_and_its_cells_expire,
+            a_cancel_cell_outlives_its_row_as_a_ghost,
+            get_states_answers_in_order_with_none_for_missing,
+            put_states_gives_one_result_per_row,
+            // Leases, members, the store's clock.
+            server_time_follows_the_store_clock,
+            members_heartbeat_are_listed_and_expire,
+            leases_are_created_once_read_and_peeked,
+            leases_are_renewed_taken_and_released_by_epoch,
+            concurrent_create_lease_exactly_one_wins,
+            concurrent_replace_lease_exactly_one_wins,
+            // Services.
+            services_are_touched_paused_resumed_and_configured,
+            // Dead letters.
+            dead_letters_stream_in_order_within_a_range,
+            dead_letters_stream_to_the_end_over_many_pages,
+            dead_letter_day_delete_leaves_neighbours_alone,
+            dead_letter_range_delete_removes_the_range_only,
+            dead_letters_expire_with_their_ttl,
+            // Migrations.
+            migrations_re_run_as_a_no_op,
+        );
+    };
+}
+
+all_conformance_tests!(cassandra, crate::fixtures::cassandra::CassandraFixture);

@@ -1,0 +1,81 @@
+//! Service settings: one row per service, each setting written on its own.
+
+use rebound_server::store::ServiceRow;
+
+use crate::fixture::Fixture;
+
+pub async fn services_are_touched_paused_resumed_and_configured(f: &dyn Fixture) {
+    let s = f.store();
+    assert_eq!(s.list_services().await.unwrap(), vec![]);
+    s.touch_service("zeta", 100).await.unwrap();
+    s.touch_service("alpha", 110).await.unwrap();
+    // A setting for a service never seen makes its row too.
+    s.set_service_policy("mid", b"policy-1", 120).await.unwrap();
+    let row = |service: &str| ServiceRow {
+        service: service.to_string(),
+        ..ServiceRow::default()
+    };
+    // By name.
+    assert_eq!(
+        s.list_services().await.unwrap(),
+        vec![
+            ServiceRow {
+                seen_at_ms: Some(110),
+                ..row("alpha")
+            },
+            ServiceRow {
+                policy: b"policy-1".to_vec(),
+                updated_at_ms: Some(120),
+                ..row("mid")
+            },
+            ServiceRow {
+                seen_at_ms: Some(100),
+                ..row("zeta")
+            },
+        ]
+    );
+
+    s.touch_service("alpha", 200).await.unwrap();
+    s.set_service_paused("alpha", true, 210).await.unwrap();
+    s.set_service_limits("alpha", b"limits-1", 220)
+        .await
+        .unwrap();
+    let alpha = || async { s.list_services().await.unwrap().remove(0) };
+    assert_eq!(
+        alpha().await,
+        ServiceRow {
+            seen_at_ms: Some(200),
+            paused: true,
+            paused_at_ms: Some(210),
+            limits: b"limits-1".to_vec(),
+            updated_at_ms: Some(220),
+            ..row("alpha")
+        }
+    );
+    // Resuming keeps when it was last paused.
+    s.set_service_paused("alpha", false, 230).await.unwrap();
+    s.set_service_policy("alpha", b"policy-2", 240)
+        .await
+        .unwrap();
+    assert_eq!(
+        alpha().await,
+        ServiceRow {
+            seen_at_ms: Some(200),
+            paused: false,
+            paused_at_ms: Some(210),
+            policy: b"policy-2".to_vec(),
+            limits: b"limits-1".to_vec(),
+            updated_at_ms: Some(240),
+            ..row("alpha")
+        }
+    );
+    // Empty settings read as none stored.
+    s.set_service_policy("alpha", b"", 250).await.unwrap();
+    s.set_service_limits("alpha", b"", 260).await.unwrap();
+    let a = alpha().await;
+    assert_eq!(
+        (a.policy, a.limits, a.updated_at_ms),
+        (Vec::new(), Vec::new(), Some(260))
+    );
+    assert_eq!(s.list_services().await.unwrap().len(), 3);
+}

@@ -1,0 +1,304 @@
+//! The state rows, their TTLs, and the settle cells (`cancelled_generation`,
+//! `succeeded_generation`) as reads apply them.
+
+use std::time::Duration;
+
+use rebound_server::store::{Status, TxState};
+
+use crate::fixture::{state, Fixture, SVC};
+
+pub async fn state_rows_round_trip(f: &dyn Fixture) {
+    let s = f.store();
+    assert_eq!(s.get_state(SVC, "t1").await.unwrap(), None);
+    let row = state(SVC, "t1", 5);
+    s.put_state(&row, None).await.unwrap();
+    assert_eq!(s.get_state(SVC, "t1").await.unwrap(), Some(row.clone()));
+    // Defaults and empties come back as they went in.
+    let bare = TxState {
+        payload: Vec::new(),
+        attributes: Default::default(),
+        policy: Default::default(),
+        location: None,
+        last_error: String::new(),
+        ..state(SVC, "t2", 1)
+    };
+    s.put_state(&bare, None).await.unwrap();
+    assert_eq!(s.get_state(SVC, "t2").await.unwrap(), Some(bare));
+    // The whole row is replaced.
+    let next = TxState {
+        status: Status::Dead,
+        generation: 6,
+        base_generation: 5,
+        attempt: 4,
+        payload: b"other".to_vec(),
+        attributes: [("only".to_string(), "one".to_string())].into(),
+        location: None,
+        last_error: "gave up".to_string(),
+        ..row.clone()
+    };
+    s.put_state(&next, Some(3600)).await.unwrap();
+    assert_eq!(s.get_state(SVC, "t1").await.unwrap(), Some(next));
+    // A transaction id is per service.
+    assert_eq!(s.get_state("other", "t1").await.unwrap(), None);
+}
+
+pub async fn a_succeeded_write_sets_the_success_cell(f: &dyn Fixture) {
+    let s = f.store();
+    let done = TxState {
+        status: Status::Succeeded,
+        ..state(SVC, "t", 3)
+    };
+    s.put_state(&done, Some(3600)).await.unwrap();
+    // Read back with the success cell at its generation.
+    assert_eq!(
+        s.get_state(SVC, "t").await.unwrap(),
+        Some(TxState {
+            succeeded_generation: Some(3),
+            ..done.clone()
+        })
+    );
+    // A schedule derived from the succeeded generation (a writer on another node that read
+    // generation 3 before the ack) reads as SUCCEEDED: the cell is applied on read.
+    let late = TxState {
+        base_generation: 3,
+        ..state(SVC, "t", 4)
+    };
+    s.put_state(&late, None).await.unwrap();
+    assert_eq!(
+        s.get_state(SVC, "t").await.unwrap(),
+        Some(TxState {
+            status: Status::Succeeded,
+            succeeded_generation: Some(3),
+            ..late.clone()
+        })
+    );
+    // One derived from a later generation is SCHEDULED; the cell stays, since only a
+    // SUCCEEDED write sets it.
+    let fresh = TxState {
+        base_generation: 4,
+        ..state(SVC, "t", 5)
+    };
+    s.put_state(&fresh, None).await.unwrap();
+    let read = s.get_state(SVC, "t").await.unwrap().unwrap();
+    assert_eq!(
+        read,
+        TxState {
+            succeeded_generation: Some(3),
+            ..fresh
+        }
+    );
+    assert_eq!(read.generation_floor(), 5);
+}
+
+pub async fn cancel_state_writes_the_row_and_the_cancel_cell(f: &dyn Fixture) {
+    let s = f.store();
+    let live = state(SVC, "t", 2);
+    s.put_state(&live, None).await.unwrap();
+    let cancelled = TxState {
+        status: Status::Cancelled,
+        ..live.clone()
+    };
+    s.cancel_state(&cancelled, 3600, 7200).await.unwrap();
+    assert_eq!(
+        s.get_state(SVC, "t").await.unwrap(),
+        Some(TxState {
+            cancelled_generation: Some(2),
+            ..cancelled.clone()
+        })
+    );
+    // A writer that read generation 2 before the cancel and writes generation 3 over it:
+    // the row reads as CANCELLED anyway.
+    let racing = TxState {
+        base_generation: 2,
+        ..state(SVC, "t", 3)
+    };
+    s.put_state(&racing, None).await.unwrap();
+    let read = s.get_state(SVC, "t").await.unwrap().unwrap();
+    assert_eq!(
+        read,
+        TxState {
+            status: Status::Cancelled,
+            cancelled_generation: Some(2),
+            ..racing
+        }
+    );
+    assert!(!read.is_live(3));
+    // A new enqueue above the cancel is SCHEDULED; the cancel cell stays.
+    let again = TxState {
+        base_generation: 4,
+        ..state(SVC, "t", 4)
+    };
+    s.put_state(&again, None).await.unwrap();
+    assert_eq!(
+        s.get_state(SVC, "t").await.unwrap(),
+        Some(TxState {
+            cancelled_generation: Some(2),
+            ..again
+        })
+    );
+    // A SUCCEEDED row keeps the cancel cell beside its own.
+    let done = TxState {
+        status: Status::Succeeded,
+        ..state(SVC, "t", 5)
+    };
+    s.put_state(&done, Some(3600)).await.unwrap();
+    let read = s.get_state(SVC, "t").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            read.status,
+            read.cancelled_generation,
+            read.succeeded_generation
+        ),
+        (Status::Succeeded, Some(2), Some(5))
+    );
+    // Success wins over a cancel when both cover a schedule's base.
+    let stale = TxState {
+        base_generation: 2,
+        ..state(SVC, "t", 6)
+    };
+    s.put_state(&stale, None).await.unwrap();
+    let read = s.get_state(SVC, "t").await.unwrap().unwrap();
+    assert_eq!((read.status, read.generation), (Status::Succeeded, 6));
+    assert_eq!(read.generation_floor(), 6);
+}
+
+pub async fn terminal_state_rows_expire_with_their_ttl(f: &dyn Fixture) {
+    let s = f.store();
+    let dead = TxState {
+        status: Status::Dead,
+        ..state(SVC, "short", 1)
+    };
+    let kept = TxState {
+        status: Status::Succeeded,
+        ..state(SVC, "long", 1)
+    };
+    let live = state(SVC, "live", 1);
+    // TTLs are whole seconds: 2 s is at least 1 s from now, enough to read it back.
+    s.put_state(&dead, Some(2)).await.unwrap();
+    s.put_state(&kept, Some(3600)).await.unwrap();
+    s.put_state(&live, None).await.unwrap();
+    assert_eq!(s.get_state(SVC, "short").await.unwrap(), Some(dead));
+    f.advance(Duration::from_secs(3)).await;
+    // Expired: no row at all, not an empty one.
+    assert_eq!(s.get_state(SVC, "short").await.unwrap(), None);
+    let ids = ["short", "long", "live"].map(String::from);
+    let read = s.get_states(SVC, &ids).await.unwrap();
+    assert_eq!(read[0], None);
+    assert_eq!(read[1].as_ref().map(|r| r.status), Some(Status::Succeeded));
+    assert_eq!(read[2], Some(live));
+}
+
+pub async fn a_row_rewritten_without_ttl_lives_on_and_its_cells_expire(f: &dyn Fixture) {
+    let s = f.store();
+    // A retry that succeeded (terminal, with a TTL) and is enqueued again under its id.
+    let done = TxState {
+        status: Status::Succeeded,
+        ..state(SVC, "s", 1)
+    };
+    s.put_state(&done, Some(1)).await.unwrap();
+    let again = TxState {
+        base_generation: 2,
+        ..state(SVC, "s", 2)
+    };
+    s.put_state(&again, None).await.unwrap();
+    // A retry cancelled (row 1 s, cancel cell 2 s) and enqueued again above the cancel.
+    let cancelled = TxState {
+        status: Status::Cancelled,
+        ..state(SVC, "c", 1)
+    };
+    s.cancel_state(&cancelled, 1, 2).await.unwrap();
+    let renewed = TxState {
+        base_generation: 2,
+        ..state(SVC, "c", 2)
+    };
+    s.put_state(&renewed, None).await.unwrap();
+    f.advance(Duration::from_secs(3)).await;
+    // The rows live on without a TTL; each settle cell expired with its own TTL (the success
+    // cell with the SUCCEEDED write's, the cancel cell with `cancel_ttl_seconds`).
+    assert_eq!(s.get_state(SVC, "s").await.unwrap(), Some(again));
+    assert_eq!(s.get_state(SVC, "c").await.unwrap(), Some(renewed));
+}
+
+pub async fn a_cancel_cell_outlives_its_row_as_a_ghost(f: &dyn Fixture) {
+    let s = f.store();
+    let cancelled = TxState {
+        status: Status::Cancelled,
+        ..state(SVC, "t", 7)
+    };
+    // The row lives 1 s, the cancel cell 4 s.
+    s.cancel_state(&cancelled, 1, 4).await.unwrap();
+    f.advance(Duration::from_secs(2)).await;
+    // Only the cell is left: the retry reads as cancelled at its generation, nothing else.
+    let ghost = TxState::cancelled_ghost(SVC, "t", 7);
+    assert_eq!(s.get_state(SVC, "t").await.unwrap(), Some(ghost.clone()));
+    assert_eq!(
+        s.get_states(SVC, &["t".to_string()]).await.unwrap(),
+        vec![Some(ghost.clone())]
+    );
+    assert_eq!(ghost.generation_floor(), 7);
+    f.advance(Duration::from_secs(3)).await;
+    assert_eq!(s.get_state(SVC, "t").await.unwrap(), None);
+}
+
+pub async fn get_states_answers_in_order_with_none_for_missing(f: &dyn Fixture) {
+    let s = f.store();
+    for id in ["a", "b", "c"] {
+        s.put_state(&state(SVC, id, 1), None).await.unwrap();
+        s.put_state(&state("other", id, 2), None).await.unwrap();
+    }
+    assert_eq!(s.get_states(SVC, &[]).await.unwrap(), vec![]);
+    let ask = ["c", "x", "a", "b", "a"].map(String::from);
+    // One answer per id, in order; an id asked twice is answered twice.
+    assert_eq!(
+        s.get_states(SVC, &ask).await.unwrap(),
+        vec![
+            Some(state(SVC, "c", 1)),
+            None,
+            Some(state(SVC, "a", 1)),
+            Some(state(SVC, "b", 1)),
+            Some(state(SVC, "a", 1)),
+        ]
+    );
+    // Many ids (more than one read's worth), every third one missing.
+    let rows: Vec<(TxState, Option<u32>)> = (0..150)
+        .filter(|i| i % 3 != 0)
+        .map(|i| (state(SVC, &format!("m{i:03}"), i), None))
+        .collect();
+    assert!(s.put_states(rows).await.iter().all(Result::is_ok));
+    let ask: Vec<String> = (0..150).rev().map(|i| format!("m{i:03}")).collect();
+    let got = s.get_states(SVC, &ask).await.unwrap();
+    assert_eq!(got.len(), 150);
+    for (id, row) in ask.iter().zip(&got) {
+        let i: i64 = id[1..].parse().unwrap();
+        if i % 3 == 0 {
+            assert_eq!(row, &None, "{id}");
+        } else {
+            assert_eq!(row, &Some(state(SVC, id, i)), "{id}");
+        }
+    }
+}
+
+pub async fn put_states_gives_one_result_per_row(f: &dyn Fixture) {
+    let s = f.store();
+    assert!(s.put_states(Vec::new()).await.is_empty());
+    let rows: Vec<(TxState, Option<u32>)> = (0..25)
+        .map(|i| {
+            let mut row = state(SVC, &format!("p{i}"), i + 1);
+            row.payload = vec![i as u8; 10 * i as usize];
+            let ttl = if i % 5 == 0 {
+                row.status = Status::Dead;
+                Some(3600)
+            } else {
+                None
+            };
+            (row, ttl)
+        })
+        .collect();
+    let results = s.put_states(rows.clone()).await;
+    assert_eq!(results.len(), 25);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let ids: Vec<String> = rows.iter().map(|(r, _)| r.transaction_id.clone()).collect();
+    let got = s.get_states(SVC, &ids).await.unwrap();
+    let want: Vec<Option<TxState>> = rows.into_iter().map(|(r, _)| Some(r)).collect();
+    assert_eq!(got, want);
+}
