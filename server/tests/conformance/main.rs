@@ -41,6 +41,7 @@ mod state;
 /// One fixture per store.
 mod fixtures {
     pub mod cassandra;
+    pub mod embedded;
 }
 
 /// Every test of the suite, by name, for `conformance_tests!`.
@@ -136,3 +137,4 @@ macro_rules! all_conformance_tests {
 }
 
 all_conformance_tests!(cassandra, crate::fixtures::cassandra::CassandraFixture);
+all_conformance_tests!(embedded, crate::fixtures::embedded::EmbeddedFixture);

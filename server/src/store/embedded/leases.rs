@@ -144,7 +144,17 @@ impl LeaseStore for EmbeddedStore {
                 };
                 let current = decode_lease(l.slot, &v)?;
                 if current.epoch != expected_epoch {
-                    return Ok(Cas::Rejected(Some(current)));
+                    // As Cassandra answers a failed `IF epoch = ?`: the epoch, nothing else.
+                    return Ok(Cas::Rejected(Some(LeaseRow {
+                        slot: current.slot,
+                        epoch: current.epoch,
+                        owner: String::new(),
+                        expires_at_ms: 0,
+                        address: String::new(),
+                        taken_at_ms: 0,
+                        released_at_ms: 0,
+                        released_epoch: 0,
+                    })));
                 }
                 // The columns each UPDATE sets; the others keep their values.
                 let mut next = LeaseRow {

@@ -88,6 +88,9 @@ fn internal(e: impl std::fmt::Display) -> StoreError {
 }
 
 impl EmbeddedStore {
+    /// Rows per page of a streamed read (`stream_pointers`, `stream_dead_letters`).
+    pub const PAGE_SIZE: usize = PAGE;
+
     /// Opens (creating when missing) the store in `dir`, for the namespace (region,
     /// cluster), on `clock`. Fails with a clear error when another process holds the
     /// directory: the embedded store serves one node. Starts the sweeper when called inside
