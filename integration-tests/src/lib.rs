@@ -236,7 +236,17 @@ impl TestNode {
     }
 }
 
-/// The directory tables, all of which must be empty when nothing was written.
+/// The five tiers of the directory, top down (DESIGN.md "Data model").
+pub const DIRECTORY_TABLES: &[&str] = &[
+    "days_by_year",
+    "windows_by_day",
+    "instances_by_window",
+    "buckets_by_instance",
+    "retry_transactions_by_bucket",
+];
+
+/// The directory, state and dead-letter tables, all of which must be empty when nothing was
+/// written.
 pub const DATA_TABLES: &[&str] = &[
     "days_by_year",
     "windows_by_day",

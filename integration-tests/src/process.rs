@@ -7,6 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
 use tonic::transport::Channel;
 
 use crate::contact_point;
@@ -109,6 +110,27 @@ pub async fn connect(port: u16) -> Channel {
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "node did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits (up to 30 s) until the ring, as `ch` reports it, lists `nodes` nodes that each hold
+/// part of the token space.
+pub async fn wait_for_shared_ring(ch: &Channel, nodes: usize) {
+    let started = Instant::now();
+    loop {
+        let r = ExecutorServiceClient::new(ch.clone())
+            .get_ring(pb::GetRingRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        if r.nodes.len() == nodes && r.nodes.iter().all(|n| !n.ranges.is_empty()) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "ring not shared by {nodes} nodes: {r:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

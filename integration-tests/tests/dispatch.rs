@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use rebound_integration_tests::{
     ack as harness_ack, ack_req, clock_now, dispatch_config, enqueue_req as req, eventually,
-    next_delivery, subscribe, ts_ms, utc_ms, TestNode,
+    next_delivery, subscribe, ts_ms, utc_ms, TestNode, DIRECTORY_TABLES,
 };
 use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
 use tonic::{transport::Channel, Code};
@@ -25,17 +25,9 @@ async fn ack(
     harness_ack(ch, r).await
 }
 
-const DIRECTORY: &[&str] = &[
-    "days_by_year",
-    "windows_by_day",
-    "instances_by_window",
-    "buckets_by_instance",
-    "retry_transactions_by_bucket",
-];
-
 async fn directory_counts(n: &TestNode) -> BTreeMap<&'static str, usize> {
     let mut m = BTreeMap::new();
-    for t in DIRECTORY {
+    for t in DIRECTORY_TABLES {
         m.insert(*t, n.count(t).await);
     }
     m

@@ -12,7 +12,7 @@ use std::{
 
 use rebound_integration_tests::{
     ack, ack_req, batch_accepted, drop_keyspace, enqueue_req,
-    process::{connect, free_port, spawn_node},
+    process::{connect, free_port, spawn_node, wait_for_shared_ring},
     subscribe_all, unique_keyspace,
 };
 use rebound_proto::v1::{
@@ -38,22 +38,7 @@ async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
         chans.push(connect(p).await);
     }
     // Both nodes hold part of the ring before anything is due.
-    let started = Instant::now();
-    loop {
-        let ring = ExecutorServiceClient::new(chans[0].clone())
-            .get_ring(pb::GetRingRequest {})
-            .await
-            .unwrap()
-            .into_inner();
-        if ring.nodes.iter().filter(|n| !n.ranges.is_empty()).count() == 2 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "ring not shared"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_shared_ring(&chans[0], 2).await;
     let mut rx = subscribe_all(&chans, "payments", 500).await;
     let resp = RetryServiceClient::new(chans[0].clone())
         .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {

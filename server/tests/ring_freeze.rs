@@ -12,7 +12,7 @@ use rebound_integration_tests::{
     ack, ack_req,
     chaos::cluster::signal,
     drop_keyspace, enqueue_req, get_retry,
-    process::{connect, free_port, spawn_node},
+    process::{connect, free_port, spawn_node, wait_for_shared_ring},
     unique_keyspace,
 };
 use rebound_proto::v1::{
@@ -20,15 +20,6 @@ use rebound_proto::v1::{
     retry_service_client::RetryServiceClient,
 };
 use tonic::Code;
-
-async fn ring_ok(ch: &tonic::transport::Channel, nodes: usize) -> bool {
-    let r = ExecutorServiceClient::new(ch.clone())
-        .get_ring(pb::GetRingRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    r.nodes.len() == nodes && r.nodes.iter().all(|n| !n.ranges.is_empty())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
@@ -38,14 +29,7 @@ async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
     let c1 = connect(p1).await;
     let n2 = spawn_node(&keyspace, p2, "f2");
     let c2 = connect(p2).await;
-    let started = Instant::now();
-    while !ring_ok(&c1, 2).await {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "ring did not form"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_shared_ring(&c1, 2).await;
     let requests = (0..400)
         .map(|i| enqueue_req("frz", &format!("f{i:03}"), 0))
         .collect();
