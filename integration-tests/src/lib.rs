@@ -1,7 +1,13 @@
-//! Harness for end-to-end tests against the real Cassandra started by `scripts/cassandra`.
-//! Each test gets its own keyspace and an in-process node on port 0 with an injected clock.
+//! The one harness for end-to-end tests against the real Cassandra started by
+//! `scripts/cassandra`, used by the tests of this crate and (as a dev-dependency) by those of
+//! rebound-server. Each test gets its own keyspace, and either an in-process node on port 0
+//! with an injected clock ([`TestNode`]) or real `rebound-server` processes ([`process`]).
+//! Request builders and executor calls shared by the tests live here too; [`rows`] reads the
+//! directory and state rows back for tests that check what was written.
 
 pub mod chaos;
+pub mod process;
+pub mod rows;
 
 use std::{
     sync::{
@@ -11,7 +17,10 @@ use std::{
     time::Duration,
 };
 
-use rebound_proto::v1::retry_service_client::RetryServiceClient;
+use rebound_proto::v1::{
+    self as pb, executor_service_client::ExecutorServiceClient,
+    retry_service_client::RetryServiceClient,
+};
 use rebound_server::{
     clock::{ManualClock, SharedClock, SystemClock},
     config::Config,
@@ -53,6 +62,30 @@ pub async fn cql() -> Session {
                 contact_point()
             )
         })
+}
+
+/// Drops a test keyspace (stop its nodes first: a node scanning a dropped keyspace makes
+/// Cassandra log errors).
+pub async fn drop_keyspace(keyspace: &str) {
+    drop_keyspace_with(&cql().await, keyspace).await;
+}
+
+async fn drop_keyspace_with(cql: &Session, keyspace: &str) {
+    let _ = cql
+        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+        .await;
+}
+
+/// `SELECT COUNT(*)` of `keyspace.table`.
+pub async fn count_rows(cql: &Session, keyspace: &str, table: &str) -> usize {
+    let res = cql
+        .query_unpaged(format!("SELECT COUNT(*) FROM {keyspace}.{table}"), ())
+        .await
+        .unwrap_or_else(|e| panic!("counting {table}: {e}"))
+        .into_rows_result()
+        .unwrap();
+    let (n,): (i64,) = res.single_row().unwrap();
+    n as usize
 }
 
 /// A test configuration: 2 s windows, small buckets, few lanes, a unique keyspace.
@@ -188,15 +221,7 @@ impl TestNode {
     }
 
     pub async fn count(&self, table: &str) -> usize {
-        let res = self
-            .cql
-            .query_unpaged(format!("SELECT COUNT(*) FROM {}.{table}", self.ks()), ())
-            .await
-            .unwrap_or_else(|e| panic!("counting {table}: {e}"))
-            .into_rows_result()
-            .unwrap();
-        let (n,): (i64,) = res.single_row().unwrap();
-        n as usize
+        count_rows(&self.cql, self.ks(), table).await
     }
 
     /// Stops the node and drops the keyspace.
@@ -207,17 +232,21 @@ impl TestNode {
                 .expect("node stops within 10 s")
                 .expect("node stops cleanly");
         }
-        let _ = self
-            .cql
-            .query_unpaged(
-                format!("DROP KEYSPACE IF EXISTS {}", self.config.keyspace),
-                (),
-            )
-            .await;
+        drop_keyspace_with(&self.cql, &self.config.keyspace).await;
     }
 }
 
-/// The directory tables, all of which must be empty when nothing was written.
+/// The five tiers of the directory, top down (DESIGN.md "Data model").
+pub const DIRECTORY_TABLES: &[&str] = &[
+    "days_by_year",
+    "windows_by_day",
+    "instances_by_window",
+    "buckets_by_instance",
+    "retry_transactions_by_bucket",
+];
+
+/// The directory, state and dead-letter tables, all of which must be empty when nothing was
+/// written.
 pub const DATA_TABLES: &[&str] = &[
     "days_by_year",
     "windows_by_day",
@@ -252,11 +281,11 @@ pub fn dispatch_config(test: &str) -> Config {
     }
 }
 
-/// Waits for the next delivery on a subscription, or `None` after `within`.
+/// Waits for the next delivery on a subscription, or `None` after `within` (or at its end).
 pub async fn next_delivery(
-    stream: &mut tonic::Streaming<rebound_proto::v1::Delivery>,
+    stream: &mut tonic::Streaming<pb::Delivery>,
     within: Duration,
-) -> Option<rebound_proto::v1::Delivery> {
+) -> Option<pb::Delivery> {
     match tokio::time::timeout(within, stream.message()).await {
         Ok(Ok(Some(d))) => Some(d),
         Ok(Ok(None)) => None,
@@ -317,4 +346,148 @@ pub fn with_token<T>(msg: T, token: Option<&str>) -> tonic::Request<T> {
             .insert("authorization", format!("Bearer {t}").parse().unwrap());
     }
     r
+}
+
+/// The current time of a manual clock.
+pub fn clock_now(c: &ManualClock) -> i64 {
+    use rebound_server::clock::Clock;
+    c.now_ms()
+}
+
+/// A protobuf duration of `ms` milliseconds.
+pub fn dur_ms(ms: i64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: ms / 1000,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
+/// A protobuf duration of `s` seconds.
+pub fn secs(s: i64) -> prost_types::Duration {
+    dur_ms(s * 1000)
+}
+
+/// A protobuf timestamp of `ms` milliseconds since the epoch.
+pub fn ts(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+/// A first attempt of `txid` for `service`, due in `delay_ms`, its payload the id's bytes.
+pub fn enqueue_req(service: &str, txid: &str, delay_ms: u64) -> pb::EnqueueRetryRequest {
+    pb::EnqueueRetryRequest {
+        service: service.into(),
+        transaction_id: txid.into(),
+        payload: txid.as_bytes().to_vec(),
+        schedule: Some(pb::enqueue_retry_request::Schedule::Delay(dur_ms(
+            delay_ms as i64,
+        ))),
+        attempt: 1,
+        ..Default::default()
+    }
+}
+
+/// True when every item of a batch was accepted.
+pub fn batch_accepted(r: &pb::EnqueueRetryBatchResponse) -> bool {
+    r.results.iter().all(|r| {
+        matches!(
+            r.result,
+            Some(pb::enqueue_retry_result::Result::Response(_))
+        )
+    })
+}
+
+/// The retry of `txid` as GetRetry answers it.
+pub async fn get_retry(ch: &Channel, service: &str, txid: &str) -> pb::Retry {
+    RetryServiceClient::new(ch.clone())
+        .get_retry(pb::GetRetryRequest {
+            service: service.into(),
+            transaction_id: txid.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// A `Subscribe` stream to `service` as executor "test".
+pub async fn subscribe(
+    ch: &Channel,
+    service: &str,
+    max_in_flight: u32,
+) -> tonic::Streaming<pb::Delivery> {
+    ExecutorServiceClient::new(ch.clone())
+        .subscribe(pb::SubscribeRequest {
+            service: service.into(),
+            executor_id: "test".into(),
+            max_in_flight,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// One `Subscribe` stream to `service` on every channel, merged: each delivery comes with the
+/// index of the node that sent it (acks go back to that node).
+pub async fn subscribe_all(
+    chans: &[Channel],
+    service: &str,
+    max_in_flight: u32,
+) -> tokio::sync::mpsc::UnboundedReceiver<(usize, pb::Delivery)> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    for (i, ch) in chans.iter().enumerate() {
+        let mut stream = ExecutorServiceClient::new(ch.clone())
+            .subscribe(pb::SubscribeRequest {
+                service: service.into(),
+                executor_id: format!("test-{i}"),
+                max_in_flight,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(d)) = stream.message().await {
+                if tx.send((i, d)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    rx
+}
+
+/// An ack of `d` with `outcome` and nothing else.
+pub fn ack_req(d: &pb::Delivery, outcome: pb::AckOutcome) -> pb::AckRequest {
+    pb::AckRequest {
+        delivery_id: d.delivery_id.clone(),
+        outcome: outcome as i32,
+        ..Default::default()
+    }
+}
+
+pub async fn ack(ch: &Channel, r: pb::AckRequest) -> Result<pb::AckResponse, tonic::Status> {
+    ExecutorServiceClient::new(ch.clone())
+        .ack(r)
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// Acks `d` as SUCCEEDED, which must be accepted.
+pub async fn ack_succeeded(ch: &Channel, d: &pb::Delivery) {
+    ack(ch, ack_req(d, pb::AckOutcome::Succeeded))
+        .await
+        .expect("ack accepted");
+}
+
+/// Asserts INVALID_ARGUMENT whose message starts with the field name.
+pub fn assert_invalid<T: std::fmt::Debug>(r: Result<T, tonic::Status>, field: &str) {
+    let e = r.expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().starts_with(&format!("{field}:")),
+        "expected the field {field:?} in {:?}",
+        e.message()
+    );
 }

@@ -6,7 +6,8 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use rebound_integration_tests::{
-    dispatch_config, eventually, next_delivery, ts_ms, utc_ms, TestNode,
+    ack, ack_req, assert_invalid as invalid, dispatch_config, enqueue_req as req, eventually,
+    get_retry, next_delivery, secs, subscribe, ts, ts_ms, utc_ms, TestNode,
 };
 use rebound_proto::v1::{
     self as pb, admin_service_client::AdminServiceClient,
@@ -14,88 +15,8 @@ use rebound_proto::v1::{
 };
 use tonic::{transport::Channel, Code};
 
-fn secs(s: i64) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: s,
-        nanos: 0,
-    }
-}
-
-fn ts(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
-    }
-}
-
-fn req(service: &str, txid: &str, delay_ms: u64) -> pb::EnqueueRetryRequest {
-    pb::EnqueueRetryRequest {
-        service: service.into(),
-        transaction_id: txid.into(),
-        payload: txid.as_bytes().to_vec(),
-        schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-            prost_types::Duration {
-                seconds: (delay_ms / 1000) as i64,
-                nanos: ((delay_ms % 1000) * 1_000_000) as i32,
-            },
-        )),
-        attempt: 1,
-        ..Default::default()
-    }
-}
-
 fn admin(n: &TestNode) -> AdminServiceClient<Channel> {
     AdminServiceClient::new(n.channel.clone())
-}
-
-fn exec(n: &TestNode) -> ExecutorServiceClient<Channel> {
-    ExecutorServiceClient::new(n.channel.clone())
-}
-
-async fn subscribe(n: &TestNode, service: &str, max: u32) -> tonic::Streaming<pb::Delivery> {
-    exec(n)
-        .subscribe(pb::SubscribeRequest {
-            service: service.into(),
-            executor_id: "test".into(),
-            max_in_flight: max,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-async fn ack(n: &TestNode, r: pb::AckRequest) -> Result<pb::AckResponse, tonic::Status> {
-    exec(n).ack(r).await.map(|r| r.into_inner())
-}
-
-fn ack_req(d: &pb::Delivery, outcome: pb::AckOutcome) -> pb::AckRequest {
-    pb::AckRequest {
-        delivery_id: d.delivery_id.clone(),
-        outcome: outcome as i32,
-        ..Default::default()
-    }
-}
-
-async fn get(n: &TestNode, service: &str, txid: &str) -> pb::Retry {
-    n.client
-        .clone()
-        .get_retry(pb::GetRetryRequest {
-            service: service.into(),
-            transaction_id: txid.into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-fn invalid<T: std::fmt::Debug>(r: Result<T, tonic::Status>, field: &str) {
-    let e = r.expect_err("refused");
-    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
-    assert!(
-        e.message().starts_with(&format!("{field}:")),
-        "expected the field {field:?} in {:?}",
-        e.message()
-    );
 }
 
 async fn deliveries(
@@ -280,20 +201,29 @@ async fn service_policy_is_stored_listed_and_applied_to_new_enqueues() {
     c.enqueue_retry(unlimited).await.unwrap();
     c.enqueue_retry(req("orders", "o1", 5_000)).await.unwrap();
 
-    let p1 = get(&n, "payments", "p1").await.policy.unwrap();
+    let p1 = get_retry(&n.channel, "payments", "p1")
+        .await
+        .policy
+        .unwrap();
     assert_eq!(p1.max_attempts, Some(2));
     assert_eq!(p1.initial_backoff, Some(secs(3)));
     assert_eq!(
         p1.non_retryable_error_classes,
         vec!["http.404".to_string(), "auth/denied".to_string()]
     );
-    let p2 = get(&n, "payments", "p2").await.policy.unwrap();
+    let p2 = get_retry(&n.channel, "payments", "p2")
+        .await
+        .policy
+        .unwrap();
     assert_eq!(p2.max_attempts, Some(4));
     assert_eq!(p2.initial_backoff, Some(secs(3)));
-    let p3 = get(&n, "payments", "p3").await.policy.unwrap();
+    let p3 = get_retry(&n.channel, "payments", "p3")
+        .await
+        .policy
+        .unwrap();
     assert_eq!(p3.unlimited_attempts, Some(true));
     assert_eq!(p3.max_attempts, None);
-    let o1 = get(&n, "orders", "o1").await.policy.unwrap();
+    let o1 = get_retry(&n.channel, "orders", "o1").await.policy.unwrap();
     assert_eq!(
         o1.max_attempts,
         Some(5),
@@ -347,7 +277,7 @@ async fn non_retryable_classes_dead_letter_and_snooze_uses_no_attempt() {
         r.attempt = 0;
         c.enqueue_retry(r).await.unwrap();
     }
-    let mut sub = subscribe(&n, "svc", 10).await;
+    let mut sub = subscribe(&n.channel, "svc", 10).await;
     clock.set(start + 2_500);
     let got = deliveries(&mut sub, 2, Duration::from_secs(10)).await;
     let by = |id: &str| got.iter().find(|d| d.transaction_id == id).unwrap().clone();
@@ -356,21 +286,21 @@ async fn non_retryable_classes_dead_letter_and_snooze_uses_no_attempt() {
     // Bad acks are refused and leave the delivery in flight.
     let mut bad = ack_req(&busy, pb::AckOutcome::Succeeded);
     bad.snooze = true;
-    invalid(ack(&n, bad).await, "snooze");
+    invalid(ack(&n.channel, bad).await, "snooze");
     let mut bad = ack_req(&busy, pb::AckOutcome::Retry);
     bad.snooze = true;
-    invalid(ack(&n, bad).await, "retry_after");
+    invalid(ack(&n.channel, bad).await, "retry_after");
     let mut bad = ack_req(&busy, pb::AckOutcome::Retry);
     bad.error_class = "no spaces allowed".into();
-    invalid(ack(&n, bad).await, "error_class");
+    invalid(ack(&n.channel, bad).await, "error_class");
 
     // A RETRY whose class is non-retryable dead-letters at once.
     let mut r = ack_req(&gone, pb::AckOutcome::Retry);
     r.error = "404 from upstream".into();
     r.error_class = "http.404".into();
-    let resp = ack(&n, r).await.unwrap();
+    let resp = ack(&n.channel, r).await.unwrap();
     assert!(resp.dead_lettered);
-    let g = get(&n, "svc", "gone").await;
+    let g = get_retry(&n.channel, "svc", "gone").await;
     assert_eq!(g.status, pb::RetryStatus::Dead as i32);
     assert!(g.last_error.contains("non-retryable"), "{}", g.last_error);
 
@@ -383,14 +313,14 @@ async fn non_retryable_classes_dead_letter_and_snooze_uses_no_attempt() {
         r.snooze = true;
         r.retry_after = Some(secs(2));
         r.error_class = "http.404".into(); // ignored for a snooze: not a failure
-        let resp = ack(&n, r).await.unwrap();
+        let resp = ack(&n.channel, r).await.unwrap();
         assert!(resp.snoozed && !resp.dead_lettered);
         let due = ts_ms(resp.next_due_time.as_ref().unwrap());
         assert!(
             due >= now + 2_000 && due <= now + 3_000,
             "due {due} now {now}"
         );
-        assert_eq!(get(&n, "svc", "busy").await.attempt, 0);
+        assert_eq!(get_retry(&n.channel, "svc", "busy").await.attempt, 0);
         now = due + 500;
         clock.set(now);
         d = deliveries(&mut sub, 1, Duration::from_secs(10))
@@ -400,7 +330,7 @@ async fn non_retryable_classes_dead_letter_and_snooze_uses_no_attempt() {
     // A real failure now: the first backoff (4 s), not one grown by the snoozes.
     let mut r = ack_req(&d, pb::AckOutcome::Retry);
     r.error = "503".into();
-    let resp = ack(&n, r).await.unwrap();
+    let resp = ack(&n.channel, r).await.unwrap();
     assert!(!resp.snoozed);
     let due = ts_ms(resp.next_due_time.as_ref().unwrap());
     assert!(
@@ -408,7 +338,7 @@ async fn non_retryable_classes_dead_letter_and_snooze_uses_no_attempt() {
         "backoff after snoozes: {} ms",
         due - now
     );
-    assert_eq!(get(&n, "svc", "busy").await.attempt, 1);
+    assert_eq!(get_retry(&n.channel, "svc", "busy").await.attempt, 1);
     n.finish().await;
 }
 
@@ -421,7 +351,7 @@ async fn pause_stops_dispatch_keeps_enqueue_and_resume_delivers() {
     let mut c = n.client.clone();
     let mut a = admin(&n);
     c.enqueue_retry(req("svc", "first", 0)).await.unwrap();
-    let mut sub = subscribe(&n, "svc", 10).await;
+    let mut sub = subscribe(&n.channel, "svc", 10).await;
     clock.set(start + 2_500);
     let first = deliveries(&mut sub, 1, Duration::from_secs(10))
         .await
@@ -450,7 +380,7 @@ async fn pause_stops_dispatch_keeps_enqueue_and_resume_delivers() {
             .await
             .unwrap();
     }
-    ack(&n, ack_req(&first, pb::AckOutcome::Succeeded))
+    ack(&n.channel, ack_req(&first, pb::AckOutcome::Succeeded))
         .await
         .unwrap();
     clock.set(start + 5_000);
@@ -549,11 +479,11 @@ async fn purge_cancels_pending_retries_bucket_by_bucket_and_keeps_later_ones() {
     assert!(calls > 2, "bounded: one bucket per call, {calls} calls");
     assert!(deleted >= 4, "{deleted} partitions deleted");
     for i in 0..12 {
-        let r = get(&n, "svc", &format!("t{i}")).await;
+        let r = get_retry(&n.channel, "svc", &format!("t{i}")).await;
         assert_eq!(r.status, pb::RetryStatus::Cancelled as i32, "t{i}");
     }
     assert_eq!(
-        get(&n, "svc", "late").await.status,
+        get_retry(&n.channel, "svc", "late").await.status,
         pb::RetryStatus::Scheduled as i32
     );
     assert_eq!(
@@ -563,8 +493,8 @@ async fn purge_cancels_pending_retries_bucket_by_bucket_and_keeps_later_ones() {
     );
 
     // Nothing purged is delivered; the other service and the later retry are.
-    let mut sub = subscribe(&n, "svc", 10).await;
-    let mut other = subscribe(&n, "other", 10).await;
+    let mut sub = subscribe(&n.channel, "svc", 10).await;
+    let mut other = subscribe(&n.channel, "other", 10).await;
     clock.set(start + 40_000);
     let o = deliveries(&mut other, 2, Duration::from_secs(10)).await;
     assert_eq!(o.len(), 2);
@@ -644,7 +574,7 @@ async fn limits_cap_concurrency_and_dispatch_rate() {
             .unwrap();
     }
     // The stream asks for 100, the service allows 2 at once (one node: the whole share).
-    let mut sub = subscribe(&n, "svc", 100).await;
+    let mut sub = subscribe(&n.channel, "svc", 100).await;
     let two = deliveries(&mut sub, 2, Duration::from_secs(10)).await;
     assert!(
         next_delivery(&mut sub, Duration::from_millis(1_500))
@@ -652,7 +582,7 @@ async fn limits_cap_concurrency_and_dispatch_rate() {
             .is_none(),
         "a third delivery while two are unacknowledged"
     );
-    ack(&n, ack_req(&two[0], pb::AckOutcome::Succeeded))
+    ack(&n.channel, ack_req(&two[0], pb::AckOutcome::Succeeded))
         .await
         .unwrap();
     let third = deliveries(&mut sub, 1, Duration::from_secs(10)).await;
@@ -660,7 +590,7 @@ async fn limits_cap_concurrency_and_dispatch_rate() {
         .await
         .is_none());
     for d in two.iter().skip(1).chain(third.iter()) {
-        ack(&n, ack_req(d, pb::AckOutcome::Succeeded))
+        ack(&n.channel, ack_req(d, pb::AckOutcome::Succeeded))
             .await
             .unwrap();
     }
@@ -670,7 +600,7 @@ async fn limits_cap_concurrency_and_dispatch_rate() {
         let d = deliveries(&mut sub, 1, Duration::from_secs(10))
             .await
             .remove(0);
-        ack(&n, ack_req(&d, pb::AckOutcome::Succeeded))
+        ack(&n.channel, ack_req(&d, pb::AckOutcome::Succeeded))
             .await
             .unwrap();
         rest += 1;
@@ -696,7 +626,7 @@ async fn limits_cap_concurrency_and_dispatch_rate() {
             .await
             .remove(0);
         times.push(std::time::Instant::now());
-        ack(&n, ack_req(&d, pb::AckOutcome::Succeeded))
+        ack(&n.channel, ack_req(&d, pb::AckOutcome::Succeeded))
             .await
             .unwrap();
     }
@@ -732,8 +662,8 @@ async fn a_huge_backlog_does_not_starve_a_small_service() {
             .unwrap();
     }
     // big's executor is slow: 4 at a time, 20 ms each.
-    let mut big = subscribe(&n, "big", 4).await;
-    let mut small = subscribe(&n, "small", 10).await;
+    let mut big = subscribe(&n.channel, "big", 4).await;
+    let mut small = subscribe(&n.channel, "small", 10).await;
     clock.set(start + 2_500);
     let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let big_worker = {
@@ -771,14 +701,14 @@ async fn dead_letters_are_listed_paged_filtered_redriven_and_purged() {
             .await
             .unwrap();
     }
-    let mut sub = subscribe(&n, "svc", 10).await;
+    let mut sub = subscribe(&n.channel, "svc", 10).await;
     clock.set(start + 2_500);
     let mut got = deliveries(&mut sub, 7, Duration::from_secs(10)).await;
     got.sort_by(|a, b| a.transaction_id.cmp(&b.transaction_id));
     for (i, d) in got.iter().enumerate() {
         let mut r = ack_req(d, pb::AckOutcome::Failed);
         r.error = if i < 4 { "db timeout" } else { "bad payload" }.into();
-        assert!(ack(&n, r).await.unwrap().dead_lettered);
+        assert!(ack(&n.channel, r).await.unwrap().dead_lettered);
         clock.advance(10);
     }
     // A DEAD row (and its payload) lives as long as its letter, not the 1 h terminal TTL.
@@ -890,7 +820,7 @@ async fn dead_letters_are_listed_paged_filtered_redriven_and_purged() {
     far.delay = Some(secs(400 * 86_400));
     invalid(a.redrive_dead_letters(far).await, "delay");
     assert_eq!(
-        get(&n, "svc", "d0").await.status,
+        get_retry(&n.channel, "svc", "d0").await.status,
         pb::RetryStatus::Dead as i32,
         "refused redrives change nothing"
     );
@@ -929,7 +859,7 @@ async fn dead_letters_are_listed_paged_filtered_redriven_and_purged() {
         .dead_letters;
     assert_eq!(all.len(), 7);
     assert_eq!(all.iter().filter(|l| l.redriven_at.is_some()).count(), 4);
-    let d0 = get(&n, "svc", "d0").await;
+    let d0 = get_retry(&n.channel, "svc", "d0").await;
     assert_eq!(d0.status, pb::RetryStatus::Scheduled as i32);
     assert_eq!(d0.attempt, 0, "attempts reset");
     // They come back, as first attempts.
@@ -938,7 +868,7 @@ async fn dead_letters_are_listed_paged_filtered_redriven_and_purged() {
     for d in &back {
         assert!(d.transaction_id.as_str() < "d4");
         assert_eq!(d.attempt, 1);
-        ack(&n, ack_req(d, pb::AckOutcome::Succeeded))
+        ack(&n.channel, ack_req(d, pb::AckOutcome::Succeeded))
             .await
             .unwrap();
     }
@@ -1021,7 +951,7 @@ async fn stats_bands_in_flight_nodes_and_window_inspection() {
     assert!(s.nodes[0].reachable);
 
     // Two in flight on a stream of two.
-    let mut sub = subscribe(&n, "svc", 2).await;
+    let mut sub = subscribe(&n.channel, "svc", 2).await;
     deliveries(&mut sub, 2, Duration::from_secs(10)).await;
     eventually(Duration::from_secs(5), "2 in flight", || async {
         let s = admin(&n)
@@ -1037,7 +967,7 @@ async fn stats_bands_in_flight_nodes_and_window_inspection() {
     .await;
 
     // The window of the five due ones, tier by tier.
-    let loc = get(&n, "svc", "now0").await.location.unwrap();
+    let loc = get_retry(&n.channel, "svc", "now0").await.location.unwrap();
     let w = a
         .inspect_window(pb::InspectWindowRequest {
             day: loc.day.clone(),

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use rebound_integration_tests::{
-    credentials_file, dispatch_config, next_delivery, utc_ms, with_token as with, TestNode,
+    credentials_file, dispatch_config, enqueue_req, next_delivery, utc_ms, with_token as with,
+    TestNode,
 };
 use rebound_proto::v1::{
     self as pb, admin_service_client::AdminServiceClient,
@@ -14,16 +15,7 @@ use rebound_proto::v1::{
 use tonic::{Code, Request};
 
 fn req(service: &str, txid: &str) -> pb::EnqueueRetryRequest {
-    pb::EnqueueRetryRequest {
-        service: service.into(),
-        transaction_id: txid.into(),
-        payload: b"x".to_vec(),
-        attempt: 1,
-        schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-            prost_types::Duration::default(),
-        )),
-        ..Default::default()
-    }
+    enqueue_req(service, txid, 0)
 }
 
 fn refused<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, what: &str) -> String {

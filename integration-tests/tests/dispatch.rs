@@ -6,67 +6,28 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use rebound_integration_tests::{
-    dispatch_config, eventually, next_delivery, ts_ms, utc_ms, TestNode,
+    ack as harness_ack, ack_req, clock_now, dispatch_config, enqueue_req as req, eventually,
+    next_delivery, subscribe, ts_ms, utc_ms, TestNode, DIRECTORY_TABLES,
 };
 use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
 use tonic::{transport::Channel, Code};
 
-fn req(service: &str, txid: &str, delay_ms: u64) -> pb::EnqueueRetryRequest {
-    pb::EnqueueRetryRequest {
-        service: service.into(),
-        transaction_id: txid.into(),
-        payload: txid.as_bytes().to_vec(),
-        schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-            prost_types::Duration {
-                seconds: (delay_ms / 1000) as i64,
-                nanos: ((delay_ms % 1000) * 1_000_000) as i32,
-            },
-        )),
-        attempt: 1,
-        ..Default::default()
-    }
-}
-
-async fn subscribe(ch: &Channel, service: &str, max: u32) -> tonic::Streaming<pb::Delivery> {
-    ExecutorServiceClient::new(ch.clone())
-        .subscribe(pb::SubscribeRequest {
-            service: service.into(),
-            executor_id: "test".into(),
-            max_in_flight: max,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
+/// An ack of `d` with `outcome`, giving "boom" as the error.
 async fn ack(
     ch: &Channel,
     d: &pb::Delivery,
     outcome: pb::AckOutcome,
 ) -> Result<pb::AckResponse, tonic::Status> {
-    ExecutorServiceClient::new(ch.clone())
-        .ack(pb::AckRequest {
-            delivery_id: d.delivery_id.clone(),
-            outcome: outcome as i32,
-            retry_after: None,
-            error: "boom".into(),
-            ..Default::default()
-        })
-        .await
-        .map(|r| r.into_inner())
+    let r = pb::AckRequest {
+        error: "boom".into(),
+        ..ack_req(d, outcome)
+    };
+    harness_ack(ch, r).await
 }
-
-const DIRECTORY: &[&str] = &[
-    "days_by_year",
-    "windows_by_day",
-    "instances_by_window",
-    "buckets_by_instance",
-    "retry_transactions_by_bucket",
-];
 
 async fn directory_counts(n: &TestNode) -> BTreeMap<&'static str, usize> {
     let mut m = BTreeMap::new();
-    for t in DIRECTORY {
+    for t in DIRECTORY_TABLES {
         m.insert(*t, n.count(t).await);
     }
     m
@@ -856,11 +817,6 @@ async fn a_cancel_racing_an_ack_is_never_undone() {
     }
     eprintln!("{acked_first} acks came first, {stale} were refused as stale");
     n.finish().await;
-}
-
-fn clock_now(c: &rebound_server::clock::ManualClock) -> i64 {
-    use rebound_server::clock::Clock;
-    c.now_ms()
 }
 
 /// DESIGN.md "Bad input and overload": memory stays bounded whatever executors ask for. A

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rebound_integration_tests::{test_config, TestNode};
+use rebound_integration_tests::{enqueue_req, test_config, TestNode};
 use rebound_proto::v1 as pb;
 use tonic::Code;
 
@@ -55,19 +55,7 @@ impl Drop for Restore {
 }
 
 fn req(txid: &str) -> pb::EnqueueRetryRequest {
-    pb::EnqueueRetryRequest {
-        service: "outage".into(),
-        transaction_id: txid.into(),
-        payload: b"p".to_vec(),
-        schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-            prost_types::Duration {
-                seconds: 5,
-                nanos: 0,
-            },
-        )),
-        attempt: 1,
-        ..Default::default()
-    }
+    enqueue_req("outage", txid, 5_000)
 }
 
 /// Enqueues `txid`, returning the code and how long the call took.

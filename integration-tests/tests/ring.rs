@@ -4,7 +4,9 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use rebound_integration_tests::{dispatch_config, eventually, next_delivery, TestNode};
+use rebound_integration_tests::{
+    dispatch_config, enqueue_req, eventually, next_delivery, subscribe, TestNode,
+};
 use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
 use rebound_server::{clock::SystemClock, config::Config};
 
@@ -58,17 +60,9 @@ fn covers_exactly_once(r: &pb::Ring, nodes: usize) -> Result<(), String> {
 async fn enqueue_due_now(node: &TestNode, service: &str, prefix: &str, count: usize) {
     let mut c = node.client.clone();
     for i in 0..count {
-        c.enqueue_retry(pb::EnqueueRetryRequest {
-            service: service.into(),
-            transaction_id: format!("{prefix}{i}"),
-            attempt: 1,
-            schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-                prost_types::Duration::default(),
-            )),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        c.enqueue_retry(enqueue_req(service, &format!("{prefix}{i}"), 0))
+            .await
+            .unwrap();
     }
 }
 
@@ -79,17 +73,7 @@ async fn subscribe_everywhere(
 ) -> Vec<tonic::Streaming<pb::Delivery>> {
     let mut subs = Vec::new();
     for n in nodes {
-        subs.push(
-            ExecutorServiceClient::new(n.channel.clone())
-                .subscribe(pb::SubscribeRequest {
-                    service: service.into(),
-                    executor_id: "t".into(),
-                    max_in_flight: 100,
-                })
-                .await
-                .unwrap()
-                .into_inner(),
-        );
+        subs.push(subscribe(&n.channel, service, 100).await);
     }
     subs
 }

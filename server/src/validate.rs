@@ -315,6 +315,10 @@ pub fn enqueue(
 }
 
 #[cfg(test)]
+#[path = "validate_tests.rs"]
+mod table_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -4,15 +4,17 @@
 //! is delivered, the old day's retries before today's, and the directory is empty afterwards
 //! but for today's day. Needs the Cassandra of `scripts/cassandra start`.
 
-mod common;
-
 use std::{
     collections::BTreeSet,
     time::{Duration, Instant},
 };
 
-use common::{ack, connect, drop_keyspace, free_port, next, spawn_node_with, subscribe};
-use rebound_proto::v1::{self as pb, retry_service_client::RetryServiceClient};
+use rebound_integration_tests::{
+    ack_succeeded as ack, count_rows, cql, drop_keyspace, enqueue_req, next_delivery as next,
+    process::{connect, free_port, spawn_node_with},
+    subscribe, unique_keyspace, DIRECTORY_TABLES,
+};
+use rebound_proto::v1::retry_service_client::RetryServiceClient;
 use tonic::transport::Channel;
 
 const DAY_MS: i64 = 86_400_000;
@@ -25,29 +27,17 @@ fn skewed() -> Vec<(&'static str, String)> {
     ]
 }
 
-fn item(txid: String, delay_ms: i64) -> pb::EnqueueRetryRequest {
-    pb::EnqueueRetryRequest {
-        service: "payments".into(),
-        transaction_id: txid,
-        payload: b"charge".to_vec(),
-        attempt: 1,
-        schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-            prost_types::Duration {
-                seconds: delay_ms / 1000,
-                nanos: ((delay_ms % 1000) * 1_000_000) as i32,
-            },
-        )),
-        ..Default::default()
-    }
-}
-
 /// Enqueues `n` retries one by one, 8 at a time, with delays of 0-1.5 s.
 async fn enqueue_singles(ch: &Channel, prefix: &str, n: usize) {
     let ids: Vec<usize> = (0..n).collect();
     for chunk in ids.chunks(8) {
         let calls = chunk.iter().map(|i| {
             let mut c = RetryServiceClient::new(ch.clone());
-            let req = item(format!("{prefix}-{i:04}"), (*i as i64 * 37) % 1500);
+            let req = enqueue_req(
+                "payments",
+                &format!("{prefix}-{i:04}"),
+                (*i as u64 * 37) % 1500,
+            );
             async move { c.enqueue_retry(req).await.expect("enqueue") }
         });
         futures::future::join_all(calls).await;
@@ -59,7 +49,7 @@ async fn drain(
     want: &BTreeSet<String>,
     within: Duration,
 ) -> (Vec<String>, BTreeSet<String>) {
-    let mut sub = subscribe(ch).await;
+    let mut sub = subscribe(ch, "payments", 50).await;
     let mut order = Vec::new();
     let mut seen = BTreeSet::new();
     let started = Instant::now();
@@ -76,20 +66,9 @@ async fn drain(
 
 async fn directory_left(cql: &scylla::client::session::Session, ks: &str) -> Vec<String> {
     let mut left = Vec::new();
-    for t in [
-        "windows_by_day",
-        "instances_by_window",
-        "buckets_by_instance",
-        "retry_transactions_by_bucket",
-    ] {
-        let (n,): (i64,) = cql
-            .query_unpaged(format!("SELECT COUNT(*) FROM {ks}.{t}"), ())
-            .await
-            .unwrap()
-            .into_rows_result()
-            .unwrap()
-            .single_row()
-            .unwrap();
+    // Every tier below the days: today's day stays.
+    for t in &DIRECTORY_TABLES[1..] {
+        let n = count_rows(cql, ks, t).await;
         if n > 0 {
             left.push(format!("{t}: {n}"));
         }
@@ -100,7 +79,7 @@ async fn directory_left(cql: &scylla::client::session::Session, ks: &str) -> Vec
 /// Runs the scenario; `overlap`: the normal node (with its executor) is up while the skewed
 /// one writes, as it would be in a cluster where one node's clock is off.
 async fn backlog(overlap: bool) {
-    let keyspace = format!("t_backlog_{}_{}", std::process::id(), rand::random::<u16>());
+    let keyspace = unique_keyspace("backlog");
     let (port_a, port_b) = (free_port(), free_port());
     let mut b = None;
     if overlap {
@@ -117,17 +96,13 @@ async fn backlog(overlap: bool) {
             async move { drain(&ch_b, &want, Duration::from_secs(90)).await }
         });
         enqueue_singles(&ch_a, "old", OLD).await;
-        let mut old = old;
-        old.0.kill().unwrap();
-        old.0.wait().unwrap();
+        old.kill();
         let (_, seen) = drainer.await.unwrap();
         let missing: Vec<_> = want.difference(&seen).collect();
         assert!(missing.is_empty(), "never delivered: {missing:?}");
     } else {
         enqueue_singles(&ch_a, "old", OLD).await;
-        let mut old = old;
-        old.0.kill().unwrap();
-        old.0.wait().unwrap();
+        old.kill();
         b = Some(spawn_node_with(&keyspace, port_b, "normal", &[]));
         let ch_b = connect(port_b).await;
         // The executor is there from the start; today's retries, due at once, are enqueued
@@ -152,7 +127,7 @@ async fn backlog(overlap: bool) {
             "{late_old} three-day-old retries were delivered after the first of today's"
         );
     }
-    let cql = common::cql().await;
+    let cql = cql().await;
     let started = Instant::now();
     loop {
         let left = directory_left(&cql, &keyspace).await;

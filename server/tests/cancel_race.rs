@@ -5,14 +5,16 @@
 //! `cancelled = true` must stay cancelled: GetRetry says CANCELLED, and the retry is never
 //! delivered again. Needs the Cassandra of `scripts/cassandra start`.
 
-mod common;
-
 use std::{
     collections::{HashMap, HashSet},
     time::{Duration, Instant},
 };
 
-use common::{connect, drop_keyspace, free_port, spawn_node_with, subscribe_all};
+use rebound_integration_tests::{
+    ack, ack_req, batch_accepted, drop_keyspace, enqueue_req,
+    process::{connect, free_port, spawn_node, wait_for_shared_ring},
+    subscribe_all, unique_keyspace,
+};
 use rebound_proto::v1::{
     self as pb, executor_service_client::ExecutorServiceClient,
     retry_service_client::RetryServiceClient,
@@ -24,57 +26,30 @@ const ROUNDS: usize = 200;
 
 #[tokio::test]
 async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
-    let keyspace = format!("t_cancel_{}_{}", std::process::id(), rand::random::<u16>());
+    let keyspace = unique_keyspace("cancel");
     let ports = [free_port(), free_port()];
     let nodes: Vec<_> = ports
         .iter()
         .enumerate()
-        .map(|(i, p)| spawn_node_with(&keyspace, *p, &format!("n{i}"), &[]))
+        .map(|(i, p)| spawn_node(&keyspace, *p, &format!("n{i}")))
         .collect();
     let mut chans: Vec<Channel> = Vec::new();
     for p in ports {
         chans.push(connect(p).await);
     }
     // Both nodes hold part of the ring before anything is due.
-    let started = Instant::now();
-    loop {
-        let ring = ExecutorServiceClient::new(chans[0].clone())
-            .get_ring(pb::GetRingRequest {})
-            .await
-            .unwrap()
-            .into_inner();
-        if ring.nodes.iter().filter(|n| !n.ranges.is_empty()).count() == 2 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "ring not shared"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_shared_ring(&chans[0], 2).await;
     let mut rx = subscribe_all(&chans, "payments", 500).await;
     let resp = RetryServiceClient::new(chans[0].clone())
         .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {
             requests: (0..ROUNDS)
-                .map(|i| pb::EnqueueRetryRequest {
-                    service: "payments".into(),
-                    transaction_id: format!("race-{i:03}"),
-                    payload: b"p".to_vec(),
-                    attempt: 1,
-                    schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-                        prost_types::Duration::default(),
-                    )),
-                    ..Default::default()
-                })
+                .map(|i| enqueue_req("payments", &format!("race-{i:03}"), 0))
                 .collect(),
         })
         .await
         .unwrap()
         .into_inner();
-    assert!(resp.results.iter().all(|r| matches!(
-        r.result,
-        Some(pb::enqueue_retry_result::Result::Response(_))
-    )));
+    assert!(batch_accepted(&resp));
 
     // Each first delivery starts a race; its outcome comes back on `done`.
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(String, bool, Instant)>();
@@ -177,33 +152,21 @@ async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
 /// once and then never again.
 #[tokio::test]
 async fn two_enqueues_of_one_transaction_on_two_nodes_leave_one_live_retry() {
-    let keyspace = format!("t_twoenq_{}_{}", std::process::id(), rand::random::<u16>());
+    let keyspace = unique_keyspace("twoenq");
     let ports = [free_port(), free_port()];
     let nodes: Vec<_> = ports
         .iter()
         .enumerate()
-        .map(|(i, p)| spawn_node_with(&keyspace, *p, &format!("n{i}"), &[]))
+        .map(|(i, p)| spawn_node(&keyspace, *p, &format!("n{i}")))
         .collect();
     let mut chans: Vec<Channel> = Vec::new();
     for p in ports {
         chans.push(connect(p).await);
     }
     let mut rx = subscribe_all(&chans, "payments", 500).await;
-    let enqueue = |ch: Channel, txid: String, delay_s: i64| async move {
+    let enqueue = |ch: Channel, txid: String, delay_s: u64| async move {
         RetryServiceClient::new(ch)
-            .enqueue_retry(pb::EnqueueRetryRequest {
-                service: "payments".into(),
-                transaction_id: txid,
-                payload: b"p".to_vec(),
-                attempt: 1,
-                schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-                    prost_types::Duration {
-                        seconds: delay_s,
-                        nanos: 0,
-                    },
-                )),
-                ..Default::default()
-            })
+            .enqueue_retry(enqueue_req("payments", &txid, delay_s * 1000))
             .await
     };
     for chunk in (0..ROUNDS).collect::<Vec<_>>().chunks(20) {
@@ -234,12 +197,7 @@ async fn two_enqueues_of_one_transaction_on_two_nodes_leave_one_live_retry() {
         };
         last = Instant::now();
         *delivered.entry(d.transaction_id.clone()).or_default() += 1;
-        ExecutorServiceClient::new(chans[node].clone())
-            .ack(pb::AckRequest {
-                delivery_id: d.delivery_id,
-                outcome: pb::AckOutcome::Succeeded as i32,
-                ..Default::default()
-            })
+        ack(&chans[node], ack_req(&d, pb::AckOutcome::Succeeded))
             .await
             .unwrap();
     }

@@ -2,47 +2,37 @@
 //! delivers the rest, never delivers a SUCCEEDED item again, and then deletes the bucket.
 //! Needs the Cassandra of `scripts/cassandra start`.
 
-mod common;
-
 use std::{
     collections::BTreeSet,
     time::{Duration, Instant},
 };
 
-use common::{ack, connect, contact_point, free_port, next, spawn, subscribe};
+use rebound_integration_tests::{
+    ack_succeeded as ack, batch_accepted, count_rows, cql, drop_keyspace, enqueue_req, get_retry,
+    next_delivery as next,
+    process::{connect, free_port, spawn_node},
+    subscribe, unique_keyspace,
+};
 use rebound_proto::v1::{self as pb, retry_service_client::RetryServiceClient};
-use tonic::transport::Channel;
 
 #[tokio::test]
 async fn sigkill_mid_bucket_then_restart_delivers_the_rest_once() {
-    let keyspace = format!("t_kill_{}_{}", std::process::id(), rand::random::<u16>());
+    let keyspace = unique_keyspace("kill");
     let port = free_port();
-    let first = spawn(&keyspace, port);
+    let first = spawn_node(&keyspace, port, "kill-test");
     let ch = connect(port).await;
     let mut retries = RetryServiceClient::new(ch.clone());
     let resp = retries
         .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {
             requests: (0..40)
-                .map(|i| pb::EnqueueRetryRequest {
-                    service: "payments".into(),
-                    transaction_id: format!("pay-{i:02}"),
-                    payload: b"charge".to_vec(),
-                    attempt: 1,
-                    schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-                        prost_types::Duration::default(),
-                    )),
-                    ..Default::default()
-                })
+                .map(|i| enqueue_req("payments", &format!("pay-{i:02}"), 0))
                 .collect(),
         })
         .await
         .unwrap()
         .into_inner();
-    assert!(resp.results.iter().all(|r| matches!(
-        r.result,
-        Some(pb::enqueue_retry_result::Result::Response(_))
-    )));
-    let mut sub = subscribe(&ch).await;
+    assert!(batch_accepted(&resp));
+    let mut sub = subscribe(&ch, "payments", 50).await;
     let mut succeeded = BTreeSet::new();
     let mut unacked = BTreeSet::new();
     for k in 0..40 {
@@ -57,14 +47,11 @@ async fn sigkill_mid_bucket_then_restart_delivers_the_rest_once() {
         }
     }
     // SIGKILL: no shutdown hook, no chance to clean up.
-    let mut first = first;
-    first.0.kill().unwrap();
-    first.0.wait().unwrap();
-    drop(first);
+    first.kill();
 
-    let second = spawn(&keyspace, port);
+    let second = spawn_node(&keyspace, port, "kill-test");
     let ch2 = connect(port).await;
-    let mut sub2 = subscribe(&ch2).await;
+    let mut sub2 = subscribe(&ch2, "payments", 50).await;
     let mut replayed = BTreeSet::new();
     while replayed.len() < unacked.len() {
         let d = next(&mut sub2, Duration::from_secs(20))
@@ -84,24 +71,10 @@ async fn sigkill_mid_bucket_then_restart_delivers_the_rest_once() {
         "nothing more to deliver"
     );
 
-    let cql = scylla::client::session_builder::SessionBuilder::new()
-        .known_node(contact_point())
-        .build()
-        .await
-        .unwrap();
+    let cql = cql().await;
     let started = Instant::now();
     loop {
-        let (count,): (i64,) = cql
-            .query_unpaged(
-                format!("SELECT COUNT(*) FROM {keyspace}.retry_transactions_by_bucket"),
-                (),
-            )
-            .await
-            .unwrap()
-            .into_rows_result()
-            .unwrap()
-            .single_row()
-            .unwrap();
+        let count = count_rows(&cql, &keyspace, "retry_transactions_by_bucket").await;
         if count == 0 {
             break;
         }
@@ -112,23 +85,9 @@ async fn sigkill_mid_bucket_then_restart_delivers_the_rest_once() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     for i in 0..40 {
-        let r = retries_status(&ch2, &format!("pay-{i:02}")).await;
-        assert_eq!(r, pb::RetryStatus::Succeeded as i32);
+        let r = get_retry(&ch2, "payments", &format!("pay-{i:02}")).await;
+        assert_eq!(r.status, pb::RetryStatus::Succeeded as i32);
     }
     drop(second);
-    let _ = cql
-        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
-        .await;
-}
-
-async fn retries_status(ch: &Channel, txid: &str) -> i32 {
-    RetryServiceClient::new(ch.clone())
-        .get_retry(pb::GetRetryRequest {
-            service: "payments".into(),
-            transaction_id: txid.into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status
+    drop_keyspace(&keyspace).await;
 }

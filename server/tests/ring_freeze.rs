@@ -3,56 +3,35 @@
 //! retry that already succeeded, and its late acks of deliveries made before the freeze are
 //! refused as stale and change nothing.
 
-mod common;
-
 use std::{
     collections::{HashMap, HashSet},
-    process::Command,
     time::{Duration, Instant},
 };
 
-use common::{connect, contact_point, free_port, spawn_node};
+use rebound_integration_tests::{
+    ack, ack_req,
+    chaos::cluster::signal,
+    drop_keyspace, enqueue_req, get_retry,
+    process::{connect, free_port, spawn_node, wait_for_shared_ring},
+    unique_keyspace,
+};
 use rebound_proto::v1::{
     self as pb, executor_service_client::ExecutorServiceClient,
     retry_service_client::RetryServiceClient,
 };
 use tonic::Code;
 
-async fn ring_ok(ch: &tonic::transport::Channel, nodes: usize) -> bool {
-    let r = ExecutorServiceClient::new(ch.clone())
-        .get_ring(pb::GetRingRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    r.nodes.len() == nodes && r.nodes.iter().all(|n| !n.ranges.is_empty())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
-    let keyspace = format!("t_freeze_{}_{}", std::process::id(), rand::random::<u16>());
+    let keyspace = unique_keyspace("freeze");
     let (p1, p2) = (free_port(), free_port());
     let n1 = spawn_node(&keyspace, p1, "f1");
     let c1 = connect(p1).await;
     let n2 = spawn_node(&keyspace, p2, "f2");
     let c2 = connect(p2).await;
-    let started = Instant::now();
-    while !ring_ok(&c1, 2).await {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "ring did not form"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_shared_ring(&c1, 2).await;
     let requests = (0..400)
-        .map(|i| pb::EnqueueRetryRequest {
-            service: "frz".into(),
-            transaction_id: format!("f{i:03}"),
-            attempt: 1,
-            schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-                prost_types::Duration::default(),
-            )),
-            ..Default::default()
-        })
+        .map(|i| enqueue_req("frz", &format!("f{i:03}"), 0))
         .collect();
     RetryServiceClient::new(c1.clone())
         .enqueue_retry_batch(pb::EnqueueRetryBatchRequest { requests })
@@ -79,12 +58,8 @@ async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
         held_on_f2.push(d);
     }
     // Freeze f2 well past its 2 s leases.
-    let pid = n2.0.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    let pid = n2.0.id();
+    assert!(signal(pid, "STOP"));
     let frozen_at = Instant::now();
 
     // f1 takes over and drains everything, f2's in-flight items included.
@@ -98,7 +73,6 @@ async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
         .await
         .unwrap()
         .into_inner();
-    let mut ex1 = ExecutorServiceClient::new(c1.clone());
     while acked.len() < 400 {
         assert!(
             frozen_at.elapsed() < Duration::from_secs(60),
@@ -114,15 +88,9 @@ async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
             "{} delivered again after success",
             d.transaction_id
         );
-        ex1.ack(pb::AckRequest {
-            delivery_id: d.delivery_id,
-            outcome: pb::AckOutcome::Succeeded as i32,
-            retry_after: None,
-            error: String::new(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        ack(&c1, ack_req(&d, pb::AckOutcome::Succeeded))
+            .await
+            .unwrap();
         acked.insert(d.transaction_id, Instant::now());
     }
     let frozen_for = frozen_at.elapsed();
@@ -133,23 +101,13 @@ async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
 
     // Resume f2: its old leases are gone; it delivers nothing that already succeeded, and its
     // late acks of pre-freeze deliveries are refused and change nothing.
-    assert!(Command::new("kill")
-        .args(["-CONT", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let mut ex2 = ExecutorServiceClient::new(c2.clone());
+    assert!(signal(pid, "CONT"));
     for d in &held_on_f2 {
-        let err = ex2
-            .ack(pb::AckRequest {
-                delivery_id: d.delivery_id.clone(),
-                outcome: pb::AckOutcome::Retry as i32,
-                retry_after: None,
-                error: "late".into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap_err();
+        let late = pb::AckRequest {
+            error: "late".into(),
+            ..ack_req(d, pb::AckOutcome::Retry)
+        };
+        let err = ack(&c2, late).await.unwrap_err();
         assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
     }
     let mut after: HashSet<String> = HashSet::new();
@@ -165,16 +123,8 @@ async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
         after.is_empty(),
         "resumed f2 delivered succeeded retries: {after:?}"
     );
-    let mut rc = RetryServiceClient::new(c1.clone());
     for d in &held_on_f2 {
-        let r = rc
-            .get_retry(pb::GetRetryRequest {
-                service: "frz".into(),
-                transaction_id: d.transaction_id.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let r = get_retry(&c1, "frz", &d.transaction_id).await;
         assert_eq!(
             r.status,
             pb::RetryStatus::Succeeded as i32,
@@ -184,12 +134,5 @@ async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
     }
     eprintln!("f2 frozen for {frozen_for:?}; f1 drained all 400, {} of them redeliveries of f2's in-flight items", held_on_f2.len());
     drop((n1, n2));
-    let cql = scylla::client::session_builder::SessionBuilder::new()
-        .known_node(contact_point())
-        .build()
-        .await
-        .unwrap();
-    let _ = cql
-        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
-        .await;
+    drop_keyspace(&keyspace).await;
 }

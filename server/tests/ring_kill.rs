@@ -6,15 +6,17 @@
 //! node. All along the lease rows are sampled: a slot never changes hands before its previous
 //! lease has expired or been handed back.
 
-mod common;
-
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use common::{connect, contact_point, free_port, spawn_node, Proc};
+use rebound_integration_tests::{
+    ack, ack_req, cql, drop_keyspace, enqueue_req,
+    process::{connect, free_port, spawn_node, Proc},
+    unique_keyspace,
+};
 use rebound_proto::v1::{
     self as pb, executor_service_client::ExecutorServiceClient,
     retry_service_client::RetryServiceClient,
@@ -98,11 +100,7 @@ async fn wait_exact(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_the_compactor_of_four_nodes_during_a_drain() {
-    let keyspace = format!(
-        "t_ringkill_{}_{}",
-        std::process::id(),
-        rand::random::<u16>()
-    );
+    let keyspace = unique_keyspace("ringkill");
     let mut ids: Vec<String> = ["r1", "r2", "r3"].iter().map(|s| s.to_string()).collect();
     let mut ports: Vec<u16> = ids.iter().map(|_| free_port()).collect();
     let mut procs: Vec<Option<Proc>> = Vec::new();
@@ -126,13 +124,7 @@ async fn sigkill_the_compactor_of_four_nodes_during_a_drain() {
     );
 
     // Sample the lease rows all along.
-    let cql = Arc::new(
-        scylla::client::session_builder::SessionBuilder::new()
-            .known_node(contact_point())
-            .build()
-            .await
-            .unwrap(),
-    );
+    let cql = Arc::new(cql().await);
     let history: Arc<Mutex<Vec<Sample>>> = Arc::default();
     let sampler = {
         let cql = cql.clone();
@@ -199,15 +191,7 @@ async fn sigkill_the_compactor_of_four_nodes_during_a_drain() {
         let ch = chans[chunk % chans.len()].clone();
         tasks.push(tokio::spawn(async move {
             let requests = (chunk * 500..(chunk + 1) * 500)
-                .map(|i| pb::EnqueueRetryRequest {
-                    service: "drain".into(),
-                    transaction_id: format!("d{i:05}"),
-                    attempt: 1,
-                    schedule: Some(pb::enqueue_retry_request::Schedule::Delay(
-                        prost_types::Duration::default(),
-                    )),
-                    ..Default::default()
-                })
+                .map(|i| enqueue_req("drain", &format!("d{i:05}"), 0))
                 .collect();
             let r = RetryServiceClient::new(ch)
                 .enqueue_retry_batch(pb::EnqueueRetryBatchRequest { requests })
@@ -245,8 +229,7 @@ async fn sigkill_the_compactor_of_four_nodes_during_a_drain() {
         let log = log.clone();
         let node = ids[k].to_string();
         subs.push(tokio::spawn(async move {
-            let mut ex = ExecutorServiceClient::new(ch.clone());
-            let Ok(resp) = ex
+            let Ok(resp) = ExecutorServiceClient::new(ch.clone())
                 .subscribe(pb::SubscribeRequest {
                     service: "drain".into(),
                     executor_id: format!("x-{node}"),
@@ -272,18 +255,11 @@ async fn sigkill_the_compactor_of_four_nodes_during_a_drain() {
                         .or_default()
                         .insert(d.transaction_id.clone());
                 }
-                let mut ex = ex.clone();
+                let ch = ch.clone();
                 let log = log.clone();
                 let node = node.clone();
                 tokio::spawn(async move {
-                    let ok = ex
-                        .ack(pb::AckRequest {
-                            delivery_id: d.delivery_id,
-                            outcome: pb::AckOutcome::Succeeded as i32,
-                            retry_after: None,
-                            error: String::new(),
-                            ..Default::default()
-                        })
+                    let ok = ack(&ch, ack_req(&d, pb::AckOutcome::Succeeded))
                         .await
                         .is_ok();
                     let mut l = log.lock().unwrap();
@@ -306,9 +282,7 @@ async fn sigkill_the_compactor_of_four_nodes_during_a_drain() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut dying = procs[victim_index].take().unwrap();
-    dying.0.kill().unwrap();
-    dying.0.wait().unwrap();
+    procs[victim_index].take().unwrap().kill();
     let killed_at = Instant::now();
     let in_flight_at_kill: HashSet<String> = log
         .lock()
@@ -454,7 +428,5 @@ async fn sigkill_the_compactor_of_four_nodes_during_a_drain() {
         );
     }
     drop(procs);
-    let _ = cql
-        .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
-        .await;
+    drop_keyspace(&keyspace).await;
 }

@@ -113,29 +113,7 @@ impl Drop for CassandraPause {
     }
 }
 
-/// The rebound-server binary: `REBOUND_SERVER_BIN`, else next to the current executable
-/// (target/<profile>/ for a bin, target/<profile>/deps/.. for a test).
-pub fn server_bin() -> anyhow::Result<PathBuf> {
-    if let Ok(p) = std::env::var("REBOUND_SERVER_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe()?;
-    let mut dir = exe.parent().map(Path::to_path_buf);
-    while let Some(d) = dir {
-        let candidate = d.join("rebound-server");
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-        if d.file_name().is_some_and(|n| n == "target") {
-            break;
-        }
-        dir = d.parent().map(Path::to_path_buf);
-    }
-    anyhow::bail!(
-        "rebound-server binary not found near {}; build it (cargo build -p rebound-server --bin rebound-server) or set REBOUND_SERVER_BIN",
-        exe.display()
-    )
-}
+pub use crate::process::server_bin;
 
 /// Settings every node of a run shares.
 #[derive(Clone, Debug)]
