@@ -190,3 +190,24 @@ pub async fn dead_letters_expire_with_their_ttl(f: &dyn Fixture) {
     f.advance(Duration::from_secs(3)).await;
     assert_eq!(letters(&*s, SVC, DAY, 0, i64::MAX).await, plain(&[long]));
 }
+
+pub async fn a_redrive_mark_expires_with_its_letter_and_makes_no_row_of_its_own(f: &dyn Fixture) {
+    let s = f.store();
+    let short = letter(SVC, DAY, 100, "short");
+    s.put_dead_letter(&short, 2).await.unwrap();
+    s.mark_redriven(&short, 5_000).await.unwrap();
+    assert_eq!(
+        letters(&*s, SVC, DAY, 0, i64::MAX).await,
+        vec![DeadLetterRow {
+            letter: short.clone(),
+            redriven_at_ms: Some(5_000),
+        }]
+    );
+    // A mark on a letter that does not exist writes nothing.
+    s.mark_redriven(&letter(SVC, DAY, 300, "never"), 5_000)
+        .await
+        .unwrap();
+    assert_eq!(letters(&*s, SVC, DAY, 300, 301).await, vec![]);
+    f.advance(Duration::from_secs(3)).await;
+    assert_eq!(letters(&*s, SVC, DAY, 0, i64::MAX).await, vec![]);
+}

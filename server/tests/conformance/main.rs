@@ -130,6 +130,7 @@ macro_rules! all_conformance_tests {
             dead_letter_day_delete_leaves_neighbours_alone,
             dead_letter_range_delete_removes_the_range_only,
             dead_letters_expire_with_their_ttl,
+            a_redrive_mark_expires_with_its_letter_and_makes_no_row_of_its_own,
             // Migrations.
             migrations_re_run_as_a_no_op,
         );

@@ -12,6 +12,7 @@ pub(super) struct Statements {
     put_dead_letter: PreparedStatement,
     list_dead_letters: PreparedStatement,
     mark_redriven: PreparedStatement,
+    letter_ttl: PreparedStatement,
     delete_dead_letter_day: PreparedStatement,
     delete_dead_letter_range: PreparedStatement,
 }
@@ -36,9 +37,15 @@ impl Statements {
                 .await?,
             mark_redriven: p
                 .prepare(format!(
-                "UPDATE {ks}.dead_letters SET redriven_at = ? WHERE region = ? AND cluster = ? \
-                 AND service = ? AND day = ? AND dead_at = ? AND transaction_id = ?"
+                "UPDATE {ks}.dead_letters USING TTL ? SET redriven_at = ? WHERE region = ? \
+                 AND cluster = ? AND service = ? AND day = ? AND dead_at = ? AND transaction_id = ?"
             ))
+                .await?,
+            letter_ttl: p
+                .prepare(format!(
+                    "SELECT TTL(attempt) FROM {ks}.dead_letters WHERE region = ? AND cluster = ? \
+                 AND service = ? AND day = ? AND dead_at = ? AND transaction_id = ?"
+                ))
                 .await?,
             delete_dead_letter_day: p
                 .prepare(format!(
@@ -127,9 +134,25 @@ impl DeadLetterStore for CassandraStore {
     }
 
     async fn mark_redriven(&self, d: &DeadLetter, now: i64) -> StoreResult<()> {
+        let key = (
+            &self.region,
+            &self.cluster,
+            &d.service,
+            cql_date(d.day),
+            CqlTimestamp(d.dead_at_ms),
+            &d.transaction_id,
+        );
+        // The redrive mark lives as long as the letter: an UPDATE without the letter's TTL
+        // would leave the mark (and the row's key) behind once the letter expired, and one
+        // on a letter already gone would make a row of nothing.
+        let ttl: Vec<(Option<i32>,)> = self.collect(&self.dead_letters.letter_ttl, key).await?;
+        let Some((ttl,)) = ttl.into_iter().next() else {
+            return Ok(());
+        };
         self.exec(
             &self.dead_letters.mark_redriven,
             (
+                ttl.unwrap_or(0).max(0),
                 CqlTimestamp(now),
                 &self.region,
                 &self.cluster,

@@ -21,7 +21,7 @@ use super::{batchable, legacy, map_execution_error, CassandraStore, Prep};
 use crate::{
     coalesce::{Coalescer, Counts, Limits},
     store::{
-        body::{Body, LocationBody, PolicyBody},
+        body::{Body, StateCells},
         StateStore, Status, StoreError, StoreResult, TxState,
     },
 };
@@ -160,20 +160,7 @@ struct StateIo {
 
 impl StateIo {
     fn values<'a>(&'a self, s: &'a TxState, ttl_seconds: Option<u32>) -> BodyValues<'a> {
-        let body = Body {
-            attempt: s.attempt,
-            attributes: s.attributes.clone(),
-            policy: Some(PolicyBody::of(&s.policy)),
-            first_enqueued_at_ms: s.first_enqueued_at_ms,
-            last_enqueued_at_ms: s.last_enqueued_at_ms,
-            updated_at_ms: s.updated_at_ms,
-            due_at_ms: s.due_at_ms,
-            last_error: s.last_error.clone(),
-            location: s.location.as_ref().map(LocationBody::of),
-            enqueue_count: s.enqueue_count,
-            delivery_count: s.delivery_count,
-            base_generation: s.base_generation,
-        };
+        let body = Body::of_state(s);
         BodyValues {
             region: &self.region,
             cluster: &self.cluster,
@@ -352,30 +339,18 @@ impl BodyRow {
     fn into_state(self, service: &str, transaction_id: &str) -> StoreResult<TxState> {
         let status = parse_status(self.status, service, transaction_id)?;
         let what = format!("{service}/{transaction_id}");
-        let mut body = Body::decode_stored(self.body.as_deref().unwrap_or_default(), &what)?;
-        Ok(TxState {
-            service: service.to_string(),
-            transaction_id: transaction_id.to_string(),
-            status,
-            generation: self.generation.unwrap_or(0),
-            attempt: body.attempt,
-            payload: self.payload.unwrap_or_default(),
-            policy: body.policy_or_default(),
-            attributes: body.attributes,
-            first_enqueued_at_ms: body.first_enqueued_at_ms,
-            last_enqueued_at_ms: body.last_enqueued_at_ms,
-            updated_at_ms: body.updated_at_ms,
-            due_at_ms: body.due_at_ms,
-            last_error: body.last_error,
-            location: body.location.map(LocationBody::location),
-            enqueue_count: body.enqueue_count,
-            delivery_count: body.delivery_count,
-            legacy_columns: false,
-            base_generation: body.base_generation,
-            cancelled_generation: self.cancelled_generation,
-            succeeded_generation: self.succeeded_generation,
-        }
-        .apply_settled())
+        let body = Body::decode_stored(self.body.as_deref().unwrap_or_default(), &what)?;
+        Ok(body.into_state(
+            service,
+            transaction_id,
+            StateCells {
+                status,
+                generation: self.generation.unwrap_or(0),
+                payload: self.payload.unwrap_or_default(),
+                cancelled_generation: self.cancelled_generation,
+                succeeded_generation: self.succeeded_generation,
+            },
+        ))
     }
 }
 

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use super::{
     expiry,
     keys::{Dec, Enc, Key, KeyReader, Table},
-    EmbeddedStore, NEVER,
+    EmbeddedStore,
 };
 use crate::store::{DeadLetter, DeadLetterRow, DeadLetterStore, StoreResult};
 
@@ -102,27 +102,16 @@ impl DeadLetterStore for EmbeddedStore {
         let d = d.clone();
         self.blocking(move |i| {
             i.write(|w| {
-                // An UPDATE of a row already gone writes the one cell, with no TTL.
-                let (letter, exp) = match w.get_with_expiry(key.as_bytes())? {
-                    Some((v, exp)) => {
-                        let mut dec = Dec::new(&v);
-                        let letter = DeadLetter {
-                            attempt: dec.u32()?,
-                            last_error: dec.str()?,
-                            generation: dec.i64()?,
-                            ..d.clone()
-                        };
-                        (letter, exp)
-                    }
-                    None => (
-                        DeadLetter {
-                            attempt: 0,
-                            last_error: String::new(),
-                            generation: 0,
-                            ..d.clone()
-                        },
-                        NEVER,
-                    ),
+                // The mark lives as long as the letter; a letter already gone stays gone.
+                let Some((v, exp)) = w.get_with_expiry(key.as_bytes())? else {
+                    return Ok(());
+                };
+                let mut dec = Dec::new(&v);
+                let letter = DeadLetter {
+                    attempt: dec.u32()?,
+                    last_error: dec.str()?,
+                    generation: dec.i64()?,
+                    ..d.clone()
                 };
                 w.put(key.as_bytes(), &encode(&letter, Some(now)), exp)
             })
