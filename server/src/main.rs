@@ -179,6 +179,10 @@ fn dev_config(
     if !env.contains_key("REBOUND_COMPACTION_INTERVAL_MS") {
         config.compaction_interval_ms = 1_000;
     }
+    // A restarted dev node waits for its last run's leases to lapse: keep that short.
+    if !env.contains_key("REBOUND_LEASE_TTL_MS") {
+        config.lease_ttl_ms = 2_000;
+    }
     if !env.contains_key("REBOUND_NODE_ID") {
         config.node_id = "dev".into();
     }

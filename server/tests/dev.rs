@@ -3,32 +3,16 @@
 //! node on the same directory.
 
 use std::{
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
+use rebound_integration_tests::process::{connect, free_port, Proc};
 use rebound_proto::v1::{
     self as pb, executor_service_client::ExecutorServiceClient,
     retry_service_client::RetryServiceClient,
 };
 use tonic::transport::Channel;
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn dev(dir: &std::path::Path, port: u16) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rebound-server"));
@@ -39,24 +23,6 @@ fn dev(dir: &std::path::Path, port: u16) -> Command {
         // Nothing of the Cassandra settings may matter: point them nowhere.
         .env("REBOUND_CASSANDRA_CONTACT_POINTS", "127.0.0.1:1");
     c
-}
-
-async fn connect(port: u16) -> Channel {
-    let started = Instant::now();
-    loop {
-        if let Ok(ch) = Channel::from_shared(format!("http://127.0.0.1:{port}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            return ch;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "dev node did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn enqueue(ch: &Channel, id: &str, delay_ms: i32) {
