@@ -379,3 +379,77 @@ async fn a_closed_stream_hands_its_deliveries_to_another() {
     rig.ack(&d2, pb::AckOutcome::Succeeded, None).await.unwrap();
     eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
 }
+
+#[tokio::test]
+async fn a_paused_service_is_not_delivered_until_resumed() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let w = next_window(&rig);
+    rig.enqueue("svc", "t1", 0).await;
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.dispatcher
+        .services
+        .set_paused("svc", true)
+        .await
+        .unwrap();
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    assert!(next_delivery(&mut sub, 30).await.is_none(), "paused");
+    rig.dispatcher
+        .services
+        .set_paused("svc", false)
+        .await
+        .unwrap();
+    rig.scan().await;
+    let d = expect_delivery(&mut sub).await;
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+}
+
+#[tokio::test]
+async fn a_node_whose_lease_is_about_to_expire_starts_nothing_until_it_renews() {
+    use std::sync::Arc;
+
+    use rebound_server::{
+        clock::{ManualClock, SharedClock},
+        ring::{LeaseRing, RingOptions},
+        store::ScheduleStore,
+    };
+
+    let clock = ManualClock::new(utc_ms(START));
+    let (store, dir) = crate::open_store(&clock).await;
+    let config = crate::config();
+    let shared: SharedClock = Arc::new(clock.clone());
+    let ring = Arc::new(LeaseRing::new(
+        store.clone(),
+        shared,
+        RingOptions {
+            node_id: config.node_id.clone(),
+            address: "node-a:7000".into(),
+            boot_epoch: crate::clock_now(&clock),
+            slots: config.slots,
+            lease_ttl_ms: config.lease_ttl_ms as i64,
+            clock_deadband_ms: (config.skew_margin_ms / 2) as i64,
+        },
+    ));
+    ring.cycle().await.unwrap();
+    let writer_store: Arc<dyn ScheduleStore> = store.clone();
+    let rig = Rig::build(config, clock, store, dir, writer_store, ring.clone()).await;
+    let start = rig.now();
+    let w = next_window(&rig);
+    rig.enqueue("svc", "t1", 0).await;
+    let mut sub = rig.subscribe("svc", 10).await;
+    // Readable, but the leases (taken at `start`, 3 s) have less than the fencing margin
+    // (a fifth of the TTL) left: the scan starts nothing.
+    let fence = rig.config.lease_ttl_ms as i64 / 5;
+    rig.clock
+        .set(start + rig.config.lease_ttl_ms as i64 - fence + 1);
+    assert!(rig.now() >= readable_at(&rig, w));
+    rig.scan().await;
+    assert!(next_delivery(&mut sub, 30).await.is_none(), "fenced");
+    // Renewed: delivered.
+    ring.cycle().await.unwrap();
+    rig.scan().await;
+    let d = expect_delivery(&mut sub).await;
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+}

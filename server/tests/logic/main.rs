@@ -113,21 +113,30 @@ impl Rig {
         let clock = ManualClock::new(start_ms);
         let (store, dir) = open_store(&clock).await;
         let writer_store: Arc<dyn ScheduleStore> = store.clone();
-        Rig::build(config(), clock, store, dir, writer_store).await
+        Rig::build(
+            config(),
+            clock,
+            store,
+            dir,
+            writer_store,
+            Arc::new(WholeRing),
+        )
+        .await
     }
 
     /// A rig whose writer writes through `writer_store` (e.g. a `stall::StallingStore` over
-    /// `store`); everything else uses `store` itself.
+    /// `store`), everything else uses `store` itself, and whose ranges and compactor role
+    /// come from `ownership` (`WholeRing`, or a `LeaseRing` on `store`).
     pub async fn build(
         config: Config,
         clock: ManualClock,
         store: Arc<EmbeddedStore>,
         dir: tempfile::TempDir,
         writer_store: Arc<dyn ScheduleStore>,
+        ownership: Arc<dyn Ownership>,
     ) -> Rig {
         let shared: SharedClock = Arc::new(clock.clone());
         let boot_epoch = clock_now(&clock);
-        let ownership: Arc<dyn Ownership> = Arc::new(WholeRing);
         let services = Arc::new(Services::new(
             store.clone(),
             store.clone(),

@@ -213,7 +213,15 @@ async fn stalling_rig() -> (Rig, Arc<StallingStore>) {
     let (store, dir) = open_store(&clock).await;
     let stalling = Arc::new(StallingStore::new(store.clone(), clock.clone()));
     let writer_store: Arc<dyn ScheduleStore> = stalling.clone();
-    let rig = Rig::build(crate::config(), clock, store, dir, writer_store).await;
+    let rig = Rig::build(
+        crate::config(),
+        clock,
+        store,
+        dir,
+        writer_store,
+        Arc::new(rebound_server::ownership::WholeRing),
+    )
+    .await;
     (rig, stalling)
 }
 
