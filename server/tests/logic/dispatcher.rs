@@ -1,0 +1,455 @@
+//! The dispatcher: when a bucket is delivered, how acks complete it, late state rows,
+//! redelivery after an ack deadline, and RETRY acks.
+
+use std::collections::BTreeSet;
+
+use rebound_proto::v1 as pb;
+use rebound_server::{
+    store::{DirectoryStore, Pointer, StateStore, Status, TxState},
+    window::WindowId,
+};
+use tonic::Code;
+
+use crate::{eventually, expect_delivery, next_delivery, utc_ms, Deliveries, Rig};
+
+const START: &str = "2026-11-30 15:00:00.100";
+
+/// The window an enqueue at `rig.now()` with no delay goes to (W+1).
+fn next_window(rig: &Rig) -> WindowId {
+    rig.grid.next(rig.grid.window_of(rig.now()))
+}
+
+/// When `w` becomes readable: its end plus the skew margin.
+fn readable_at(rig: &Rig, w: WindowId) -> i64 {
+    rig.grid.end_ms(w) + rig.config.skew_margin_ms as i64
+}
+
+/// Receives `n` deliveries, each once.
+async fn deliveries(sub: &mut Deliveries, n: usize) -> Vec<pb::Delivery> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let d = expect_delivery(sub).await;
+        assert!(
+            seen.insert(d.transaction_id.clone()),
+            "{} delivered twice",
+            d.transaction_id
+        );
+        out.push(d);
+    }
+    out
+}
+
+async fn window_is_empty(rig: &Rig, w: WindowId) -> bool {
+    rig.window_rows(w).await == (0, 0, 0)
+}
+
+#[tokio::test]
+async fn a_due_bucket_is_delivered_after_its_window_and_the_margin_not_before() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let w = next_window(&rig);
+    for i in 0..5 {
+        rig.enqueue("svc", &format!("t{i}"), 0).await;
+    }
+    let mut sub = rig.subscribe("svc", 100).await;
+    // The window has ended, but the margin has not passed.
+    rig.clock.set(readable_at(&rig, w) - 1);
+    rig.scan().await;
+    assert!(
+        next_delivery(&mut sub, 30).await.is_none(),
+        "delivered early"
+    );
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let got = deliveries(&mut sub, 5).await;
+    for d in &got {
+        assert_eq!(d.service, "svc");
+        assert_eq!(d.attempt, 2, "the enqueue's attempt 1 was made");
+        assert_eq!(d.payload, d.transaction_id.as_bytes());
+    }
+    // A scan while the deliveries are in flight starts nothing again.
+    rig.scan().await;
+    assert!(
+        next_delivery(&mut sub, 30).await.is_none(),
+        "delivered twice"
+    );
+    // A service nobody subscribed to is not delivered.
+    let other = rig.state("svc", "t0").await;
+    assert_eq!(other.status, Status::Scheduled);
+}
+
+#[tokio::test]
+async fn succeeded_acks_complete_the_bucket_and_delete_its_partition() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let w = next_window(&rig);
+    for i in 0..4 {
+        rig.enqueue("svc", &format!("t{i}"), 0).await;
+    }
+    let (instances, buckets, pointers) = rig.window_rows(w).await;
+    assert!(instances >= 1 && buckets >= 2, "{instances} {buckets}");
+    assert_eq!(pointers, 4);
+    let mut sub = rig.subscribe("svc", 100).await;
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let got = deliveries(&mut sub, 4).await;
+    for d in &got[..3] {
+        rig.ack(d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    }
+    // One ack is missing: its bucket stays whole.
+    let last = &got[3];
+    let loc = rig.location("svc", &last.transaction_id).await;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert!(!rig.pointers("svc", &loc).await.is_empty());
+    rig.ack(last, pb::AckOutcome::Succeeded, None)
+        .await
+        .unwrap();
+    eventually("the window's buckets and instances to be deleted", || {
+        window_is_empty(&rig, w)
+    })
+    .await;
+    assert!(!rig.store.window_has_instances(w).await.unwrap());
+    for d in &got {
+        let s = rig.state("svc", &d.transaction_id).await;
+        assert_eq!(s.status, Status::Succeeded);
+        assert_eq!(s.succeeded_generation, Some(s.generation));
+        assert_eq!(s.delivery_count, 1);
+    }
+    // An ack of a finished delivery changes nothing.
+    let again = rig
+        .ack(&got[0], pb::AckOutcome::Retry, None)
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Code::NotFound);
+    // The window row itself is the compactor's to delete.
+    assert!(rig.store.window_listed(w).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_state_row_that_lands_late_keeps_the_bucket_and_is_delivered() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let start = rig.now();
+    let w = next_window(&rig);
+    rig.enqueue("svc", "real", 0).await;
+    let loc = rig.location("svc", "real").await;
+    // Two pointers in the same bucket whose state rows are missing: one written just now (its
+    // state write may still land), one written long ago (its enqueue failed).
+    for (txid, at) in [("ghost", start), ("old-ghost", start - 600_000)] {
+        let p = Pointer {
+            transaction_id: txid.into(),
+            generation: 42,
+            attempt: 1,
+            enqueued_at_ms: at,
+        };
+        rig.store.put_pointer("svc", &loc, &p).await.unwrap();
+    }
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.clock.set(readable_at(&rig, w));
+    assert!(rig.now() - start < rig.orphan_grace_ms(), "ghost is young");
+    rig.scan().await;
+    let d = expect_delivery(&mut sub).await;
+    assert_eq!(d.transaction_id, "real");
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    // Let the worker finish, then scan again: the young orphan keeps its bucket.
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    rig.scan().await;
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    assert_eq!(
+        rig.pointers("svc", &loc).await.len(),
+        3,
+        "a young orphan keeps its bucket"
+    );
+    assert!(next_delivery(&mut sub, 10).await.is_none());
+    // The late state row lands: the pointer is live after all and is delivered.
+    let real = rig.state("svc", "real").await;
+    let ghost = TxState {
+        transaction_id: "ghost".into(),
+        status: Status::Scheduled,
+        generation: 42,
+        base_generation: 42,
+        attempt: 1,
+        payload: b"ghost".to_vec(),
+        succeeded_generation: None,
+        cancelled_generation: None,
+        delivery_count: 0,
+        ..real
+    };
+    rig.store.put_state(&ghost, None).await.unwrap();
+    // The worker of the last scan may still be finishing: scan until one picks it up.
+    let started = std::time::Instant::now();
+    let late = loop {
+        rig.scan().await;
+        if let Some(d) = next_delivery(&mut sub, 10).await {
+            break d;
+        }
+        assert!(
+            started.elapsed().as_secs() < 2,
+            "the late pointer was not delivered"
+        );
+    };
+    let d = late;
+    assert_eq!(d.transaction_id, "ghost");
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    // The old orphan is past the grace: skipped, and the bucket goes.
+    eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+    assert!(next_delivery(&mut sub, 10).await.is_none());
+}
+
+#[tokio::test]
+async fn a_young_orphan_stops_holding_its_bucket_once_the_grace_has_passed() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let start = rig.now();
+    let w = next_window(&rig);
+    rig.enqueue("svc", "real", 0).await;
+    let loc = rig.location("svc", "real").await;
+    let ghost = Pointer {
+        transaction_id: "ghost".into(),
+        generation: 42,
+        attempt: 1,
+        enqueued_at_ms: start,
+    };
+    rig.store.put_pointer("svc", &loc, &ghost).await.unwrap();
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let d = expect_delivery(&mut sub).await;
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    assert_eq!(rig.pointers("svc", &loc).await.len(), 2);
+    // No state row came within the grace: an enqueue that failed.
+    rig.clock.set(start + rig.orphan_grace_ms());
+    eventually("the bucket to be deleted", || async {
+        rig.scan().await;
+        window_is_empty(&rig, w).await
+    })
+    .await;
+    assert!(next_delivery(&mut sub, 10).await.is_none());
+}
+
+#[tokio::test]
+async fn an_unacked_delivery_is_redelivered_after_its_ack_timeout() {
+    let rig = Rig::new(utc_ms(START)).await;
+    rig.start_reaper();
+    let w = next_window(&rig);
+    rig.enqueue("svc", "t1", 0).await;
+    let ack_timeout = rig.state("svc", "t1").await.policy.ack_timeout.as_millis() as i64;
+    let mut sub = rig.subscribe("svc", 1).await;
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let d1 = expect_delivery(&mut sub).await;
+    // Just before the deadline: nothing happens.
+    rig.clock.advance(ack_timeout - 1);
+    assert!(next_delivery(&mut sub, 30).await.is_none());
+    rig.clock.advance(1);
+    let d2 = expect_delivery(&mut sub).await;
+    assert_eq!(d2.transaction_id, "t1");
+    assert_ne!(d2.delivery_id, d1.delivery_id);
+    assert_eq!(d2.attempt, d1.attempt, "a redelivery is the same attempt");
+    // The expired delivery can no longer be acknowledged.
+    let stale = rig
+        .ack(&d1, pb::AckOutcome::Succeeded, None)
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), Code::NotFound);
+    rig.ack(&d2, pb::AckOutcome::Succeeded, None).await.unwrap();
+    eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+    let s = rig.state("svc", "t1").await;
+    assert_eq!(s.status, Status::Succeeded);
+    assert_eq!(s.delivery_count, 2);
+}
+
+#[tokio::test]
+async fn deliveries_never_acked_count_as_a_failed_attempt() {
+    let rig = Rig::new(utc_ms(START)).await;
+    rig.start_reaper();
+    let w = next_window(&rig);
+    let first = rig.enqueue("svc", "t1", 0).await;
+    let policy = rig.state("svc", "t1").await.policy;
+    let mut sub = rig.subscribe("svc", 1).await;
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    for _ in 0..policy.max_deliveries_per_attempt {
+        expect_delivery(&mut sub).await;
+        rig.clock.advance(policy.ack_timeout.as_millis() as i64);
+    }
+    // The attempt is used up and the retry rescheduled with backoff, in a later window.
+    eventually("the retry to be rescheduled", || async {
+        rig.state("svc", "t1").await.generation != first.generation
+    })
+    .await;
+    let s = rig.state("svc", "t1").await;
+    assert_eq!(s.status, Status::Scheduled);
+    assert_eq!(s.attempt, 2);
+    assert!(
+        s.last_error.contains("not acknowledged after 3 deliveries"),
+        "{}",
+        s.last_error
+    );
+    assert!(s.location.unwrap().window > w);
+    eventually("the old bucket to be deleted", || window_is_empty(&rig, w)).await;
+}
+
+#[tokio::test]
+async fn a_retry_ack_reschedules_into_a_later_window() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let w = next_window(&rig);
+    let first = rig.enqueue("svc", "t1", 0).await;
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let d1 = expect_delivery(&mut sub).await;
+    let acked_at = rig.now();
+    let r = rig
+        .ack(&d1, pb::AckOutcome::Retry, Some(3_000))
+        .await
+        .unwrap();
+    assert!(!r.dead_lettered && !r.snoozed);
+    let next = rig.grid.window_of(acked_at + 3_000);
+    let due = rig.grid.end_ms(next);
+    let next_due = r.next_due_time.expect("a next due time");
+    assert_eq!(
+        next_due.seconds * 1000 + i64::from(next_due.nanos) / 1_000_000,
+        due
+    );
+    let s = rig.state("svc", "t1").await;
+    assert_eq!(s.status, Status::Scheduled);
+    assert_eq!(s.attempt, 2);
+    assert_eq!(s.last_error, "boom");
+    assert!(s.generation > first.generation);
+    assert_eq!(s.base_generation, first.generation);
+    assert_eq!(s.location.as_ref().unwrap().window, next);
+    assert_eq!(s.due_at_ms, due);
+    // The first bucket is resolved and goes.
+    eventually("the first bucket to be deleted", || {
+        window_is_empty(&rig, w)
+    })
+    .await;
+    // The new schedule is due after its own window and the margin, not before.
+    rig.clock.set(readable_at(&rig, next) - 1);
+    rig.scan().await;
+    assert!(
+        next_delivery(&mut sub, 30).await.is_none(),
+        "delivered early"
+    );
+    rig.clock.set(readable_at(&rig, next));
+    rig.scan().await;
+    let d2 = expect_delivery(&mut sub).await;
+    assert_eq!(d2.transaction_id, "t1");
+    assert_eq!(d2.attempt, d1.attempt + 1);
+    assert_eq!(d2.last_error, "boom");
+    rig.ack(&d2, pb::AckOutcome::Succeeded, None).await.unwrap();
+    eventually("the second bucket to be deleted", || {
+        window_is_empty(&rig, next)
+    })
+    .await;
+    assert_eq!(rig.state("svc", "t1").await.status, Status::Succeeded);
+}
+
+#[tokio::test]
+async fn a_failed_ack_dead_letters() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let w = next_window(&rig);
+    rig.enqueue("svc", "t1", 0).await;
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let d = expect_delivery(&mut sub).await;
+    let r = rig.ack(&d, pb::AckOutcome::Failed, None).await.unwrap();
+    assert!(r.dead_lettered);
+    let s = rig.state("svc", "t1").await;
+    assert_eq!(s.status, Status::Dead);
+    assert_eq!(s.last_error, "boom");
+    eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+}
+
+#[tokio::test]
+async fn a_closed_stream_hands_its_deliveries_to_another() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let w = next_window(&rig);
+    rig.enqueue("svc", "t1", 0).await;
+    let mut first = rig.subscribe("svc", 10).await;
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let d1 = expect_delivery(&mut first).await;
+    let mut second = rig.subscribe("svc", 10).await;
+    // The executor goes away without acking.
+    drop(first);
+    let d2 = expect_delivery(&mut second).await;
+    assert_eq!(d2.transaction_id, d1.transaction_id);
+    assert_ne!(d2.delivery_id, d1.delivery_id);
+    rig.ack(&d2, pb::AckOutcome::Succeeded, None).await.unwrap();
+    eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+}
+
+#[tokio::test]
+async fn a_paused_service_is_not_delivered_until_resumed() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let w = next_window(&rig);
+    rig.enqueue("svc", "t1", 0).await;
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.dispatcher
+        .services
+        .set_paused("svc", true)
+        .await
+        .unwrap();
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    assert!(next_delivery(&mut sub, 30).await.is_none(), "paused");
+    rig.dispatcher
+        .services
+        .set_paused("svc", false)
+        .await
+        .unwrap();
+    rig.scan().await;
+    let d = expect_delivery(&mut sub).await;
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+}
+
+#[tokio::test]
+async fn a_node_whose_lease_is_about_to_expire_starts_nothing_until_it_renews() {
+    use std::sync::Arc;
+
+    use rebound_server::{
+        clock::{ManualClock, SharedClock},
+        ring::{LeaseRing, RingOptions},
+        store::ScheduleStore,
+    };
+
+    let clock = ManualClock::new(utc_ms(START));
+    let (store, dir) = crate::open_store(&clock).await;
+    let config = crate::config();
+    let shared: SharedClock = Arc::new(clock.clone());
+    let ring = Arc::new(LeaseRing::new(
+        store.clone(),
+        shared,
+        RingOptions {
+            node_id: config.node_id.clone(),
+            address: "node-a:7000".into(),
+            boot_epoch: crate::clock_now(&clock),
+            slots: config.slots,
+            lease_ttl_ms: config.lease_ttl_ms as i64,
+            clock_deadband_ms: (config.skew_margin_ms / 2) as i64,
+        },
+    ));
+    ring.cycle().await.unwrap();
+    let writer_store: Arc<dyn ScheduleStore> = store.clone();
+    let rig = Rig::build(config, clock, store, dir, writer_store, ring.clone()).await;
+    let start = rig.now();
+    let w = next_window(&rig);
+    rig.enqueue("svc", "t1", 0).await;
+    let mut sub = rig.subscribe("svc", 10).await;
+    // Readable, but the leases (taken at `start`, 3 s) have less than the fencing margin
+    // (a fifth of the TTL) left: the scan starts nothing.
+    let fence = rig.config.lease_ttl_ms as i64 / 5;
+    rig.clock
+        .set(start + rig.config.lease_ttl_ms as i64 - fence + 1);
+    assert!(rig.now() >= readable_at(&rig, w));
+    rig.scan().await;
+    assert!(next_delivery(&mut sub, 30).await.is_none(), "fenced");
+    // Renewed: delivered.
+    ring.cycle().await.unwrap();
+    rig.scan().await;
+    let d = expect_delivery(&mut sub).await;
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+}
