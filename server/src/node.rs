@@ -6,7 +6,11 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use rebound_proto::v1 as pb;
-use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+use tokio::{
+    net::TcpListener,
+    sync::{oneshot, watch},
+    time::Instant,
+};
 use tokio_stream::{wrappers::TcpListenerStream, StreamExt};
 
 use crate::{
@@ -28,6 +32,7 @@ use crate::{
         migrate::migrate,
         LeaseStore, RetryStore,
     },
+    tasks::{Connections, Tasks},
     writer::{Writer, WriterOptions},
 };
 
@@ -115,21 +120,56 @@ async fn run_clock_sync(
     }
 }
 
+/// Spawns `task` under `owner`, which is new and so accepts it.
+fn own(owner: &Tasks, task: impl std::future::Future<Output = ()> + Send + 'static) {
+    assert!(owner.spawn(task).is_ok(), "a new owner accepts tasks");
+}
+
 /// Handle to a running node.
 #[derive(Debug)]
 pub struct Node {
     addr: SocketAddr,
     shutdown: watch::Sender<bool>,
-    task: JoinHandle<anyhow::Result<()>>,
+    /// How the server task ended.
+    served: oneshot::Receiver<anyhow::Result<()>>,
+    grace: Duration,
+    tasks: NodeTasks,
     pub writer: Arc<Writer>,
     pub dispatcher: Arc<Dispatcher>,
     pub compactor: Arc<Compactor>,
     pub boot_epoch: i64,
-    background: Vec<JoinHandle<()>>,
-    ring_task: Option<JoinHandle<()>>,
     pub ring: Option<Arc<LeaseRing>>,
     /// The store, typed, for its request counters.
     pub cassandra: Arc<CassandraStore>,
+}
+
+/// The owners of every task a node runs: the gRPC server, the background loops, the lease
+/// ring, the dispatcher's workers and redeliveries, and the store's coalesced flushes.
+#[derive(Debug, Clone)]
+pub struct NodeTasks {
+    server: Arc<Tasks>,
+    background: Arc<Tasks>,
+    ring: Arc<Tasks>,
+    connections: Arc<Connections>,
+    dispatcher: Arc<Dispatcher>,
+    store: Arc<CassandraStore>,
+}
+
+impl NodeTasks {
+    /// Tasks and connections of the node not finished yet, by owner; all 0 once
+    /// `Node::shutdown` has returned.
+    pub fn live(&self) -> Vec<(&'static str, usize)> {
+        let [reads, writes] = self.store.flush_tasks();
+        vec![
+            ("server", self.server.live()),
+            ("connections", self.connections.live()),
+            ("background", self.background.live()),
+            ("ring", self.ring.live()),
+            ("dispatcher", self.dispatcher.tasks().live()),
+            ("state reads", reads.live()),
+            ("state writes", writes.live()),
+        ]
+    }
 }
 
 /// Applies the schema migrations to the configured keyspace (the `migrate` command).
@@ -314,29 +354,47 @@ impl Node {
                 tracing::warn!(error = %e, "first lease ring round failed, will retry");
             }
         }
-        let ring_task = ring
-            .clone()
-            .map(|r| tokio::spawn(r.run(shutdown.subscribe())));
-        let mut background = vec![
-            tokio::spawn(services.clone().run(
+        let tasks = NodeTasks {
+            server: Arc::new(Tasks::new("server")),
+            background: Arc::new(Tasks::new("node")),
+            ring: Arc::new(Tasks::new("ring")),
+            connections: Arc::default(),
+            dispatcher: dispatcher.clone(),
+            store: cassandra.clone(),
+        };
+        if let Some(r) = &ring {
+            own(&tasks.ring, r.clone().run(shutdown.subscribe()));
+        }
+        own(
+            &tasks.background,
+            services.clone().run(
                 Duration::from_millis(config.settings_refresh_ms),
                 shutdown.subscribe(),
-            )),
-            tokio::spawn(dispatcher.clone().run_scanner()),
-            tokio::spawn(dispatcher.clone().run_reaper(Duration::from_millis(100))),
-            tokio::spawn(compactor.clone().run(
+            ),
+        );
+        own(&tasks.background, dispatcher.clone().run_scanner());
+        own(
+            &tasks.background,
+            dispatcher.clone().run_reaper(Duration::from_millis(100)),
+        );
+        own(
+            &tasks.background,
+            compactor.clone().run(
                 Duration::from_millis(config.compaction_interval_ms),
                 shutdown.subscribe(),
-            )),
-        ];
+            ),
+        );
         if let Some(cc) = cluster_clock {
-            background.push(tokio::spawn(run_clock_sync(
-                store.clone(),
-                cc,
-                Duration::from_millis(config.clock_sync_interval_ms),
-                config.skew_margin_ms as i64,
-                shutdown.subscribe(),
-            )));
+            own(
+                &tasks.background,
+                run_clock_sync(
+                    store.clone(),
+                    cc,
+                    Duration::from_millis(config.clock_sync_interval_ms),
+                    config.skew_margin_ms as i64,
+                    shutdown.subscribe(),
+                ),
+            );
         }
 
         if !auth.is_on() && !addr.ip().is_loopback() {
@@ -422,15 +480,18 @@ impl Node {
         // them: without it Nagle's algorithm meets the client's delayed ACK and a small
         // response can wait 40 ms (`bench rebound`: single enqueue p99 48 ms without, 11 ms
         // with).
-        let incoming = TcpListenerStream::new(listener).map(|conn| {
+        let connections = tasks.connections.clone();
+        let incoming = TcpListenerStream::new(listener).map(move |conn| {
             if let Ok(c) = &conn {
                 if let Err(e) = c.set_nodelay(true) {
                     tracing::warn!(error = %e, "could not set TCP_NODELAY on a connection");
                 }
             }
-            conn
+            conn.map(|c| connections.wrap(c))
         });
-        let task = tokio::spawn(async move {
+        let connections = tasks.connections.clone();
+        let (served_tx, served) = oneshot::channel();
+        own(&tasks.server, async move {
             let serve = router.serve_with_incoming_shutdown(incoming, async move {
                 let _ = serve_stop.wait_for(|s| *s).await.map(|_| ());
                 // End every subscription so graceful shutdown is not held by them.
@@ -440,31 +501,35 @@ impl Node {
                     .await;
             });
             tokio::pin!(serve);
-            tokio::select! {
+            let result = tokio::select! {
                 r = &mut serve => r.map_err(anyhow::Error::from),
                 _ = async { stop_rx.wait_for(|s| *s).await.map(|_| ()) } => {
                     match tokio::time::timeout(grace, &mut serve).await {
                         Ok(r) => r.map_err(anyhow::Error::from),
                         Err(_) => {
                             tracing::warn!(grace_ms = grace.as_millis() as u64, "connections still open after the grace period, closing them");
+                            connections.shutdown(Instant::now()).await;
+                            // Served once the cut connections are gone.
+                            let _ = tokio::time::timeout(Duration::from_secs(1), &mut serve).await;
                             Ok(())
                         }
                     }
                 }
-            }
+            };
+            let _ = served_tx.send(result);
         });
         tracing::info!(%addr, node_id = %config.node_id, boot_epoch, keyspace = %config.keyspace, "rebound node serving");
         Ok(Node {
             cassandra,
             addr,
             shutdown,
-            task,
+            served,
+            grace,
+            tasks,
             writer,
             dispatcher,
             compactor,
             boot_epoch,
-            background,
-            ring_task,
             ring,
         })
     }
@@ -473,8 +538,16 @@ impl Node {
         self.addr
     }
 
-    /// Stops accepting calls, lets running calls finish within the grace period, then stops.
+    /// The owners of this node's tasks, to count them.
+    pub fn tasks(&self) -> NodeTasks {
+        self.tasks.clone()
+    }
+
+    /// Stops the node: signals every component to stop and closes the Subscribe streams, lets
+    /// running calls and tasks finish within the grace period (`REBOUND_SHUTDOWN_GRACE_MS`),
+    /// then aborts what is left. No task of the node outlives this call.
     pub async fn shutdown(self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + self.grace;
         let _ = self.shutdown.send(true);
         let (reads, writes) = self.cassandra.state_io_counts();
         let (pointer_writes, pointers) = self.writer.pointer_writes();
@@ -488,20 +561,30 @@ impl Node {
             "coalesced Cassandra requests since start"
         );
         self.dispatcher.hub.wake();
-        let served = self.task.await.context("server task")?;
-        for t in self.background {
-            t.abort();
-            let _ = t.await;
+        // The server task ends by the deadline (it cuts the connections still open then).
+        let served = self.served.await.context("server task");
+        let tasks = &self.tasks;
+        tasks.server.shutdown(deadline).await;
+        tasks.connections.shutdown(deadline).await;
+        // The loops return on the stop signal; the workers and redeliveries once their lease
+        // checks fail and their streams are closed (work dropped unresolved is replayed).
+        tasks.background.shutdown(deadline).await;
+        tasks.dispatcher.tasks().shutdown(deadline).await;
+        // The ring hands its leases back so that other nodes take over at once; it may take
+        // longer than the grace period for that.
+        tasks
+            .ring
+            .shutdown(deadline.max(Instant::now() + Duration::from_secs(5)))
+            .await;
+        // Last, as the tasks above write through them.
+        for flushes in tasks.store.flush_tasks() {
+            flushes.shutdown(deadline).await;
         }
-        // The ring hands its leases back so that other nodes take over at once.
-        if let Some(t) = self.ring_task {
-            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
-        }
-        served
+        served?
     }
 
     /// Waits until the server stops on its own (it only does so on an error).
     pub async fn wait(&mut self) -> anyhow::Result<()> {
-        (&mut self.task).await.context("server task")?
+        (&mut self.served).await.context("server task")?
     }
 }

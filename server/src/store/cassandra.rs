@@ -799,6 +799,11 @@ impl CassandraStore {
         (self.state_reads.counts(), self.state_writes.counts())
     }
 
+    /// The owners of the coalesced state reads' and writes' flush tasks, for shutdown.
+    pub fn flush_tasks(&self) -> [&crate::tasks::Tasks; 2] {
+        [self.state_reads.tasks(), self.state_writes.tasks()]
+    }
+
     async fn exec(
         &self,
         ps: &PreparedStatement,
