@@ -1,6 +1,12 @@
-//! A running Rebound node: connects to Cassandra, migrates, builds the components and serves
-//! gRPC (the API, health and reflection on one port). It owns every task it spawns and stops
-//! them on shutdown; open streams are cut after a grace period so shutdown never hangs.
+//! A running Rebound node: connects to Cassandra and migrates, sets its clock to Cassandra's
+//! (clock sync), builds the components, takes one lease-ring round (unless an `Ownership` is
+//! given), then serves gRPC (the API, health and reflection on one port).
+//!
+//! Every task it runs has an owner (`NodeTasks`, see `tasks`). `Node::shutdown` signals them
+//! all and closes the Subscribe streams, lets running calls and tasks finish until the
+//! shutdown grace (`REBOUND_SHUTDOWN_GRACE_MS`) ends, then cuts the connections still open and
+//! aborts the tasks still running (the ring has at least 5 s to hand its leases back):
+//! shutdown never hangs, and no task outlives it.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
