@@ -24,7 +24,7 @@ use futures::{StreamExt, TryStreamExt};
 use rebound_proto::v1 as pb;
 
 use crate::{
-    api::{policy_pb, ts},
+    api::{dur, policy_pb, ts},
     clock::SharedClock,
     dispatch::hub::Hub,
     error::ApiError,
@@ -63,13 +63,6 @@ fn unknown_service(service: &str) -> ApiError {
     ApiError::NotFound(format!(
         "no service {service:?}: it was never enqueued to nor configured"
     ))
-}
-
-fn dur(ms: i64) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: ms / 1000,
-        nanos: ((ms % 1000) * 1_000_000) as i32,
-    }
 }
 
 pub fn service_info(s: &Settings, services: &Services) -> pb::ServiceInfo {
@@ -840,7 +833,7 @@ impl Admin {
                         .as_ref()
                         .is_none_or(|a| a.seconds * 1000 + i64::from(a.nanos) / 1_000_000 < age);
                     if older {
-                        st.oldest_due_age = Some(dur(age));
+                        st.oldest_due_age = Some(dur(Duration::from_millis(age as u64)));
                     }
                 }
                 d if d <= 60_000 => bands.within_minute += n,

@@ -1,5 +1,11 @@
-//! gRPC handlers. They stay thin: decode and validate (module `validate`), call the component,
-//! encode. Errors become `tonic::Status` only through `From<ApiError>`.
+//! gRPC handlers and the protobuf conversions they use (`ts`, `dur`, `policy_pb` and the
+//! like). A handler authenticates the caller (`auth`), decodes and validates the request,
+//! calls the component and encodes the answer. Most checks are `validate` functions; the ack
+//! outcome (`ack_outcome`) and Subscribe's `max_in_flight` are still checked here. The
+//! executor service still runs the executor protocol on the dispatcher's hub itself: an ack
+//! takes its delivery out of flight, and puts it back (or hands it to `Dispatcher::requeue`)
+//! when its outcome cannot be stored; a closed stream hands its deliveries to
+//! `Dispatcher::requeue`. Errors become `tonic::Status` only through `From<ApiError>`.
 
 use std::{collections::HashMap, pin::Pin, sync::Arc};
 
@@ -38,7 +44,8 @@ pub(crate) fn ts(ms: i64) -> prost_types::Timestamp {
     }
 }
 
-fn dur(d: std::time::Duration) -> prost_types::Duration {
+/// A duration as a protobuf duration.
+pub(crate) fn dur(d: std::time::Duration) -> prost_types::Duration {
     prost_types::Duration {
         seconds: d.as_secs() as i64,
         nanos: d.subsec_nanos() as i32,

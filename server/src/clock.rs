@@ -1,5 +1,13 @@
-//! Time is injected: window math, backoff and lease expiry read a `Clock`, so tests can
-//! stand at 23:59:59.999 on New Year's Eve without sleeping.
+//! Time, injected: whatever reads the time (window math, due times, lease expiry, the boot
+//! epoch) reads a `Clock`, so that a test can stand at 23:59:59.999 on New Year's Eve with a
+//! `ManualClock` without sleeping.
+//!
+//! A node with clock sync on (`REBOUND_CLOCK_SYNC`, the default) runs on a `ClusterClock`:
+//! the machine's clock corrected by its offset from Cassandra's, which `node::sync_clock`
+//! measures at start and every `REBOUND_CLOCK_SYNC_INTERVAL_MS` (`offset_sample` is one
+//! measurement). With it off the node runs on the machine's clock, and the other nodes judge
+//! its windows and leases in its own clock (`peers`). `SkewedClock` stands for a machine whose
+//! clock is off (`REBOUND_TEST_CLOCK_SKEW_MS`).
 
 use std::sync::{
     atomic::{AtomicI64, Ordering},

@@ -6,7 +6,8 @@
 //! the limits allow in one request. At low load nothing waits; under load the number of
 //! requests per item falls as the load grows, and every caller still returns only once its own
 //! item is done (a write is durable, a read has its row), so no ordering the caller relies on
-//! changes. Flushes run in spawned tasks: a cancelled caller cannot stall its key.
+//! changes. Flushes run in spawned tasks, which the coalescer owns (`tasks`): a cancelled caller
+//! cannot stall its key.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -20,7 +21,7 @@ use std::{
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
-use crate::store::StoreError;
+use crate::{store::StoreError, tasks::Tasks};
 
 /// How much one flush may carry, and how many flushes of one key may run at once.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +58,8 @@ pub struct Coalescer<K, I, O> {
     queues: Mutex<HashMap<K, Queue<I, O>>>,
     flushes: AtomicU64,
     items: AtomicU64,
+    /// The running flushes.
+    tasks: Tasks,
 }
 
 impl<K, I, O> std::fmt::Debug for Coalescer<K, I, O> {
@@ -82,6 +85,11 @@ impl<K, I, O> Coalescer<K, I, O> {
             items: self.items.load(Ordering::Relaxed),
         }
     }
+
+    /// The owner of the flush tasks, for shutdown.
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
+    }
 }
 
 impl<K, I, O> Coalescer<K, I, O>
@@ -98,6 +106,7 @@ where
             queues: Mutex::default(),
             flushes: AtomicU64::new(0),
             items: AtomicU64::new(0),
+            tasks: Tasks::new("coalescer"),
         })
     }
 
@@ -119,7 +128,10 @@ where
         };
         if start {
             let this = self.clone();
-            tokio::spawn(async move { this.run(key).await });
+            // Once shut down, the caller carries its own flush.
+            if let Err(flush) = self.tasks.spawn(async move { this.run(key).await }) {
+                flush.await;
+            }
         }
         rx.await
             .unwrap_or_else(|_| Err(StoreError::Internal("coalesced flush was dropped".into())))

@@ -745,16 +745,6 @@ impl Config {
             .map_err(|e| bad(&format!("default_policy.{}", e.field), e.message))?;
         Ok(())
     }
-
-    pub fn window_ms(&self) -> i64 {
-        i64::from(self.window_seconds) * 1000
-    }
-
-    pub fn advertised_address(&self) -> String {
-        self.advertise
-            .clone()
-            .unwrap_or_else(|| self.listen.to_string())
-    }
 }
 
 fn set<T>(slot: &mut T, v: Option<T>) {

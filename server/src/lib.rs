@@ -17,6 +17,7 @@ pub mod policy;
 pub mod ring;
 pub mod services;
 pub mod store;
+pub mod tasks;
 pub mod telemetry;
 pub mod validate;
 pub mod window;

@@ -1,12 +1,22 @@
-//! A running Rebound node: connects to Cassandra, migrates, builds the components and serves
-//! gRPC (the API, health and reflection on one port). It owns every task it spawns and stops
-//! them on shutdown; open streams are cut after a grace period so shutdown never hangs.
+//! A running Rebound node: connects to Cassandra and migrates, sets its clock to Cassandra's
+//! (clock sync), builds the components, takes one lease-ring round (unless an `Ownership` is
+//! given), then serves gRPC (the API, health and reflection on one port).
+//!
+//! Every task it runs has an owner (`NodeTasks`, see `tasks`). `Node::shutdown` signals them
+//! all and closes the Subscribe streams, lets running calls and tasks finish until the
+//! shutdown grace (`REBOUND_SHUTDOWN_GRACE_MS`) ends, then cuts the connections still open and
+//! aborts the tasks still running (the ring has at least 5 s to hand its leases back):
+//! shutdown never hangs, and no task outlives it.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use rebound_proto::v1 as pb;
-use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+use tokio::{
+    net::TcpListener,
+    sync::{oneshot, watch},
+    time::Instant,
+};
 use tokio_stream::{wrappers::TcpListenerStream, StreamExt};
 
 use crate::{
@@ -28,8 +38,12 @@ use crate::{
         embedded::EmbeddedStore,
         LeaseStore, MigrationStore, RetryStore,
     },
+    tasks::{Connections, Tasks},
     writer::{Writer, WriterOptions},
 };
+
+/// How often the embedded store deletes its expired rows (reads skip them regardless).
+const EMBEDDED_SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// Room on top of the payload cap for the rest of a message (ids, attributes, batch framing).
 const MESSAGE_OVERHEAD: usize = 1 << 20;
@@ -115,18 +129,24 @@ async fn run_clock_sync(
     }
 }
 
+/// Spawns `task` under `owner`, which is new and so accepts it.
+fn own(owner: &Tasks, task: impl std::future::Future<Output = ()> + Send + 'static) {
+    assert!(owner.spawn(task).is_ok(), "a new owner accepts tasks");
+}
+
 /// Handle to a running node.
 #[derive(Debug)]
 pub struct Node {
     addr: SocketAddr,
     shutdown: watch::Sender<bool>,
-    task: JoinHandle<anyhow::Result<()>>,
+    /// How the server task ended.
+    served: oneshot::Receiver<anyhow::Result<()>>,
+    grace: Duration,
+    tasks: NodeTasks,
     pub writer: Arc<Writer>,
     pub dispatcher: Arc<Dispatcher>,
     pub compactor: Arc<Compactor>,
     pub boot_epoch: i64,
-    background: Vec<JoinHandle<()>>,
-    ring_task: Option<JoinHandle<()>>,
     pub ring: Option<Arc<LeaseRing>>,
     /// The store.
     pub store: Arc<dyn RetryStore>,
@@ -149,6 +169,42 @@ pub fn cassandra_options(c: &Config) -> CassandraOptions {
     }
 }
 
+/// The owners of every task a node runs: the gRPC server, the background loops, the lease
+/// ring, the dispatcher's workers and redeliveries, and the store's coalesced flushes.
+#[derive(Debug, Clone)]
+pub struct NodeTasks {
+    server: Arc<Tasks>,
+    background: Arc<Tasks>,
+    ring: Arc<Tasks>,
+    connections: Arc<Connections>,
+    dispatcher: Arc<Dispatcher>,
+    /// The Cassandra store's coalescers (none on the embedded store).
+    store: Option<Arc<CassandraStore>>,
+}
+
+impl NodeTasks {
+    /// Tasks and connections of the node not finished yet, by owner; all 0 once
+    /// `Node::shutdown` has returned.
+    pub fn live(&self) -> Vec<(&'static str, usize)> {
+        let (reads, writes) = match &self.store {
+            Some(c) => {
+                let [r, w] = c.flush_tasks();
+                (r.live(), w.live())
+            }
+            None => (0, 0),
+        };
+        vec![
+            ("server", self.server.live()),
+            ("connections", self.connections.live()),
+            ("background", self.background.live()),
+            ("ring", self.ring.live()),
+            ("dispatcher", self.dispatcher.tasks().live()),
+            ("state reads", reads),
+            ("state writes", writes),
+        ]
+    }
+}
+
 /// Applies the schema migrations to the configured store (the `migrate` command).
 pub async fn run_migrations(config: &Config, clock: &SharedClock) -> anyhow::Result<Vec<i32>> {
     Ok(open_store(config, clock).await?.applied)
@@ -158,6 +214,7 @@ pub async fn run_migrations(config: &Config, clock: &SharedClock) -> anyhow::Res
 struct OpenStore {
     store: Arc<dyn RetryStore>,
     cassandra: Option<Arc<CassandraStore>>,
+    embedded: Option<Arc<EmbeddedStore>>,
     applied: Vec<i32>,
 }
 
@@ -175,6 +232,7 @@ async fn open_store(config: &Config, clock: &SharedClock) -> anyhow::Result<Open
             Ok(OpenStore {
                 store: cassandra.clone(),
                 cassandra: Some(cassandra),
+                embedded: None,
                 applied,
             })
         }
@@ -191,9 +249,11 @@ async fn open_store(config: &Config, clock: &SharedClock) -> anyhow::Result<Open
                 .migrate(clock.now_ms())
                 .await
                 .context("preparing the embedded store")?;
+            let store = Arc::new(store);
             Ok(OpenStore {
-                store: Arc::new(store),
+                store: store.clone(),
                 cassandra: None,
+                embedded: Some(store),
                 applied,
             })
         }
@@ -243,6 +303,7 @@ impl Node {
         let OpenStore {
             store,
             cassandra,
+            embedded,
             applied,
         } = open_store(&config, &clock).await?;
         if !applied.is_empty() {
@@ -369,29 +430,53 @@ impl Node {
                 tracing::warn!(error = %e, "first lease ring round failed, will retry");
             }
         }
-        let ring_task = ring
-            .clone()
-            .map(|r| tokio::spawn(r.run(shutdown.subscribe())));
-        let mut background = vec![
-            tokio::spawn(services.clone().run(
+        let tasks = NodeTasks {
+            server: Arc::new(Tasks::new("server")),
+            background: Arc::new(Tasks::new("node")),
+            ring: Arc::new(Tasks::new("ring")),
+            connections: Arc::default(),
+            dispatcher: dispatcher.clone(),
+            store: cassandra.clone(),
+        };
+        if let Some(r) = &ring {
+            own(&tasks.ring, r.clone().run(shutdown.subscribe()));
+        }
+        own(
+            &tasks.background,
+            services.clone().run(
                 Duration::from_millis(config.settings_refresh_ms),
                 shutdown.subscribe(),
-            )),
-            tokio::spawn(dispatcher.clone().run_scanner()),
-            tokio::spawn(dispatcher.clone().run_reaper(Duration::from_millis(100))),
-            tokio::spawn(compactor.clone().run(
+            ),
+        );
+        own(&tasks.background, dispatcher.clone().run_scanner());
+        own(
+            &tasks.background,
+            dispatcher.clone().run_reaper(Duration::from_millis(100)),
+        );
+        own(
+            &tasks.background,
+            compactor.clone().run(
                 Duration::from_millis(config.compaction_interval_ms),
                 shutdown.subscribe(),
-            )),
-        ];
+            ),
+        );
+        if let Some(embedded) = embedded {
+            own(
+                &tasks.background,
+                embedded.run_sweeper(EMBEDDED_SWEEP_EVERY, shutdown.subscribe()),
+            );
+        }
         if let Some(cc) = cluster_clock {
-            background.push(tokio::spawn(run_clock_sync(
-                store.clone(),
-                cc,
-                Duration::from_millis(config.clock_sync_interval_ms),
-                config.skew_margin_ms as i64,
-                shutdown.subscribe(),
-            )));
+            own(
+                &tasks.background,
+                run_clock_sync(
+                    store.clone(),
+                    cc,
+                    Duration::from_millis(config.clock_sync_interval_ms),
+                    config.skew_margin_ms as i64,
+                    shutdown.subscribe(),
+                ),
+            );
         }
 
         if !auth.is_on() && !addr.ip().is_loopback() {
@@ -477,15 +562,18 @@ impl Node {
         // them: without it Nagle's algorithm meets the client's delayed ACK and a small
         // response can wait 40 ms (`bench rebound`: single enqueue p99 48 ms without, 11 ms
         // with).
-        let incoming = TcpListenerStream::new(listener).map(|conn| {
+        let connections = tasks.connections.clone();
+        let incoming = TcpListenerStream::new(listener).map(move |conn| {
             if let Ok(c) = &conn {
                 if let Err(e) = c.set_nodelay(true) {
                     tracing::warn!(error = %e, "could not set TCP_NODELAY on a connection");
                 }
             }
-            conn
+            conn.map(|c| connections.wrap(c))
         });
-        let task = tokio::spawn(async move {
+        let connections = tasks.connections.clone();
+        let (served_tx, served) = oneshot::channel();
+        own(&tasks.server, async move {
             let serve = router.serve_with_incoming_shutdown(incoming, async move {
                 let _ = serve_stop.wait_for(|s| *s).await.map(|_| ());
                 // End every subscription so graceful shutdown is not held by them.
@@ -495,18 +583,22 @@ impl Node {
                     .await;
             });
             tokio::pin!(serve);
-            tokio::select! {
+            let result = tokio::select! {
                 r = &mut serve => r.map_err(anyhow::Error::from),
                 _ = async { stop_rx.wait_for(|s| *s).await.map(|_| ()) } => {
                     match tokio::time::timeout(grace, &mut serve).await {
                         Ok(r) => r.map_err(anyhow::Error::from),
                         Err(_) => {
                             tracing::warn!(grace_ms = grace.as_millis() as u64, "connections still open after the grace period, closing them");
+                            connections.shutdown(Instant::now()).await;
+                            // Served once the cut connections are gone.
+                            let _ = tokio::time::timeout(Duration::from_secs(1), &mut serve).await;
                             Ok(())
                         }
                     }
                 }
-            }
+            };
+            let _ = served_tx.send(result);
         });
         tracing::info!(%addr, node_id = %config.node_id, boot_epoch, store = ?config.store, keyspace = %config.keyspace, "rebound node serving");
         Ok(Node {
@@ -514,13 +606,13 @@ impl Node {
             cassandra,
             addr,
             shutdown,
-            task,
+            served,
+            grace,
+            tasks,
             writer,
             dispatcher,
             compactor,
             boot_epoch,
-            background,
-            ring_task,
             ring,
         })
     }
@@ -529,8 +621,16 @@ impl Node {
         self.addr
     }
 
-    /// Stops accepting calls, lets running calls finish within the grace period, then stops.
+    /// The owners of this node's tasks, to count them.
+    pub fn tasks(&self) -> NodeTasks {
+        self.tasks.clone()
+    }
+
+    /// Stops the node: signals every component to stop and closes the Subscribe streams, lets
+    /// running calls and tasks finish within the grace period (`REBOUND_SHUTDOWN_GRACE_MS`),
+    /// then aborts what is left. No task of the node outlives this call.
     pub async fn shutdown(self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + self.grace;
         let _ = self.shutdown.send(true);
         let (reads, writes) = self
             .cassandra
@@ -548,20 +648,32 @@ impl Node {
             "coalesced Cassandra requests since start"
         );
         self.dispatcher.hub.wake();
-        let served = self.task.await.context("server task")?;
-        for t in self.background {
-            t.abort();
-            let _ = t.await;
+        // The server task ends by the deadline (it cuts the connections still open then).
+        let served = self.served.await.context("server task");
+        let tasks = &self.tasks;
+        tasks.server.shutdown(deadline).await;
+        tasks.connections.shutdown(deadline).await;
+        // The loops return on the stop signal; the workers and redeliveries once their lease
+        // checks fail and their streams are closed (work dropped unresolved is replayed).
+        tasks.background.shutdown(deadline).await;
+        tasks.dispatcher.tasks().shutdown(deadline).await;
+        // The ring hands its leases back so that other nodes take over at once; it may take
+        // longer than the grace period for that.
+        tasks
+            .ring
+            .shutdown(deadline.max(Instant::now() + Duration::from_secs(5)))
+            .await;
+        // Last, as the tasks above write through them.
+        if let Some(store) = &tasks.store {
+            for flushes in store.flush_tasks() {
+                flushes.shutdown(deadline).await;
+            }
         }
-        // The ring hands its leases back so that other nodes take over at once.
-        if let Some(t) = self.ring_task {
-            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
-        }
-        served
+        served?
     }
 
     /// Waits until the server stops on its own (it only does so on an error).
     pub async fn wait(&mut self) -> anyhow::Result<()> {
-        (&mut self.task).await.context("server task")?
+        (&mut self.served).await.context("server task")?
     }
 }

@@ -130,9 +130,6 @@ pub struct Hub {
 /// The receiving end of one stream's deliveries.
 pub type Deliveries = mpsc::Receiver<Result<pb::Delivery, tonic::Status>>;
 
-/// Items handed back by a closed stream or an expired deadline, to deliver again.
-pub type Requeue = mpsc::UnboundedSender<Work>;
-
 impl Hub {
     pub fn new(clock: SharedClock, boot_epoch: i64, limits: HubLimits) -> Self {
         Self {

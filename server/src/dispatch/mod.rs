@@ -37,6 +37,7 @@ use crate::{
     store::{
         DeadLetter, DispatchStore, InstanceRow, Location, PointerState, Status, TokenRange, TxState,
     },
+    tasks::Tasks,
     window::{WindowGrid, WindowId},
     writer::Writer,
 };
@@ -107,6 +108,8 @@ pub struct Dispatcher {
     years: Mutex<Option<(i64, Vec<i32>)>>,
     instance_rows_read: AtomicU64,
     scans: AtomicU64,
+    /// Instance workers and redeliveries.
+    tasks: Tasks,
 }
 
 /// How often a scan rereads which years hold a day.
@@ -139,7 +142,13 @@ impl Dispatcher {
             years: Mutex::new(None),
             instance_rows_read: AtomicU64::new(0),
             scans: AtomicU64::new(0),
+            tasks: Tasks::new("dispatcher"),
         }
+    }
+
+    /// The owner of the instance workers and redeliveries, for shutdown.
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
     }
 
     /// Holds the lock of one transaction on this node (see `Writer::lock_transaction`).
@@ -266,7 +275,8 @@ impl Dispatcher {
     /// `max_deliveries_per_attempt` deliveries the attempt counts as failed.
     pub fn requeue(self: &Arc<Self>, work: Work, avoid: Option<u64>) {
         let this = self.clone();
-        tokio::spawn(async move {
+        // Once shut down the work is dropped unresolved: the bucket stays and is replayed.
+        let _ = self.tasks.spawn(async move {
             if work.deliveries >= work.state.policy.max_deliveries_per_attempt {
                 let error = format!("not acknowledged after {} deliveries", work.deliveries);
                 this.resolve_expired(work, error).await;
@@ -548,13 +558,22 @@ impl Dispatcher {
             feeding.insert(key.clone());
         }
         let this = self.clone();
-        tokio::spawn(async move {
-            if let Err(e) = this.work_instance(window, &row, &lease).await {
-                tracing::warn!(error = %e, service = %row.service, instance = %row.instance, "instance worker stopped, will resume on a later scan");
+        let worker = {
+            let key = key.clone();
+            async move {
+                if let Err(e) = this.work_instance(window, &row, &lease).await {
+                    tracing::warn!(error = %e, service = %row.service, instance = %row.instance, "instance worker stopped, will resume on a later scan");
+                }
+                this.feeding.lock().expect("feeding lock").remove(&key);
+                this.active.lock().expect("active lock").remove(&key);
             }
-            this.feeding.lock().expect("feeding lock").remove(&key);
-            this.active.lock().expect("active lock").remove(&key);
-        });
+        };
+        if self.tasks.spawn(worker).is_err() {
+            // Shut down: the instance is left for a later scan (or another node).
+            self.feeding.lock().expect("feeding lock").remove(&key);
+            self.active.lock().expect("active lock").remove(&key);
+            return Start::Waiting;
+        }
         Start::Started
     }
 

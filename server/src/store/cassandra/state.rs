@@ -146,6 +146,11 @@ impl CassandraStore {
     pub fn state_io_counts(&self) -> (Counts, Counts) {
         (self.state.reads.counts(), self.state.writes.counts())
     }
+
+    /// The owners of the coalesced state reads' and writes' flush tasks, for shutdown.
+    pub fn flush_tasks(&self) -> [&crate::tasks::Tasks; 2] {
+        [self.state.reads.tasks(), self.state.writes.tasks()]
+    }
 }
 
 /// The state-row statements and what they bind, owned, so coalesced flushes can run them.

@@ -48,15 +48,12 @@ const NEVER: i64 = i64::MAX;
 const PAGE: usize = 1000;
 /// The layout version this build writes (`MigrationStore`).
 const LAYOUT_VERSION: i32 = 1;
-/// How often the sweeper deletes expired rows.
-const SWEEP_EVERY: Duration = Duration::from_secs(10);
 /// The file inside the data directory.
 pub const FILE_NAME: &str = "rebound.redb";
 
 /// The embedded store for one namespace (region, cluster).
 pub struct EmbeddedStore {
     inner: Arc<Inner>,
-    sweeper: Option<tokio::task::JoinHandle<()>>,
 }
 
 struct Inner {
@@ -75,14 +72,6 @@ impl std::fmt::Debug for EmbeddedStore {
     }
 }
 
-impl Drop for EmbeddedStore {
-    fn drop(&mut self) {
-        if let Some(s) = self.sweeper.take() {
-            s.abort();
-        }
-    }
-}
-
 fn internal(e: impl std::fmt::Display) -> StoreError {
     StoreError::Internal(format!("embedded store: {e}"))
 }
@@ -93,8 +82,8 @@ impl EmbeddedStore {
 
     /// Opens (creating when missing) the store in `dir`, for the namespace (region,
     /// cluster), on `clock`. Fails with a clear error when another process holds the
-    /// directory: the embedded store serves one node. Starts the sweeper when called inside
-    /// a Tokio runtime; the sweeper stops when the store is dropped.
+    /// directory: the embedded store serves one node. Expired rows are deleted by `sweep`
+    /// (`run_sweeper`, which the node runs).
     pub fn open(dir: &Path, region: &str, cluster: &str, clock: SharedClock) -> StoreResult<Self> {
         std::fs::create_dir_all(dir).map_err(|e| {
             StoreError::Unavailable(format!("cannot create the data directory {dir:?}: {e}"))
@@ -118,26 +107,31 @@ impl EmbeddedStore {
             cluster: cluster.to_string(),
             clock,
         });
-        let sweeper = tokio::runtime::Handle::try_current().ok().map(|rt| {
-            let weak = Arc::downgrade(&inner);
-            rt.spawn(async move {
-                loop {
-                    tokio::time::sleep(SWEEP_EVERY).await;
-                    let Some(inner) = weak.upgrade() else { return };
-                    let swept = tokio::task::spawn_blocking(move || inner.sweep()).await;
-                    if let Ok(Err(e)) = swept {
-                        tracing::warn!(error = %e, "embedded store: sweeping expired rows failed");
-                    }
-                }
-            })
-        });
-        Ok(EmbeddedStore { inner, sweeper })
+        Ok(EmbeddedStore { inner })
     }
 
     /// Deletes every row past its expiry now; returns how many. The sweeper calls it every
     /// few seconds; reads never return an expired row whether it ran or not.
     pub async fn sweep(&self) -> StoreResult<usize> {
         self.blocking(|i| i.sweep()).await
+    }
+
+    /// The sweeper: `sweep` every `every` until `stop` turns true. The node owns it as one
+    /// of its background loops.
+    pub async fn run_sweeper(
+        self: Arc<Self>,
+        every: Duration,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            if let Err(e) = self.sweep().await {
+                tracing::warn!(error = %e, "embedded store: sweeping expired rows failed");
+            }
+        }
     }
 
     /// Runs `f` on a blocking thread: redb's calls are synchronous, and a commit waits for
