@@ -1,5 +1,5 @@
 //! gRPC handlers. They stay thin: decode and validate (module `validate`), call the component,
-//! encode. Errors become `tonic::Status` only through `From<ApiError>`.
+//! encode. Errors become `tonic::Status` only through `From<Error>`.
 
 use std::{collections::HashMap, pin::Pin, sync::Arc};
 
@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status};
 use crate::{
     auth::{Auth, Credential},
     dispatch::{AttemptOutcome, Dispatcher, Resolution},
-    error::ApiError,
+    error::Error,
     ring::LeaseRing,
     store::{self, TxState},
     validate,
@@ -127,7 +127,7 @@ impl pb::retry_service_server::RetryService for Api {
         let caller = self.auth.caller(&metadata)?;
         let requests = request.requests;
         if requests.len() > self.max_batch_items {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 "requests",
                 format!(
                     "has {} items, over the limit of {} (REBOUND_MAX_BATCH_ITEMS)",
@@ -140,7 +140,7 @@ impl pb::retry_service_server::RetryService for Api {
         // Validate every item first; a transaction that appears twice is refused after its
         // first appearance, since the two would race each other.
         let mut seen: HashMap<(String, String), usize> = HashMap::new();
-        let checked: Vec<Result<validate::EnqueueInput, ApiError>> = requests
+        let checked: Vec<Result<validate::EnqueueInput, Error>> = requests
             .into_iter()
             .enumerate()
             .map(|(i, r)| {
@@ -149,7 +149,7 @@ impl pb::retry_service_server::RetryService for Api {
                 Auth::may_use(caller, &format!("requests[{i}].service"), &input.service)?;
                 let key = (input.service.clone(), input.transaction_id.clone());
                 if let Some(first) = seen.insert(key, i) {
-                    return Err(ApiError::invalid(
+                    return Err(Error::invalid(
                         format!("requests[{i}].transaction_id"),
                         format!("appears twice in one batch (first at requests[{first}])"),
                     ));
@@ -266,10 +266,10 @@ pub fn ack_outcome(
     r: &pb::AckRequest,
     max_delay: std::time::Duration,
     prefix: &str,
-) -> Result<AttemptOutcome, ApiError> {
+) -> Result<AttemptOutcome, Error> {
     validate::delivery_id(&format!("{prefix}delivery_id"), &r.delivery_id)?;
     if r.error.len() > validate::MAX_LAST_ERROR_BYTES {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             format!("{prefix}error"),
             format!(
                 "is {} bytes, over the limit of {} bytes",
@@ -285,7 +285,7 @@ pub fn ack_outcome(
         .transpose()?;
     if let Some(a) = after {
         if a > max_delay {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 format!("{prefix}retry_after"),
                 format!(
                     "{}s is over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
@@ -296,7 +296,7 @@ pub fn ack_outcome(
         }
     }
     if !r.error_class.is_empty() && !crate::policy::error_class_ok(&r.error_class) {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             format!("{prefix}error_class"),
             format!(
                 "must be 1-{} characters of [A-Za-z0-9._:/-]",
@@ -307,13 +307,13 @@ pub fn ack_outcome(
     let outcome = pb::AckOutcome::try_from(r.outcome);
     if r.snooze {
         if outcome != Ok(pb::AckOutcome::Retry) {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 format!("{prefix}snooze"),
                 "is only allowed with outcome RETRY",
             ));
         }
         if after.is_none_or(|a| a.is_zero()) {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 format!("{prefix}retry_after"),
                 "is required with snooze and must be more than 0s",
             ));
@@ -330,7 +330,7 @@ pub fn ack_outcome(
         Ok(pb::AckOutcome::Failed) => Ok(AttemptOutcome::Failed {
             error: r.error.clone(),
         }),
-        _ => Err(ApiError::invalid(
+        _ => Err(Error::invalid(
             format!("{prefix}outcome"),
             "must be SUCCEEDED, RETRY or FAILED",
         )),
@@ -358,14 +358,14 @@ impl ExecutorApi {
         caller: Option<&Credential>,
         r: &pb::AckRequest,
         prefix: &str,
-    ) -> Result<pb::AckResponse, ApiError> {
+    ) -> Result<pb::AckResponse, Error> {
         let outcome = ack_outcome(r, self.max_delay, prefix)?;
         let d = &self.dispatcher;
         if let Some(service) = d.hub.service_of(&r.delivery_id) {
             Auth::may_use(caller, &format!("{prefix}delivery_id"), &service)?;
         }
         let Some(inflight) = d.hub.take(&r.delivery_id) else {
-            return Err(ApiError::NotFound(format!(
+            return Err(Error::NotFound(format!(
                 "delivery {:?} is not in flight on this node: unknown, already acknowledged, or its deadline passed",
                 r.delivery_id
             )));
@@ -391,7 +391,7 @@ impl ExecutorApi {
             .is_some_and(|s| s.is_live(inflight.work.state.generation));
         if !live {
             inflight.work.resolve();
-            return Err(ApiError::FailedPrecondition(format!(
+            return Err(Error::FailedPrecondition(format!(
                 "delivery {:?} is stale: transaction {txid:?} was rescheduled, cancelled or finished since; nothing changed",
                 r.delivery_id
             )));
@@ -427,7 +427,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         let caller = self.auth.caller(&metadata)?;
         validate::service("service", &r.service)?;
         if r.max_in_flight == 0 || r.max_in_flight > MAX_IN_FLIGHT {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 "max_in_flight",
                 format!(
                     "must be between 1 and {MAX_IN_FLIGHT}, got {}",
@@ -460,7 +460,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         let caller = self.auth.caller(&metadata)?;
         let acks = r.acks;
         if acks.len() > MAX_IN_FLIGHT as usize {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 "acks",
                 format!(
                     "has {} items, over the limit of {MAX_IN_FLIGHT}",
@@ -506,7 +506,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
             .hub
             .extend(&r.delivery_id, ext)
             .ok_or_else(|| {
-                ApiError::NotFound(format!(
+                Error::NotFound(format!(
                     "delivery {:?} is not in flight on this node",
                     r.delivery_id
                 ))
@@ -532,7 +532,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
             Some(ring) => ring
                 .view()
                 .await
-                .map_err(ApiError::from)?
+                .map_err(Error::from)?
                 .into_iter()
                 .map(|(m, compactor, ranges)| pb::RingNode {
                     node_id: m.node_id,
@@ -688,7 +688,7 @@ mod tests {
             };
             match ack_outcome(&r, std::time::Duration::from_secs(86_400), "acks[7].") {
                 Ok(_) => prop_assert!(validate::delivery_id("d", &r.delivery_id).is_ok()),
-                Err(ApiError::InvalidArgument { field, .. }) => {
+                Err(Error::InvalidArgument { field, .. }) => {
                     prop_assert!(field.starts_with("acks[7]."), "{field}")
                 }
                 Err(e) => prop_assert!(false, "not INVALID_ARGUMENT: {e:?}"),

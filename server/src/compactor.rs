@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::{
     clock::SharedClock,
-    error::ApiError,
+    error::Error,
     ownership::Ownership,
     store::DirectoryStore,
     window::{WindowGrid, WindowId},
@@ -78,7 +78,7 @@ impl Compactor {
     }
 
     /// One pass over every year that holds a day.
-    pub async fn compact(&self) -> Result<CompactionReport, ApiError> {
+    pub async fn compact(&self) -> Result<CompactionReport, Error> {
         let mut report = CompactionReport::default();
         if !self.fenced() {
             return Ok(report);
@@ -122,7 +122,7 @@ impl Compactor {
         day: i32,
         now: i64,
         report: &mut CompactionReport,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), Error> {
         let low = self.store.low_water(day).await?;
         let mut new_low = None;
         let windows = self.store.list_windows_from(day, low).await?;

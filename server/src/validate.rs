@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use rebound_proto::v1 as pb;
 
-use crate::{error::ApiError, policy::PolicyOverrides};
+use crate::{error::Error, policy::PolicyOverrides};
 
 pub const MAX_SERVICE_LEN: usize = 64;
 pub const MAX_TRANSACTION_ID_BYTES: usize = 256;
@@ -26,7 +26,7 @@ fn show(v: &str) -> String {
     }
 }
 
-pub fn service(field: &str, v: &str) -> Result<(), ApiError> {
+pub fn service(field: &str, v: &str) -> Result<(), Error> {
     let ok = !v.is_empty()
         && v.len() <= MAX_SERVICE_LEN
         && v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
@@ -35,9 +35,9 @@ pub fn service(field: &str, v: &str) -> Result<(), ApiError> {
     if ok {
         Ok(())
     } else if v.is_empty() {
-        Err(ApiError::invalid(field, "is required"))
+        Err(Error::invalid(field, "is required"))
     } else {
-        Err(ApiError::invalid(
+        Err(Error::invalid(
             field,
             format!(
                 "must be 1-{MAX_SERVICE_LEN} characters of [A-Za-z0-9._-] starting with a letter or digit, got {}",
@@ -47,12 +47,12 @@ pub fn service(field: &str, v: &str) -> Result<(), ApiError> {
     }
 }
 
-pub fn transaction_id(field: &str, v: &str) -> Result<(), ApiError> {
+pub fn transaction_id(field: &str, v: &str) -> Result<(), Error> {
     if v.is_empty() {
-        return Err(ApiError::invalid(field, "is required"));
+        return Err(Error::invalid(field, "is required"));
     }
     if v.len() > MAX_TRANSACTION_ID_BYTES {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             field,
             format!(
                 "must be at most {MAX_TRANSACTION_ID_BYTES} bytes, got {}",
@@ -61,19 +61,16 @@ pub fn transaction_id(field: &str, v: &str) -> Result<(), ApiError> {
         ));
     }
     if v.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            field,
-            "must not contain control characters",
-        ));
+        return Err(Error::invalid(field, "must not contain control characters"));
     }
     Ok(())
 }
 
 /// A delivery id as the node issues them (`dispatch::hub::delivery_id_text`): 1 to 128 bytes.
 /// Its parts are never read back; an id the node did not issue is simply not in flight.
-pub fn delivery_id(field: &str, id: &str) -> Result<(), ApiError> {
+pub fn delivery_id(field: &str, id: &str) -> Result<(), Error> {
     if id.is_empty() || id.len() > MAX_DELIVERY_ID_BYTES {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             field,
             format!("must be the 1-{MAX_DELIVERY_ID_BYTES} byte id of a delivery"),
         ));
@@ -82,9 +79,9 @@ pub fn delivery_id(field: &str, id: &str) -> Result<(), ApiError> {
 }
 
 /// The optional name an executor gives itself in `Subscribe` (logged only).
-pub fn executor_id(field: &str, v: &str) -> Result<(), ApiError> {
+pub fn executor_id(field: &str, v: &str) -> Result<(), Error> {
     if v.len() > MAX_EXECUTOR_ID_BYTES || v.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             field,
             format!("must be at most {MAX_EXECUTOR_ID_BYTES} bytes with no control characters"),
         ));
@@ -93,11 +90,11 @@ pub fn executor_id(field: &str, v: &str) -> Result<(), ApiError> {
 }
 
 /// A UTC day as `YYYY-MM-DD` (InspectWindow), as days since 1970-01-01.
-pub fn day(field: &str, v: &str) -> Result<i32, ApiError> {
+pub fn day(field: &str, v: &str) -> Result<i32, Error> {
     chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
         .map(crate::window::date_to_day)
         .map_err(|_| {
-            ApiError::invalid(
+            Error::invalid(
                 field,
                 format!("must be a UTC day as YYYY-MM-DD, got {}", show(v)),
             )
@@ -105,12 +102,12 @@ pub fn day(field: &str, v: &str) -> Result<i32, ApiError> {
 }
 
 /// The `extension` of ExtendDeadline: required, 1ms to `api::MAX_EXTENSION`.
-pub fn extension(field: &str, d: Option<&prost_types::Duration>) -> Result<Duration, ApiError> {
-    let d = d.ok_or_else(|| ApiError::invalid(field, "is required"))?;
+pub fn extension(field: &str, d: Option<&prost_types::Duration>) -> Result<Duration, Error> {
+    let d = d.ok_or_else(|| Error::invalid(field, "is required"))?;
     let ext = duration(field, d)?;
     let max = crate::api::MAX_EXTENSION;
     if ext.is_zero() || ext > max {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             field,
             format!("must be between 1ms and {}s", max.as_secs()),
         ));
@@ -118,9 +115,9 @@ pub fn extension(field: &str, d: Option<&prost_types::Duration>) -> Result<Durat
     Ok(ext)
 }
 
-pub fn duration(field: &str, d: &prost_types::Duration) -> Result<Duration, ApiError> {
+pub fn duration(field: &str, d: &prost_types::Duration) -> Result<Duration, Error> {
     if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             field,
             format!(
                 "must be a non-negative duration, got {}s {}ns",
@@ -131,12 +128,12 @@ pub fn duration(field: &str, d: &prost_types::Duration) -> Result<Duration, ApiE
     Ok(Duration::new(d.seconds as u64, d.nanos as u32))
 }
 
-pub fn timestamp_ms(field: &str, t: &prost_types::Timestamp) -> Result<i64, ApiError> {
+pub fn timestamp_ms(field: &str, t: &prost_types::Timestamp) -> Result<i64, Error> {
     // 0001-01-01 .. 9999-12-31, as google.protobuf.Timestamp defines it.
     if !(-62_135_596_800..=253_402_300_799).contains(&t.seconds)
         || !(0..1_000_000_000).contains(&t.nanos)
     {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             field,
             "must be a valid timestamp between 0001-01-01 and 9999-12-31",
         ));
@@ -144,24 +141,23 @@ pub fn timestamp_ms(field: &str, t: &prost_types::Timestamp) -> Result<i64, ApiE
     Ok(t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
 }
 
-pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverrides, ApiError> {
+pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverrides, Error> {
     let Some(p) = p else {
         return Ok(PolicyOverrides::default());
     };
     let f = |name: &str| format!("{field}.{name}");
-    let dur =
-        |name: &str, d: &Option<prost_types::Duration>| -> Result<Option<Duration>, ApiError> {
-            d.as_ref().map(|d| duration(&f(name), d)).transpose()
-        };
+    let dur = |name: &str, d: &Option<prost_types::Duration>| -> Result<Option<Duration>, Error> {
+        d.as_ref().map(|d| duration(&f(name), d)).transpose()
+    };
     if p.max_attempts == Some(0) {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("max_attempts"),
             "must be at least 1, got 0",
         ));
     }
     let max_attempts = match (p.unlimited_attempts, p.max_attempts) {
         (Some(true), Some(n)) => {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 f("max_attempts"),
                 format!("must be unset when unlimited_attempts is true, got {n}"),
             ))
@@ -170,7 +166,7 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
         (_, n) => n,
     };
     if p.non_retryable_error_classes.len() > crate::policy::MAX_ERROR_CLASSES {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("non_retryable_error_classes"),
             format!(
                 "at most {} classes, got {}",
@@ -184,7 +180,7 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
         .iter()
         .find(|c| !crate::policy::error_class_ok(c))
     {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("non_retryable_error_classes"),
             format!(
                 "each class must be 1-{} characters of [A-Za-z0-9._:/-], got {}",
@@ -194,7 +190,7 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
         ));
     }
     if p.max_deliveries_per_attempt == Some(0) {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("max_deliveries_per_attempt"),
             "must be at least 1, got 0",
         ));
@@ -240,12 +236,12 @@ pub fn enqueue(
     prefix: &str,
     r: pb::EnqueueRetryRequest,
     max_payload_bytes: usize,
-) -> Result<EnqueueInput, ApiError> {
+) -> Result<EnqueueInput, Error> {
     let f = |name: &str| format!("{prefix}{name}");
     service(&f("service"), &r.service)?;
     transaction_id(&f("transaction_id"), &r.transaction_id)?;
     if r.payload.len() > max_payload_bytes {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("payload"),
             format!(
                 "is {} bytes, over the limit of {max_payload_bytes} bytes (REBOUND_MAX_PAYLOAD_BYTES)",
@@ -254,7 +250,7 @@ pub fn enqueue(
         ));
     }
     if r.attributes.len() > MAX_ATTRIBUTES {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("attributes"),
             format!(
                 "has {} entries, over the limit of {MAX_ATTRIBUTES}",
@@ -264,7 +260,7 @@ pub fn enqueue(
     }
     for (k, v) in &r.attributes {
         if k.is_empty() || k.len() > MAX_ATTRIBUTE_KEY_BYTES || k.chars().any(char::is_control) {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 f("attributes"),
                 format!(
                     "key {} must be 1-{MAX_ATTRIBUTE_KEY_BYTES} bytes with no control characters",
@@ -273,7 +269,7 @@ pub fn enqueue(
             ));
         }
         if v.len() > MAX_ATTRIBUTE_VALUE_BYTES {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 f("attributes"),
                 format!(
                     "value of {} is {} bytes, over the limit of {MAX_ATTRIBUTE_VALUE_BYTES}",
@@ -284,7 +280,7 @@ pub fn enqueue(
         }
     }
     if r.last_error.len() > MAX_LAST_ERROR_BYTES {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("last_error"),
             format!(
                 "is {} bytes, over the limit of {MAX_LAST_ERROR_BYTES} bytes",
@@ -395,7 +391,7 @@ mod tests {
             let mut r = req();
             mutate(&mut r);
             match enqueue("", r, 10) {
-                Err(ApiError::InvalidArgument { field: f, .. }) => assert_eq!(f, field),
+                Err(Error::InvalidArgument { field: f, .. }) => assert_eq!(f, field),
                 other => panic!("{field}: expected INVALID_ARGUMENT, got {other:?}"),
             }
         }
@@ -448,9 +444,9 @@ mod tests {
         use super::*;
 
         /// The field of an INVALID_ARGUMENT, or a failure for any other error.
-        fn field_of(e: ApiError) -> String {
+        fn field_of(e: Error) -> String {
             match e {
-                ApiError::InvalidArgument { field, .. } => field,
+                Error::InvalidArgument { field, .. } => field,
                 other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
             }
         }

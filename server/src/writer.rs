@@ -25,7 +25,7 @@ use crate::{
     clock::SharedClock,
     coalesce::{Coalescer, Limits},
     config::Config,
-    error::ApiError,
+    error::Error,
     policy::RetryPolicy,
     services::Services,
     store::{InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState},
@@ -331,7 +331,7 @@ impl Writer {
         format!("{}-{}-{}", self.opts.node_id, self.opts.boot_epoch, lane)
     }
 
-    pub async fn enqueue(&self, input: EnqueueInput) -> Result<EnqueueOutcome, ApiError> {
+    pub async fn enqueue(&self, input: EnqueueInput) -> Result<EnqueueOutcome, Error> {
         let _permit = self.permits.try_acquire().map_err(|_| self.busy())?;
         // The clock is read once the lock is held, as a batch does: however long another
         // writer of the transaction holds it, the window is chosen from the time of the write.
@@ -369,8 +369,8 @@ impl Writer {
     /// transaction may appear only once (the API refuses repeats before this).
     pub async fn enqueue_many(
         &self,
-        inputs: Vec<Result<EnqueueInput, ApiError>>,
-    ) -> Vec<Result<EnqueueOutcome, ApiError>> {
+        inputs: Vec<Result<EnqueueInput, Error>>,
+    ) -> Vec<Result<EnqueueOutcome, Error>> {
         let mut results = Vec::with_capacity(inputs.len());
         let mut inputs = inputs.into_iter().peekable();
         while inputs.peek().is_some() {
@@ -384,10 +384,10 @@ impl Writer {
     async fn enqueue_chunk(
         &self,
         first: usize,
-        inputs: Vec<Result<EnqueueInput, ApiError>>,
-    ) -> Vec<Result<EnqueueOutcome, ApiError>> {
+        inputs: Vec<Result<EnqueueInput, Error>>,
+    ) -> Vec<Result<EnqueueOutcome, Error>> {
         let n = inputs.len();
-        let mut results: Vec<Option<Result<EnqueueOutcome, ApiError>>> = vec![None; n];
+        let mut results: Vec<Option<Result<EnqueueOutcome, Error>>> = vec![None; n];
         let valid = inputs.iter().filter(|i| i.is_ok()).count();
         // A chunk has at most about CHUNK_PERMITS Cassandra requests in flight at once (its
         // reads, pointer batches and state batches are bounded), and counts that many against
@@ -429,7 +429,7 @@ impl Writer {
             .iter()
             .map(|(_, c)| c.input.service.as_str())
             .collect();
-        let mut untouched: HashMap<String, ApiError> = HashMap::new();
+        let mut untouched: HashMap<String, Error> = HashMap::new();
         for service in services {
             if let Err(e) = self.services.touch(service).await {
                 untouched.insert(service.to_string(), e);
@@ -450,8 +450,7 @@ impl Writer {
                 .or_default()
                 .push(k);
         }
-        let mut existing: Vec<Option<Result<Option<TxState>, ApiError>>> =
-            vec![None; checked.len()];
+        let mut existing: Vec<Option<Result<Option<TxState>, Error>>> = vec![None; checked.len()];
         for (service, ks) in &by_service {
             let ids: Vec<String> = ks
                 .iter()
@@ -464,7 +463,7 @@ impl Writer {
                     }
                 }
                 Err(e) => {
-                    let e = ApiError::from(e);
+                    let e = Error::from(e);
                     for &k in ks {
                         existing[k] = Some(Err(e.clone()));
                     }
@@ -493,7 +492,7 @@ impl Writer {
         let mut directory: HashSet<DirRow> = HashSet::new();
         // Targets below a compacted window move up to it (see `above_low_water`): one read
         // per window this process has not written yet.
-        let mut bumped: HashMap<WindowId, Result<WindowId, ApiError>> = HashMap::new();
+        let mut bumped: HashMap<WindowId, Result<WindowId, Error>> = HashMap::new();
         let mut kept = Vec::with_capacity(placed.len());
         for (i, target, mut state, deduplicated) in placed {
             let above = match bumped.get(&target) {
@@ -564,7 +563,7 @@ impl Writer {
             for k in part {
                 match &r {
                     Ok(()) => pointer_ok[k] = true,
-                    Err(e) => results[schedules[k].0] = Some(Err(ApiError::from(e.clone()))),
+                    Err(e) => results[schedules[k].0] = Some(Err(Error::from(e.clone()))),
                 }
             }
         }
@@ -629,8 +628,8 @@ impl Writer {
             .collect()
     }
 
-    fn busy(&self) -> ApiError {
-        ApiError::ResourceExhausted(format!(
+    fn busy(&self) -> Error {
+        Error::ResourceExhausted(format!(
             "node is at its limit of {} concurrent enqueues (REBOUND_MAX_CONCURRENT_WRITES); retry with backoff",
             self.opts.max_concurrent_writes
         ))
@@ -638,7 +637,7 @@ impl Writer {
 
     /// The checks that need the node's settings: effective policy, attempts left, delay limit;
     /// and the window the retry goes to. `prefix` names a batch item in errors.
-    fn check(&self, prefix: &str, input: EnqueueInput, now: i64) -> Result<Checked, ApiError> {
+    fn check(&self, prefix: &str, input: EnqueueInput, now: i64) -> Result<Checked, Error> {
         // Node default, then the service's stored policy, then the enqueue's own fields.
         let policy = self
             .services
@@ -646,9 +645,9 @@ impl Writer {
             .apply(&input.policy);
         policy
             .validate()
-            .map_err(|e| ApiError::invalid(format!("{prefix}policy.{}", e.field), e.message))?;
+            .map_err(|e| Error::invalid(format!("{prefix}policy.{}", e.field), e.message))?;
         if policy.attempts_exhausted(input.attempt) {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 format!("{prefix}attempt"),
                 format!(
                     "{} attempts already made reaches max_attempts ({}): nothing left to retry",
@@ -660,7 +659,7 @@ impl Writer {
         let due_ms = match input.schedule {
             Schedule::Delay(d) => {
                 if d > self.opts.max_delay {
-                    return Err(ApiError::invalid(
+                    return Err(Error::invalid(
                         format!("{prefix}delay"),
                         format!(
                             "{}s is over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
@@ -673,7 +672,7 @@ impl Writer {
             }
             Schedule::DueAt(t) => {
                 if t.saturating_sub(now) > max_delay_ms {
-                    return Err(ApiError::invalid(
+                    return Err(Error::invalid(
                         format!("{prefix}due_time"),
                         format!(
                             "is {}s from now, over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
@@ -700,12 +699,7 @@ impl Writer {
 
     /// What a checked enqueue writes, given the transaction's state row: refuse (already
     /// SUCCEEDED), confirm the live schedule (same window), or schedule a new generation.
-    fn plan(
-        &self,
-        checked: Checked,
-        existing: Option<TxState>,
-        now: i64,
-    ) -> Result<Plan, ApiError> {
+    fn plan(&self, checked: Checked, existing: Option<TxState>, now: i64) -> Result<Plan, Error> {
         let Checked {
             input,
             policy,
@@ -717,7 +711,7 @@ impl Writer {
         let existing_success = existing.as_ref().and_then(|s| s.succeeded_generation);
         let previous = match existing {
             Some(s) if s.status == Status::Succeeded => {
-                return Err(ApiError::AlreadyExists(format!(
+                return Err(Error::AlreadyExists(format!(
                     "transaction {:?} of service {:?} already SUCCEEDED; its id is remembered for {}s after a terminal state (REBOUND_TERMINAL_TTL_SECONDS)",
                     input.transaction_id, input.service, self.opts.terminal_ttl_seconds
                 )));
@@ -787,7 +781,7 @@ impl Writer {
     /// margin (clock sync off on a wrong clock) can choose a window that was compacted
     /// already; its rows there would be below the low-water mark, where no scan reads. Read
     /// once per window per process (when its directory rows are first written).
-    async fn above_low_water(&self, target: WindowId) -> Result<WindowId, ApiError> {
+    async fn above_low_water(&self, target: WindowId) -> Result<WindowId, Error> {
         if self
             .directory
             .lock()
@@ -820,7 +814,7 @@ impl Writer {
         transaction_id: &str,
         window: WindowId,
         now: i64,
-    ) -> Result<Location, ApiError> {
+    ) -> Result<Location, Error> {
         let (location, rows) = self.assign(service, transaction_id, window, now);
         self.write_directory(rows).await?;
         Ok(location)
@@ -871,7 +865,7 @@ impl Writer {
 
     /// Writes directory rows (independent of each other, so all at once) and remembers them
     /// once every one is durable; a pointer below them may be written only after this.
-    async fn write_directory(&self, rows: Vec<DirRow>) -> Result<(), ApiError> {
+    async fn write_directory(&self, rows: Vec<DirRow>) -> Result<(), Error> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -925,13 +919,13 @@ impl Writer {
 
     /// Schedules the next attempt of `state` at `due_ms` under a new generation: a new pointer
     /// in a future window, then the state row. The old pointer becomes stale.
-    pub async fn reschedule(&self, state: TxState, due_ms: i64) -> Result<TxState, ApiError> {
+    pub async fn reschedule(&self, state: TxState, due_ms: i64) -> Result<TxState, Error> {
         self.schedule_next(state, due_ms, false).await
     }
 
     /// Schedules a finished retry afresh (a redrive): like `reschedule`, but the new schedule
     /// derives from itself, so no earlier cancel covers it.
-    pub async fn restart(&self, state: TxState, due_ms: i64) -> Result<TxState, ApiError> {
+    pub async fn restart(&self, state: TxState, due_ms: i64) -> Result<TxState, Error> {
         self.schedule_next(state, due_ms, true).await
     }
 
@@ -940,7 +934,7 @@ impl Writer {
         mut state: TxState,
         due_ms: i64,
         fresh: bool,
-    ) -> Result<TxState, ApiError> {
+    ) -> Result<TxState, Error> {
         let now = self.clock.now_ms();
         let target = self.grid.target(now, due_ms);
         state.status = Status::Scheduled;
@@ -973,7 +967,7 @@ impl Writer {
         state: &mut TxState,
         target: WindowId,
         now: i64,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), Error> {
         let (mut target, mut now) = (target, now);
         for placement in 0..PLACEMENTS {
             if placement > 0 {
@@ -1023,17 +1017,17 @@ impl Writer {
                 .delete_late_pointer(&state.service, &location, &state.transaction_id)
                 .await?;
         }
-        Err(ApiError::Unavailable(format!(
+        Err(Error::Unavailable(format!(
             "the node could not write the retry within its window {PLACEMENTS} times in a row (storage too slow); nothing was scheduled"
         )))
     }
 
     /// After a state row written for a pointer placed at `placed_at`: a state row that took
     /// longer than readers wait for it may have found its pointer skipped already.
-    fn check_state_landed(&self, placed_at: i64) -> Result<(), ApiError> {
+    fn check_state_landed(&self, placed_at: i64) -> Result<(), Error> {
         let took = self.clock.now_ms() - placed_at;
         if took >= self.opts.orphan_grace_ms {
-            return Err(ApiError::DeadlineExceeded(format!(
+            return Err(Error::DeadlineExceeded(format!(
                 "the retry's state row took {took} ms to write, longer than readers wait for it; its outcome is unknown, and repeating the call (idempotent) settles it"
             )));
         }
@@ -1042,7 +1036,7 @@ impl Writer {
 
     /// Writes a terminal state (SUCCEEDED, DEAD, CANCELLED) with the terminal TTL; a DEAD row
     /// keeps its payload as long as its dead letter is kept, so it can be redriven.
-    pub async fn finish(&self, mut state: TxState, status: Status) -> Result<(), ApiError> {
+    pub async fn finish(&self, mut state: TxState, status: Status) -> Result<(), Error> {
         debug_assert!(status.is_terminal());
         state.status = status;
         state.updated_at_ms = self.clock.now_ms();
@@ -1075,7 +1069,7 @@ impl Writer {
         self.opts.max_delay
     }
 
-    pub async fn get(&self, service: &str, transaction_id: &str) -> Result<TxState, ApiError> {
+    pub async fn get(&self, service: &str, transaction_id: &str) -> Result<TxState, Error> {
         self.store
             .get_state(service, transaction_id)
             .await?
@@ -1095,7 +1089,7 @@ impl Writer {
         &self,
         service: &str,
         transaction_id: &str,
-    ) -> Result<(Status, bool), ApiError> {
+    ) -> Result<(Status, bool), Error> {
         let _lock = self.tx_locks.lock(service, transaction_id).await;
         let mut state = self.get(service, transaction_id).await?;
         if state.status.is_terminal() {
@@ -1120,8 +1114,8 @@ impl Writer {
 /// Writes of one cancel at most (the first, and one per schedule derived meanwhile).
 const CANCEL_ROUNDS: usize = 3;
 
-fn not_found(service: &str, transaction_id: &str) -> ApiError {
-    ApiError::NotFound(format!(
+fn not_found(service: &str, transaction_id: &str) -> Error {
+    Error::NotFound(format!(
         "no retry {transaction_id:?} for service {service:?}"
     ))
 }

@@ -27,7 +27,7 @@ use std::{
 use rebound_proto::v1 as pb;
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::{api::ts, clock::SharedClock, error::ApiError, store::TxState};
+use crate::{api::ts, clock::SharedClock, error::Error, store::TxState};
 
 /// A due retry on its way to an executor.
 #[derive(Debug)]
@@ -151,14 +151,10 @@ impl Hub {
 
     /// Registers a stream; returns its id and the receiving end. Refused with
     /// RESOURCE_EXHAUSTED when the node has `max_subscribers` streams open.
-    pub fn subscribe(
-        &self,
-        service: &str,
-        max_in_flight: u32,
-    ) -> Result<(u64, Deliveries), ApiError> {
+    pub fn subscribe(&self, service: &str, max_in_flight: u32) -> Result<(u64, Deliveries), Error> {
         let mut inner = self.lock();
         if inner.streams >= self.limits.max_subscribers {
-            return Err(ApiError::ResourceExhausted(format!(
+            return Err(Error::ResourceExhausted(format!(
                 "this node has {} Subscribe streams open, its limit (REBOUND_MAX_SUBSCRIBERS); \
                  subscribe on another node or close idle streams",
                 inner.streams

@@ -31,7 +31,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::{
     clock::SharedClock,
-    error::ApiError,
+    error::Error,
     ownership::{Lease, Ownership},
     services::Services,
     store::{
@@ -155,7 +155,7 @@ impl Dispatcher {
         &self,
         service: &str,
         transaction_id: &str,
-    ) -> Result<Option<TxState>, ApiError> {
+    ) -> Result<Option<TxState>, Error> {
         Ok(self.store.get_state(service, transaction_id).await?)
     }
 
@@ -177,7 +177,7 @@ impl Dispatcher {
         mut state: TxState,
         deliveries: u32,
         outcome: AttemptOutcome,
-    ) -> Result<Resolution, ApiError> {
+    ) -> Result<Resolution, Error> {
         let now = self.clock.now_ms();
         state.delivery_count = state.delivery_count.saturating_add(deliveries.max(1));
         match outcome {
@@ -246,7 +246,7 @@ impl Dispatcher {
 
     /// Dead letter first, then the terminal state: a crash in between leaves the retry
     /// SCHEDULED (delivered again later), never DEAD without its letter.
-    async fn dead_letter(&self, state: TxState, now: i64) -> Result<(), ApiError> {
+    async fn dead_letter(&self, state: TxState, now: i64) -> Result<(), Error> {
         let letter = DeadLetter {
             service: state.service.clone(),
             transaction_id: state.transaction_id.clone(),
@@ -386,7 +386,7 @@ impl Dispatcher {
 
     /// Every year that may hold a day up to `year`: the years that hold a day row (read
     /// again every `YEARS_REFRESH_MS`), and always `year - 1` and `year`.
-    async fn years(&self, now: i64, year: i32) -> Result<Vec<i32>, ApiError> {
+    async fn years(&self, now: i64, year: i32) -> Result<Vec<i32>, Error> {
         let cached = {
             let c = self.years.lock().expect("years lock");
             c.as_ref()
@@ -424,7 +424,7 @@ impl Dispatcher {
     /// holds (a handover under way), whose due work is not started here but still holds a
     /// service's newer days back. An instance is due once its writer's clock has closed the
     /// window (`peers`): the W+1 rule holds in the clock that placed it.
-    pub async fn scan(self: &Arc<Self>) -> Result<(), ApiError> {
+    pub async fn scan(self: &Arc<Self>) -> Result<(), Error> {
         let leases = self.ownership.held();
         if leases.is_empty() {
             return Ok(());
@@ -567,7 +567,7 @@ impl Dispatcher {
         window: WindowId,
         row: &InstanceRow,
         lease: &Lease,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), Error> {
         let buckets = self
             .store
             .list_buckets(window, &row.service, &row.instance)
@@ -668,7 +668,7 @@ impl Dispatcher {
         service: &str,
         loc: &Location,
         lease: &Lease,
-    ) -> Result<(Feed, FuturesUnordered<oneshot::Receiver<()>>), ApiError> {
+    ) -> Result<(Feed, FuturesUnordered<oneshot::Receiver<()>>), Error> {
         let writer_lag = self.writer_lag(&loc.instance);
         let store = self.store.clone();
         let svc = service.to_string();
