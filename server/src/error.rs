@@ -1,7 +1,7 @@
 //! The API's error kinds and their one mapping to gRPC status codes. Handlers return
 //! `Error`; nothing else builds a `tonic::Status` from an error.
 
-use crate::store::StoreError;
+use crate::{auth::AuthError, store::StoreError};
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum Error {
@@ -70,6 +70,21 @@ impl From<StoreError> for Error {
             )),
             StoreError::Internal(m) => Error::Internal(m),
         }
+    }
+}
+
+impl From<AuthError> for Error {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Unauthenticated(m) => Error::Unauthenticated(m),
+            AuthError::PermissionDenied(m) => Error::PermissionDenied(m),
+        }
+    }
+}
+
+impl From<AuthError> for tonic::Status {
+    fn from(e: AuthError) -> Self {
+        Error::from(e).into()
     }
 }
 

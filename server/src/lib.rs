@@ -10,6 +10,7 @@ pub mod compactor;
 pub mod config;
 pub mod dispatch;
 pub mod error;
+pub mod names;
 pub mod node;
 pub mod ownership;
 pub mod peers;

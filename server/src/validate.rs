@@ -5,9 +5,9 @@ use std::{collections::BTreeMap, time::Duration};
 
 use rebound_proto::v1 as pb;
 
-use crate::{error::Error, policy::PolicyOverrides};
+pub use crate::names::MAX_SERVICE_LEN;
+use crate::{error::Error, names::show, policy::PolicyOverrides};
 
-pub const MAX_SERVICE_LEN: usize = 64;
 pub const MAX_TRANSACTION_ID_BYTES: usize = 256;
 pub const MAX_ATTRIBUTES: usize = 64;
 pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 128;
@@ -16,34 +16,10 @@ pub const MAX_LAST_ERROR_BYTES: usize = 8192;
 pub const MAX_DELIVERY_ID_BYTES: usize = 128;
 pub const MAX_EXECUTOR_ID_BYTES: usize = 128;
 
-/// Shows at most 64 characters of a hostile value in an error message.
-fn show(v: &str) -> String {
-    let cut: String = v.chars().take(64).collect();
-    if cut.len() < v.len() {
-        format!("{cut:?}...")
-    } else {
-        format!("{cut:?}")
-    }
-}
-
 pub fn service(field: &str, v: &str) -> Result<(), Error> {
-    let ok = !v.is_empty()
-        && v.len() <= MAX_SERVICE_LEN
-        && v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && v.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok {
-        Ok(())
-    } else if v.is_empty() {
-        Err(Error::invalid(field, "is required"))
-    } else {
-        Err(Error::invalid(
-            field,
-            format!(
-                "must be 1-{MAX_SERVICE_LEN} characters of [A-Za-z0-9._-] starting with a letter or digit, got {}",
-                show(v)
-            ),
-        ))
+    match crate::names::service_problem(v) {
+        None => Ok(()),
+        Some(message) => Err(Error::invalid(field, message)),
     }
 }
 
