@@ -1,7 +1,7 @@
 //! The API's error kinds and their one mapping to gRPC status codes. Handlers return
 //! `Error`; nothing else builds a `tonic::Status` from an error.
 
-use crate::{auth::AuthError, store::StoreError};
+use crate::{auth::AuthError, coalesce::Broken, store::StoreError};
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum Error {
@@ -70,6 +70,13 @@ impl From<StoreError> for Error {
             )),
             StoreError::Internal(m) => Error::Internal(m),
         }
+    }
+}
+
+/// A coalesced store request that broke in the coalescer is an internal store error.
+impl From<Broken> for StoreError {
+    fn from(b: Broken) -> Self {
+        StoreError::Internal(b.to_string())
     }
 }
 

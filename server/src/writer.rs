@@ -182,7 +182,7 @@ const BATCH_POINTER_WRITES_PARALLEL: usize = 8;
 /// low load nothing waits; under load a busy bucket costs one mutation per round trip instead
 /// of one per pointer. Each caller still returns only once its own pointer is durable, so the
 /// write order (pointer, then state) is unchanged.
-type PointerWrites = Coalescer<(String, Location), Pointer, ()>;
+type PointerWrites = Coalescer<(String, Location), Pointer, (), StoreError>;
 
 fn pointer_writes(store: Arc<dyn ScheduleStore>) -> Arc<PointerWrites> {
     Coalescer::new(

@@ -178,9 +178,9 @@ pub struct CassandraStore {
     cluster: String,
     st: Statements,
     /// State-row reads of one service coalesced into `IN` queries.
-    state_reads: Arc<Coalescer<String, String, Option<TxState>>>,
+    state_reads: Arc<Coalescer<String, String, Option<TxState>, StoreError>>,
     /// State-row writes coalesced into small unlogged batches.
-    state_writes: Arc<Coalescer<(), (TxState, Option<u32>), ()>>,
+    state_writes: Arc<Coalescer<(), (TxState, Option<u32>), (), StoreError>>,
     /// The same statements, for callers that bring many rows at once.
     state_io: Arc<StateIo>,
 }
