@@ -7,7 +7,7 @@ use libfuzzer_sys::{
     fuzz_target,
 };
 use rebound_proto::v1 as pb;
-use rebound_server::{api, dispatch::hub, error::Error, validate};
+use rebound_server::{dispatch::hub, error::Error, validate};
 
 fn ack(u: &mut Unstructured<'_>) -> arbitrary::Result<pb::AckRequest> {
     Ok(pb::AckRequest {
@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(r) = ack(&mut u) {
         let max_delay = std::time::Duration::from_secs(30 * 86_400);
-        match api::ack_outcome(&r, max_delay, "acks[0].") {
+        match validate::ack_outcome(&r, max_delay, "acks[0].") {
             Ok(_) => {}
             Err(Error::InvalidArgument { field, .. }) => assert!(field.starts_with("acks[0].")),
             Err(e) => panic!("not INVALID_ARGUMENT: {e:?}"),

@@ -24,7 +24,6 @@ use futures::{StreamExt, TryStreamExt};
 use rebound_proto::v1 as pb;
 
 use crate::{
-    api::{policy_pb, ts},
     clock::SharedClock,
     dispatch::hub::Hub,
     error::Error,
@@ -34,6 +33,7 @@ use crate::{
     store::{DeadLetter, InstanceRow, Location, PointerState, RetryStore, Status, TokenRange},
     validate,
     window::{day_to_date, WindowGrid, WindowId, DAY_MS},
+    wire::{policy_pb, ts},
     writer::Writer,
 };
 

@@ -487,7 +487,7 @@ impl Node {
             pointers,
             "coalesced Cassandra requests since start"
         );
-        self.dispatcher.hub.wake();
+        self.dispatcher.wake();
         let served = self.task.await.context("server task")?;
         for t in self.background {
             t.abort();

@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, time::Duration};
 use rebound_proto::v1 as pb;
 
 pub use crate::names::MAX_SERVICE_LEN;
-use crate::{error::Error, names::show, policy::PolicyOverrides};
+use crate::{error::Error, names::show, outcome::AttemptOutcome, policy::PolicyOverrides};
 
 pub const MAX_TRANSACTION_ID_BYTES: usize = 256;
 pub const MAX_ATTRIBUTES: usize = 64;
@@ -15,6 +15,10 @@ pub const MAX_ATTRIBUTE_VALUE_BYTES: usize = 4096;
 pub const MAX_LAST_ERROR_BYTES: usize = 8192;
 pub const MAX_DELIVERY_ID_BYTES: usize = 128;
 pub const MAX_EXECUTOR_ID_BYTES: usize = 128;
+/// Most deliveries one stream may hold unacknowledged.
+pub const MAX_IN_FLIGHT: u32 = 10_000;
+/// Longest single deadline extension.
+pub const MAX_EXTENSION: Duration = Duration::from_secs(12 * 3600);
 
 pub fn service(field: &str, v: &str) -> Result<(), Error> {
     match crate::names::service_problem(v) {
@@ -77,11 +81,11 @@ pub fn day(field: &str, v: &str) -> Result<i32, Error> {
         })
 }
 
-/// The `extension` of ExtendDeadline: required, 1ms to `api::MAX_EXTENSION`.
+/// The `extension` of ExtendDeadline: required, 1ms to `MAX_EXTENSION`.
 pub fn extension(field: &str, d: Option<&prost_types::Duration>) -> Result<Duration, Error> {
     let d = d.ok_or_else(|| Error::invalid(field, "is required"))?;
     let ext = duration(field, d)?;
-    let max = crate::api::MAX_EXTENSION;
+    let max = MAX_EXTENSION;
     if ext.is_zero() || ext > max {
         return Err(Error::invalid(
             field,
@@ -183,6 +187,141 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
         non_retryable: (!p.non_retryable_error_classes.is_empty())
             .then(|| p.non_retryable_error_classes.clone()),
     })
+}
+
+/// A `Subscribe` request: its service, `max_in_flight` (1 to `MAX_IN_FLIGHT`) and executor id.
+pub fn subscribe(r: &pb::SubscribeRequest) -> Result<(), Error> {
+    service("service", &r.service)?;
+    if r.max_in_flight == 0 || r.max_in_flight > MAX_IN_FLIGHT {
+        return Err(Error::invalid(
+            "max_in_flight",
+            format!(
+                "must be between 1 and {MAX_IN_FLIGHT}, got {}",
+                r.max_in_flight
+            ),
+        ));
+    }
+    executor_id("executor_id", &r.executor_id)
+}
+
+/// The item count of an `EnqueueRetryBatch` (`REBOUND_MAX_BATCH_ITEMS`).
+pub fn enqueue_batch_len(items: usize, max_batch_items: usize) -> Result<(), Error> {
+    if items > max_batch_items {
+        return Err(Error::invalid(
+            "requests",
+            format!(
+                "has {items} items, over the limit of {max_batch_items} (REBOUND_MAX_BATCH_ITEMS)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The item count of an `AckBatch`: at most `MAX_IN_FLIGHT`.
+pub fn ack_batch_len(items: usize) -> Result<(), Error> {
+    if items > MAX_IN_FLIGHT as usize {
+        return Err(Error::invalid(
+            "acks",
+            format!("has {items} items, over the limit of {MAX_IN_FLIGHT}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The transactions of one `EnqueueRetryBatch`: one that appears twice is refused after its
+/// first appearance, since the two would race each other.
+#[derive(Debug, Default)]
+pub struct BatchKeys(std::collections::HashMap<(String, String), usize>);
+
+impl BatchKeys {
+    /// Records item `i`; INVALID_ARGUMENT if an earlier item has the same transaction.
+    pub fn first(&mut self, i: usize, input: &EnqueueInput) -> Result<(), Error> {
+        let key = (input.service.clone(), input.transaction_id.clone());
+        if let Some(first) = self.0.insert(key, i) {
+            return Err(Error::invalid(
+                format!("requests[{i}].transaction_id"),
+                format!("appears twice in one batch (first at requests[{first}])"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Validates one ack: its delivery id, error, retry_after (at most `max_delay`), error class,
+/// outcome and snooze. `prefix` is prepended to field names (batch items).
+pub fn ack_outcome(
+    r: &pb::AckRequest,
+    max_delay: Duration,
+    prefix: &str,
+) -> Result<AttemptOutcome, Error> {
+    delivery_id(&format!("{prefix}delivery_id"), &r.delivery_id)?;
+    if r.error.len() > MAX_LAST_ERROR_BYTES {
+        return Err(Error::invalid(
+            format!("{prefix}error"),
+            format!(
+                "is {} bytes, over the limit of {} bytes",
+                r.error.len(),
+                MAX_LAST_ERROR_BYTES
+            ),
+        ));
+    }
+    let after = r
+        .retry_after
+        .as_ref()
+        .map(|d| duration(&format!("{prefix}retry_after"), d))
+        .transpose()?;
+    if let Some(a) = after {
+        if a > max_delay {
+            return Err(Error::invalid(
+                format!("{prefix}retry_after"),
+                format!(
+                    "{}s is over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
+                    a.as_secs(),
+                    max_delay.as_secs()
+                ),
+            ));
+        }
+    }
+    if !r.error_class.is_empty() && !crate::policy::error_class_ok(&r.error_class) {
+        return Err(Error::invalid(
+            format!("{prefix}error_class"),
+            format!(
+                "must be 1-{} characters of [A-Za-z0-9._:/-]",
+                crate::policy::MAX_ERROR_CLASS_LEN
+            ),
+        ));
+    }
+    let outcome = pb::AckOutcome::try_from(r.outcome);
+    if r.snooze {
+        if outcome != Ok(pb::AckOutcome::Retry) {
+            return Err(Error::invalid(
+                format!("{prefix}snooze"),
+                "is only allowed with outcome RETRY",
+            ));
+        }
+        if after.is_none_or(|a| a.is_zero()) {
+            return Err(Error::invalid(
+                format!("{prefix}retry_after"),
+                "is required with snooze and must be more than 0s",
+            ));
+        }
+    }
+    match outcome {
+        Ok(pb::AckOutcome::Succeeded) => Ok(AttemptOutcome::Succeeded),
+        Ok(pb::AckOutcome::Retry) => Ok(AttemptOutcome::Retry {
+            after,
+            error: r.error.clone(),
+            error_class: r.error_class.clone(),
+            snooze: r.snooze,
+        }),
+        Ok(pb::AckOutcome::Failed) => Ok(AttemptOutcome::Failed {
+            error: r.error.clone(),
+        }),
+        _ => Err(Error::invalid(
+            format!("{prefix}outcome"),
+            "must be SUCCEEDED, RETRY or FAILED",
+        )),
+    }
 }
 
 /// When the caller wants the retry.
@@ -584,6 +723,54 @@ mod tests {
                 if let Err(e) = enqueue("requests[0].", r, 10) {
                     prop_assert!(field_of(e).starts_with("requests[0]."));
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod ack_props {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[A-Za-z0-9._:/é -]{0,130}",
+            prop::collection::vec(any::<u8>(), 0..200)
+                .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Any ack is an outcome or an INVALID_ARGUMENT naming a field of its batch item.
+        #[test]
+        fn ack_outcomes_are_total(
+            delivery_id in text(),
+            outcome in prop_oneof![any::<i32>(), 0i32..5],
+            error in text(),
+            error_class in text(),
+            retry_after in prop::option::of((any::<i64>(), any::<i32>())),
+            snooze in any::<bool>(),
+        ) {
+            let r = pb::AckRequest {
+                delivery_id,
+                outcome,
+                error,
+                error_class,
+                retry_after: retry_after
+                    .map(|(seconds, nanos)| prost_types::Duration { seconds, nanos }),
+                snooze,
+            };
+            match ack_outcome(&r, std::time::Duration::from_secs(86_400), "acks[7].") {
+                Ok(_) => prop_assert!(super::delivery_id("d", &r.delivery_id).is_ok()),
+                Err(Error::InvalidArgument { field, .. }) => {
+                    prop_assert!(field.starts_with("acks[7]."), "{field}")
+                }
+                Err(e) => prop_assert!(false, "not INVALID_ARGUMENT: {e:?}"),
             }
         }
     }

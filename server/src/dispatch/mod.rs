@@ -29,6 +29,7 @@ use futures::{stream::FuturesUnordered, FutureExt, StreamExt};
 use rand::Rng;
 use tokio::sync::{oneshot, watch};
 
+pub use crate::outcome::{AttemptOutcome, Resolution};
 use crate::{
     clock::SharedClock,
     error::Error,
@@ -40,7 +41,7 @@ use crate::{
     window::{WindowGrid, WindowId},
     writer::Writer,
 };
-use hub::{Hub, Work};
+use hub::{Deliveries, Delivery, Hub, Work};
 
 /// Dispatch settings, from the node configuration.
 #[derive(Debug, Clone)]
@@ -61,34 +62,9 @@ pub struct DispatchOptions {
     pub orphan_grace_ms: i64,
 }
 
-/// What became of an acknowledged delivery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolution {
-    Succeeded,
-    Rescheduled { due_at_ms: i64, snoozed: bool },
-    Dead,
-}
-
-/// How an executor (or an expired deadline) ended an attempt.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AttemptOutcome {
-    Succeeded,
-    Retry {
-        after: Option<Duration>,
-        error: String,
-        /// Matched against the policy's non-retryable classes.
-        error_class: String,
-        /// Postponed, not tried: no attempt is used, so later backoff does not grow.
-        snooze: bool,
-    },
-    Failed {
-        error: String,
-    },
-}
-
 #[derive(Debug)]
 pub struct Dispatcher {
-    pub hub: Arc<Hub>,
+    hub: Arc<Hub>,
     store: Arc<dyn DispatchStore>,
     writer: Arc<Writer>,
     pub services: Arc<Services>,
@@ -143,7 +119,7 @@ impl Dispatcher {
     }
 
     /// Holds the lock of one transaction on this node (see `Writer::lock_transaction`).
-    pub async fn lock_transaction<'a>(
+    async fn lock_transaction<'a>(
         &'a self,
         service: &str,
         transaction_id: &str,
@@ -151,12 +127,113 @@ impl Dispatcher {
         self.writer.lock_transaction(service, transaction_id).await
     }
 
-    pub async fn store_state(
-        &self,
+    /// Opens a stream of deliveries of `service` holding at most `max_in_flight`
+    /// unacknowledged. RESOURCE_EXHAUSTED when the node has its most streams open.
+    pub fn subscribe(
+        self: &Arc<Self>,
         service: &str,
-        transaction_id: &str,
-    ) -> Result<Option<TxState>, Error> {
-        Ok(self.store.get_state(service, transaction_id).await?)
+        max_in_flight: u32,
+    ) -> Result<Subscription, Error> {
+        let (id, rx) = self.hub.subscribe(service, max_in_flight)?;
+        Ok(Subscription {
+            id,
+            rx,
+            dispatcher: self.clone(),
+        })
+    }
+
+    /// Closes stream `id` (the client went away or the node is stopping): its unacknowledged
+    /// deliveries go to other subscribers.
+    pub fn close_stream(self: &Arc<Self>, id: u64) {
+        let orphans = self.hub.unsubscribe(id);
+        if !orphans.is_empty() {
+            tracing::info!(
+                subscriber = id,
+                items = orphans.len(),
+                "stream closed, redelivering its in-flight items"
+            );
+        }
+        if tokio::runtime::Handle::try_current().is_ok() {
+            for w in orphans {
+                self.requeue(w, Some(id));
+            }
+        }
+    }
+
+    /// The service of a delivery in flight on this node (for the caller's credential check).
+    pub fn service_of(&self, delivery_id: &str) -> Option<String> {
+        self.hub.service_of(delivery_id)
+    }
+
+    /// Applies an executor's acknowledgement of `delivery_id`. NOT_FOUND when it is not in
+    /// flight here, FAILED_PRECONDITION when its retry changed since it was delivered; when
+    /// the outcome cannot be stored the delivery stays in flight, to be acknowledged again.
+    pub async fn ack(
+        self: &Arc<Self>,
+        delivery_id: &str,
+        outcome: AttemptOutcome,
+    ) -> Result<Resolution, Error> {
+        let Some(inflight) = self.hub.take(delivery_id) else {
+            return Err(Error::NotFound(format!(
+                "delivery {delivery_id:?} is not in flight on this node: unknown, already acknowledged, or its deadline passed"
+            )));
+        };
+        let (service, txid) = (
+            inflight.work.state.service.clone(),
+            inflight.work.state.transaction_id.clone(),
+        );
+        // The read, the generation check and the write happen under the transaction's lock,
+        // so a cancel or enqueue on this node cannot land between them and be undone.
+        let _lock = self.lock_transaction(&service, &txid).await;
+        let current = match self.store.get_state(&service, &txid).await {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(w) = self.hub.put_back(delivery_id.to_string(), inflight) {
+                    self.requeue(w, None);
+                }
+                return Err(e.into());
+            }
+        };
+        let live = current
+            .as_ref()
+            .is_some_and(|s| s.is_live(inflight.work.state.generation));
+        if !live {
+            inflight.work.resolve();
+            return Err(Error::FailedPrecondition(format!(
+                "delivery {delivery_id:?} is stale: transaction {txid:?} was rescheduled, cancelled or finished since; nothing changed"
+            )));
+        }
+        let state = current.expect("checked live");
+        match self
+            .resolve(state, inflight.work.deliveries + 1, outcome)
+            .await
+        {
+            Ok(res) => {
+                inflight.work.resolve();
+                Ok(res)
+            }
+            Err(e) => {
+                if let Some(w) = self.hub.put_back(delivery_id.to_string(), inflight) {
+                    self.requeue(w, None);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Pushes the ack deadline of `delivery_id` to now plus `extension`; returns the new
+    /// deadline. NOT_FOUND when it is not in flight here.
+    pub fn extend(&self, delivery_id: &str, extension: Duration) -> Result<i64, Error> {
+        self.hub.extend(delivery_id, extension).ok_or_else(|| {
+            Error::NotFound(format!(
+                "delivery {delivery_id:?} is not in flight on this node"
+            ))
+        })
+    }
+
+    /// Wakes every worker waiting for a subscriber's slot (a resume, or shutdown).
+    pub fn wake(&self) {
+        self.hub.wake();
     }
 
     fn stopping(&self) -> bool {
@@ -751,6 +828,40 @@ impl Dispatcher {
             pending.push(rx);
         }
         Ok((if whole { Feed::Whole } else { Feed::Partial }, pending))
+    }
+}
+
+/// The receiving end of one executor's stream (`Dispatcher::subscribe`). Dropping it (the
+/// client went away or the node is stopping) closes the stream: its unacknowledged deliveries
+/// go to other subscribers.
+#[derive(Debug)]
+pub struct Subscription {
+    id: u64,
+    rx: Deliveries,
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl Subscription {
+    /// The stream's id on this node (in logs).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl futures::Stream for Subscription {
+    type Item = Delivery;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.dispatcher.close_stream(self.id);
     }
 }
 
