@@ -21,6 +21,7 @@ pub mod services;
 pub mod store;
 pub mod telemetry;
 pub mod token;
+pub mod txlock;
 pub mod validate;
 pub mod window;
 pub mod wire;

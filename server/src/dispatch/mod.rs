@@ -123,7 +123,7 @@ impl Dispatcher {
         &'a self,
         service: &str,
         transaction_id: &str,
-    ) -> crate::writer::TxLock<'a> {
+    ) -> crate::txlock::TxLock<'a> {
         self.writer.lock_transaction(service, transaction_id).await
     }
 
