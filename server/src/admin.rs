@@ -30,8 +30,9 @@ use crate::{
     ownership::Ownership,
     ring::LeaseRing,
     services::{Services, Settings},
-    store::{DeadLetter, InstanceRow, Location, PointerState, RetryStore, Status, TokenRange},
+    store::{DeadLetter, Location, PointerState, RetryStore, Status, TokenRange},
     validate,
+    walk::{Entry, Walk},
     window::{day_to_date, WindowGrid, WindowId, DAY_MS},
     wire::{policy_pb, ts},
     writer::Writer,
@@ -162,13 +163,6 @@ impl Cursor {
     }
 }
 
-/// One (window, service, instance) of the directory, with its buckets.
-struct DirEntry {
-    window: WindowId,
-    row: InstanceRow,
-    buckets: Vec<u32>,
-}
-
 impl Admin {
     fn grid(&self) -> WindowGrid {
         self.writer.grid()
@@ -280,38 +274,13 @@ impl Admin {
 
     /// Every (window, instance) of `service` in the directory (all token ranges), oldest
     /// first, with the window filter applied.
-    async fn directory(&self, service: Option<&str>) -> Result<Vec<DirEntry>, Error> {
+    async fn directory(&self, service: Option<&str>) -> Result<Vec<Entry>, Error> {
         let now = self.clock.now_ms();
         let year = self.grid().window_of(now).year();
-        let mut out = Vec::new();
         // Every year that holds a day (a backlog of any age), and next year's early days.
-        let mut years = self.store.list_years().await?;
-        years.extend([year - 1, year, year + 1]);
-        years.sort_unstable();
-        years.dedup();
-        for y in years {
-            for day in self.store.list_days(y).await? {
-                let low = self.store.low_water(day).await?;
-                for index in self.store.list_windows_from(day, low).await? {
-                    let window = WindowId { day, index };
-                    for row in self.store.list_instances(window, TokenRange::FULL).await? {
-                        if service.is_some_and(|s| s != row.service) {
-                            continue;
-                        }
-                        let buckets = self
-                            .store
-                            .list_buckets(window, &row.service, &row.instance)
-                            .await?;
-                        out.push(DirEntry {
-                            window,
-                            row,
-                            buckets,
-                        });
-                    }
-                }
-            }
-        }
-        Ok(out)
+        let walk = Walk(&*self.store);
+        let years = walk.years(&[year - 1, year, year + 1], None).await?;
+        Ok(walk.entries(&years, service).await?)
     }
 
     pub async fn purge_service(

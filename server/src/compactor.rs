@@ -14,6 +14,7 @@ use crate::{
     error::Error,
     ownership::Ownership,
     store::DirectoryStore,
+    walk::Walk,
     window::{WindowGrid, WindowId},
 };
 
@@ -100,13 +101,9 @@ impl Compactor {
         let now = self.clock.now_ms() - lag;
         let year = self.grid.window_of(now).year();
         // Every year that holds a day, however old (a backlog of any age).
-        let mut years = self.store.list_years().await?;
-        years.extend([year - 1, year]);
-        years.retain(|y| *y <= year);
-        years.sort_unstable();
-        years.dedup();
-        for y in years {
-            for day in self.store.list_days(y).await? {
+        let walk = Walk(&*self.store);
+        for y in walk.years(&[year - 1, year], Some(year)).await? {
+            for day in walk.days(y).await? {
                 if !self.fenced() {
                     return Ok(report);
                 }
@@ -123,9 +120,8 @@ impl Compactor {
         now: i64,
         report: &mut CompactionReport,
     ) -> Result<(), Error> {
-        let low = self.store.low_water(day).await?;
+        let (low, windows) = Walk(&*self.store).windows(day).await?;
         let mut new_low = None;
-        let windows = self.store.list_windows_from(day, low).await?;
         let mut all_gone = true;
         for index in &windows {
             let window = WindowId { day, index: *index };

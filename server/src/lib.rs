@@ -23,6 +23,7 @@ pub mod telemetry;
 pub mod token;
 pub mod txlock;
 pub mod validate;
+pub mod walk;
 pub mod window;
 pub mod wire;
 pub mod writer;

@@ -202,10 +202,13 @@ mod tests {
     use super::*;
 
     /// A builder whose channel never connects; building requests needs no server.
-    fn builder(service: &str, transaction_id: &str) -> EnqueueBuilder {
+    fn builder(service: &str, transaction_id: impl Into<String>) -> EnqueueBuilder {
         let channel = Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
         EnqueueBuilder::new(
-            RetryClient::with_interceptor(channel, crate::transport::Credentials::default()),
+            pb::retry_service_client::RetryServiceClient::with_interceptor(
+                channel,
+                crate::transport::Credentials::default(),
+            ),
             service.into(),
             transaction_id.into(),
         )

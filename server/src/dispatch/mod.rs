@@ -38,6 +38,7 @@ use crate::{
     store::{
         DeadLetter, DispatchStore, InstanceRow, Location, PointerState, Status, TokenRange, TxState,
     },
+    walk::{self, Walk},
     window::{WindowGrid, WindowId},
     writer::Writer,
 };
@@ -470,7 +471,7 @@ impl Dispatcher {
                 .filter(|(at, _)| now.saturating_sub(*at) < YEARS_REFRESH_MS && *at <= now)
                 .map(|(_, y)| y.clone())
         };
-        let mut years = match cached {
+        let listed = match cached {
             Some(y) => y,
             None => {
                 let y = self.store.list_years().await?;
@@ -478,11 +479,7 @@ impl Dispatcher {
                 y
             }
         };
-        years.extend([year - 1, year]);
-        years.retain(|y| *y <= year);
-        years.sort_unstable();
-        years.dedup();
-        Ok(years)
+        Ok(walk::years(listed, &[year - 1, year], Some(year)))
     }
 
     /// Tier-3 rows read by scans so far, and the scans that read them (each node reads only
@@ -521,15 +518,15 @@ impl Dispatcher {
         });
         let mut held_at: std::collections::HashMap<String, i32> = Default::default();
         self.scans.fetch_add(1, Ordering::Relaxed);
+        let walk = Walk(&*self.store);
         for y in self.years(now, year).await? {
-            let days = self.store.list_days(y).await?;
+            let days = walk.days(y).await?;
             tracing::trace!(year = y, ?days, now, "scan");
             for day in days {
                 if day > today.day {
                     break;
                 }
-                let low = self.store.low_water(day).await?;
-                let windows = self.store.list_windows_from(day, low).await?;
+                let (low, windows) = walk.windows(day).await?;
                 tracing::trace!(day, low, ?windows, "scan day");
                 for index in windows {
                     let window = WindowId { day, index };
@@ -539,10 +536,7 @@ impl Dispatcher {
                     if !leases.iter().any(|l| self.fenced(l)) {
                         continue;
                     }
-                    let mut rows = Vec::new();
-                    for r in &ranges {
-                        rows.extend(self.store.list_instances(window, *r).await?);
-                    }
+                    let rows = walk.instances(window, &ranges).await?;
                     self.instance_rows_read
                         .fetch_add(rows.len() as u64, Ordering::Relaxed);
                     for row in rows {
@@ -645,10 +639,7 @@ impl Dispatcher {
         row: &InstanceRow,
         lease: &Lease,
     ) -> Result<(), Error> {
-        let buckets = self
-            .store
-            .list_buckets(window, &row.service, &row.instance)
-            .await?;
+        let buckets = Walk(&*self.store).buckets(window, row).await?;
         let mut draining = FuturesUnordered::new();
         let mut all_done = true;
         for bucket in buckets {
@@ -695,11 +686,7 @@ impl Dispatcher {
         // The window is closed to writers (W+1), so no bucket can appear after this check.
         if all_done
             && self.fenced(lease)
-            && self
-                .store
-                .list_buckets(window, &row.service, &row.instance)
-                .await?
-                .is_empty()
+            && Walk(&*self.store).buckets(window, row).await?.is_empty()
             && self.fenced(lease)
         {
             self.store.delete_instance(window, row).await?;
