@@ -169,6 +169,9 @@ struct Statements {
     window_listed: PreparedStatement,
 }
 
+/// The coalescer of state-row writes (see `state_writes`).
+type StateWrites = Coalescer<(), (TxState, Option<u32>), (), StoreError>;
+
 /// The Cassandra store for one keyspace and one `ns` (region, cluster).
 pub struct CassandraStore {
     session: Arc<Session>,
@@ -180,7 +183,7 @@ pub struct CassandraStore {
     /// State-row reads of one service coalesced into `IN` queries.
     state_reads: Arc<Coalescer<String, String, Option<TxState>, StoreError>>,
     /// State-row writes coalesced into small unlogged batches.
-    state_writes: Arc<Coalescer<(), (TxState, Option<u32>), (), StoreError>>,
+    state_writes: Arc<StateWrites>,
     /// The same statements, for callers that bring many rows at once.
     state_io: Arc<StateIo>,
 }
