@@ -7,7 +7,7 @@ use libfuzzer_sys::{
     fuzz_target,
 };
 use rebound_proto::v1 as pb;
-use rebound_server::{api, dispatch::hub, error::ApiError, validate};
+use rebound_server::{dispatch::hub, error::Error, validate};
 
 fn ack(u: &mut Unstructured<'_>) -> arbitrary::Result<pb::AckRequest> {
     Ok(pb::AckRequest {
@@ -24,7 +24,7 @@ fn ack(u: &mut Unstructured<'_>) -> arbitrary::Result<pb::AckRequest> {
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     if let Err(e) = validate::delivery_id("delivery_id", &text) {
-        assert!(matches!(e, ApiError::InvalidArgument { ref field, .. } if field == "delivery_id"));
+        assert!(matches!(e, Error::InvalidArgument { ref field, .. } if field == "delivery_id"));
     }
     let mut u = Unstructured::new(data);
     if let Ok((epoch, seq, nonce)) = <(i64, u64, u32)>::arbitrary(&mut u) {
@@ -33,9 +33,9 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(r) = ack(&mut u) {
         let max_delay = std::time::Duration::from_secs(30 * 86_400);
-        match api::ack_outcome(&r, max_delay, "acks[0].") {
+        match validate::ack_outcome(&r, max_delay, "acks[0].") {
             Ok(_) => {}
-            Err(ApiError::InvalidArgument { field, .. }) => assert!(field.starts_with("acks[0].")),
+            Err(Error::InvalidArgument { field, .. }) => assert!(field.starts_with("acks[0].")),
             Err(e) => panic!("not INVALID_ARGUMENT: {e:?}"),
         }
     }

@@ -7,12 +7,12 @@ use libfuzzer_sys::{
     fuzz_target,
 };
 use rebound_proto::v1 as pb;
-use rebound_server::{error::ApiError, policy, validate};
+use rebound_server::{error::Error, policy, validate};
 
-fn field(r: Result<impl Sized, ApiError>, name: &str) {
+fn field(r: Result<impl Sized, Error>, name: &str) {
     match r {
         Ok(_) => {}
-        Err(ApiError::InvalidArgument { field, .. }) => assert!(field.starts_with(name), "{field}"),
+        Err(Error::InvalidArgument { field, .. }) => assert!(field.starts_with(name), "{field}"),
         Err(e) => panic!("not INVALID_ARGUMENT: {e:?}"),
     }
 }

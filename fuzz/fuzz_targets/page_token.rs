@@ -3,12 +3,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rebound_server::{admin::Cursor, error::ApiError};
+use rebound_server::{admin::Cursor, error::Error};
 
 fn check(token: &str) {
     match Cursor::decode(token) {
         Ok(c) => assert_eq!(Cursor::decode(&c.encode()).unwrap(), c),
-        Err(ApiError::InvalidArgument { field, .. }) => assert_eq!(field, "page_token"),
+        Err(Error::InvalidArgument { field, .. }) => assert_eq!(field, "page_token"),
         Err(e) => panic!("not INVALID_ARGUMENT: {e:?}"),
     }
 }

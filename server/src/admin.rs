@@ -24,16 +24,17 @@ use futures::{StreamExt, TryStreamExt};
 use rebound_proto::v1 as pb;
 
 use crate::{
-    api::{dur, policy_pb, ts},
     clock::SharedClock,
     dispatch::hub::Hub,
-    error::ApiError,
+    error::Error,
     ownership::Ownership,
     ring::LeaseRing,
     services::{Services, Settings},
-    store::{DeadLetter, InstanceRow, Location, PointerState, RetryStore, Status, TokenRange},
+    store::{DeadLetter, Location, PointerState, RetryStore, Status, TokenRange},
     validate,
+    walk::{Entry, Walk},
     window::{day_to_date, WindowGrid, WindowId, DAY_MS},
+    wire::{dur, policy_pb, ts},
     writer::{generation_ms, Writer},
 };
 
@@ -59,8 +60,8 @@ pub struct Admin {
     pub dead_letter_retention_seconds: u32,
 }
 
-fn unknown_service(service: &str) -> ApiError {
-    ApiError::NotFound(format!(
+fn unknown_service(service: &str) -> Error {
+    Error::NotFound(format!(
         "no service {service:?}: it was never enqueued to nor configured"
     ))
 }
@@ -116,8 +117,8 @@ impl Cursor {
 
     /// Parses a `page_token`. Total: any text is a cursor or a `page_token` error (the token
     /// comes from the client, so it may be anything, multi-byte characters included).
-    pub fn decode(token: &str) -> Result<Cursor, ApiError> {
-        let bad = || ApiError::invalid("page_token", "is not a token returned by ListDeadLetters");
+    pub fn decode(token: &str) -> Result<Cursor, Error> {
+        let bad = || Error::invalid("page_token", "is not a token returned by ListDeadLetters");
         let mut parts = token.splitn(4, '.');
         if parts.next() != Some("v1") {
             return Err(bad());
@@ -150,26 +151,19 @@ impl Cursor {
     }
 }
 
-/// One (window, service, instance) of the directory, with its buckets.
-struct DirEntry {
-    window: WindowId,
-    row: InstanceRow,
-    buckets: Vec<u32>,
-}
-
 impl Admin {
     fn grid(&self) -> WindowGrid {
         self.writer.grid()
     }
 
-    fn known(&self, service: &str) -> Result<(), ApiError> {
+    fn known(&self, service: &str) -> Result<(), Error> {
         validate::service("service", service)
     }
 
     /// A valid name of a service that exists: one that was enqueued to or configured (it has
     /// a row in `services`). DESIGN.md: an unknown service is NOT_FOUND, so a mistyped name
     /// reads as a mistake rather than as an empty service.
-    async fn existing(&self, service: &str) -> Result<(), ApiError> {
+    async fn existing(&self, service: &str) -> Result<(), Error> {
         self.known(service)?;
         if self.services.get(service).is_some() || self.services.load(service).await?.is_some() {
             return Ok(());
@@ -177,7 +171,7 @@ impl Admin {
         Err(unknown_service(service))
     }
 
-    pub async fn list_services(&self) -> Result<pb::ListServicesResponse, ApiError> {
+    pub async fn list_services(&self) -> Result<pb::ListServicesResponse, Error> {
         self.services.refresh().await?;
         Ok(pb::ListServicesResponse {
             services: self
@@ -189,7 +183,7 @@ impl Admin {
         })
     }
 
-    pub async fn get_service(&self, service: &str) -> Result<pb::ServiceInfo, ApiError> {
+    pub async fn get_service(&self, service: &str) -> Result<pb::ServiceInfo, Error> {
         self.known(service)?;
         match self.services.load(service).await? {
             Some(s) => Ok(service_info(&s, &self.services)),
@@ -197,11 +191,7 @@ impl Admin {
         }
     }
 
-    pub async fn set_paused(
-        &self,
-        service: &str,
-        paused: bool,
-    ) -> Result<pb::ServiceInfo, ApiError> {
+    pub async fn set_paused(&self, service: &str, paused: bool) -> Result<pb::ServiceInfo, Error> {
         self.known(service)?;
         let s = self.services.set_paused(service, paused).await?;
         if !paused {
@@ -213,14 +203,14 @@ impl Admin {
     pub async fn set_policy(
         &self,
         r: &pb::SetServicePolicyRequest,
-    ) -> Result<pb::SetServicePolicyResponse, ApiError> {
+    ) -> Result<pb::SetServicePolicyResponse, Error> {
         self.known(&r.service)?;
         let policy = r.policy.clone().unwrap_or_default();
         let overrides = validate::policy("policy", Some(&policy))?;
         let effective = self.services.default_policy().apply(&overrides);
         effective
             .validate()
-            .map_err(|e| ApiError::invalid(format!("policy.{}", e.field), e.message))?;
+            .map_err(|e| Error::invalid(format!("policy.{}", e.field), e.message))?;
         let s = self.services.set_policy(&r.service, &policy).await?;
         Ok(pb::SetServicePolicyResponse {
             policy: Some(s.policy.clone()),
@@ -231,12 +221,12 @@ impl Admin {
     pub async fn set_limits(
         &self,
         r: &pb::SetServiceLimitsRequest,
-    ) -> Result<pb::SetServiceLimitsResponse, ApiError> {
+    ) -> Result<pb::SetServiceLimitsResponse, Error> {
         self.known(&r.service)?;
         let limits = r.limits.unwrap_or_default();
         if let Some(rate) = limits.max_dispatch_per_second {
             if !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0) {
-                return Err(ApiError::invalid(
+                return Err(Error::invalid(
                     "limits.max_dispatch_per_second",
                     format!("must be more than 0 and at most 1000000, got {rate}"),
                 ));
@@ -244,13 +234,13 @@ impl Admin {
         }
         if let Some(b) = limits.dispatch_burst {
             if b == 0 || b > 1_000_000 {
-                return Err(ApiError::invalid(
+                return Err(Error::invalid(
                     "limits.dispatch_burst",
                     format!("must be between 1 and 1000000, got {b}"),
                 ));
             }
             if limits.max_dispatch_per_second.is_none() {
-                return Err(ApiError::invalid(
+                return Err(Error::invalid(
                     "limits.dispatch_burst",
                     "needs max_dispatch_per_second",
                 ));
@@ -258,7 +248,7 @@ impl Admin {
         }
         if let Some(c) = limits.max_concurrent {
             if c == 0 || c > 1_000_000 {
-                return Err(ApiError::invalid(
+                return Err(Error::invalid(
                     "limits.max_concurrent",
                     format!("must be between 1 and 1000000, got {c}"),
                 ));
@@ -272,44 +262,19 @@ impl Admin {
 
     /// Every (window, instance) of `service` in the directory (all token ranges), oldest
     /// first, with the window filter applied.
-    async fn directory(&self, service: Option<&str>) -> Result<Vec<DirEntry>, ApiError> {
+    async fn directory(&self, service: Option<&str>) -> Result<Vec<Entry>, Error> {
         let now = self.clock.now_ms();
         let year = self.grid().window_of(now).year();
-        let mut out = Vec::new();
         // Every year that holds a day (a backlog of any age), and next year's early days.
-        let mut years = self.store.list_years().await?;
-        years.extend([year - 1, year, year + 1]);
-        years.sort_unstable();
-        years.dedup();
-        for y in years {
-            for day in self.store.list_days(y).await? {
-                let low = self.store.low_water(day).await?;
-                for index in self.store.list_windows_from(day, low).await? {
-                    let window = WindowId { day, index };
-                    for row in self.store.list_instances(window, TokenRange::FULL).await? {
-                        if service.is_some_and(|s| s != row.service) {
-                            continue;
-                        }
-                        let buckets = self
-                            .store
-                            .list_buckets(window, &row.service, &row.instance)
-                            .await?;
-                        out.push(DirEntry {
-                            window,
-                            row,
-                            buckets,
-                        });
-                    }
-                }
-            }
-        }
-        Ok(out)
+        let walk = Walk(&*self.store);
+        let years = walk.years(&[year - 1, year, year + 1], None).await?;
+        Ok(walk.entries(&years, service).await?)
     }
 
     pub async fn purge_service(
         &self,
         r: &pb::PurgeServiceRequest,
-    ) -> Result<pb::PurgeServiceResponse, ApiError> {
+    ) -> Result<pb::PurgeServiceResponse, Error> {
         self.known(&r.service)?;
         let now = self.clock.now_ms();
         let before = match &r.before {
@@ -320,7 +285,7 @@ impl Admin {
             0 => 100,
             n if n <= 10_000 => n as u64,
             n => {
-                return Err(ApiError::invalid(
+                return Err(Error::invalid(
                     "max_buckets",
                     format!("must be between 1 and 10000, got {n}"),
                 ))
@@ -386,7 +351,7 @@ impl Admin {
         service: &str,
         loc: &Location,
         before: i64,
-    ) -> Result<(u64, u64, bool), ApiError> {
+    ) -> Result<(u64, u64, bool), Error> {
         let mut pointers = self.store.stream_pointers(service, loc).await?;
         let (mut cancelled, mut seen, mut keep) = (0u64, 0u64, false);
         while let Some(p) = pointers.try_next().await? {
@@ -415,7 +380,7 @@ impl Admin {
         from: Option<&prost_types::Timestamp>,
         to: Option<&prost_types::Timestamp>,
         error_contains: &str,
-    ) -> Result<LetterQuery, ApiError> {
+    ) -> Result<LetterQuery, Error> {
         self.known(service)?;
         let now = self.clock.now_ms();
         let to_ms = to.map(|t| validate::timestamp_ms("to", t)).transpose()?;
@@ -427,16 +392,16 @@ impl Admin {
             to_ms - i64::from(self.dead_letter_retention_seconds) * 1000 - DAY_MS
         });
         if from_ms >= to_ms {
-            return Err(ApiError::invalid("from", "must be before to"));
+            return Err(Error::invalid("from", "must be before to"));
         }
         if to_ms - from_ms > MAX_DLQ_RANGE_DAYS * DAY_MS {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 "from",
                 format!("the range from..to must be at most {MAX_DLQ_RANGE_DAYS} days"),
             ));
         }
         if error_contains.len() > MAX_ERROR_FILTER_BYTES {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 "error_contains",
                 format!(
                     "must be at most {MAX_ERROR_FILTER_BYTES} bytes, got {}",
@@ -465,7 +430,7 @@ impl Admin {
         cursor: Option<&Cursor>,
         include_redriven: bool,
         mut f: F,
-    ) -> Result<bool, ApiError>
+    ) -> Result<bool, Error>
     where
         F: FnMut(DeadLetter, Option<i64>) -> bool,
     {
@@ -504,7 +469,7 @@ impl Admin {
     pub async fn list_dead_letters(
         &self,
         r: &pb::ListDeadLettersRequest,
-    ) -> Result<pb::ListDeadLettersResponse, ApiError> {
+    ) -> Result<pb::ListDeadLettersResponse, Error> {
         let q = self.letter_query(
             &r.service,
             r.from.as_ref(),
@@ -516,7 +481,7 @@ impl Admin {
             0 => 100,
             n if n <= 1000 => n as usize,
             n => {
-                return Err(ApiError::invalid(
+                return Err(Error::invalid(
                     "page_size",
                     format!("must be between 1 and 1000, got {n}"),
                 ))
@@ -564,7 +529,7 @@ impl Admin {
     pub async fn redrive(
         &self,
         r: &pb::RedriveDeadLettersRequest,
-    ) -> Result<pb::RedriveDeadLettersResponse, ApiError> {
+    ) -> Result<pb::RedriveDeadLettersResponse, Error> {
         let q = self.letter_query(
             &r.service,
             r.from.as_ref(),
@@ -579,7 +544,7 @@ impl Admin {
             .transpose()?
             .unwrap_or_default();
         if delay > self.writer.max_delay() {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 "delay",
                 format!(
                     "{}s is over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
@@ -592,7 +557,7 @@ impl Admin {
             0 => 1000,
             n if n <= 100_000 => n as usize,
             n => {
-                return Err(ApiError::invalid(
+                return Err(Error::invalid(
                     "max_items",
                     format!("must be between 1 and 100000, got {n}"),
                 ))
@@ -602,7 +567,7 @@ impl Admin {
             0 => 500,
             n if n <= 100_000 => n,
             n => {
-                return Err(ApiError::invalid(
+                return Err(Error::invalid(
                     "max_per_second",
                     format!("must be between 1 and 100000, got {n}"),
                 ))
@@ -658,7 +623,7 @@ impl Admin {
     pub async fn purge_dead_letters(
         &self,
         r: &pb::PurgeDeadLettersRequest,
-    ) -> Result<pb::PurgeDeadLettersResponse, ApiError> {
+    ) -> Result<pb::PurgeDeadLettersResponse, Error> {
         let q = self.letter_query(&r.service, r.from.as_ref(), r.to.as_ref(), "")?;
         self.existing(&r.service).await?;
         let mut purged = 0u64;
@@ -711,7 +676,7 @@ impl Admin {
         &self,
         r: &pb::GetStatsRequest,
         authorization: Option<tonic::metadata::AsciiMetadataValue>,
-    ) -> Result<pb::GetStatsResponse, ApiError> {
+    ) -> Result<pb::GetStatsResponse, Error> {
         if !r.service.is_empty() {
             if r.local_only {
                 // A peer asking for its in-flight counts: the asking node checked the name.
@@ -803,7 +768,7 @@ impl Admin {
         let counts: Vec<(usize, u64)> = futures::stream::iter(jobs)
             .map(|(i, service, loc)| {
                 let store = self.store.clone();
-                async move { Ok::<_, ApiError>((i, store.count_pointers(&service, &loc).await?)) }
+                async move { Ok::<_, Error>((i, store.count_pointers(&service, &loc).await?)) }
             })
             .buffered(16)
             .try_collect()
@@ -882,11 +847,11 @@ impl Admin {
     pub async fn inspect_window(
         &self,
         r: &pb::InspectWindowRequest,
-    ) -> Result<pb::InspectWindowResponse, ApiError> {
+    ) -> Result<pb::InspectWindowResponse, Error> {
         let day = validate::day("day", &r.day)?;
         let grid = self.grid();
         if r.window >= grid.windows_per_day() {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 "window",
                 format!(
                     "must be below {} ({}s windows), got {}",
@@ -1027,8 +992,8 @@ mod tests {
             ]
         }
 
-        fn page_token_error(e: &ApiError) -> bool {
-            matches!(e, ApiError::InvalidArgument { field, .. } if field == "page_token")
+        fn page_token_error(e: &Error) -> bool {
+            matches!(e, Error::InvalidArgument { field, .. } if field == "page_token")
         }
 
         proptest! {

@@ -26,7 +26,19 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tonic::metadata::MetadataMap;
 
-use crate::{error::ApiError, validate};
+use crate::names;
+
+/// Why a call was refused. Its own type, so that `auth` depends on nothing above it; the
+/// domain error (`error.rs`) turns it into UNAUTHENTICATED or PERMISSION_DENIED.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum AuthError {
+    /// No credential, or an unknown one, on a node that requires them.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A known credential that does not cover the service (or admin calls).
+    #[error("{0}")]
+    PermissionDenied(String),
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -133,8 +145,9 @@ impl Auth {
                 if s == "*" {
                     all_services = true;
                 } else {
-                    validate::service(&format!("{}[{j}]", at("services")), s)
-                        .map_err(|err| err.to_string())?;
+                    if let Some(problem) = names::service_problem(s) {
+                        return Err(format!("{}[{j}]: {problem}", at("services")));
+                    }
                     services.insert(s.clone());
                 }
             }
@@ -164,7 +177,7 @@ impl Auth {
 
     /// The credential a call presents: `Ok(None)` when authentication is off, UNAUTHENTICATED
     /// when it is on and the call has no known token.
-    pub fn caller(&self, md: &MetadataMap) -> Result<Option<&Credential>, ApiError> {
+    pub fn caller(&self, md: &MetadataMap) -> Result<Option<&Credential>, AuthError> {
         let Some(by_hash) = &self.by_hash else {
             return Ok(None);
         };
@@ -172,20 +185,20 @@ impl Auth {
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| {
-                ApiError::Unauthenticated(
+                AuthError::Unauthenticated(
                     "this node requires a credential: send the metadata \
                      `authorization: Bearer <token>`"
                         .into(),
                 )
             })?;
         let token = bearer_token(value).ok_or_else(|| {
-            ApiError::Unauthenticated("the authorization metadata must be `Bearer <token>`".into())
+            AuthError::Unauthenticated("the authorization metadata must be `Bearer <token>`".into())
         })?;
         let hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         by_hash
             .get(&hash)
             .map(Some)
-            .ok_or_else(|| ApiError::Unauthenticated("unknown token".into()))
+            .ok_or_else(|| AuthError::Unauthenticated("unknown token".into()))
     }
 
     /// PERMISSION_DENIED unless the caller may use `service` (always allowed when off).
@@ -193,11 +206,11 @@ impl Auth {
         caller: Option<&Credential>,
         field: &str,
         service: &str,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), AuthError> {
         match caller {
             None => Ok(()),
             Some(c) if c.all_services || c.services.contains(service) => Ok(()),
-            Some(c) => Err(ApiError::PermissionDenied(format!(
+            Some(c) => Err(AuthError::PermissionDenied(format!(
                 "{field}: credential {:?} may not use service {service:?}",
                 c.name
             ))),
@@ -205,11 +218,11 @@ impl Auth {
     }
 
     /// UNAUTHENTICATED or PERMISSION_DENIED unless the call presents an admin credential.
-    pub fn admin(&self, md: &MetadataMap) -> Result<(), ApiError> {
+    pub fn admin(&self, md: &MetadataMap) -> Result<(), AuthError> {
         match self.caller(md)? {
             None => Ok(()),
             Some(c) if c.admin => Ok(()),
-            Some(c) => Err(ApiError::PermissionDenied(format!(
+            Some(c) => Err(AuthError::PermissionDenied(format!(
                 "credential {:?} is not an admin credential (admin = true)",
                 c.name
             ))),
@@ -258,21 +271,21 @@ mod tests {
         assert_eq!(pay.map(|c| c.name.as_str()), Some("pay"));
         Auth::may_use(pay, "service", "payments").unwrap();
         let e = Auth::may_use(pay, "service", "orders").unwrap_err();
-        assert!(matches!(e, ApiError::PermissionDenied(ref m) if m.starts_with("service:")));
+        assert!(matches!(e, AuthError::PermissionDenied(ref m) if m.starts_with("service:")));
         assert!(matches!(
             auth.admin(&md("Bearer p-secret")),
-            Err(ApiError::PermissionDenied(_))
+            Err(AuthError::PermissionDenied(_))
         ));
         auth.admin(&md("bearer o-secret")).unwrap();
         for bad in ["Bearer nope", "Basic p-secret", "Bearer ", "p-secret"] {
             assert!(
-                matches!(auth.caller(&md(bad)), Err(ApiError::Unauthenticated(_))),
+                matches!(auth.caller(&md(bad)), Err(AuthError::Unauthenticated(_))),
                 "{bad}"
             );
         }
         assert!(matches!(
             auth.caller(&MetadataMap::new()),
-            Err(ApiError::Unauthenticated(_))
+            Err(AuthError::Unauthenticated(_))
         ));
         // Off: everything passes.
         let off = Auth::off();

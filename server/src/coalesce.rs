@@ -21,7 +21,17 @@ use std::{
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
-use crate::{store::StoreError, tasks::Tasks};
+use crate::tasks::Tasks;
+
+/// A flush that failed in the coalescer itself, not in the store: the caller's error type
+/// `E` is built from it (`E: From<Broken>`), so this module knows no caller's error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Broken {
+    #[error("coalesced flush was dropped")]
+    Dropped,
+    #[error("coalesced flush returned {got} results for {items} items")]
+    Miscounted { got: usize, items: usize },
+}
 
 /// How much one flush may carry, and how many flushes of one key may run at once.
 #[derive(Debug, Clone, Copy)]
@@ -35,14 +45,14 @@ pub struct Limits {
 
 /// Runs one flush: the items of one key, in order; returns one output per item, in order, or
 /// one error for all of them.
-pub type Flush<K, I, O> =
-    Arc<dyn Fn(K, Vec<I>) -> BoxFuture<'static, Result<Vec<O>, StoreError>> + Send + Sync>;
+pub type Flush<K, I, O, E> =
+    Arc<dyn Fn(K, Vec<I>) -> BoxFuture<'static, Result<Vec<O>, E>> + Send + Sync>;
 
-type Waiter<I, O> = (I, usize, oneshot::Sender<Result<O, StoreError>>);
+type Waiter<I, O, E> = (I, usize, oneshot::Sender<Result<O, E>>);
 
-struct Queue<I, O> {
+struct Queue<I, O, E> {
     running: usize,
-    waiting: VecDeque<Waiter<I, O>>,
+    waiting: VecDeque<Waiter<I, O, E>>,
 }
 
 /// Flushes issued and items they carried.
@@ -52,17 +62,17 @@ pub struct Counts {
     pub items: u64,
 }
 
-pub struct Coalescer<K, I, O> {
+pub struct Coalescer<K, I, O, E> {
     limits: Limits,
-    flush: Flush<K, I, O>,
-    queues: Mutex<HashMap<K, Queue<I, O>>>,
+    flush: Flush<K, I, O, E>,
+    queues: Mutex<HashMap<K, Queue<I, O, E>>>,
     flushes: AtomicU64,
     items: AtomicU64,
     /// The running flushes.
     tasks: Tasks,
 }
 
-impl<K, I, O> std::fmt::Debug for Coalescer<K, I, O> {
+impl<K, I, O, E> std::fmt::Debug for Coalescer<K, I, O, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Coalescer")
             .field("limits", &self.limits)
@@ -71,7 +81,7 @@ impl<K, I, O> std::fmt::Debug for Coalescer<K, I, O> {
     }
 }
 
-impl<K, I, O> Coalescer<K, I, O> {
+impl<K, I, O, E> Coalescer<K, I, O, E> {
     /// Counts one request that a caller batching its own items made for the same kind of
     /// rows, so that the counts cover every request.
     pub fn record(&self, items: usize) {
@@ -92,13 +102,14 @@ impl<K, I, O> Coalescer<K, I, O> {
     }
 }
 
-impl<K, I, O> Coalescer<K, I, O>
+impl<K, I, O, E> Coalescer<K, I, O, E>
 where
     K: Hash + Eq + Clone + Send + 'static,
     I: Send + 'static,
     O: Send + 'static,
+    E: From<Broken> + Clone + Send + 'static,
 {
-    pub fn new(limits: Limits, flush: Flush<K, I, O>) -> Arc<Self> {
+    pub fn new(limits: Limits, flush: Flush<K, I, O, E>) -> Arc<Self> {
         assert!(limits.max_items > 0 && limits.parallel > 0);
         Arc::new(Self {
             limits,
@@ -111,7 +122,7 @@ where
     }
 
     /// Queues `item` under `key` and waits for the flush that carries it.
-    pub async fn submit(self: &Arc<Self>, key: K, item: I, weight: usize) -> Result<O, StoreError> {
+    pub async fn submit(self: &Arc<Self>, key: K, item: I, weight: usize) -> Result<O, E> {
         let (tx, rx) = oneshot::channel();
         let start = {
             let mut queues = self.queues.lock().expect("coalescer queues");
@@ -133,8 +144,7 @@ where
                 flush.await;
             }
         }
-        rx.await
-            .unwrap_or_else(|_| Err(StoreError::Internal("coalesced flush was dropped".into())))
+        rx.await.unwrap_or_else(|_| Err(Broken::Dropped.into()))
     }
 
     /// One flush slot of `key`: carries queued items until none is left.
@@ -156,10 +166,10 @@ where
                     }
                 }
                 Ok(outputs) => {
-                    let e = StoreError::Internal(format!(
-                        "coalesced flush returned {} results for {n} items",
-                        outputs.len()
-                    ));
+                    let e = E::from(Broken::Miscounted {
+                        got: outputs.len(),
+                        items: n,
+                    });
                     for tx in senders {
                         let _ = tx.send(Err(e.clone()));
                     }
@@ -175,7 +185,7 @@ where
 
     /// The next batch of `key` within the limits, or None (and the slot released) when its
     /// queue is empty.
-    fn take(&self, key: &K) -> Option<Vec<Waiter<I, O>>> {
+    fn take(&self, key: &K) -> Option<Vec<Waiter<I, O, E>>> {
         let mut queues = self.queues.lock().expect("coalescer queues");
         let q = queues.get_mut(key).expect("a running key has a queue");
         if q.waiting.is_empty() {
@@ -205,7 +215,23 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn summing(limits: Limits, log: Arc<Mutex<Vec<Vec<u32>>>>) -> Arc<Coalescer<u8, u32, u32>> {
+    /// The error of the test flushes: the coalescer's own, or the flush's.
+    #[derive(Debug, Clone, PartialEq)]
+    enum TestError {
+        Broken(Broken),
+        Unavailable(String),
+    }
+
+    impl From<Broken> for TestError {
+        fn from(b: Broken) -> Self {
+            TestError::Broken(b)
+        }
+    }
+
+    fn summing(
+        limits: Limits,
+        log: Arc<Mutex<Vec<Vec<u32>>>>,
+    ) -> Arc<Coalescer<u8, u32, u32, TestError>> {
         Coalescer::new(
             limits,
             Arc::new(move |_key, items: Vec<u32>| {
@@ -213,7 +239,7 @@ mod tests {
                 Box::pin(async move {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     if items.contains(&999) {
-                        return Err(StoreError::Unavailable("boom".into()));
+                        return Err(TestError::Unavailable("boom".into()));
                     }
                     log.lock().unwrap().push(items.clone());
                     Ok(items.iter().map(|i| i * 2).collect())
@@ -284,7 +310,7 @@ mod tests {
         );
         let (a, b, bad) = tokio::join!(c.submit(1, 1, 1), c.submit(2, 2, 1), c.submit(3, 999, 1));
         assert_eq!((a.unwrap(), b.unwrap()), (2, 4));
-        assert!(matches!(bad, Err(StoreError::Unavailable(_))));
+        assert!(matches!(bad, Err(TestError::Unavailable(_))));
         // Every queue is gone once idle.
         assert!(c.queues.lock().unwrap().is_empty());
     }

@@ -11,9 +11,10 @@ use tokio::sync::watch;
 
 use crate::{
     clock::SharedClock,
-    error::ApiError,
+    error::Error,
     ownership::Ownership,
     store::DirectoryStore,
+    walk::Walk,
     window::{WindowGrid, WindowId},
 };
 
@@ -78,7 +79,7 @@ impl Compactor {
     }
 
     /// One pass over every year that holds a day.
-    pub async fn compact(&self) -> Result<CompactionReport, ApiError> {
+    pub async fn compact(&self) -> Result<CompactionReport, Error> {
         let mut report = CompactionReport::default();
         if !self.fenced() {
             return Ok(report);
@@ -100,13 +101,9 @@ impl Compactor {
         let now = self.clock.now_ms() - lag;
         let year = self.grid.window_of(now).year();
         // Every year that holds a day, however old (a backlog of any age).
-        let mut years = self.store.list_years().await?;
-        years.extend([year - 1, year]);
-        years.retain(|y| *y <= year);
-        years.sort_unstable();
-        years.dedup();
-        for y in years {
-            for day in self.store.list_days(y).await? {
+        let walk = Walk(&*self.store);
+        for y in walk.years(&[year - 1, year], Some(year)).await? {
+            for day in walk.days(y).await? {
                 if !self.fenced() {
                     return Ok(report);
                 }
@@ -122,10 +119,9 @@ impl Compactor {
         day: i32,
         now: i64,
         report: &mut CompactionReport,
-    ) -> Result<(), ApiError> {
-        let low = self.store.low_water(day).await?;
+    ) -> Result<(), Error> {
+        let (low, windows) = Walk(&*self.store).windows(day).await?;
         let mut new_low = None;
-        let windows = self.store.list_windows_from(day, low).await?;
         let mut all_gone = true;
         for index in &windows {
             let window = WindowId { day, index: *index };

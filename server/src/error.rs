@@ -1,10 +1,10 @@
 //! The API's error kinds and their one mapping to gRPC status codes. Handlers return
-//! `ApiError`; nothing else builds a `tonic::Status` from an error.
+//! `Error`; nothing else builds a `tonic::Status` from an error.
 
-use crate::store::StoreError;
+use crate::{auth::AuthError, coalesce::Broken, store::StoreError};
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
-pub enum ApiError {
+pub enum Error {
     /// Bad input; `field` is the request path of the offending value (`policy.multiplier`).
     #[error("{field}: {message}")]
     InvalidArgument { field: String, message: String },
@@ -34,9 +34,9 @@ pub enum ApiError {
     Internal(String),
 }
 
-impl ApiError {
+impl Error {
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        ApiError::InvalidArgument {
+        Error::InvalidArgument {
             field: field.into(),
             message: message.into(),
         }
@@ -44,41 +44,63 @@ impl ApiError {
 
     pub fn code(&self) -> tonic::Code {
         match self {
-            ApiError::InvalidArgument { .. } => tonic::Code::InvalidArgument,
-            ApiError::NotFound(_) => tonic::Code::NotFound,
-            ApiError::AlreadyExists(_) => tonic::Code::AlreadyExists,
-            ApiError::FailedPrecondition(_) => tonic::Code::FailedPrecondition,
-            ApiError::ResourceExhausted(_) => tonic::Code::ResourceExhausted,
-            ApiError::Unauthenticated(_) => tonic::Code::Unauthenticated,
-            ApiError::PermissionDenied(_) => tonic::Code::PermissionDenied,
-            ApiError::Unavailable(_) => tonic::Code::Unavailable,
-            ApiError::DeadlineExceeded(_) => tonic::Code::DeadlineExceeded,
-            ApiError::Unimplemented(_) => tonic::Code::Unimplemented,
-            ApiError::Internal(_) => tonic::Code::Internal,
+            Error::InvalidArgument { .. } => tonic::Code::InvalidArgument,
+            Error::NotFound(_) => tonic::Code::NotFound,
+            Error::AlreadyExists(_) => tonic::Code::AlreadyExists,
+            Error::FailedPrecondition(_) => tonic::Code::FailedPrecondition,
+            Error::ResourceExhausted(_) => tonic::Code::ResourceExhausted,
+            Error::Unauthenticated(_) => tonic::Code::Unauthenticated,
+            Error::PermissionDenied(_) => tonic::Code::PermissionDenied,
+            Error::Unavailable(_) => tonic::Code::Unavailable,
+            Error::DeadlineExceeded(_) => tonic::Code::DeadlineExceeded,
+            Error::Unimplemented(_) => tonic::Code::Unimplemented,
+            Error::Internal(_) => tonic::Code::Internal,
         }
     }
 }
 
-impl From<StoreError> for ApiError {
+impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(m) => {
-                ApiError::Unavailable(format!("storage unavailable, nothing was scheduled: {m}"))
+                Error::Unavailable(format!("storage unavailable, nothing was scheduled: {m}"))
             }
-            StoreError::Timeout(m) => ApiError::DeadlineExceeded(format!(
+            StoreError::Timeout(m) => Error::DeadlineExceeded(format!(
                 "storage did not confirm the write (no answer in time, or the connection broke after sending), so its outcome is unknown; the call is idempotent and safe to repeat: {m}"
             )),
-            StoreError::Internal(m) => ApiError::Internal(m),
+            StoreError::Internal(m) => Error::Internal(m),
         }
     }
 }
 
-impl From<ApiError> for tonic::Status {
-    fn from(e: ApiError) -> Self {
+/// A coalesced store request that broke in the coalescer is an internal store error.
+impl From<Broken> for StoreError {
+    fn from(b: Broken) -> Self {
+        StoreError::Internal(b.to_string())
+    }
+}
+
+impl From<AuthError> for Error {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Unauthenticated(m) => Error::Unauthenticated(m),
+            AuthError::PermissionDenied(m) => Error::PermissionDenied(m),
+        }
+    }
+}
+
+impl From<AuthError> for tonic::Status {
+    fn from(e: AuthError) -> Self {
+        Error::from(e).into()
+    }
+}
+
+impl From<Error> for tonic::Status {
+    fn from(e: Error) -> Self {
         let code = e.code();
         match &e {
-            ApiError::Internal(m) => tracing::error!(error = %m, "internal error"),
-            ApiError::Unavailable(m) | ApiError::DeadlineExceeded(m) => {
+            Error::Internal(m) => tracing::error!(error = %m, "internal error"),
+            Error::Unavailable(m) | Error::DeadlineExceeded(m) => {
                 tracing::warn!(error = %m, code = ?code, "storage error")
             }
             _ => {}
@@ -104,7 +126,7 @@ pub fn oversized_request(
                 && s.message().contains("message length too large") =>
         {
             let detail = s.message().split_once(": ").map_or(s.message(), |(_, d)| d);
-            tonic::Status::from(ApiError::invalid(
+            tonic::Status::from(Error::invalid(
                 "payload",
                 format!(
                     "the request is too large ({detail}): a payload may be at most \

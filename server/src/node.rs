@@ -647,7 +647,7 @@ impl Node {
             pointers,
             "coalesced Cassandra requests since start"
         );
-        self.dispatcher.hub.wake();
+        self.dispatcher.wake();
         // The server task ends by the deadline (it cuts the connections still open then).
         let served = self.served.await.context("server task");
         let tasks = &self.tasks;

@@ -27,7 +27,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::{
     clock::SharedClock,
-    error::ApiError,
+    error::Error,
     policy::{PolicyOverrides, RetryPolicy},
     store::{LeaseStore, ServiceRow, ServiceStore},
     validate,
@@ -196,7 +196,7 @@ impl Services {
     }
 
     /// Reads the table (and the member count for limit shares) into memory.
-    pub async fn refresh(&self) -> Result<(), ApiError> {
+    pub async fn refresh(&self) -> Result<(), Error> {
         let rows = self.store.list_services().await?;
         let members = self.members.list_members().await?.len() as u32;
         self.live_nodes.store(members.max(1), Ordering::Relaxed);
@@ -306,7 +306,7 @@ impl Services {
     }
 
     /// Records the service in the table the first time this process sees it.
-    pub async fn touch(&self, service: &str) -> Result<(), ApiError> {
+    pub async fn touch(&self, service: &str) -> Result<(), Error> {
         if self.touched.lock().expect("touched lock").contains(service) {
             return Ok(());
         }
@@ -321,7 +321,7 @@ impl Services {
     }
 
     /// Reads the stored row of one service (fresh, not from the cache).
-    pub async fn load(&self, service: &str) -> Result<Option<Settings>, ApiError> {
+    pub async fn load(&self, service: &str) -> Result<Option<Settings>, Error> {
         let rows = self.store.list_services().await?;
         Ok(rows
             .into_iter()
@@ -329,7 +329,7 @@ impl Services {
             .map(Settings::from_row))
     }
 
-    pub async fn set_paused(&self, service: &str, paused: bool) -> Result<Settings, ApiError> {
+    pub async fn set_paused(&self, service: &str, paused: bool) -> Result<Settings, Error> {
         let now = self.clock.now_ms();
         self.store.set_service_paused(service, paused, now).await?;
         let s = self.load(service).await?.unwrap_or(Settings {
@@ -346,7 +346,7 @@ impl Services {
         &self,
         service: &str,
         policy: &pb::RetryPolicy,
-    ) -> Result<Settings, ApiError> {
+    ) -> Result<Settings, Error> {
         let now = self.clock.now_ms();
         self.store
             .set_service_policy(service, &policy.encode_to_vec(), now)
@@ -358,7 +358,7 @@ impl Services {
         &self,
         service: &str,
         limits: &pb::ServiceLimits,
-    ) -> Result<Settings, ApiError> {
+    ) -> Result<Settings, Error> {
         let now = self.clock.now_ms();
         self.store
             .set_service_limits(service, &limits.encode_to_vec(), now)
@@ -367,11 +367,11 @@ impl Services {
     }
 
     /// Reads back a row this node just wrote and applies it here at once.
-    async fn reload(&self, service: &str) -> Result<Settings, ApiError> {
+    async fn reload(&self, service: &str) -> Result<Settings, Error> {
         let s = self
             .load(service)
             .await?
-            .ok_or_else(|| ApiError::Unavailable("service row not readable after write".into()))?;
+            .ok_or_else(|| Error::Unavailable("service row not readable after write".into()))?;
         self.store_local(s.clone());
         Ok(s)
     }

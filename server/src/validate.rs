@@ -5,9 +5,9 @@ use std::{collections::BTreeMap, time::Duration};
 
 use rebound_proto::v1 as pb;
 
-use crate::{error::ApiError, policy::PolicyOverrides};
+pub use crate::names::MAX_SERVICE_LEN;
+use crate::{error::Error, names::show, outcome::AttemptOutcome, policy::PolicyOverrides};
 
-pub const MAX_SERVICE_LEN: usize = 64;
 pub const MAX_TRANSACTION_ID_BYTES: usize = 256;
 pub const MAX_ATTRIBUTES: usize = 64;
 pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 128;
@@ -15,44 +15,24 @@ pub const MAX_ATTRIBUTE_VALUE_BYTES: usize = 4096;
 pub const MAX_LAST_ERROR_BYTES: usize = 8192;
 pub const MAX_DELIVERY_ID_BYTES: usize = 128;
 pub const MAX_EXECUTOR_ID_BYTES: usize = 128;
+/// Most deliveries one stream may hold unacknowledged.
+pub const MAX_IN_FLIGHT: u32 = 10_000;
+/// Longest single deadline extension.
+pub const MAX_EXTENSION: Duration = Duration::from_secs(12 * 3600);
 
-/// Shows at most 64 characters of a hostile value in an error message.
-fn show(v: &str) -> String {
-    let cut: String = v.chars().take(64).collect();
-    if cut.len() < v.len() {
-        format!("{cut:?}...")
-    } else {
-        format!("{cut:?}")
+pub fn service(field: &str, v: &str) -> Result<(), Error> {
+    match crate::names::service_problem(v) {
+        None => Ok(()),
+        Some(message) => Err(Error::invalid(field, message)),
     }
 }
 
-pub fn service(field: &str, v: &str) -> Result<(), ApiError> {
-    let ok = !v.is_empty()
-        && v.len() <= MAX_SERVICE_LEN
-        && v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && v.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok {
-        Ok(())
-    } else if v.is_empty() {
-        Err(ApiError::invalid(field, "is required"))
-    } else {
-        Err(ApiError::invalid(
-            field,
-            format!(
-                "must be 1-{MAX_SERVICE_LEN} characters of [A-Za-z0-9._-] starting with a letter or digit, got {}",
-                show(v)
-            ),
-        ))
-    }
-}
-
-pub fn transaction_id(field: &str, v: &str) -> Result<(), ApiError> {
+pub fn transaction_id(field: &str, v: &str) -> Result<(), Error> {
     if v.is_empty() {
-        return Err(ApiError::invalid(field, "is required"));
+        return Err(Error::invalid(field, "is required"));
     }
     if v.len() > MAX_TRANSACTION_ID_BYTES {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             field,
             format!(
                 "must be at most {MAX_TRANSACTION_ID_BYTES} bytes, got {}",
@@ -61,19 +41,16 @@ pub fn transaction_id(field: &str, v: &str) -> Result<(), ApiError> {
         ));
     }
     if v.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            field,
-            "must not contain control characters",
-        ));
+        return Err(Error::invalid(field, "must not contain control characters"));
     }
     Ok(())
 }
 
 /// A delivery id as the node issues them (`dispatch::hub::delivery_id_text`): 1 to 128 bytes.
 /// Its parts are never read back; an id the node did not issue is simply not in flight.
-pub fn delivery_id(field: &str, id: &str) -> Result<(), ApiError> {
+pub fn delivery_id(field: &str, id: &str) -> Result<(), Error> {
     if id.is_empty() || id.len() > MAX_DELIVERY_ID_BYTES {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             field,
             format!("must be the 1-{MAX_DELIVERY_ID_BYTES} byte id of a delivery"),
         ));
@@ -82,9 +59,9 @@ pub fn delivery_id(field: &str, id: &str) -> Result<(), ApiError> {
 }
 
 /// The optional name an executor gives itself in `Subscribe` (logged only).
-pub fn executor_id(field: &str, v: &str) -> Result<(), ApiError> {
+pub fn executor_id(field: &str, v: &str) -> Result<(), Error> {
     if v.len() > MAX_EXECUTOR_ID_BYTES || v.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             field,
             format!("must be at most {MAX_EXECUTOR_ID_BYTES} bytes with no control characters"),
         ));
@@ -93,24 +70,24 @@ pub fn executor_id(field: &str, v: &str) -> Result<(), ApiError> {
 }
 
 /// A UTC day as `YYYY-MM-DD` (InspectWindow), as days since 1970-01-01.
-pub fn day(field: &str, v: &str) -> Result<i32, ApiError> {
+pub fn day(field: &str, v: &str) -> Result<i32, Error> {
     chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
         .map(crate::window::date_to_day)
         .map_err(|_| {
-            ApiError::invalid(
+            Error::invalid(
                 field,
                 format!("must be a UTC day as YYYY-MM-DD, got {}", show(v)),
             )
         })
 }
 
-/// The `extension` of ExtendDeadline: required, 1ms to `api::MAX_EXTENSION`.
-pub fn extension(field: &str, d: Option<&prost_types::Duration>) -> Result<Duration, ApiError> {
-    let d = d.ok_or_else(|| ApiError::invalid(field, "is required"))?;
+/// The `extension` of ExtendDeadline: required, 1ms to `MAX_EXTENSION`.
+pub fn extension(field: &str, d: Option<&prost_types::Duration>) -> Result<Duration, Error> {
+    let d = d.ok_or_else(|| Error::invalid(field, "is required"))?;
     let ext = duration(field, d)?;
-    let max = crate::api::MAX_EXTENSION;
+    let max = MAX_EXTENSION;
     if ext.is_zero() || ext > max {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             field,
             format!("must be between 1ms and {}s", max.as_secs()),
         ));
@@ -118,9 +95,9 @@ pub fn extension(field: &str, d: Option<&prost_types::Duration>) -> Result<Durat
     Ok(ext)
 }
 
-pub fn duration(field: &str, d: &prost_types::Duration) -> Result<Duration, ApiError> {
+pub fn duration(field: &str, d: &prost_types::Duration) -> Result<Duration, Error> {
     if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             field,
             format!(
                 "must be a non-negative duration, got {}s {}ns",
@@ -131,12 +108,12 @@ pub fn duration(field: &str, d: &prost_types::Duration) -> Result<Duration, ApiE
     Ok(Duration::new(d.seconds as u64, d.nanos as u32))
 }
 
-pub fn timestamp_ms(field: &str, t: &prost_types::Timestamp) -> Result<i64, ApiError> {
+pub fn timestamp_ms(field: &str, t: &prost_types::Timestamp) -> Result<i64, Error> {
     // 0001-01-01 .. 9999-12-31, as google.protobuf.Timestamp defines it.
     if !(-62_135_596_800..=253_402_300_799).contains(&t.seconds)
         || !(0..1_000_000_000).contains(&t.nanos)
     {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             field,
             "must be a valid timestamp between 0001-01-01 and 9999-12-31",
         ));
@@ -144,24 +121,23 @@ pub fn timestamp_ms(field: &str, t: &prost_types::Timestamp) -> Result<i64, ApiE
     Ok(t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
 }
 
-pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverrides, ApiError> {
+pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverrides, Error> {
     let Some(p) = p else {
         return Ok(PolicyOverrides::default());
     };
     let f = |name: &str| format!("{field}.{name}");
-    let dur =
-        |name: &str, d: &Option<prost_types::Duration>| -> Result<Option<Duration>, ApiError> {
-            d.as_ref().map(|d| duration(&f(name), d)).transpose()
-        };
+    let dur = |name: &str, d: &Option<prost_types::Duration>| -> Result<Option<Duration>, Error> {
+        d.as_ref().map(|d| duration(&f(name), d)).transpose()
+    };
     if p.max_attempts == Some(0) {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("max_attempts"),
             "must be at least 1, got 0",
         ));
     }
     let max_attempts = match (p.unlimited_attempts, p.max_attempts) {
         (Some(true), Some(n)) => {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 f("max_attempts"),
                 format!("must be unset when unlimited_attempts is true, got {n}"),
             ))
@@ -170,7 +146,7 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
         (_, n) => n,
     };
     if p.non_retryable_error_classes.len() > crate::policy::MAX_ERROR_CLASSES {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("non_retryable_error_classes"),
             format!(
                 "at most {} classes, got {}",
@@ -184,7 +160,7 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
         .iter()
         .find(|c| !crate::policy::error_class_ok(c))
     {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("non_retryable_error_classes"),
             format!(
                 "each class must be 1-{} characters of [A-Za-z0-9._:/-], got {}",
@@ -194,7 +170,7 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
         ));
     }
     if p.max_deliveries_per_attempt == Some(0) {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("max_deliveries_per_attempt"),
             "must be at least 1, got 0",
         ));
@@ -211,6 +187,141 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
         non_retryable: (!p.non_retryable_error_classes.is_empty())
             .then(|| p.non_retryable_error_classes.clone()),
     })
+}
+
+/// A `Subscribe` request: its service, `max_in_flight` (1 to `MAX_IN_FLIGHT`) and executor id.
+pub fn subscribe(r: &pb::SubscribeRequest) -> Result<(), Error> {
+    service("service", &r.service)?;
+    if r.max_in_flight == 0 || r.max_in_flight > MAX_IN_FLIGHT {
+        return Err(Error::invalid(
+            "max_in_flight",
+            format!(
+                "must be between 1 and {MAX_IN_FLIGHT}, got {}",
+                r.max_in_flight
+            ),
+        ));
+    }
+    executor_id("executor_id", &r.executor_id)
+}
+
+/// The item count of an `EnqueueRetryBatch` (`REBOUND_MAX_BATCH_ITEMS`).
+pub fn enqueue_batch_len(items: usize, max_batch_items: usize) -> Result<(), Error> {
+    if items > max_batch_items {
+        return Err(Error::invalid(
+            "requests",
+            format!(
+                "has {items} items, over the limit of {max_batch_items} (REBOUND_MAX_BATCH_ITEMS)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The item count of an `AckBatch`: at most `MAX_IN_FLIGHT`.
+pub fn ack_batch_len(items: usize) -> Result<(), Error> {
+    if items > MAX_IN_FLIGHT as usize {
+        return Err(Error::invalid(
+            "acks",
+            format!("has {items} items, over the limit of {MAX_IN_FLIGHT}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The transactions of one `EnqueueRetryBatch`: one that appears twice is refused after its
+/// first appearance, since the two would race each other.
+#[derive(Debug, Default)]
+pub struct BatchKeys(std::collections::HashMap<(String, String), usize>);
+
+impl BatchKeys {
+    /// Records item `i`; INVALID_ARGUMENT if an earlier item has the same transaction.
+    pub fn first(&mut self, i: usize, input: &EnqueueInput) -> Result<(), Error> {
+        let key = (input.service.clone(), input.transaction_id.clone());
+        if let Some(first) = self.0.insert(key, i) {
+            return Err(Error::invalid(
+                format!("requests[{i}].transaction_id"),
+                format!("appears twice in one batch (first at requests[{first}])"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Validates one ack: its delivery id, error, retry_after (at most `max_delay`), error class,
+/// outcome and snooze. `prefix` is prepended to field names (batch items).
+pub fn ack_outcome(
+    r: &pb::AckRequest,
+    max_delay: Duration,
+    prefix: &str,
+) -> Result<AttemptOutcome, Error> {
+    delivery_id(&format!("{prefix}delivery_id"), &r.delivery_id)?;
+    if r.error.len() > MAX_LAST_ERROR_BYTES {
+        return Err(Error::invalid(
+            format!("{prefix}error"),
+            format!(
+                "is {} bytes, over the limit of {} bytes",
+                r.error.len(),
+                MAX_LAST_ERROR_BYTES
+            ),
+        ));
+    }
+    let after = r
+        .retry_after
+        .as_ref()
+        .map(|d| duration(&format!("{prefix}retry_after"), d))
+        .transpose()?;
+    if let Some(a) = after {
+        if a > max_delay {
+            return Err(Error::invalid(
+                format!("{prefix}retry_after"),
+                format!(
+                    "{}s is over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
+                    a.as_secs(),
+                    max_delay.as_secs()
+                ),
+            ));
+        }
+    }
+    if !r.error_class.is_empty() && !crate::policy::error_class_ok(&r.error_class) {
+        return Err(Error::invalid(
+            format!("{prefix}error_class"),
+            format!(
+                "must be 1-{} characters of [A-Za-z0-9._:/-]",
+                crate::policy::MAX_ERROR_CLASS_LEN
+            ),
+        ));
+    }
+    let outcome = pb::AckOutcome::try_from(r.outcome);
+    if r.snooze {
+        if outcome != Ok(pb::AckOutcome::Retry) {
+            return Err(Error::invalid(
+                format!("{prefix}snooze"),
+                "is only allowed with outcome RETRY",
+            ));
+        }
+        if after.is_none_or(|a| a.is_zero()) {
+            return Err(Error::invalid(
+                format!("{prefix}retry_after"),
+                "is required with snooze and must be more than 0s",
+            ));
+        }
+    }
+    match outcome {
+        Ok(pb::AckOutcome::Succeeded) => Ok(AttemptOutcome::Succeeded),
+        Ok(pb::AckOutcome::Retry) => Ok(AttemptOutcome::Retry {
+            after,
+            error: r.error.clone(),
+            error_class: r.error_class.clone(),
+            snooze: r.snooze,
+        }),
+        Ok(pb::AckOutcome::Failed) => Ok(AttemptOutcome::Failed {
+            error: r.error.clone(),
+        }),
+        _ => Err(Error::invalid(
+            format!("{prefix}outcome"),
+            "must be SUCCEEDED, RETRY or FAILED",
+        )),
+    }
 }
 
 /// When the caller wants the retry.
@@ -240,12 +351,12 @@ pub fn enqueue(
     prefix: &str,
     r: pb::EnqueueRetryRequest,
     max_payload_bytes: usize,
-) -> Result<EnqueueInput, ApiError> {
+) -> Result<EnqueueInput, Error> {
     let f = |name: &str| format!("{prefix}{name}");
     service(&f("service"), &r.service)?;
     transaction_id(&f("transaction_id"), &r.transaction_id)?;
     if r.payload.len() > max_payload_bytes {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("payload"),
             format!(
                 "is {} bytes, over the limit of {max_payload_bytes} bytes (REBOUND_MAX_PAYLOAD_BYTES)",
@@ -254,7 +365,7 @@ pub fn enqueue(
         ));
     }
     if r.attributes.len() > MAX_ATTRIBUTES {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("attributes"),
             format!(
                 "has {} entries, over the limit of {MAX_ATTRIBUTES}",
@@ -264,7 +375,7 @@ pub fn enqueue(
     }
     for (k, v) in &r.attributes {
         if k.is_empty() || k.len() > MAX_ATTRIBUTE_KEY_BYTES || k.chars().any(char::is_control) {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 f("attributes"),
                 format!(
                     "key {} must be 1-{MAX_ATTRIBUTE_KEY_BYTES} bytes with no control characters",
@@ -273,7 +384,7 @@ pub fn enqueue(
             ));
         }
         if v.len() > MAX_ATTRIBUTE_VALUE_BYTES {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 f("attributes"),
                 format!(
                     "value of {} is {} bytes, over the limit of {MAX_ATTRIBUTE_VALUE_BYTES}",
@@ -284,7 +395,7 @@ pub fn enqueue(
         }
     }
     if r.last_error.len() > MAX_LAST_ERROR_BYTES {
-        return Err(ApiError::invalid(
+        return Err(Error::invalid(
             f("last_error"),
             format!(
                 "is {} bytes, over the limit of {MAX_LAST_ERROR_BYTES} bytes",
@@ -399,7 +510,7 @@ mod tests {
             let mut r = req();
             mutate(&mut r);
             match enqueue("", r, 10) {
-                Err(ApiError::InvalidArgument { field: f, .. }) => assert_eq!(f, field),
+                Err(Error::InvalidArgument { field: f, .. }) => assert_eq!(f, field),
                 other => panic!("{field}: expected INVALID_ARGUMENT, got {other:?}"),
             }
         }
@@ -452,9 +563,9 @@ mod tests {
         use super::*;
 
         /// The field of an INVALID_ARGUMENT, or a failure for any other error.
-        fn field_of(e: ApiError) -> String {
+        fn field_of(e: Error) -> String {
             match e {
-                ApiError::InvalidArgument { field, .. } => field,
+                Error::InvalidArgument { field, .. } => field,
                 other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
             }
         }
@@ -616,6 +727,54 @@ mod tests {
                 if let Err(e) = enqueue("requests[0].", r, 10) {
                     prop_assert!(field_of(e).starts_with("requests[0]."));
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod ack_props {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[A-Za-z0-9._:/é -]{0,130}",
+            prop::collection::vec(any::<u8>(), 0..200)
+                .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Any ack is an outcome or an INVALID_ARGUMENT naming a field of its batch item.
+        #[test]
+        fn ack_outcomes_are_total(
+            delivery_id in text(),
+            outcome in prop_oneof![any::<i32>(), 0i32..5],
+            error in text(),
+            error_class in text(),
+            retry_after in prop::option::of((any::<i64>(), any::<i32>())),
+            snooze in any::<bool>(),
+        ) {
+            let r = pb::AckRequest {
+                delivery_id,
+                outcome,
+                error,
+                error_class,
+                retry_after: retry_after
+                    .map(|(seconds, nanos)| prost_types::Duration { seconds, nanos }),
+                snooze,
+            };
+            match ack_outcome(&r, std::time::Duration::from_secs(86_400), "acks[7].") {
+                Ok(_) => prop_assert!(super::delivery_id("d", &r.delivery_id).is_ok()),
+                Err(Error::InvalidArgument { field, .. }) => {
+                    prop_assert!(field.starts_with("acks[7]."), "{field}")
+                }
+                Err(e) => prop_assert!(false, "not INVALID_ARGUMENT: {e:?}"),
             }
         }
     }

@@ -25,10 +25,11 @@ use crate::{
     clock::SharedClock,
     coalesce::{Coalescer, Limits},
     config::Config,
-    error::ApiError,
+    error::Error,
     policy::RetryPolicy,
     services::Services,
     store::{token, InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState},
+    txlock::{TxLock, TxLocks},
     validate::{EnqueueInput, Schedule},
     window::{WindowGrid, WindowId},
 };
@@ -181,7 +182,7 @@ const BATCH_POINTER_WRITES_PARALLEL: usize = 8;
 /// low load nothing waits; under load a busy bucket costs one mutation per round trip instead
 /// of one per pointer. Each caller still returns only once its own pointer is durable, so the
 /// write order (pointer, then state) is unchanged.
-type PointerWrites = Coalescer<(String, Location), Pointer, ()>;
+type PointerWrites = Coalescer<(String, Location), Pointer, (), StoreError>;
 
 fn pointer_writes(store: Arc<dyn ScheduleStore>) -> Arc<PointerWrites> {
     Coalescer::new(
@@ -200,79 +201,6 @@ fn pointer_writes(store: Arc<dyn ScheduleStore>) -> Arc<PointerWrites> {
             },
         ),
     )
-}
-
-/// One lock per transaction whose state row this node is reading to decide a write: enqueue,
-/// cancel, an ack, an expired delivery, a redrive or a purge. Two concurrent enqueues of one
-/// transaction (a client retrying its call while the first is still in flight) would otherwise
-/// race their pointer and state writes and could leave the state row naming the generation of
-/// a pointer that the other overwrote: a retry nobody would deliver. A cancel racing an ack
-/// could answer "cancelled" and then see the ack write the retry back as SCHEDULED. Entries
-/// live only while someone holds or waits for them.
-#[derive(Debug, Default)]
-struct TxLocks(Mutex<LockMap>);
-
-#[derive(Debug)]
-struct LockMap {
-    entries: HashMap<TxKey, Arc<tokio::sync::Mutex<()>>>,
-    /// Size at which the next sweep runs: twice what the last sweep kept, so that a map full of
-    /// live entries is not swept again on every call.
-    sweep_at: usize,
-}
-
-impl Default for LockMap {
-    fn default() -> Self {
-        Self {
-            entries: HashMap::new(),
-            sweep_at: TX_LOCKS_SWEEP_AT,
-        }
-    }
-}
-
-/// (service, transaction id).
-type TxKey = (String, String);
-const TX_LOCKS_SWEEP_AT: usize = 4096;
-
-/// The lock of one transaction, held until dropped.
-pub struct TxLock<'a> {
-    locks: &'a TxLocks,
-    key: TxKey,
-    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
-}
-
-impl TxLocks {
-    async fn lock(&self, service: &str, transaction_id: &str) -> TxLock<'_> {
-        let key = (service.to_string(), transaction_id.to_string());
-        let m = {
-            let mut map = self.0.lock().expect("tx locks");
-            // A caller cancelled while waiting leaves its entry behind: sweep those once the
-            // map grows past what concurrent enqueues alone explain.
-            if map.entries.len() >= map.sweep_at {
-                map.entries.retain(|_, m| Arc::strong_count(m) > 1);
-                map.sweep_at = (2 * map.entries.len()).max(TX_LOCKS_SWEEP_AT);
-            }
-            map.entries.entry(key.clone()).or_default().clone()
-        };
-        TxLock {
-            locks: self,
-            key,
-            guard: Some(m.lock_owned().await),
-        }
-    }
-}
-
-impl Drop for TxLock<'_> {
-    fn drop(&mut self) {
-        let mut map = self.locks.0.lock().expect("tx locks");
-        self.guard.take();
-        if map
-            .entries
-            .get(&self.key)
-            .is_some_and(|m| Arc::strong_count(m) == 1)
-        {
-            map.entries.remove(&self.key);
-        }
-    }
 }
 
 /// The enqueue path of one node. Cheap to share behind an `Arc`.
@@ -315,7 +243,7 @@ impl Writer {
         (c.flushes, c.items)
     }
 
-    /// Holds the lock of one transaction (see [`TxLocks`]) for a read-decide-write of its state
+    /// Holds the lock of one transaction (see `txlock`) for a read-decide-write of its state
     /// row outside the writer. Not reentrant: nothing called while holding it may take it.
     pub async fn lock_transaction(&self, service: &str, transaction_id: &str) -> TxLock<'_> {
         self.tx_locks.lock(service, transaction_id).await
@@ -330,7 +258,7 @@ impl Writer {
         format!("{}-{}-{}", self.opts.node_id, self.opts.boot_epoch, lane)
     }
 
-    pub async fn enqueue(&self, input: EnqueueInput) -> Result<EnqueueOutcome, ApiError> {
+    pub async fn enqueue(&self, input: EnqueueInput) -> Result<EnqueueOutcome, Error> {
         let _permit = self.permits.try_acquire().map_err(|_| self.busy())?;
         // The clock is read once the lock is held, as a batch does: however long another
         // writer of the transaction holds it, the window is chosen from the time of the write.
@@ -368,8 +296,8 @@ impl Writer {
     /// transaction may appear only once (the API refuses repeats before this).
     pub async fn enqueue_many(
         &self,
-        inputs: Vec<Result<EnqueueInput, ApiError>>,
-    ) -> Vec<Result<EnqueueOutcome, ApiError>> {
+        inputs: Vec<Result<EnqueueInput, Error>>,
+    ) -> Vec<Result<EnqueueOutcome, Error>> {
         let mut results = Vec::with_capacity(inputs.len());
         let mut inputs = inputs.into_iter().peekable();
         while inputs.peek().is_some() {
@@ -383,10 +311,10 @@ impl Writer {
     async fn enqueue_chunk(
         &self,
         first: usize,
-        inputs: Vec<Result<EnqueueInput, ApiError>>,
-    ) -> Vec<Result<EnqueueOutcome, ApiError>> {
+        inputs: Vec<Result<EnqueueInput, Error>>,
+    ) -> Vec<Result<EnqueueOutcome, Error>> {
         let n = inputs.len();
-        let mut results: Vec<Option<Result<EnqueueOutcome, ApiError>>> = vec![None; n];
+        let mut results: Vec<Option<Result<EnqueueOutcome, Error>>> = vec![None; n];
         let valid = inputs.iter().filter(|i| i.is_ok()).count();
         // A chunk has at most about CHUNK_PERMITS Cassandra requests in flight at once (its
         // reads, pointer batches and state batches are bounded), and counts that many against
@@ -428,7 +356,7 @@ impl Writer {
             .iter()
             .map(|(_, c)| c.input.service.as_str())
             .collect();
-        let mut untouched: HashMap<String, ApiError> = HashMap::new();
+        let mut untouched: HashMap<String, Error> = HashMap::new();
         for service in services {
             if let Err(e) = self.services.touch(service).await {
                 untouched.insert(service.to_string(), e);
@@ -449,8 +377,7 @@ impl Writer {
                 .or_default()
                 .push(k);
         }
-        let mut existing: Vec<Option<Result<Option<TxState>, ApiError>>> =
-            vec![None; checked.len()];
+        let mut existing: Vec<Option<Result<Option<TxState>, Error>>> = vec![None; checked.len()];
         for (service, ks) in &by_service {
             let ids: Vec<String> = ks
                 .iter()
@@ -463,7 +390,7 @@ impl Writer {
                     }
                 }
                 Err(e) => {
-                    let e = ApiError::from(e);
+                    let e = Error::from(e);
                     for &k in ks {
                         existing[k] = Some(Err(e.clone()));
                     }
@@ -492,7 +419,7 @@ impl Writer {
         let mut directory: HashSet<DirRow> = HashSet::new();
         // Targets below a compacted window move up to it (see `above_low_water`): one read
         // per window this process has not written yet.
-        let mut bumped: HashMap<WindowId, Result<WindowId, ApiError>> = HashMap::new();
+        let mut bumped: HashMap<WindowId, Result<WindowId, Error>> = HashMap::new();
         let mut kept = Vec::with_capacity(placed.len());
         for (i, target, mut state, deduplicated) in placed {
             let above = match bumped.get(&target) {
@@ -563,7 +490,7 @@ impl Writer {
             for k in part {
                 match &r {
                     Ok(()) => pointer_ok[k] = true,
-                    Err(e) => results[schedules[k].0] = Some(Err(ApiError::from(e.clone()))),
+                    Err(e) => results[schedules[k].0] = Some(Err(Error::from(e.clone()))),
                 }
             }
         }
@@ -628,8 +555,8 @@ impl Writer {
             .collect()
     }
 
-    fn busy(&self) -> ApiError {
-        ApiError::ResourceExhausted(format!(
+    fn busy(&self) -> Error {
+        Error::ResourceExhausted(format!(
             "node is at its limit of {} concurrent enqueues (REBOUND_MAX_CONCURRENT_WRITES); retry with backoff",
             self.opts.max_concurrent_writes
         ))
@@ -637,7 +564,7 @@ impl Writer {
 
     /// The checks that need the node's settings: effective policy, attempts left, delay limit;
     /// and the window the retry goes to. `prefix` names a batch item in errors.
-    fn check(&self, prefix: &str, input: EnqueueInput, now: i64) -> Result<Checked, ApiError> {
+    fn check(&self, prefix: &str, input: EnqueueInput, now: i64) -> Result<Checked, Error> {
         // Node default, then the service's stored policy, then the enqueue's own fields.
         let policy = self
             .services
@@ -645,9 +572,9 @@ impl Writer {
             .apply(&input.policy);
         policy
             .validate()
-            .map_err(|e| ApiError::invalid(format!("{prefix}policy.{}", e.field), e.message))?;
+            .map_err(|e| Error::invalid(format!("{prefix}policy.{}", e.field), e.message))?;
         if policy.attempts_exhausted(input.attempt) {
-            return Err(ApiError::invalid(
+            return Err(Error::invalid(
                 format!("{prefix}attempt"),
                 format!(
                     "{} attempts already made reaches max_attempts ({}): nothing left to retry",
@@ -659,7 +586,7 @@ impl Writer {
         let due_ms = match input.schedule {
             Schedule::Delay(d) => {
                 if d > self.opts.max_delay {
-                    return Err(ApiError::invalid(
+                    return Err(Error::invalid(
                         format!("{prefix}delay"),
                         format!(
                             "{}s is over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
@@ -672,7 +599,7 @@ impl Writer {
             }
             Schedule::DueAt(t) => {
                 if t.saturating_sub(now) > max_delay_ms {
-                    return Err(ApiError::invalid(
+                    return Err(Error::invalid(
                         format!("{prefix}due_time"),
                         format!(
                             "is {}s from now, over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
@@ -699,12 +626,7 @@ impl Writer {
 
     /// What a checked enqueue writes, given the transaction's state row: refuse (already
     /// SUCCEEDED), confirm the live schedule (same window), or schedule a new generation.
-    fn plan(
-        &self,
-        checked: Checked,
-        existing: Option<TxState>,
-        now: i64,
-    ) -> Result<Plan, ApiError> {
+    fn plan(&self, checked: Checked, existing: Option<TxState>, now: i64) -> Result<Plan, Error> {
         let Checked {
             input,
             policy,
@@ -716,7 +638,7 @@ impl Writer {
         let existing_success = existing.as_ref().and_then(|s| s.succeeded_generation);
         let previous = match existing {
             Some(s) if s.status == Status::Succeeded => {
-                return Err(ApiError::AlreadyExists(format!(
+                return Err(Error::AlreadyExists(format!(
                     "transaction {:?} of service {:?} already SUCCEEDED; its id is remembered for {}s after a terminal state (REBOUND_TERMINAL_TTL_SECONDS)",
                     input.transaction_id, input.service, self.opts.terminal_ttl_seconds
                 )));
@@ -786,7 +708,7 @@ impl Writer {
     /// margin (clock sync off on a wrong clock) can choose a window that was compacted
     /// already; its rows there would be below the low-water mark, where no scan reads. Read
     /// once per window per process (when its directory rows are first written).
-    async fn above_low_water(&self, target: WindowId) -> Result<WindowId, ApiError> {
+    async fn above_low_water(&self, target: WindowId) -> Result<WindowId, Error> {
         if self
             .directory
             .lock()
@@ -819,7 +741,7 @@ impl Writer {
         transaction_id: &str,
         window: WindowId,
         now: i64,
-    ) -> Result<Location, ApiError> {
+    ) -> Result<Location, Error> {
         let (location, rows) = self.assign(service, transaction_id, window, now);
         self.write_directory(rows).await?;
         Ok(location)
@@ -870,7 +792,7 @@ impl Writer {
 
     /// Writes directory rows (independent of each other, so all at once) and remembers them
     /// once every one is durable; a pointer below them may be written only after this.
-    async fn write_directory(&self, rows: Vec<DirRow>) -> Result<(), ApiError> {
+    async fn write_directory(&self, rows: Vec<DirRow>) -> Result<(), Error> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -924,13 +846,13 @@ impl Writer {
 
     /// Schedules the next attempt of `state` at `due_ms` under a new generation: a new pointer
     /// in a future window, then the state row. The old pointer becomes stale.
-    pub async fn reschedule(&self, state: TxState, due_ms: i64) -> Result<TxState, ApiError> {
+    pub async fn reschedule(&self, state: TxState, due_ms: i64) -> Result<TxState, Error> {
         self.schedule_next(state, due_ms, false).await
     }
 
     /// Schedules a finished retry afresh (a redrive): like `reschedule`, but the new schedule
     /// derives from itself, so no earlier cancel covers it.
-    pub async fn restart(&self, state: TxState, due_ms: i64) -> Result<TxState, ApiError> {
+    pub async fn restart(&self, state: TxState, due_ms: i64) -> Result<TxState, Error> {
         self.schedule_next(state, due_ms, true).await
     }
 
@@ -939,7 +861,7 @@ impl Writer {
         mut state: TxState,
         due_ms: i64,
         fresh: bool,
-    ) -> Result<TxState, ApiError> {
+    ) -> Result<TxState, Error> {
         let now = self.clock.now_ms();
         let target = self.grid.target(now, due_ms);
         state.status = Status::Scheduled;
@@ -972,7 +894,7 @@ impl Writer {
         state: &mut TxState,
         target: WindowId,
         now: i64,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), Error> {
         let (mut target, mut now) = (target, now);
         for placement in 0..PLACEMENTS {
             if placement > 0 {
@@ -1022,17 +944,17 @@ impl Writer {
                 .delete_late_pointer(&state.service, &location, &state.transaction_id)
                 .await?;
         }
-        Err(ApiError::Unavailable(format!(
+        Err(Error::Unavailable(format!(
             "the node could not write the retry within its window {PLACEMENTS} times in a row (storage too slow); nothing was scheduled"
         )))
     }
 
     /// After a state row written for a pointer placed at `placed_at`: a state row that took
     /// longer than readers wait for it may have found its pointer skipped already.
-    fn check_state_landed(&self, placed_at: i64) -> Result<(), ApiError> {
+    fn check_state_landed(&self, placed_at: i64) -> Result<(), Error> {
         let took = self.clock.now_ms() - placed_at;
         if took >= self.opts.orphan_grace_ms {
-            return Err(ApiError::DeadlineExceeded(format!(
+            return Err(Error::DeadlineExceeded(format!(
                 "the retry's state row took {took} ms to write, longer than readers wait for it; its outcome is unknown, and repeating the call (idempotent) settles it"
             )));
         }
@@ -1041,7 +963,7 @@ impl Writer {
 
     /// Writes a terminal state (SUCCEEDED, DEAD, CANCELLED) with the terminal TTL; a DEAD row
     /// keeps its payload as long as its dead letter is kept, so it can be redriven.
-    pub async fn finish(&self, mut state: TxState, status: Status) -> Result<(), ApiError> {
+    pub async fn finish(&self, mut state: TxState, status: Status) -> Result<(), Error> {
         debug_assert!(status.is_terminal());
         state.status = status;
         state.updated_at_ms = self.clock.now_ms();
@@ -1074,7 +996,7 @@ impl Writer {
         self.opts.max_delay
     }
 
-    pub async fn get(&self, service: &str, transaction_id: &str) -> Result<TxState, ApiError> {
+    pub async fn get(&self, service: &str, transaction_id: &str) -> Result<TxState, Error> {
         self.store
             .get_state(service, transaction_id)
             .await?
@@ -1094,7 +1016,7 @@ impl Writer {
         &self,
         service: &str,
         transaction_id: &str,
-    ) -> Result<(Status, bool), ApiError> {
+    ) -> Result<(Status, bool), Error> {
         let _lock = self.tx_locks.lock(service, transaction_id).await;
         let mut state = self.get(service, transaction_id).await?;
         if state.status.is_terminal() {
@@ -1119,8 +1041,8 @@ impl Writer {
 /// Writes of one cancel at most (the first, and one per schedule derived meanwhile).
 const CANCEL_ROUNDS: usize = 3;
 
-fn not_found(service: &str, transaction_id: &str) -> ApiError {
-    ApiError::NotFound(format!(
+fn not_found(service: &str, transaction_id: &str) -> Error {
+    Error::NotFound(format!(
         "no retry {transaction_id:?} for service {service:?}"
     ))
 }
@@ -1160,28 +1082,6 @@ mod tests {
     fn generation_time_is_the_high_bits() {
         let g = new_generation(0, 1_700_000_000_000);
         assert_eq!(generation_ms(g), 1_700_000_000_000);
-    }
-
-    #[tokio::test]
-    async fn a_transaction_lock_serialises_its_holders_and_is_forgotten_when_free() {
-        let locks = Arc::new(TxLocks::default());
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let first = locks.lock("s", "t").await;
-        let waiter = {
-            let (locks, order) = (locks.clone(), order.clone());
-            tokio::spawn(async move {
-                let _l = locks.lock("s", "t").await;
-                order.lock().unwrap().push("second");
-            })
-        };
-        // Another transaction is not held up.
-        drop(locks.lock("s", "u").await);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        order.lock().unwrap().push("first");
-        drop(first);
-        waiter.await.unwrap();
-        assert_eq!(*order.lock().unwrap(), vec!["first", "second"]);
-        assert!(locks.0.lock().unwrap().entries.is_empty());
     }
 
     #[test]

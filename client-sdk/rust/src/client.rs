@@ -1,35 +1,25 @@
 //! The connection to a Rebound node and the producer calls.
 
-use std::time::Duration;
-
 use rebound_proto::v1::{
     self as pb, executor_service_client::ExecutorServiceClient,
     retry_service_client::RetryServiceClient,
 };
-use tonic::{
-    metadata::AsciiMetadataValue,
-    service::{interceptor::InterceptedService, Interceptor},
-    transport::{Channel, Endpoint},
-};
+use tonic::transport::Channel;
 
 use crate::{
     enqueue::{batch_item, EnqueueBuilder, Enqueued, ItemError},
     error::{malformed, Error},
-    executor::{Executor, ExecutorBuilder},
+    executor::{Executor, ExecutorBuilder, Target},
     retry::{Cancelled, Retry},
+    transport::{endpoint, Credentials, Transport},
 };
-
-/// How long [`Client::connect`] waits for the TCP and HTTP/2 handshake. Producers usually call
-/// Rebound while handling a failure, so an unreachable node should surface quickly rather than
-/// stall the caller on the OS's multi-minute TCP timeout.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection to a Rebound node.
 ///
 /// Cloning is cheap and clones share one HTTP/2 connection, so create one `Client` at startup
 /// and clone it into each task. Calls carry no deadline of their own; wrap them in
 /// `tokio::time::timeout` where a bound is needed, or build the channel yourself (with
-/// [`Endpoint::timeout`], TLS, ...) and use [`Client::from_channel`].
+/// [`Endpoint::timeout`](tonic::transport::Endpoint::timeout), TLS, ...) and use [`Client::from_channel`].
 #[derive(Debug, Clone)]
 pub struct Client {
     channel: Channel,
@@ -38,50 +28,11 @@ pub struct Client {
     executor: ExecutorServiceClient<Transport>,
 }
 
-/// The `authorization` metadata sent with every call: none by default, `Bearer <token>` after
-/// [`Client::with_token`] (for nodes started with `REBOUND_CREDENTIALS_FILE`). Its `Debug`
-/// output never shows the token.
-#[derive(Clone, Default)]
-pub struct Credentials(Option<AsciiMetadataValue>);
-
-impl Credentials {
-    /// `authorization: Bearer <token>`; the token must be printable ASCII.
-    pub fn bearer(token: &str) -> Result<Self, Error> {
-        let mut value: AsciiMetadataValue = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| Error::InvalidArgument("token: must be printable ASCII".into()))?;
-        // Kept out of HTTP/2 header compression tables and debug output.
-        value.set_sensitive(true);
-        Ok(Credentials(Some(value)))
-    }
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self.0 {
-            Some(_) => "Credentials(Bearer <redacted>)",
-            None => "Credentials(none)",
-        })
-    }
-}
-
-impl Interceptor for Credentials {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(v) = &self.0 {
-            req.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(req)
-    }
-}
-
-/// What the generated clients of a [`Client`] run over: its channel, with its credentials.
-pub type Transport = InterceptedService<Channel, Credentials>;
-
 impl Client {
     /// Connects to a node, e.g. `"http://127.0.0.1:50051"` or `"127.0.0.1:50051"` (a missing
     /// scheme means plain-text `http://`). Fails with [`Error::InvalidArgument`] for an address
     /// that is not a URI and [`Error::Transport`] when the node cannot be reached within
-    /// [`CONNECT_TIMEOUT`].
+    /// [`CONNECT_TIMEOUT`](crate::CONNECT_TIMEOUT).
     ///
     /// The channel reconnects by itself after the node restarts; no need to call this again.
     pub async fn connect(addr: impl AsRef<str>) -> Result<Self, Error> {
@@ -148,7 +99,7 @@ impl Client {
         service: impl Into<String>,
         transaction_id: impl Into<String>,
     ) -> EnqueueBuilder {
-        EnqueueBuilder::new(self.clone(), service.into(), transaction_id.into())
+        EnqueueBuilder::new(self.retry_service(), service.into(), transaction_id.into())
     }
 
     /// Schedules many retries in one call. Items may be [`EnqueueBuilder`]s or raw
@@ -223,51 +174,23 @@ impl Client {
     }
 }
 
-/// The endpoint for a user-supplied address. A bare `host:port` is what people type (and what
-/// the server logs), so it is accepted as plain-text HTTP/2.
-pub(crate) fn endpoint(addr: &str) -> Result<Endpoint, Error> {
-    let uri = if addr.contains("://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
-    };
-    let endpoint = Endpoint::from_shared(uri)
-        .map_err(|e| Error::InvalidArgument(format!("invalid server address {addr:?}: {e}")))?;
-    Ok(endpoint.connect_timeout(CONNECT_TIMEOUT))
+impl From<Client> for Target {
+    fn from(client: Client) -> Self {
+        Target::from(&client)
+    }
+}
+
+impl From<&Client> for Target {
+    fn from(client: &Client) -> Self {
+        Target::given(client.executor_service(), client.credentials().clone())
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use tonic::transport::Endpoint;
+
     use super::*;
-
-    #[test]
-    fn credentials_never_show_the_token() {
-        let c = Credentials::bearer("s3cret").unwrap();
-        assert_eq!(format!("{c:?}"), "Credentials(Bearer <redacted>)");
-        assert_eq!(format!("{:?}", Credentials::default()), "Credentials(none)");
-        assert!(Credentials::bearer("line\nbreak").is_err());
-    }
-
-    #[test]
-    fn adds_a_missing_scheme() {
-        assert_eq!(
-            endpoint("127.0.0.1:50051").unwrap().uri().to_string(),
-            "http://127.0.0.1:50051/"
-        );
-        assert_eq!(
-            endpoint("http://localhost:50051")
-                .unwrap()
-                .uri()
-                .to_string(),
-            "http://localhost:50051/"
-        );
-    }
-
-    #[test]
-    fn rejects_a_bad_address() {
-        let e = endpoint("not a uri").unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
-    }
 
     #[tokio::test]
     async fn unreachable_node_is_a_retryable_transport_error() {

@@ -9,12 +9,14 @@ use crate::{
     error::{is_retryable_code, Error},
     policy::RetryPolicy,
     time::{duration_to_proto, required_time, time_to_proto},
-    Client,
+    transport::Transport,
 };
 
-/// A retry to schedule, created by [`Client::enqueue`]. Nothing is sent until
+type RetryClient = pb::retry_service_client::RetryServiceClient<Transport>;
+
+/// A retry to schedule, created by [`Client::enqueue`](crate::Client::enqueue). Nothing is sent until
 /// [`send`](EnqueueBuilder::send); for batches, pass builders (or their
-/// [`into_request`](EnqueueBuilder::into_request)) to [`Client::enqueue_batch`].
+/// [`into_request`](EnqueueBuilder::into_request)) to [`Client::enqueue_batch`](crate::Client::enqueue_batch).
 ///
 /// Without [`delay`](Self::delay) or [`due_at`](Self::due_at), the retry is due after the
 /// policy's backoff for [`attempt`](Self::attempt). The server rounds the due time up to its
@@ -22,12 +24,12 @@ use crate::{
 #[derive(Debug, Clone)]
 #[must_use = "an EnqueueBuilder does nothing until `.send()` is awaited"]
 pub struct EnqueueBuilder {
-    client: Client,
+    client: RetryClient,
     request: pb::EnqueueRetryRequest,
 }
 
 impl EnqueueBuilder {
-    pub(crate) fn new(client: Client, service: String, transaction_id: String) -> Self {
+    pub(crate) fn new(client: RetryClient, service: String, transaction_id: String) -> Self {
         EnqueueBuilder {
             client,
             request: pb::EnqueueRetryRequest {
@@ -106,12 +108,8 @@ impl EnqueueBuilder {
     /// [retryable](Error::is_retryable) error is safe. Fails with [`Error::AlreadyExists`] when
     /// the transaction already succeeded.
     pub async fn send(self) -> Result<Enqueued, Error> {
-        let response = self
-            .client
-            .retry_service()
-            .enqueue_retry(self.request)
-            .await?
-            .into_inner();
+        let mut client = self.client;
+        let response = client.enqueue_retry(self.request).await?.into_inner();
         Enqueued::try_from(response)
     }
 }
@@ -122,7 +120,7 @@ impl From<EnqueueBuilder> for pb::EnqueueRetryRequest {
     }
 }
 
-/// A scheduled retry, as [`EnqueueBuilder::send`] and [`Client::enqueue_batch`] report it.
+/// A scheduled retry, as [`EnqueueBuilder::send`] and [`Client::enqueue_batch`](crate::Client::enqueue_batch) report it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Enqueued {
     pub transaction_id: String,
@@ -203,14 +201,22 @@ mod tests {
 
     use super::*;
 
-    /// A client whose channel never connects; building requests needs no server.
-    fn client() -> Client {
-        Client::from_channel(Endpoint::from_static("http://127.0.0.1:1").connect_lazy())
+    /// A builder whose channel never connects; building requests needs no server.
+    fn builder(service: &str, transaction_id: impl Into<String>) -> EnqueueBuilder {
+        let channel = Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
+        EnqueueBuilder::new(
+            pb::retry_service_client::RetryServiceClient::with_interceptor(
+                channel,
+                crate::transport::Credentials::default(),
+            ),
+            service.into(),
+            transaction_id.into(),
+        )
     }
 
     #[tokio::test]
     async fn builder_with_defaults_sends_a_bare_request() {
-        let req = client().enqueue("payments", "tx-1").into_request();
+        let req = builder("payments", "tx-1").into_request();
         assert_eq!(
             req,
             pb::EnqueueRetryRequest {
@@ -223,8 +229,7 @@ mod tests {
 
     #[tokio::test]
     async fn builder_sets_every_field() {
-        let req = client()
-            .enqueue("payments", String::from("tx-2"))
+        let req = builder("payments", String::from("tx-2"))
             .payload(&b"{\"amount\":5}"[..])
             .attribute("tenant", "acme")
             .attributes([("region", "eu"), ("tenant", "globex")])
@@ -261,8 +266,7 @@ mod tests {
     #[tokio::test]
     async fn last_schedule_wins() {
         let at = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let req = client()
-            .enqueue("s", "t")
+        let req = builder("s", "t")
             .delay(Duration::from_secs(5))
             .due_at(at)
             .into_request();
@@ -273,8 +277,7 @@ mod tests {
                 nanos: 0
             }))
         );
-        let req = client()
-            .enqueue("s", "t")
+        let req = builder("s", "t")
             .due_at(at)
             .delay(Duration::from_secs(5))
             .into_request();

@@ -100,13 +100,15 @@ pub mod executor;
 mod policy;
 mod retry;
 mod time;
+mod transport;
 
-pub use client::{Client, Credentials, Transport, CONNECT_TIMEOUT};
+pub use client::Client;
 pub use enqueue::{EnqueueBuilder, Enqueued, ItemError};
 pub use error::Error;
 pub use executor::{Executor, ExecutorBuilder, HandlerError, Job, Outcome};
 pub use policy::RetryPolicy;
 pub use retry::{Cancelled, Retry, RetryStatus};
+pub use transport::{Credentials, Transport, CONNECT_TIMEOUT};
 
 /// The generated `rebound.v1` messages and clients.
 pub use rebound_proto::v1 as proto;

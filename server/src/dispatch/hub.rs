@@ -16,7 +16,7 @@
 //! larger than the budget still goes out.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
@@ -24,10 +24,42 @@ use std::{
     time::Duration,
 };
 
-use rebound_proto::v1 as pb;
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::{api::ts, clock::SharedClock, error::ApiError, store::TxState};
+use crate::{clock::SharedClock, error::Error, store::TxState};
+
+/// One delivery as a subscriber receives it; the API encodes it (`wire::delivery_pb`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    pub delivery_id: String,
+    pub service: String,
+    pub transaction_id: String,
+    /// The attempt this delivery is (1 for the first).
+    pub attempt: u32,
+    pub payload: Vec<u8>,
+    pub attributes: BTreeMap<String, String>,
+    pub due_at_ms: i64,
+    pub first_enqueued_at_ms: i64,
+    pub ack_deadline_ms: i64,
+    pub last_error: String,
+}
+
+impl Delivery {
+    fn of(id: &str, s: &TxState, deadline_ms: i64) -> Self {
+        Delivery {
+            delivery_id: id.to_string(),
+            service: s.service.clone(),
+            transaction_id: s.transaction_id.clone(),
+            attempt: s.attempt + 1,
+            payload: s.payload.clone(),
+            attributes: s.attributes.clone(),
+            due_at_ms: s.due_at_ms,
+            first_enqueued_at_ms: s.first_enqueued_at_ms,
+            ack_deadline_ms: deadline_ms,
+            last_error: s.last_error.clone(),
+        }
+    }
+}
 
 /// A due retry on its way to an executor.
 #[derive(Debug)]
@@ -53,7 +85,7 @@ impl Work {
 #[derive(Debug)]
 struct Subscriber {
     id: u64,
-    tx: mpsc::Sender<Result<pb::Delivery, tonic::Status>>,
+    tx: mpsc::Sender<Delivery>,
     slots: Arc<Semaphore>,
 }
 
@@ -128,7 +160,7 @@ pub struct Hub {
 }
 
 /// The receiving end of one stream's deliveries.
-pub type Deliveries = mpsc::Receiver<Result<pb::Delivery, tonic::Status>>;
+pub type Deliveries = mpsc::Receiver<Delivery>;
 
 impl Hub {
     pub fn new(clock: SharedClock, boot_epoch: i64, limits: HubLimits) -> Self {
@@ -148,14 +180,10 @@ impl Hub {
 
     /// Registers a stream; returns its id and the receiving end. Refused with
     /// RESOURCE_EXHAUSTED when the node has `max_subscribers` streams open.
-    pub fn subscribe(
-        &self,
-        service: &str,
-        max_in_flight: u32,
-    ) -> Result<(u64, Deliveries), ApiError> {
+    pub fn subscribe(&self, service: &str, max_in_flight: u32) -> Result<(u64, Deliveries), Error> {
         let mut inner = self.lock();
         if inner.streams >= self.limits.max_subscribers {
-            return Err(ApiError::ResourceExhausted(format!(
+            return Err(Error::ResourceExhausted(format!(
                 "this node has {} Subscribe streams open, its limit (REBOUND_MAX_SUBSCRIBERS); \
                  subscribe on another node or close idle streams",
                 inner.streams
@@ -267,8 +295,8 @@ impl Hub {
                 self.ids.fetch_add(1, Ordering::Relaxed),
                 rand::random::<u32>(),
             );
-            let delivery = delivery_pb(&delivery_id, &work.state, deadline_ms);
-            if let Err(e) = sub.tx.try_send(Ok(delivery)) {
+            let delivery = Delivery::of(&delivery_id, &work.state, deadline_ms);
+            if let Err(e) = sub.tx.try_send(delivery) {
                 tracing::debug!(subscriber = sub.id, error = %e, "subscriber channel refused a delivery");
                 continue;
             }
@@ -389,25 +417,6 @@ impl Hub {
         inner.streams = 0;
         drop(inner);
         self.changed.notify_waiters();
-    }
-}
-
-fn delivery_pb(id: &str, s: &TxState, deadline_ms: i64) -> pb::Delivery {
-    pb::Delivery {
-        delivery_id: id.to_string(),
-        service: s.service.clone(),
-        transaction_id: s.transaction_id.clone(),
-        attempt: s.attempt + 1,
-        payload: s.payload.clone(),
-        attributes: s
-            .attributes
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        due_time: Some(ts(s.due_at_ms)),
-        first_enqueued_at: Some(ts(s.first_enqueued_at_ms)),
-        ack_deadline: Some(ts(deadline_ms)),
-        last_error: s.last_error.clone(),
     }
 }
 

@@ -29,19 +29,21 @@ use futures::{stream::FuturesUnordered, FutureExt, StreamExt};
 use rand::Rng;
 use tokio::sync::{oneshot, watch};
 
+pub use crate::outcome::{AttemptOutcome, Resolution};
 use crate::{
     clock::SharedClock,
-    error::ApiError,
+    error::Error,
     ownership::{Lease, Ownership},
     services::Services,
     store::{
         DeadLetter, DispatchStore, InstanceRow, Location, PointerState, Status, TokenRange, TxState,
     },
     tasks::Tasks,
+    walk::{self, Walk},
     window::{WindowGrid, WindowId},
     writer::Writer,
 };
-use hub::{Hub, Work};
+use hub::{Deliveries, Delivery, Hub, Work};
 
 /// Dispatch settings, from the node configuration.
 #[derive(Debug, Clone)]
@@ -62,34 +64,9 @@ pub struct DispatchOptions {
     pub orphan_grace_ms: i64,
 }
 
-/// What became of an acknowledged delivery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolution {
-    Succeeded,
-    Rescheduled { due_at_ms: i64, snoozed: bool },
-    Dead,
-}
-
-/// How an executor (or an expired deadline) ended an attempt.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AttemptOutcome {
-    Succeeded,
-    Retry {
-        after: Option<Duration>,
-        error: String,
-        /// Matched against the policy's non-retryable classes.
-        error_class: String,
-        /// Postponed, not tried: no attempt is used, so later backoff does not grow.
-        snooze: bool,
-    },
-    Failed {
-        error: String,
-    },
-}
-
 #[derive(Debug)]
 pub struct Dispatcher {
-    pub hub: Arc<Hub>,
+    hub: Arc<Hub>,
     store: Arc<dyn DispatchStore>,
     writer: Arc<Writer>,
     pub services: Arc<Services>,
@@ -152,20 +129,121 @@ impl Dispatcher {
     }
 
     /// Holds the lock of one transaction on this node (see `Writer::lock_transaction`).
-    pub async fn lock_transaction<'a>(
+    async fn lock_transaction<'a>(
         &'a self,
         service: &str,
         transaction_id: &str,
-    ) -> crate::writer::TxLock<'a> {
+    ) -> crate::txlock::TxLock<'a> {
         self.writer.lock_transaction(service, transaction_id).await
     }
 
-    pub async fn store_state(
-        &self,
+    /// Opens a stream of deliveries of `service` holding at most `max_in_flight`
+    /// unacknowledged. RESOURCE_EXHAUSTED when the node has its most streams open.
+    pub fn subscribe(
+        self: &Arc<Self>,
         service: &str,
-        transaction_id: &str,
-    ) -> Result<Option<TxState>, ApiError> {
-        Ok(self.store.get_state(service, transaction_id).await?)
+        max_in_flight: u32,
+    ) -> Result<Subscription, Error> {
+        let (id, rx) = self.hub.subscribe(service, max_in_flight)?;
+        Ok(Subscription {
+            id,
+            rx,
+            dispatcher: self.clone(),
+        })
+    }
+
+    /// Closes stream `id` (the client went away or the node is stopping): its unacknowledged
+    /// deliveries go to other subscribers.
+    pub fn close_stream(self: &Arc<Self>, id: u64) {
+        let orphans = self.hub.unsubscribe(id);
+        if !orphans.is_empty() {
+            tracing::info!(
+                subscriber = id,
+                items = orphans.len(),
+                "stream closed, redelivering its in-flight items"
+            );
+        }
+        if tokio::runtime::Handle::try_current().is_ok() {
+            for w in orphans {
+                self.requeue(w, Some(id));
+            }
+        }
+    }
+
+    /// The service of a delivery in flight on this node (for the caller's credential check).
+    pub fn service_of(&self, delivery_id: &str) -> Option<String> {
+        self.hub.service_of(delivery_id)
+    }
+
+    /// Applies an executor's acknowledgement of `delivery_id`. NOT_FOUND when it is not in
+    /// flight here, FAILED_PRECONDITION when its retry changed since it was delivered; when
+    /// the outcome cannot be stored the delivery stays in flight, to be acknowledged again.
+    pub async fn ack(
+        self: &Arc<Self>,
+        delivery_id: &str,
+        outcome: AttemptOutcome,
+    ) -> Result<Resolution, Error> {
+        let Some(inflight) = self.hub.take(delivery_id) else {
+            return Err(Error::NotFound(format!(
+                "delivery {delivery_id:?} is not in flight on this node: unknown, already acknowledged, or its deadline passed"
+            )));
+        };
+        let (service, txid) = (
+            inflight.work.state.service.clone(),
+            inflight.work.state.transaction_id.clone(),
+        );
+        // The read, the generation check and the write happen under the transaction's lock,
+        // so a cancel or enqueue on this node cannot land between them and be undone.
+        let _lock = self.lock_transaction(&service, &txid).await;
+        let current = match self.store.get_state(&service, &txid).await {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(w) = self.hub.put_back(delivery_id.to_string(), inflight) {
+                    self.requeue(w, None);
+                }
+                return Err(e.into());
+            }
+        };
+        let live = current
+            .as_ref()
+            .is_some_and(|s| s.is_live(inflight.work.state.generation));
+        if !live {
+            inflight.work.resolve();
+            return Err(Error::FailedPrecondition(format!(
+                "delivery {delivery_id:?} is stale: transaction {txid:?} was rescheduled, cancelled or finished since; nothing changed"
+            )));
+        }
+        let state = current.expect("checked live");
+        match self
+            .resolve(state, inflight.work.deliveries + 1, outcome)
+            .await
+        {
+            Ok(res) => {
+                inflight.work.resolve();
+                Ok(res)
+            }
+            Err(e) => {
+                if let Some(w) = self.hub.put_back(delivery_id.to_string(), inflight) {
+                    self.requeue(w, None);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Pushes the ack deadline of `delivery_id` to now plus `extension`; returns the new
+    /// deadline. NOT_FOUND when it is not in flight here.
+    pub fn extend(&self, delivery_id: &str, extension: Duration) -> Result<i64, Error> {
+        self.hub.extend(delivery_id, extension).ok_or_else(|| {
+            Error::NotFound(format!(
+                "delivery {delivery_id:?} is not in flight on this node"
+            ))
+        })
+    }
+
+    /// Wakes every worker waiting for a subscriber's slot (a resume, or shutdown).
+    pub fn wake(&self) {
+        self.hub.wake();
     }
 
     fn stopping(&self) -> bool {
@@ -186,7 +264,7 @@ impl Dispatcher {
         mut state: TxState,
         deliveries: u32,
         outcome: AttemptOutcome,
-    ) -> Result<Resolution, ApiError> {
+    ) -> Result<Resolution, Error> {
         let now = self.clock.now_ms();
         state.delivery_count = state.delivery_count.saturating_add(deliveries.max(1));
         match outcome {
@@ -255,7 +333,7 @@ impl Dispatcher {
 
     /// Dead letter first, then the terminal state: a crash in between leaves the retry
     /// SCHEDULED (delivered again later), never DEAD without its letter.
-    async fn dead_letter(&self, state: TxState, now: i64) -> Result<(), ApiError> {
+    async fn dead_letter(&self, state: TxState, now: i64) -> Result<(), Error> {
         let letter = DeadLetter {
             service: state.service.clone(),
             transaction_id: state.transaction_id.clone(),
@@ -396,14 +474,14 @@ impl Dispatcher {
 
     /// Every year that may hold a day up to `year`: the years that hold a day row (read
     /// again every `YEARS_REFRESH_MS`), and always `year - 1` and `year`.
-    async fn years(&self, now: i64, year: i32) -> Result<Vec<i32>, ApiError> {
+    async fn years(&self, now: i64, year: i32) -> Result<Vec<i32>, Error> {
         let cached = {
             let c = self.years.lock().expect("years lock");
             c.as_ref()
                 .filter(|(at, _)| now.saturating_sub(*at) < YEARS_REFRESH_MS && *at <= now)
                 .map(|(_, y)| y.clone())
         };
-        let mut years = match cached {
+        let listed = match cached {
             Some(y) => y,
             None => {
                 let y = self.store.list_years().await?;
@@ -411,11 +489,7 @@ impl Dispatcher {
                 y
             }
         };
-        years.extend([year - 1, year]);
-        years.retain(|y| *y <= year);
-        years.sort_unstable();
-        years.dedup();
-        Ok(years)
+        Ok(walk::years(listed, &[year - 1, year], Some(year)))
     }
 
     /// Tier-3 rows read by scans so far, and the scans that read them (each node reads only
@@ -434,7 +508,7 @@ impl Dispatcher {
     /// holds (a handover under way), whose due work is not started here but still holds a
     /// service's newer days back. An instance is due once its writer's clock has closed the
     /// window (`peers`): the W+1 rule holds in the clock that placed it.
-    pub async fn scan(self: &Arc<Self>) -> Result<(), ApiError> {
+    pub async fn scan(self: &Arc<Self>) -> Result<(), Error> {
         let leases = self.ownership.held();
         if leases.is_empty() {
             return Ok(());
@@ -454,15 +528,15 @@ impl Dispatcher {
         });
         let mut held_at: std::collections::HashMap<String, i32> = Default::default();
         self.scans.fetch_add(1, Ordering::Relaxed);
+        let walk = Walk(&*self.store);
         for y in self.years(now, year).await? {
-            let days = self.store.list_days(y).await?;
+            let days = walk.days(y).await?;
             tracing::trace!(year = y, ?days, now, "scan");
             for day in days {
                 if day > today.day {
                     break;
                 }
-                let low = self.store.low_water(day).await?;
-                let windows = self.store.list_windows_from(day, low).await?;
+                let (low, windows) = walk.windows(day).await?;
                 tracing::trace!(day, low, ?windows, "scan day");
                 for index in windows {
                     let window = WindowId { day, index };
@@ -472,10 +546,7 @@ impl Dispatcher {
                     if !leases.iter().any(|l| self.fenced(l)) {
                         continue;
                     }
-                    let mut rows = Vec::new();
-                    for r in &ranges {
-                        rows.extend(self.store.list_instances(window, *r).await?);
-                    }
+                    let rows = walk.instances(window, &ranges).await?;
                     self.instance_rows_read
                         .fetch_add(rows.len() as u64, Ordering::Relaxed);
                     for row in rows {
@@ -586,11 +657,8 @@ impl Dispatcher {
         window: WindowId,
         row: &InstanceRow,
         lease: &Lease,
-    ) -> Result<(), ApiError> {
-        let buckets = self
-            .store
-            .list_buckets(window, &row.service, &row.instance)
-            .await?;
+    ) -> Result<(), Error> {
+        let buckets = Walk(&*self.store).buckets(window, row).await?;
         let mut draining = FuturesUnordered::new();
         let mut all_done = true;
         for bucket in buckets {
@@ -637,11 +705,7 @@ impl Dispatcher {
         // The window is closed to writers (W+1), so no bucket can appear after this check.
         if all_done
             && self.fenced(lease)
-            && self
-                .store
-                .list_buckets(window, &row.service, &row.instance)
-                .await?
-                .is_empty()
+            && Walk(&*self.store).buckets(window, row).await?.is_empty()
             && self.fenced(lease)
         {
             self.store.delete_instance(window, row).await?;
@@ -687,7 +751,7 @@ impl Dispatcher {
         service: &str,
         loc: &Location,
         lease: &Lease,
-    ) -> Result<(Feed, FuturesUnordered<oneshot::Receiver<()>>), ApiError> {
+    ) -> Result<(Feed, FuturesUnordered<oneshot::Receiver<()>>), Error> {
         let writer_lag = self.writer_lag(&loc.instance);
         let store = self.store.clone();
         let svc = service.to_string();
@@ -770,6 +834,40 @@ impl Dispatcher {
             pending.push(rx);
         }
         Ok((if whole { Feed::Whole } else { Feed::Partial }, pending))
+    }
+}
+
+/// The receiving end of one executor's stream (`Dispatcher::subscribe`). Dropping it (the
+/// client went away or the node is stopping) closes the stream: its unacknowledged deliveries
+/// go to other subscribers.
+#[derive(Debug)]
+pub struct Subscription {
+    id: u64,
+    rx: Deliveries,
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl Subscription {
+    /// The stream's id on this node (in logs).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl futures::Stream for Subscription {
+    type Item = Delivery;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.dispatcher.close_stream(self.id);
     }
 }
 

@@ -227,7 +227,7 @@ impl Rig {
         service: &str,
         txid: &str,
         delay_ms: u64,
-    ) -> Result<EnqueueOutcome, rebound_server::error::ApiError> {
+    ) -> Result<EnqueueOutcome, rebound_server::error::Error> {
         self.writer.enqueue(input(service, txid, delay_ms)).await
     }
 

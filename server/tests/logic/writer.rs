@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use rebound_server::{
     clock::ManualClock,
-    error::ApiError,
+    error::Error,
     store::{token, DirectoryStore, Location, PointerState, ScheduleStore, Status, TokenRange},
     window::WindowId,
 };
@@ -161,7 +161,7 @@ async fn cancel_settles_once_and_a_later_enqueue_starts_afresh() {
     // Unknown: NOT_FOUND.
     assert!(matches!(
         rig.writer.cancel("svc", "nope").await,
-        Err(ApiError::NotFound(_))
+        Err(Error::NotFound(_))
     ));
     // An enqueue after the cancel is a new retry, above the cancelled generation.
     let fresh = rig.enqueue("svc", "t1", 0).await;
@@ -180,7 +180,7 @@ async fn a_succeeded_retry_refuses_a_new_enqueue() {
     rig.writer.finish(state, Status::Succeeded).await.unwrap();
     assert!(matches!(
         rig.try_enqueue("svc", "t1", 0).await,
-        Err(ApiError::AlreadyExists(_))
+        Err(Error::AlreadyExists(_))
     ));
 }
 
@@ -262,7 +262,7 @@ async fn a_state_row_slower_than_the_orphan_grace_answers_deadline_exceeded() {
         ..crate::input("svc", txid, 0)
     };
     let r = rig.writer.enqueue(due("t1")).await;
-    assert!(matches!(r, Err(ApiError::DeadlineExceeded(_))), "{r:?}");
+    assert!(matches!(r, Err(Error::DeadlineExceeded(_))), "{r:?}");
     // The outcome was unknown to the caller; the retry is in fact scheduled, and repeating
     // the enqueue settles it.
     let state = rig.state("svc", "t1").await;

@@ -6,7 +6,7 @@ use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClie
 use tokio::time::{sleep, timeout, Instant};
 use tonic::Code;
 
-use crate::client::Transport;
+use crate::transport::Transport;
 
 use crate::{error::is_retryable_code, time::duration_to_proto};
 

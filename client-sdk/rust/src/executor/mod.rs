@@ -77,7 +77,7 @@
 //!   leaves the subscriptions as they are. [`follow_ring(false)`](ExecutorBuilder::follow_ring)
 //!   turns all this off: the runtime then subscribes to the given address only. The ring
 //!   nodes' channels are plain-text HTTP/2 to `http://{address}`, whatever the given
-//!   [`Client`] or [`Channel`] was configured with.
+//!   [`Client`](crate::Client) or [`Channel`] was configured with.
 //! - **Bounded concurrency.** At most [`concurrency`](ExecutorBuilder::concurrency) handlers
 //!   run at once, across all nodes, and each subscription asks its node for at most that
 //!   many unacknowledged deliveries. Each handler runs in its own tokio task, so handlers
@@ -142,10 +142,13 @@ use tokio::{
 };
 use tonic::{transport::Channel, Code, Status};
 
-use crate::client::{Credentials, Transport};
+use crate::transport::{Credentials, Transport};
 use tracing::Instrument;
 
-use crate::{client::endpoint, error::is_retryable_code, Client, Error};
+use crate::{
+    error::{is_retryable_code, Error},
+    transport::endpoint,
+};
 
 use backoff::Backoff;
 use deadline::{extension_span, keep_extended, local_instant};
@@ -197,7 +200,7 @@ const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where an [`Executor`] asks for the ring (and subscribes when there is none, see the
-/// [module docs](self)): a [`Client`], a [`Channel`], or an address such as
+/// [module docs](self)): a [`Client`](crate::Client), a [`Channel`], or an address such as
 /// `"http://127.0.0.1:50051"` or `"127.0.0.1:50051"`, possibly of a load balancer.
 ///
 /// For an address, the executor connects lazily with HTTP/2 keep-alive, so a node that is not
@@ -212,6 +215,12 @@ enum TargetKind {
 }
 
 impl Target {
+    /// The executor client of a [`Client`](crate::Client)(crate::Client) (`From<Client>`, in `client`) or of
+    /// a channel, with the credentials it sends.
+    pub(crate) fn given(client: ExecClient, credentials: Credentials) -> Self {
+        Target(TargetKind::Client(Box::new((client, credentials))))
+    }
+
     /// The client to ask first, and the credentials for every node of the ring.
     fn into_client(self) -> Result<(ExecClient, Credentials), Error> {
         match self.0 {
@@ -236,24 +245,13 @@ pub(super) fn lazy_client(addr: &str, credentials: &Credentials) -> Result<ExecC
     ))
 }
 
-impl From<Client> for Target {
-    fn from(client: Client) -> Self {
-        Target::from(&client)
-    }
-}
-
-impl From<&Client> for Target {
-    fn from(client: &Client) -> Self {
-        Target(TargetKind::Client(Box::new((
-            client.executor_service(),
-            client.credentials().clone(),
-        ))))
-    }
-}
-
 impl From<Channel> for Target {
     fn from(channel: Channel) -> Self {
-        Target::from(Client::from_channel(channel))
+        let credentials = Credentials::default();
+        Target::given(
+            ExecutorServiceClient::with_interceptor(channel, credentials.clone()),
+            credentials,
+        )
     }
 }
 
@@ -290,7 +288,7 @@ pub struct Executor {
     ring_refresh: Duration,
 }
 
-/// Configures an [`Executor`]; created by [`Executor::builder`] or [`Client::executor`].
+/// Configures an [`Executor`]; created by [`Executor::builder`] or [`Client::executor`](crate::Client::executor).
 #[derive(Debug, Clone)]
 #[must_use = "an ExecutorBuilder does nothing until `.run()` is awaited"]
 pub struct ExecutorBuilder {
@@ -299,7 +297,7 @@ pub struct ExecutorBuilder {
 
 impl Executor {
     /// Starts configuring an executor for `service`'s due retries from the cluster that
-    /// `target` belongs to: a [`Client`] (or `&Client`), a [`Channel`], or an address. The
+    /// `target` belongs to: a [`Client`](crate::Client) (or `&Client`), a [`Channel`], or an address. The
     /// executor subscribes to every node of the ring `target` reports, or to `target` itself
     /// when it reports none.
     pub fn builder(target: impl Into<Target>, service: impl Into<String>) -> ExecutorBuilder {

@@ -17,7 +17,7 @@ use tokio::{
 use tonic::{Code, Status};
 use tracing::Instrument;
 
-use crate::client::Credentials;
+use crate::transport::Credentials;
 
 use super::{
     backoff::Backoff,

@@ -66,13 +66,16 @@ fn state_write_weight(s: &TxState) -> usize {
     }
 }
 
+/// The coalescer of state-row writes.
+type StateWrites = Coalescer<(), (TxState, Option<u32>), (), StoreError>;
+
 /// The state-row statements, and the coalescers that run them.
 pub(super) struct States {
     put_cancel: PreparedStatement,
     /// State-row reads of one service coalesced into `IN` queries.
-    reads: Arc<Coalescer<String, String, Option<TxState>>>,
+    reads: Arc<Coalescer<String, String, Option<TxState>, StoreError>>,
     /// State-row writes coalesced into small unlogged batches.
-    writes: Arc<Coalescer<(), (TxState, Option<u32>), ()>>,
+    writes: Arc<StateWrites>,
     /// The same statements, for callers that bring many rows at once.
     io: Arc<StateIo>,
 }

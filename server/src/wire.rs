@@ -1,0 +1,153 @@
+//! The protobuf encodings of the domain types, in one place: the handlers (`api`) and the
+//! operator API (`admin`) answer with these, and nothing below them names a protobuf type for
+//! what they return. Decoding (with its checks) is `validate`'s.
+
+use rebound_proto::v1 as pb;
+
+use crate::{
+    dispatch::hub::Delivery,
+    error::Error,
+    outcome::Resolution,
+    policy::{RetryPolicy, UNLIMITED_ATTEMPTS},
+    store::{self, TokenRange, TxState},
+    window::day_to_date,
+    writer::EnqueueOutcome,
+};
+
+/// Milliseconds since the epoch as a protobuf timestamp.
+pub fn ts(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+pub fn dur(d: std::time::Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+pub fn status_pb(s: store::Status) -> pb::RetryStatus {
+    match s {
+        store::Status::Scheduled => pb::RetryStatus::Scheduled,
+        store::Status::Succeeded => pb::RetryStatus::Succeeded,
+        store::Status::Dead => pb::RetryStatus::Dead,
+        store::Status::Cancelled => pb::RetryStatus::Cancelled,
+    }
+}
+
+pub fn policy_pb(p: &RetryPolicy) -> pb::RetryPolicy {
+    let unlimited = p.max_attempts == UNLIMITED_ATTEMPTS;
+    pb::RetryPolicy {
+        max_attempts: (!unlimited).then_some(p.max_attempts),
+        unlimited_attempts: unlimited.then_some(true),
+        non_retryable_error_classes: p.non_retryable.clone(),
+        initial_backoff: Some(dur(p.initial_backoff)),
+        max_backoff: Some(dur(p.max_backoff)),
+        multiplier: Some(p.multiplier),
+        jitter: Some(p.jitter),
+        max_retry_duration: p.max_retry_duration.map(dur),
+        ack_timeout: Some(dur(p.ack_timeout)),
+        max_deliveries_per_attempt: Some(p.max_deliveries_per_attempt),
+    }
+}
+
+pub fn retry_pb(s: TxState) -> pb::Retry {
+    pb::Retry {
+        status: status_pb(s.status) as i32,
+        attempt: s.attempt,
+        generation: s.generation as u64,
+        due_time: Some(ts(s.due_at_ms)),
+        last_error: s.last_error,
+        payload: s.payload,
+        attributes: s.attributes.into_iter().collect(),
+        policy: Some(policy_pb(&s.policy)),
+        first_enqueued_at: Some(ts(s.first_enqueued_at_ms)),
+        last_enqueued_at: Some(ts(s.last_enqueued_at_ms)),
+        updated_at: Some(ts(s.updated_at_ms)),
+        location: s.location.map(|l| pb::Location {
+            day: day_to_date(l.window.day).to_string(),
+            window: l.window.index,
+            instance: l.instance,
+            bucket: l.bucket,
+        }),
+        enqueue_count: s.enqueue_count,
+        delivery_count: s.delivery_count,
+        service: s.service,
+        transaction_id: s.transaction_id,
+    }
+}
+
+pub fn enqueue_pb(o: EnqueueOutcome) -> pb::EnqueueRetryResponse {
+    pb::EnqueueRetryResponse {
+        transaction_id: o.transaction_id,
+        due_time: Some(ts(o.due_at_ms)),
+        generation: o.generation as u64,
+        deduplicated: o.deduplicated,
+    }
+}
+
+/// One item of an `EnqueueRetryBatch` answer.
+pub fn enqueue_result_pb(res: Result<EnqueueOutcome, Error>) -> pb::EnqueueRetryResult {
+    pb::EnqueueRetryResult {
+        result: Some(match res {
+            Ok(o) => pb::enqueue_retry_result::Result::Response(enqueue_pb(o)),
+            Err(e) => pb::enqueue_retry_result::Result::Error(pb::ItemError {
+                code: e.code() as i32,
+                message: e.to_string(),
+            }),
+        }),
+    }
+}
+
+pub fn ack_response(r: Resolution) -> pb::AckResponse {
+    match r {
+        Resolution::Succeeded => pb::AckResponse::default(),
+        Resolution::Rescheduled { due_at_ms, snoozed } => pb::AckResponse {
+            next_due_time: Some(ts(due_at_ms)),
+            snoozed,
+            ..Default::default()
+        },
+        Resolution::Dead => pb::AckResponse {
+            dead_lettered: true,
+            ..Default::default()
+        },
+    }
+}
+
+/// One item of an `AckBatch` answer.
+pub fn ack_result_pb(res: Result<Resolution, Error>) -> pb::AckBatchResult {
+    pb::AckBatchResult {
+        result: Some(match res {
+            Ok(r) => pb::ack_batch_result::Result::Response(ack_response(r)),
+            Err(e) => pb::ack_batch_result::Result::Error(pb::AckError {
+                code: e.code() as i32,
+                message: e.to_string(),
+            }),
+        }),
+    }
+}
+
+pub fn delivery_pb(d: Delivery) -> pb::Delivery {
+    pb::Delivery {
+        delivery_id: d.delivery_id,
+        service: d.service,
+        transaction_id: d.transaction_id,
+        attempt: d.attempt,
+        payload: d.payload,
+        attributes: d.attributes.into_iter().collect(),
+        due_time: Some(ts(d.due_at_ms)),
+        first_enqueued_at: Some(ts(d.first_enqueued_at_ms)),
+        ack_deadline: Some(ts(d.ack_deadline_ms)),
+        last_error: d.last_error,
+    }
+}
+
+pub fn token_range_pb(r: &TokenRange) -> pb::TokenRange {
+    pb::TokenRange {
+        start: r.start,
+        end: r.end,
+    }
+}
