@@ -300,13 +300,23 @@ impl Config {
         env: &HashMap<String, String>,
         flags: &Overrides,
     ) -> Result<Self, ConfigError> {
+        Self::load_over(Config::default(), file, env, flags)
+    }
+
+    /// `load` over `base` instead of the defaults (`rebound-server dev` starts from its own).
+    pub fn load_over(
+        base: Config,
+        file: Option<&Path>,
+        env: &HashMap<String, String>,
+        flags: &Overrides,
+    ) -> Result<Self, ConfigError> {
         let text = file
             .map(|path| {
                 std::fs::read_to_string(path)
                     .map_err(|e| bad("--config", format!("cannot read {}: {e}", path.display())))
             })
             .transpose()?;
-        let c = Self::from_sources(text.as_deref(), env, flags)?;
+        let c = Self::from_sources_over(base, text.as_deref(), env, flags)?;
         c.check_credentials_file()?;
         Ok(c)
     }
@@ -320,7 +330,15 @@ impl Config {
         env: &HashMap<String, String>,
         flags: &Overrides,
     ) -> Result<Self, ConfigError> {
-        let mut c = Config::default();
+        Self::from_sources_over(Config::default(), file_text, env, flags)
+    }
+
+    fn from_sources_over(
+        mut c: Config,
+        file_text: Option<&str>,
+        env: &HashMap<String, String>,
+        flags: &Overrides,
+    ) -> Result<Self, ConfigError> {
         if let Some(text) = file_text {
             c.apply_file(text)?;
         }

@@ -21,7 +21,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "rebound-server",
     version,
-    about = "Rebound node: retry-as-a-service over Apache Cassandra"
+    about = "Rebound node: retry-as-a-service over Apache Cassandra (or, for one node, an embedded store)"
 )]
 struct Cli {
     /// TOML configuration file (keys are the REBOUND_* names, lower case, without the prefix).
@@ -70,7 +70,32 @@ fn main() -> ExitCode {
         node_id: cli.node_id.clone(),
         contact_points: cli.contact_points.clone(),
     };
-    let config = match Config::load(cli.config.as_deref(), &env, &overrides) {
+    // `dev` keeps its data where --data-dir or REBOUND_DATA_DIR says, else in a temporary
+    // directory that lives until the process ends.
+    let dev = match &cli.command {
+        Some(Command::Dev { data_dir }) => {
+            match data_dir.clone().or_else(|| {
+                env.get("REBOUND_DATA_DIR")
+                    .filter(|d| !d.is_empty())
+                    .map(PathBuf::from)
+            }) {
+                Some(dir) => Some((dir, None)),
+                None => match tempfile::Builder::new().prefix("rebound-dev-").tempdir() {
+                    Ok(t) => Some((t.path().to_path_buf(), Some(t))),
+                    Err(e) => {
+                        eprintln!("rebound-server: cannot create a temporary data directory: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                },
+            }
+        }
+        _ => None,
+    };
+    let base = match &dev {
+        Some((dir, _)) => dev_defaults(dir.clone()),
+        None => Config::default(),
+    };
+    let config = match Config::load_over(base, cli.config.as_deref(), &env, &overrides) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("rebound-server: {e}");
@@ -104,7 +129,12 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => serve(config, clock).await,
-            Command::Dev { data_dir } => dev(config, &env, data_dir, clock).await,
+            Command::Dev { .. } => {
+                let (dir, temp) = dev.expect("a dev directory");
+                let result = run_dev(config, dir, temp.is_some(), clock).await;
+                drop(temp);
+                result
+            }
             Command::Migrate => {
                 let applied = run_migrations(&config, &clock).await?;
                 if config.store == StoreKind::Embedded {
@@ -158,67 +188,45 @@ async fn serve_node(mut node: Node) -> anyhow::Result<()> {
     }
 }
 
-/// The settings of `rebound-server dev`, over the loaded configuration: what the
-/// environment sets explicitly for windows and margin is kept.
-fn dev_config(
-    mut config: Config,
-    env: &std::collections::HashMap<String, String>,
-    data_dir: PathBuf,
-) -> Config {
-    config.store = StoreKind::Embedded;
-    config.data_dir = Some(data_dir);
-    if !env.contains_key("REBOUND_WINDOW_SECONDS") {
-        config.window_seconds = 1;
+/// The defaults of `rebound-server dev`, under the file, the environment and the flags:
+/// the embedded store in `dir`, 1 s windows, a short margin, short leases, fast scans.
+fn dev_defaults(dir: PathBuf) -> Config {
+    Config {
+        store: StoreKind::Embedded,
+        data_dir: Some(dir),
+        window_seconds: 1,
+        skew_margin_ms: 250,
+        scan_interval_ms: 100,
+        compaction_interval_ms: 1_000,
+        // A restarted dev node waits for its last run's leases to lapse: keep that short.
+        lease_ttl_ms: 2_000,
+        node_id: "dev".into(),
+        // One node on its own clock: there is no database clock to follow.
+        clock_sync: false,
+        ..Config::default()
     }
-    if !env.contains_key("REBOUND_SKEW_MARGIN_MS") {
-        config.skew_margin_ms = 250;
-    }
-    if !env.contains_key("REBOUND_SCAN_INTERVAL_MS") {
-        config.scan_interval_ms = 100;
-    }
-    if !env.contains_key("REBOUND_COMPACTION_INTERVAL_MS") {
-        config.compaction_interval_ms = 1_000;
-    }
-    // A restarted dev node waits for its last run's leases to lapse: keep that short.
-    if !env.contains_key("REBOUND_LEASE_TTL_MS") {
-        config.lease_ttl_ms = 2_000;
-    }
-    if !env.contains_key("REBOUND_NODE_ID") {
-        config.node_id = "dev".into();
-    }
-    // One node on its own clock: there is no database clock to follow.
-    config.clock_sync = false;
-    config
 }
 
-async fn dev(
-    config: Config,
-    env: &std::collections::HashMap<String, String>,
-    data_dir: Option<PathBuf>,
+async fn run_dev(
+    mut config: Config,
+    dir: PathBuf,
+    temporary: bool,
     clock: SharedClock,
 ) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
-    // The temporary directory lives until this function returns, then is deleted.
-    let (dir, _temp) = match data_dir {
-        Some(d) => (d, None),
-        None => {
-            let t = tempfile::Builder::new()
-                .prefix("rebound-dev-")
-                .tempdir()
-                .map_err(|e| anyhow::anyhow!("cannot create a temporary data directory: {e}"))?;
-            (t.path().to_path_buf(), Some(t))
-        }
-    };
-    let config = dev_config(config, env, dir.clone());
+    // Whatever the file or the environment say, dev is the embedded store in its directory.
+    config.store = StoreKind::Embedded;
+    config.data_dir = Some(dir.clone());
+    let windows = config.window_seconds;
     let node = Node::start(config, clock).await?;
     let addr = node.local_addr();
-    let kept = if _temp.is_some() {
+    let kept = if temporary {
         "a temporary directory, deleted on exit"
     } else {
         "kept on exit"
     };
     println!(
-        "rebound dev: serving on {addr} in {} ms (embedded store in {}, {kept}; 1 s windows)",
+        "rebound dev: serving on {addr} in {} ms (embedded store in {}, {kept}; {windows} s windows)",
         started.elapsed().as_millis(),
         dir.display()
     );

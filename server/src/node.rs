@@ -1,5 +1,6 @@
-//! A running Rebound node: connects to Cassandra and migrates, sets its clock to Cassandra's
-//! (clock sync), builds the components, takes one lease-ring round (unless an `Ownership` is
+//! A running Rebound node: opens its store (`REBOUND_STORE`: Cassandra, or the embedded store
+//! for one node) and migrates it, sets its clock to the database's (clock sync, Cassandra),
+//! builds the components, takes one lease-ring round (unless an `Ownership` is
 //! given), then serves gRPC (the API, health and reflection on one port).
 //!
 //! Every task it runs has an owner (`NodeTasks`, see `tasks`). `Node::shutdown` signals them
@@ -207,7 +208,11 @@ impl NodeTasks {
 
 /// Applies the schema migrations to the configured store (the `migrate` command).
 pub async fn run_migrations(config: &Config, clock: &SharedClock) -> anyhow::Result<Vec<i32>> {
-    Ok(open_store(config, clock).await?.applied)
+    match config.store {
+        // Connect and migrate only: no statements to prepare.
+        StoreKind::Cassandra => Ok(connect_and_migrate(config, clock).await?.1),
+        StoreKind::Embedded => Ok(open_store(config, clock).await?.applied),
+    }
 }
 
 /// An open, migrated store.
@@ -241,10 +246,19 @@ async fn open_store(config: &Config, clock: &SharedClock) -> anyhow::Result<Open
                 .data_dir
                 .as_deref()
                 .context("REBOUND_DATA_DIR is required with REBOUND_STORE=embedded")?;
-            let store = EmbeddedStore::open(dir, &config.region, &config.cluster, clock.clone())
-                .with_context(|| {
-                    format!("opening the embedded store in {dir:?} (REBOUND_DATA_DIR)")
-                })?;
+            // Opening may repair the file after a crash, in time with its size: off the runtime.
+            let (path, region, cluster, store_clock) = (
+                dir.to_path_buf(),
+                config.region.clone(),
+                config.cluster.clone(),
+                clock.clone(),
+            );
+            let store = tokio::task::spawn_blocking(move || {
+                EmbeddedStore::open(&path, &region, &cluster, store_clock)
+            })
+            .await
+            .context("opening the embedded store")?
+            .with_context(|| format!("opening the embedded store in {dir:?} (REBOUND_DATA_DIR)"))?;
             let applied = store
                 .migrate(clock.now_ms())
                 .await
@@ -645,7 +659,7 @@ impl Node {
             state_rows_written = writes.items,
             pointer_writes,
             pointers,
-            "coalesced Cassandra requests since start"
+            "coalesced store requests since start (state rows: Cassandra only)"
         );
         self.dispatcher.wake();
         // The server task ends by the deadline (it cuts the connections still open then).

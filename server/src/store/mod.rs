@@ -1,7 +1,9 @@
 //! Storage behind one trait per table group (`DirectoryStore`, `StateStore`, `LeaseStore`,
 //! `ServiceStore`, `DeadLetterStore`, `MigrationStore`; `RetryStore` is their union).
 //! Nothing outside `store` knows CQL exists: the Cassandra implementation lives in
-//! `cassandra/`, migrations in `migrate.rs`. See docs/architecture.md.
+//! `cassandra/`, its migrations in `migrate.rs`; the embedded one (redb, one node) in
+//! `embedded/`. Both pass one conformance suite (`server/tests/conformance`). See
+//! docs/architecture.md.
 //!
 //! Every write here is an idempotent upsert or a whole-partition delete (the one row delete is
 //! `delete_late_pointer`, on the rare late-write path), so a write whose

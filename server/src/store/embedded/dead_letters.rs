@@ -1,6 +1,7 @@
 //! Dead letters: one partition per (service, day), rows by (dead_at, transaction_id).
 
 use async_trait::async_trait;
+use futures::StreamExt;
 
 use super::{
     expiry,
@@ -59,13 +60,16 @@ impl DeadLetterStore for EmbeddedStore {
         from_ms: i64,
         to_ms: i64,
     ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<DeadLetterRow>>> {
-        use futures::StreamExt;
         let prefix = self.letter_day(service, day);
         let n = prefix.as_bytes().len();
         let service = service.to_string();
-        // The partition read in pages; rows outside [from, to) are dropped (Cassandra
-        // restricts the clustering range on the server, with the same result).
-        let rows = self.stream_partition(prefix, move |k, v| {
+        if from_ms >= to_ms {
+            return Ok(futures::stream::empty().boxed());
+        }
+        // Only the clustering range [from, to) is read, as Cassandra restricts it.
+        let from = prefix.clone().i64(from_ms).into_bytes();
+        let to = prefix.i64(to_ms).into_bytes();
+        Ok(self.stream_range(from, Some(to), move |k, v| {
             let mut r = KeyReader::after(k, n)?;
             let dead_at_ms = r.i64()?;
             let transaction_id = r.str()?;
@@ -82,16 +86,7 @@ impl DeadLetterStore for EmbeddedStore {
                 },
                 redriven_at_ms: d.opt_i64()?,
             })
-        });
-        Ok(rows
-            .filter(move |r| {
-                let keep = match r {
-                    Ok(r) => from_ms <= r.letter.dead_at_ms && r.letter.dead_at_ms < to_ms,
-                    Err(_) => true,
-                };
-                futures::future::ready(keep)
-            })
-            .boxed())
+        }))
     }
 
     async fn mark_redriven(&self, d: &DeadLetter, now: i64) -> StoreResult<()> {

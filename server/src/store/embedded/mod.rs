@@ -46,6 +46,8 @@ const EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("expiry");
 const NEVER: i64 = i64::MAX;
 /// Rows per page of a streamed read.
 const PAGE: usize = 1000;
+/// Most expiry-index entries one sweep transaction handles.
+const SWEEP_BATCH: usize = 2_000;
 /// The layout version this build writes (`MigrationStore`).
 const LAYOUT_VERSION: i32 = 1;
 /// The file inside the data directory.
@@ -91,7 +93,8 @@ impl EmbeddedStore {
         let path = dir.join(FILE_NAME);
         let db = Database::create(&path).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Unavailable(format!(
-                "{path:?} is in use by another process: the embedded store serves one node \
+                "{path:?} is already open (in use by another process, or still by this one): \
+                 the embedded store serves one node \
                  (give each node its own REBOUND_DATA_DIR, or use REBOUND_STORE=cassandra for \
                  more than one)"
             )),
@@ -252,6 +255,21 @@ impl Writer<'_> {
     }
 }
 
+/// One read snapshot (`Inner::read`).
+struct Snapshot {
+    rows: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    now_ms: i64,
+}
+
+impl Snapshot {
+    fn get(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        match self.rows.get(key).map_err(internal)? {
+            Some(v) => Ok(live(v.value(), self.now_ms)?.map(<[u8]>::to_vec)),
+            None => Ok(None),
+        }
+    }
+}
+
 /// A key and payload read back.
 type Row = (Vec<u8>, Vec<u8>);
 
@@ -268,6 +286,17 @@ impl Inner {
         };
         tx.commit().map_err(internal)?;
         Ok(out)
+    }
+
+    /// Runs `f` on one read snapshot, at one instant of the clock: rows read together are
+    /// read as of one commit, as Cassandra reads the cells of one row.
+    fn read<T>(&self, f: impl FnOnce(&Snapshot) -> StoreResult<T>) -> StoreResult<T> {
+        let tx = self.db.begin_read().map_err(internal)?;
+        let rows = tx.open_table(ROWS).map_err(internal)?;
+        f(&Snapshot {
+            rows,
+            now_ms: self.clock.now_ms(),
+        })
     }
 
     fn get(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
@@ -308,25 +337,43 @@ impl Inner {
         self.scan(prefix.as_bytes(), end.as_deref(), usize::MAX)
     }
 
+    /// Sweeps in transactions of at most `SWEEP_BATCH` index entries, so that writers
+    /// (lease renewals among them) never wait behind a mass expiry for long.
     fn sweep(&self) -> StoreResult<usize> {
+        let mut swept = 0;
+        loop {
+            let (n, more) = self.sweep_batch()?;
+            swept += n;
+            if !more {
+                return Ok(swept);
+            }
+        }
+    }
+
+    /// One batch of the sweep: how many rows it deleted, and whether entries are left.
+    fn sweep_batch(&self) -> StoreResult<(usize, bool)> {
         self.write(|w| {
-            // Every entry whose expiry is at or before now.
+            // Entries whose expiry is at or before now.
             let upto = Key::empty().i64(w.now_ms).prefix_end().unwrap_or_default();
             let due: Vec<Vec<u8>> = w
                 .expiry
                 .range::<&[u8]>(..upto.as_slice())
                 .map_err(internal)?
+                .take(SWEEP_BATCH + 1)
                 .map(|e| e.map(|(k, _)| k.value().to_vec()).map_err(internal))
                 .collect::<StoreResult<_>>()?;
+            let more = due.len() > SWEEP_BATCH;
             let mut swept = 0;
-            for entry in due {
+            for entry in due.iter().take(SWEEP_BATCH) {
                 w.expiry.remove(entry.as_slice()).map_err(internal)?;
                 let Some(key) = entry.get(8..) else {
                     continue;
                 };
-                // The row may have been rewritten since, with a later expiry or none.
+                // The row may have been rewritten since, with a later expiry or none. A row
+                // that cannot be read is left to its readers' errors, not swept, and its
+                // index entry goes: one bad row never fails every later sweep.
                 let expired = match w.rows.get(key).map_err(internal)? {
-                    Some(v) => live(v.value(), w.now_ms)?.is_none(),
+                    Some(v) => matches!(live(v.value(), w.now_ms), Ok(None)),
                     None => false,
                 };
                 if expired {
@@ -334,7 +381,7 @@ impl Inner {
                     swept += 1;
                 }
             }
-            Ok(swept)
+            Ok((swept, more))
         })
     }
 }
@@ -386,12 +433,27 @@ impl EmbeddedStore {
         T: Send + 'static,
         F: Fn(&[u8], &[u8]) -> StoreResult<T> + Send + Sync + 'static,
     {
+        let end = prefix.prefix_end();
+        self.stream_range(prefix.into_bytes(), end, decode)
+    }
+
+    /// The rows with `from <= key < end` (no end: to the last key), streamed as
+    /// `stream_partition` streams a partition.
+    fn stream_range<T, F>(
+        &self,
+        from: Vec<u8>,
+        end: Option<Vec<u8>>,
+        decode: F,
+    ) -> futures::stream::BoxStream<'static, StoreResult<T>>
+    where
+        T: Send + 'static,
+        F: Fn(&[u8], &[u8]) -> StoreResult<T> + Send + Sync + 'static,
+    {
         use futures::StreamExt;
         let inner = self.inner.clone();
-        let end = prefix.prefix_end();
         let decode = Arc::new(decode);
-        // The state: the next key to read from, or None once the partition is read.
-        futures::stream::unfold(Some(prefix.into_bytes()), move |from| {
+        // The state: the next key to read from, or None once the range is read.
+        futures::stream::unfold(Some(from), move |from| {
             let inner = inner.clone();
             let end = end.clone();
             let decode = decode.clone();
@@ -432,7 +494,7 @@ impl super::MigrationStore for EmbeddedStore {
                     let version = keys::Dec::new(&v).u32()? as i32;
                     if version > LAYOUT_VERSION {
                         return Err(StoreError::Internal(format!(
-                            "the data directory holds layout {version}, newer than this build's                              {LAYOUT_VERSION}: run a newer rebound-server"
+                            "the data directory holds layout {version}, newer than this build's {LAYOUT_VERSION}: run a newer rebound-server"
                         )));
                     }
                     Ok(Vec::new())

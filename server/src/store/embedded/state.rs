@@ -9,7 +9,7 @@ use prost::Message;
 use super::{
     expiry,
     keys::{Dec, Enc, Key, Table},
-    EmbeddedStore, Inner, Writer,
+    EmbeddedStore, Snapshot, Writer,
 };
 use crate::store::{
     body::{Body, StateCells},
@@ -58,7 +58,12 @@ fn put_state(w: &mut Writer<'_>, k: &StateKeys, s: &TxState, ttl: Option<u32>) -
     Ok(())
 }
 
-fn read_state(i: &Inner, service: &str, id: &str, k: &StateKeys) -> StoreResult<Option<TxState>> {
+fn read_state(
+    i: &Snapshot,
+    service: &str,
+    id: &str,
+    k: &StateKeys,
+) -> StoreResult<Option<TxState>> {
     let cell = |key: &Key| -> StoreResult<Option<i64>> {
         i.get(key.as_bytes())?
             .map(|v| Dec::new(&v).i64())
@@ -123,7 +128,7 @@ impl StateStore for EmbeddedStore {
     async fn get_state(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {
         let k = self.state_keys(service, txid);
         let (service, txid) = (service.to_string(), txid.to_string());
-        self.blocking(move |i| read_state(i, &service, &txid, &k))
+        self.blocking(move |i| i.read(|r| read_state(r, &service, &txid, &k)))
             .await
     }
 
@@ -134,9 +139,11 @@ impl StateStore for EmbeddedStore {
             .collect();
         let service = service.to_string();
         self.blocking(move |i| {
-            keys.iter()
-                .map(|(id, k)| read_state(i, &service, id, k))
-                .collect()
+            i.read(|r| {
+                keys.iter()
+                    .map(|(id, k)| read_state(r, &service, id, k))
+                    .collect()
+            })
         })
         .await
     }

@@ -1,5 +1,5 @@
 //! What is particular to the embedded store; the behaviour both stores share is pinned by
-//! the conformance suite (server/tests/conformance.rs).
+//! the conformance suite (server/tests/conformance).
 
 use std::sync::Arc;
 
@@ -91,4 +91,21 @@ async fn a_newer_layout_is_refused() {
         .unwrap();
     let err = s.migrate(0).await.unwrap_err().to_string();
     assert!(err.contains("newer than this build"), "{err}");
+}
+
+#[tokio::test]
+async fn a_mass_expiry_is_swept_in_batches_to_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    let s = open(dir.path(), &clock).unwrap();
+    let n = 2 * SWEEP_BATCH + 5;
+    let rows: Vec<_> = (0..n)
+        .map(|i| (s.key(Table::LowWater).i32(i as i32), Vec::new()))
+        .collect();
+    for (k, v) in rows {
+        s.put_row(k, v, Some(1)).await.unwrap();
+    }
+    clock.advance(1_000);
+    assert_eq!(s.sweep().await.unwrap(), n);
+    assert_eq!(s.sweep().await.unwrap(), 0);
 }
