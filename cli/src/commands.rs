@@ -322,6 +322,7 @@ async fn enqueue(ctx: &Ctx, a: &EnqueueArgs) -> Result<Out, CliError> {
         policy: (!a.policy.is_empty()).then(|| a.policy.to_proto()),
         attempt: a.attempt,
         last_error: a.last_error.clone().unwrap_or_default(),
+        trace_context: None,
     };
     let r = ctx
         .call(ctx.retry().enqueue_retry(ctx.req(request)))

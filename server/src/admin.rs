@@ -20,7 +20,7 @@ use std::{
     time::Duration,
 };
 
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use rebound_proto::v1 as pb;
 
 use crate::{
@@ -750,68 +750,31 @@ impl Admin {
                 per.entry(s.service.clone()).or_default().paused = s.paused;
             }
         }
-        let entries = self.directory(only).await?;
-        let jobs: Vec<(usize, String, Location)> = entries
-            .iter()
-            .enumerate()
-            .flat_map(|(i, e)| {
-                e.buckets.iter().map(move |b| {
-                    let loc = Location {
-                        window: e.window,
-                        instance: e.row.instance.clone(),
-                        bucket: *b,
-                    };
-                    (i, e.row.service.clone(), loc)
-                })
-            })
-            .collect();
-        let counts: Vec<(usize, u64)> = futures::stream::iter(jobs)
-            .map(|(i, service, loc)| {
-                let store = self.store.clone();
-                async move { Ok::<_, Error>((i, store.count_pointers(&service, &loc).await?)) }
-            })
-            .buffered(16)
-            .try_collect()
-            .await?;
-        let mut by_window: BTreeMap<(String, WindowId), u64> = BTreeMap::new();
-        for (i, n) in counts {
-            let e = &entries[i];
-            *by_window
-                .entry((e.row.service.clone(), e.window))
-                .or_default() += n;
-        }
-        for ((service, window), n) in by_window {
-            if n == 0 {
-                continue;
-            }
+        let backlog =
+            crate::backlog::measure(&self.store, &grid, now, only, 0, None).await?;
+        for (service, b) in backlog {
             let st = per.entry(service).or_default();
-            st.pending += n;
-            let end = grid.end_ms(window);
-            let start = grid.start_ms(window);
-            let bands = st.bands.get_or_insert_with(Default::default);
-            match end - now {
-                d if d <= 0 => {
-                    bands.overdue += n;
-                    let age = now - start;
-                    let older = st
-                        .oldest_due_age
-                        .as_ref()
-                        .is_none_or(|a| a.seconds * 1000 + i64::from(a.nanos) / 1_000_000 < age);
-                    if older {
-                        st.oldest_due_age = Some(dur(Duration::from_millis(age as u64)));
-                    }
-                }
-                d if d <= 60_000 => bands.within_minute += n,
-                d if d <= 3_600_000 => bands.within_hour += n,
-                d if d <= DAY_MS => bands.within_day += n,
-                _ => bands.later += n,
-            }
-            st.windows.push(pb::WindowCount {
-                day: day_to_date(window.day).to_string(),
-                window: window.index,
-                pending: n,
-                window_start: Some(ts(start)),
+            st.pending = b.pending;
+            st.bands = Some(pb::DueBands {
+                overdue: b.bands.overdue,
+                within_minute: b.bands.within_minute,
+                within_hour: b.bands.within_hour,
+                within_day: b.bands.within_day,
+                later: b.bands.later,
             });
+            st.oldest_due_age = b
+                .oldest_due_age_ms
+                .map(|age| dur(Duration::from_millis(age.max(0) as u64)));
+            st.windows = b
+                .windows
+                .into_iter()
+                .map(|(window, n)| pb::WindowCount {
+                    day: day_to_date(window.day).to_string(),
+                    window: window.index,
+                    pending: n,
+                    window_start: Some(ts(grid.start_ms(window))),
+                })
+                .collect();
         }
         // Dead letters within the retention period, not redriven.
         let names: Vec<String> = per.keys().cloned().collect();

@@ -4,18 +4,73 @@
 use std::{pin::Pin, sync::Arc};
 
 use futures::{stream, Stream, StreamExt};
+use opentelemetry::trace::TraceContextExt;
 use rebound_proto::v1::{self as pb};
-use tonic::{Request, Response, Status};
+use tonic::{metadata::MetadataMap, Request, Response, Status};
+use tracing::{Instrument, Span};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::{
     auth::{Auth, Credential},
     dispatch::{Dispatcher, Resolution},
     error::Error,
+    metrics, names,
     ring::LeaseRing,
     store::TokenRange,
+    telemetry::{context::TextContext, rpc::code_name, spans},
     validate, wire,
-    writer::Writer,
+    writer::{EnqueueOutcome, Writer},
 };
+
+/// The trace context of a request's `traceparent` / `tracestate` metadata (empty: none or
+/// invalid).
+fn request_context(m: &MetadataMap) -> TextContext {
+    let get = |k: &str| m.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
+    TextContext::from_text(get("traceparent"), get("tracestate"))
+}
+
+/// An enqueue's own `trace_context` (empty: none, or invalid, which validation refuses).
+fn item_context(r: &pb::EnqueueRetryRequest) -> TextContext {
+    r.trace_context
+        .as_ref()
+        .map(|t| TextContext::from_text(&t.traceparent, &t.tracestate))
+        .unwrap_or_default()
+}
+
+/// The context stored with the retry: its `send` span's when traced, else the item's own,
+/// else the request's.
+fn stored_context(span: &Span, own: TextContext, request: &TextContext) -> TextContext {
+    if !span.is_disabled() {
+        let sc = span.context().span().span_context().clone();
+        if sc.is_valid() {
+            return TextContext::of(&sc);
+        }
+    }
+    if own.is_empty() {
+        request.clone()
+    } else {
+        own
+    }
+}
+
+/// Counts one enqueue item, and marks its span failed when it was refused.
+fn count_enqueue(service: &str, span: &Span, r: &Result<EnqueueOutcome, Error>) {
+    // A name that is not a valid service name never becomes a label.
+    let label = match names::service_problem(service) {
+        None => service,
+        Some(_) => "_invalid",
+    };
+    let m = metrics::global();
+    match r {
+        Ok(o) if o.deduplicated => m.enqueue(label, "deduplicated", "OK"),
+        Ok(_) => m.enqueue(label, "new", "OK"),
+        Err(e) => {
+            let code = code_name(e.code() as i32);
+            m.enqueue(label, "refused", code);
+            spans::failed(span, code);
+        }
+    }
+}
 
 /// Shared state of the handlers.
 #[derive(Debug, Clone)]
@@ -36,11 +91,20 @@ impl pb::retry_service_server::RetryService for Api {
         request: Request<pb::EnqueueRetryRequest>,
     ) -> Result<Response<pb::EnqueueRetryResponse>, Status> {
         let (metadata, _, request) = request.into_parts();
-        let caller = self.auth.caller(&metadata)?;
-        let input = validate::enqueue("", request, self.max_payload_bytes)?;
-        Auth::may_use(caller, "service", &input.service)?;
-        let out = self.writer.enqueue(input).await?;
-        Ok(Response::new(wire::enqueue_pb(out)))
+        let service = request.service.clone();
+        let span = spans::send(&service, &request.transaction_id, &item_context(&request));
+        let out = async {
+            let caller = self.auth.caller(&metadata)?;
+            let mut input = validate::enqueue("", request, self.max_payload_bytes)?;
+            Auth::may_use(caller, "service", &input.service)?;
+            let own = std::mem::take(&mut input.trace);
+            input.trace = stored_context(&span, own, &request_context(&metadata));
+            self.writer.enqueue(input).await
+        }
+        .instrument(span.clone())
+        .await;
+        count_enqueue(&service, &span, &out);
+        Ok(Response::new(wire::enqueue_pb(out?)))
     }
 
     async fn enqueue_retry_batch(
@@ -54,18 +118,28 @@ impl pb::retry_service_server::RetryService for Api {
         // Validate every item first; a transaction that appears twice is refused after its
         // first appearance, since the two would race each other.
         let mut keys = validate::BatchKeys::default();
+        let context = request_context(&metadata);
+        let mut items: Vec<(String, Span)> = Vec::with_capacity(requests.len());
         let checked: Vec<Result<validate::EnqueueInput, Error>> = requests
             .into_iter()
             .enumerate()
             .map(|(i, r)| {
-                let input =
+                let span = spans::send(&r.service, &r.transaction_id, &item_context(&r));
+                items.push((r.service.clone(), span.clone()));
+                let mut input =
                     validate::enqueue(&format!("requests[{i}]."), r, self.max_payload_bytes)?;
                 Auth::may_use(caller, &format!("requests[{i}].service"), &input.service)?;
                 keys.first(i, &input)?;
+                let own = std::mem::take(&mut input.trace);
+                input.trace = stored_context(&span, own, &context);
                 Ok(input)
             })
             .collect();
         let results = self.writer.enqueue_many(checked).await;
+        for ((service, span), r) in items.iter().zip(&results) {
+            count_enqueue(service, span, r);
+        }
+        drop(items);
         Ok(Response::new(pb::EnqueueRetryBatchResponse {
             results: results.into_iter().map(wire::enqueue_result_pb).collect(),
         }))

@@ -70,6 +70,15 @@ pub struct Config {
     pub settings_refresh_ms: u64,
     /// Pause between two compaction passes of Node-0.
     pub compaction_interval_ms: u64,
+    /// The metrics, probes and dashboard listener (`REBOUND_HTTP_LISTEN`); None: off.
+    pub http_listen: Option<SocketAddr>,
+    /// Whether `http_listen` was set (file, environment); the default address, when taken by
+    /// another node on the same machine, is skipped with a warning instead of failing.
+    pub http_listen_set: bool,
+    /// Distinct services labelled in metrics (`REBOUND_METRICS_MAX_SERVICES`).
+    pub metrics_max_services: usize,
+    /// How often the compactor node measures the backlog for `rebound_pending`.
+    pub stats_interval_ms: u64,
     pub log_format: LogFormat,
     /// Node-wide default retry policy; services and enqueues override it.
     pub default_policy: RetryPolicy,
@@ -149,6 +158,9 @@ pub const ENV_KEYS: &[&str] = &[
     "REBOUND_SETTINGS_REFRESH_MS",
     "REBOUND_COMPACTION_INTERVAL_MS",
     "REBOUND_LOG_FORMAT",
+    "REBOUND_HTTP_LISTEN",
+    "REBOUND_METRICS_MAX_SERVICES",
+    "REBOUND_STATS_INTERVAL_MS",
 ];
 
 /// Longest `REBOUND_CASSANDRA_STARTUP_WAIT_MS`: one day.
@@ -204,6 +216,10 @@ impl Default for Config {
             scan_interval_ms: 500,
             settings_refresh_ms: 1000,
             compaction_interval_ms: 2_000,
+            http_listen: Some("127.0.0.1:9464".parse().expect("static address")),
+            http_listen_set: false,
+            metrics_max_services: crate::metrics::DEFAULT_MAX_SERVICES,
+            stats_interval_ms: 15_000,
             log_format: LogFormat::Text,
             default_policy: RetryPolicy::default(),
         }
@@ -259,6 +275,9 @@ struct FileConfig {
     scan_interval_ms: Option<u64>,
     settings_refresh_ms: Option<u64>,
     compaction_interval_ms: Option<u64>,
+    http_listen: Option<String>,
+    metrics_max_services: Option<usize>,
+    stats_interval_ms: Option<u64>,
     log_format: Option<String>,
     default_policy: Option<FilePolicy>,
 }
@@ -412,6 +431,12 @@ impl Config {
         set(&mut self.scan_interval_ms, f.scan_interval_ms);
         set(&mut self.settings_refresh_ms, f.settings_refresh_ms);
         set(&mut self.compaction_interval_ms, f.compaction_interval_ms);
+        if let Some(v) = f.http_listen {
+            self.http_listen = parse_optional_addr("http_listen", &v)?;
+            self.http_listen_set = true;
+        }
+        set(&mut self.metrics_max_services, f.metrics_max_services);
+        set(&mut self.stats_interval_ms, f.stats_interval_ms);
         if let Some(v) = f.log_format {
             self.log_format = parse_log_format("log_format", &v)?;
         }
@@ -531,6 +556,12 @@ impl Config {
         num!("REBOUND_SCAN_INTERVAL_MS", scan_interval_ms);
         num!("REBOUND_SETTINGS_REFRESH_MS", settings_refresh_ms);
         num!("REBOUND_COMPACTION_INTERVAL_MS", compaction_interval_ms);
+        if let Some(v) = get("REBOUND_HTTP_LISTEN") {
+            self.http_listen = parse_optional_addr("REBOUND_HTTP_LISTEN", &v)?;
+            self.http_listen_set = true;
+        }
+        num!("REBOUND_METRICS_MAX_SERVICES", metrics_max_services);
+        num!("REBOUND_STATS_INTERVAL_MS", stats_interval_ms);
         if let Some(v) = get("REBOUND_LOG_FORMAT") {
             self.log_format = parse_log_format("REBOUND_LOG_FORMAT", &v)?;
         }
@@ -749,6 +780,18 @@ impl Config {
             10,
             600_000,
         )?;
+        range(
+            "REBOUND_METRICS_MAX_SERVICES",
+            self.metrics_max_services as u64,
+            1,
+            100_000,
+        )?;
+        range(
+            "REBOUND_STATS_INTERVAL_MS",
+            self.stats_interval_ms,
+            100,
+            3_600_000,
+        )?;
         if !(-MAX_TEST_CLOCK_SKEW_MS..=MAX_TEST_CLOCK_SKEW_MS).contains(&self.test_clock_skew_ms) {
             return Err(bad(
                 "REBOUND_TEST_CLOCK_SKEW_MS",
@@ -781,6 +824,19 @@ fn split_list(s: &str) -> Vec<String> {
 fn parse_addr(key: &str, v: &str) -> Result<SocketAddr, ConfigError> {
     v.parse()
         .map_err(|_| bad(key, format!("{v:?} is not an ip:port address")))
+}
+
+/// An address, or the empty string for none (a listener turned off).
+fn parse_optional_addr(key: &str, v: &str) -> Result<Option<SocketAddr>, ConfigError> {
+    if v.trim().is_empty() {
+        return Ok(None);
+    }
+    v.trim().parse().map(Some).map_err(|_| {
+        bad(
+            key,
+            format!("{v:?} is not an ip:port address (empty turns the listener off)"),
+        )
+    })
 }
 
 fn parse_num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, ConfigError> {
@@ -1012,6 +1068,9 @@ mod tests {
             "scan_interval_ms",
             "settings_refresh_ms",
             "compaction_interval_ms",
+            "http_listen",
+            "metrics_max_services",
+            "stats_interval_ms",
             "log_format",
         ];
         const POLICY_KEYS: &[&str] = &[

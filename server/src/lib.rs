@@ -4,12 +4,15 @@
 pub mod admin;
 pub mod api;
 pub mod auth;
+pub mod backlog;
 pub mod clock;
 pub mod coalesce;
 pub mod compactor;
 pub mod config;
 pub mod dispatch;
 pub mod error;
+pub mod http;
+pub mod metrics;
 pub mod names;
 pub mod node;
 pub mod outcome;

@@ -102,7 +102,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    telemetry::init(config.log_format);
+    let otel = match telemetry::OtelSettings::from_env(&env) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("rebound-server: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -111,6 +117,17 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("rebound-server: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
+        }
+    };
+    // The exporter's channel is made on the runtime.
+    let telemetry = {
+        let _on_runtime = runtime.enter();
+        match telemetry::init(config.log_format, &otel, &config.node_id) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("rebound-server: {e:#}");
+                return ExitCode::from(2);
+            }
         }
     };
     let clock: SharedClock = match config.test_clock_skew_ms {
@@ -127,7 +144,7 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
-        match cli.command.unwrap_or(Command::Serve) {
+        let result = match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => serve(config, clock).await,
             Command::Dev { .. } => {
                 let (dir, temp) = dev.expect("a dev directory");
@@ -157,9 +174,13 @@ fn main() -> ExitCode {
             }
             Command::CheckConfig => {
                 println!("{config:#?}");
+                println!("{otel:#?}");
                 Ok(())
             }
-        }
+        };
+        // The spans still queued go out before the process ends.
+        telemetry.shutdown().await;
+        result
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

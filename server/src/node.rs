@@ -139,6 +139,8 @@ fn own(owner: &Tasks, task: impl std::future::Future<Output = ()> + Send + 'stat
 #[derive(Debug)]
 pub struct Node {
     addr: SocketAddr,
+    /// The metrics and probes listener's address (None: off).
+    http_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     /// How the server task ended.
     served: oneshot::Receiver<anyhow::Result<()>>,
@@ -339,6 +341,26 @@ impl Node {
             .await
             .with_context(|| format!("binding {} (REBOUND_LISTEN)", config.listen))?;
         let addr = listener.local_addr()?;
+        crate::metrics::global().set_max_services(config.metrics_max_services);
+        let http_listener = match config.http_listen {
+            None => None,
+            Some(a) => match TcpListener::bind(a).await {
+                Ok(l) => Some(l),
+                // The default address, taken (another node on this machine): go on without.
+                Err(e) if !config.http_listen_set && e.kind() == std::io::ErrorKind::AddrInUse => {
+                    tracing::warn!(address = %a, "the metrics and probes listener's default address is in use (another node on this machine?); serving without it: set REBOUND_HTTP_LISTEN to give this node its own");
+                    None
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("binding {a} (REBOUND_HTTP_LISTEN)")))
+                }
+            },
+        };
+        let http_addr = match &http_listener {
+            Some(l) => Some(l.local_addr()?),
+            None => None,
+        };
         // What GetRing tells executors: the configured address, else the bound one, with the
         // host name in place of an unspecified IP (0.0.0.0 is no use to a client).
         let advertised = match &config.advertise {
@@ -474,6 +496,18 @@ impl Node {
                 shutdown.subscribe(),
             ),
         );
+        own(
+            &tasks.background,
+            crate::backlog::run(
+                store.clone(),
+                ownership.clone(),
+                clock.clone(),
+                writer.grid(),
+                2 * config.skew_margin_ms as i64,
+                Duration::from_millis(config.stats_interval_ms),
+                shutdown.subscribe(),
+            ),
+        );
         if let Some(embedded) = embedded {
             own(
                 &tasks.background,
@@ -524,6 +558,7 @@ impl Node {
 
         let max_payload_bytes = config.max_payload_bytes;
         let router = tonic::transport::Server::builder()
+            .layer(crate::telemetry::rpc::RpcLayer)
             .layer(tower::util::MapResponseLayer::new(
                 move |r: http::Response<tonic::body::Body>| {
                     crate::error::oversized_request(r, max_payload_bytes)
@@ -569,6 +604,34 @@ impl Node {
                 ),
             );
 
+        if let Some(l) = http_listener {
+            // Every migration this store has once started is applied: /readyz checks that
+            // they still read as applied (a keyspace dropped under the node does not).
+            let migrations = store
+                .applied_migrations()
+                .await
+                .context("reading the applied migrations")?
+                .len();
+            let probe = Arc::new(crate::http::Probe::new(
+                store.clone(),
+                ring.clone(),
+                ownership.clone(),
+                hub.clone(),
+                clock.clone(),
+                migrations,
+            ));
+            let mut http_stop = shutdown.subscribe();
+            own(&tasks.server, async move {
+                let served = axum::serve(l, crate::http::router(probe))
+                    .with_graceful_shutdown(async move {
+                        let _ = http_stop.wait_for(|s| *s).await;
+                    })
+                    .await;
+                if let Err(e) = served {
+                    tracing::warn!(error = %e, "the metrics and probes listener failed");
+                }
+            });
+        }
         let mut serve_stop = shutdown.subscribe();
         let serve_hub = hub.clone();
         let grace = Duration::from_millis(config.shutdown_grace_ms);
@@ -614,8 +677,9 @@ impl Node {
             };
             let _ = served_tx.send(result);
         });
-        tracing::info!(%addr, node_id = %config.node_id, boot_epoch, store = ?config.store, keyspace = %config.keyspace, "rebound node serving");
+        tracing::info!(%addr, http = ?http_addr, node_id = %config.node_id, boot_epoch, store = ?config.store, keyspace = %config.keyspace, "rebound node serving");
         Ok(Node {
+            http_addr,
             store: store.clone(),
             cassandra,
             addr,
@@ -633,6 +697,11 @@ impl Node {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (None: the listener is off).
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// The owners of this node's tasks, to count them.

@@ -69,6 +69,8 @@ pub struct LeaseRing {
     peers: PeerClocks,
     /// Slots validly held by other nodes as last seen: slot -> expiry in this node's clock.
     others: Mutex<BTreeMap<i32, i64>>,
+    /// When this node's heartbeat was last written (this node's clock; 0: never).
+    heartbeat_at_ms: std::sync::atomic::AtomicI64,
 }
 
 impl LeaseRing {
@@ -86,7 +88,23 @@ impl LeaseRing {
             opts,
             held: Mutex::new(Held::default()),
             others: Mutex::new(BTreeMap::new()),
+            heartbeat_at_ms: std::sync::atomic::AtomicI64::new(0),
         }
+    }
+
+    /// How long ago this node's heartbeat was last written; None before the first.
+    pub fn heartbeat_age_ms(&self, now_ms: i64) -> Option<i64> {
+        match self
+            .heartbeat_at_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => None,
+            at => Some((now_ms - at).max(0)),
+        }
+    }
+
+    pub fn lease_ttl_ms(&self) -> i64 {
+        self.opts.lease_ttl_ms
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
@@ -111,6 +129,7 @@ impl LeaseRing {
     /// Writes this node's heartbeat (membership, and its clock for `peers`).
     pub async fn announce(&self) -> Result<(), StoreError> {
         let ttl = self.opts.lease_ttl_ms;
+        let at = self.clock.now_ms();
         self.store
             .heartbeat(
                 &Member {
@@ -123,7 +142,10 @@ impl LeaseRing {
                 // A dead node's membership lapses after two lease lifetimes.
                 ((2 * ttl) / 1000).max(2) as u32,
             )
-            .await
+            .await?;
+        self.heartbeat_at_ms
+            .store(at, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// One round: heartbeat, renew, hand back surplus, take up to the share.

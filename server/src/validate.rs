@@ -6,7 +6,10 @@ use std::{collections::BTreeMap, time::Duration};
 use rebound_proto::v1 as pb;
 
 pub use crate::names::MAX_SERVICE_LEN;
-use crate::{error::Error, names::show, outcome::AttemptOutcome, policy::PolicyOverrides};
+use crate::{
+    error::Error, names::show, outcome::AttemptOutcome, policy::PolicyOverrides,
+    telemetry::context::TextContext,
+};
 
 pub const MAX_TRANSACTION_ID_BYTES: usize = 256;
 pub const MAX_ATTRIBUTES: usize = 64;
@@ -344,6 +347,9 @@ pub struct EnqueueInput {
     pub policy: PolicyOverrides,
     pub attempt: u32,
     pub last_error: String,
+    /// The trace context to store: the item's own `trace_context`, else (set by the API) the
+    /// request's or its `send` span's.
+    pub trace: TextContext,
 }
 
 /// Validates an `EnqueueRetryRequest`; `prefix` is prepended to field names (batch items).
@@ -413,6 +419,18 @@ pub fn enqueue(
         }
     };
     let policy = policy(&f("policy"), r.policy.as_ref())?;
+    let trace = match r.trace_context {
+        None => TextContext::default(),
+        Some(t) => {
+            let t = TextContext {
+                traceparent: t.traceparent,
+                tracestate: t.tracestate,
+            };
+            t.check()
+                .map_err(|m| Error::invalid(f("trace_context"), m))?;
+            t
+        }
+    };
     Ok(EnqueueInput {
         service: r.service,
         transaction_id: r.transaction_id,
@@ -422,6 +440,7 @@ pub fn enqueue(
         policy,
         attempt: r.attempt,
         last_error: r.last_error,
+        trace,
     })
 }
 

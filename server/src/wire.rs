@@ -142,6 +142,10 @@ pub fn delivery_pb(d: Delivery) -> pb::Delivery {
         first_enqueued_at: Some(ts(d.first_enqueued_at_ms)),
         ack_deadline: Some(ts(d.ack_deadline_ms)),
         last_error: d.last_error,
+        trace_context: (!d.trace.is_empty()).then(|| pb::TraceContext {
+            traceparent: d.trace.traceparent,
+            tracestate: d.trace.tracestate,
+        }),
     }
 }
 

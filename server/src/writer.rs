@@ -195,6 +195,7 @@ fn pointer_writes(store: Arc<dyn ScheduleStore>) -> Arc<PointerWrites> {
             move |(service, location): (String, Location), pointers: Vec<Pointer>| {
                 let store = store.clone();
                 Box::pin(async move {
+                    crate::metrics::global().coalesced("pointer_writes", pointers.len());
                     store.put_pointers(&service, &location, &pointers).await?;
                     Ok(vec![(); pointers.len()])
                 })
@@ -476,6 +477,7 @@ impl Writer {
                 let part = part.to_vec();
                 self.pointers.record(part.len());
                 pointer_writes.push(Box::pin(async move {
+                    crate::metrics::global().coalesced("pointer_writes", pointers.len());
                     let r = store.put_pointers(&service, &location, &pointers).await;
                     (part, r)
                 }));
@@ -668,6 +670,7 @@ impl Writer {
             base_generation: 0,
             cancelled_generation: existing_cancel,
             succeeded_generation: existing_success,
+            trace: input.trace,
         };
         if let Some(prev) = &previous {
             state.first_enqueued_at_ms = prev.first_enqueued_at_ms;
@@ -678,6 +681,10 @@ impl Writer {
             state.attempt = state.attempt.max(prev.attempt);
             if state.last_error.is_empty() {
                 state.last_error.clone_from(&prev.last_error);
+            }
+            // Every attempt links to the call that failed first.
+            if !prev.trace.is_empty() {
+                state.trace.clone_from(&prev.trace);
             }
             // Same window: confirm. The live pointer stays; only the state row is refreshed.
             if let Some(loc) = prev.location.as_ref().filter(|l| l.window == target) {

@@ -259,6 +259,7 @@ mod tests {
                 }),
                 attempt: 1,
                 last_error: "503 from upstream".into(),
+                trace_context: None,
             }
         );
     }

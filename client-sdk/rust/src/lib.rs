@@ -100,6 +100,7 @@ pub mod executor;
 mod policy;
 mod retry;
 mod time;
+mod trace;
 mod transport;
 
 pub use client::Client;

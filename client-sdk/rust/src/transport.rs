@@ -44,10 +44,22 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// Adds the credentials, and the current span's W3C trace context (`traceparent`,
+/// `tracestate`) when it has one, to every call.
 impl Interceptor for Credentials {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(v) = &self.0 {
             req.metadata_mut().insert("authorization", v.clone());
+        }
+        if let Some((parent, state)) = crate::trace::current() {
+            if let Ok(v) = parent.parse() {
+                req.metadata_mut().insert("traceparent", v);
+            }
+            if !state.is_empty() {
+                if let Ok(v) = state.parse() {
+                    req.metadata_mut().insert("tracestate", v);
+                }
+            }
         }
         Ok(req)
     }

@@ -263,6 +263,7 @@ fn delivery(id: &str, payload: &str, ack_timeout: Duration) -> pb::Delivery {
         first_enqueued_at: Some(now.into()),
         ack_deadline: Some((now + ack_timeout).into()),
         last_error: String::new(),
+        trace_context: None,
     }
 }
 

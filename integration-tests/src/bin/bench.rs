@@ -821,6 +821,7 @@ async fn costs(a: &Args) -> anyhow::Result<J> {
         base_generation: 0,
         cancelled_generation: None,
         succeeded_generation: None,
+        trace: Default::default(),
     };
     let mut fields = Vec::new();
     for (label, c) in [("one_at_a_time", 1usize), ("concurrent", conc)] {

@@ -26,7 +26,9 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::{clock::SharedClock, error::Error, store::TxState};
+use crate::{
+    clock::SharedClock, error::Error, store::TxState, telemetry::context::TextContext,
+};
 
 /// One delivery as a subscriber receives it; the API encodes it (`wire::delivery_pb`).
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +44,7 @@ pub struct Delivery {
     pub first_enqueued_at_ms: i64,
     pub ack_deadline_ms: i64,
     pub last_error: String,
+    pub trace: TextContext,
 }
 
 impl Delivery {
@@ -57,6 +60,7 @@ impl Delivery {
             first_enqueued_at_ms: s.first_enqueued_at_ms,
             ack_deadline_ms: deadline_ms,
             last_error: s.last_error.clone(),
+            trace: s.trace.clone(),
         }
     }
 }
@@ -301,6 +305,10 @@ impl Hub {
                 continue;
             }
             tracing::trace!(subscriber = sub.id, transaction_id = %work.state.transaction_id, "delivered");
+            let m = crate::metrics::global();
+            m.delivery(&service, work.deliveries > 0);
+            m.delivery_lateness
+                .observe((now - work.state.due_at_ms).max(0) as f64 / 1000.0);
             inner.next.insert(service.clone(), i + 1);
             inner.add_inflight(
                 delivery_id,

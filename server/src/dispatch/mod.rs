@@ -28,22 +28,25 @@ use std::{
 use futures::{stream::FuturesUnordered, FutureExt, StreamExt};
 use rand::Rng;
 use tokio::sync::{oneshot, watch};
+use tracing::Instrument;
 
 pub use crate::outcome::{AttemptOutcome, Resolution};
 use crate::{
     clock::SharedClock,
     error::Error,
+    metrics,
     ownership::{Lease, Ownership},
     services::Services,
     store::{
         DeadLetter, DispatchStore, InstanceRow, Location, PointerState, Status, TokenRange, TxState,
     },
     tasks::Tasks,
+    telemetry::{rpc::code_name, spans},
     walk::{self, Walk},
     window::{WindowGrid, WindowId},
     writer::Writer,
 };
-use hub::{Deliveries, Delivery, Hub, Work};
+use hub::{Deliveries, Delivery, Hub, InFlight, Work};
 
 /// Dispatch settings, from the node configuration.
 #[derive(Debug, Clone)]
@@ -183,11 +186,43 @@ impl Dispatcher {
         delivery_id: &str,
         outcome: AttemptOutcome,
     ) -> Result<Resolution, Error> {
+        let kind = match &outcome {
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Retry { snooze: true, .. } => "snoozed",
+            AttemptOutcome::Retry { .. } => "retry",
+            AttemptOutcome::Failed { .. } => "failed",
+        };
+        let m = metrics::global();
         let Some(inflight) = self.hub.take(delivery_id) else {
+            m.ack("_unknown", "refused");
             return Err(Error::NotFound(format!(
                 "delivery {delivery_id:?} is not in flight on this node: unknown, already acknowledged, or its deadline passed"
             )));
         };
+        let state = &inflight.work.state;
+        let span = spans::settle(&state.service, &state.transaction_id, kind, &state.trace);
+        let service = state.service.clone();
+        let r = self
+            .settle(delivery_id, inflight, outcome)
+            .instrument(span.clone())
+            .await;
+        match &r {
+            Ok(_) => m.ack(&service, kind),
+            Err(e) => {
+                m.ack(&service, "refused");
+                spans::failed(&span, code_name(e.code() as i32));
+            }
+        }
+        r
+    }
+
+    /// `ack` once the delivery is taken out of flight.
+    async fn settle(
+        self: &Arc<Self>,
+        delivery_id: &str,
+        inflight: InFlight,
+        outcome: AttemptOutcome,
+    ) -> Result<Resolution, Error> {
         let (service, txid) = (
             inflight.work.state.service.clone(),
             inflight.work.state.transaction_id.clone(),
@@ -346,7 +381,10 @@ impl Dispatcher {
         self.store
             .put_dead_letter(&letter, self.opts.dead_letter_ttl_seconds)
             .await?;
-        self.writer.finish(state, Status::Dead).await
+        let service = state.service.clone();
+        self.writer.finish(state, Status::Dead).await?;
+        metrics::global().dead_letter(&service);
+        Ok(())
     }
 
     /// Redelivers work handed back by a closed stream or an expired deadline; after

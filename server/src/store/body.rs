@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, time::Duration};
 use prost::Message;
 
 use super::{Location, Status, StoreError, StoreResult, TxState};
-use crate::{policy::RetryPolicy, window::WindowId};
+use crate::{policy::RetryPolicy, telemetry::context::TextContext, window::WindowId};
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Body {
@@ -38,6 +38,11 @@ pub struct Body {
     /// for a fresh start: a cancel of a generation at or above it cancels it.
     #[prost(int64, tag = "12")]
     pub base_generation: i64,
+    /// The W3C trace context of the enqueue that started the retry (empty: none).
+    #[prost(string, tag = "13")]
+    pub traceparent: String,
+    #[prost(string, tag = "14")]
+    pub tracestate: String,
 }
 
 /// The effective policy of the retry, durations in milliseconds.
@@ -162,6 +167,8 @@ impl Body {
             enqueue_count: s.enqueue_count,
             delivery_count: s.delivery_count,
             base_generation: s.base_generation,
+            traceparent: s.trace.traceparent.clone(),
+            tracestate: s.trace.tracestate.clone(),
         }
     }
 
@@ -189,6 +196,10 @@ impl Body {
             base_generation: self.base_generation,
             cancelled_generation: cells.cancelled_generation,
             succeeded_generation: cells.succeeded_generation,
+            trace: TextContext {
+                traceparent: self.traceparent,
+                tracestate: self.tracestate,
+            },
         }
         .apply_settled()
     }

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::{policy::RetryPolicy, window::WindowId};
+use crate::{policy::RetryPolicy, telemetry::context::TextContext, window::WindowId};
 
 /// The lifecycle of one retry (DESIGN.md "State row").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +112,9 @@ pub struct TxState {
     /// Written by a SUCCEEDED ack only (schema 0008), with the row: a SCHEDULED row whose
     /// base is at or below it reads as SUCCEEDED.
     pub succeeded_generation: Option<i64>,
+    /// The trace context of the enqueue that started this retry (schema 0007's body; none
+    /// in the layout before it), carried on every delivery.
+    pub trace: TextContext,
 }
 
 impl TxState {
@@ -160,6 +163,7 @@ impl TxState {
             base_generation: generation,
             cancelled_generation: Some(generation),
             succeeded_generation: None,
+            trace: TextContext::default(),
         }
     }
 

@@ -94,6 +94,11 @@ pub fn state(service: &str, id: &str, generation: i64) -> TxState {
         base_generation: generation,
         cancelled_generation: None,
         succeeded_generation: None,
+        // The enqueue's trace context is part of the stored row (issue 16).
+        trace: rebound_server::telemetry::context::TextContext {
+            traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_string(),
+            tracestate: "rojo=00f067aa0ba902b7".to_string(),
+        },
     }
 }
 

@@ -382,6 +382,7 @@ pub fn input(service: &str, txid: &str, delay_ms: u64) -> EnqueueInput {
         policy: PolicyOverrides::default(),
         attempt: 1,
         last_error: String::new(),
+        trace: Default::default(),
     }
 }
 

@@ -44,6 +44,10 @@ pub struct Job {
     /// executor pushes the deadline on the server with `ExtendDeadline`; this field keeps the
     /// original value.
     pub ack_deadline: SystemTime,
+    /// The W3C `traceparent` stored with the retry at its enqueue (the trace of the call that
+    /// failed), if it had one; the executor links its `process` span to it.
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
 }
 
 /// Fails when a timestamp the API always sets is missing or out of range.
@@ -62,6 +66,15 @@ impl TryFrom<pb::Delivery> for Job {
             payload: d.payload,
             attributes: d.attributes,
             last_error: Some(d.last_error).filter(|e| !e.is_empty()),
+            traceparent: d
+                .trace_context
+                .as_ref()
+                .map(|t| t.traceparent.clone())
+                .filter(|t| !t.is_empty()),
+            tracestate: d
+                .trace_context
+                .map(|t| t.tracestate)
+                .filter(|t| !t.is_empty()),
         })
     }
 }
@@ -415,6 +428,10 @@ mod tests {
             first_enqueued_at: ts(1_700_000_000),
             ack_deadline: ts(1_700_000_090),
             last_error: "timeout".into(),
+            trace_context: Some(pb::TraceContext {
+                traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+                tracestate: String::new(),
+            }),
         }
     }
 
@@ -440,6 +457,11 @@ mod tests {
             UNIX_EPOCH + Duration::from_secs(1_700_000_090)
         );
         assert_eq!(job.last_error.as_deref(), Some("timeout"));
+        assert_eq!(
+            job.traceparent.as_deref(),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        );
+        assert_eq!(job.tracestate, None);
 
         let job = Job::try_from(pb::Delivery {
             last_error: String::new(),

@@ -121,6 +121,7 @@
 //! [`reconnect_backoff`]: ExecutorBuilder::reconnect_backoff
 //! [`tracing`]: https://docs.rs/tracing
 
+mod acks;
 mod backoff;
 mod deadline;
 mod job;
@@ -138,9 +139,9 @@ use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClie
 use tokio::{
     sync::{mpsc, watch, Semaphore},
     task::{JoinError, JoinHandle},
-    time::{sleep, timeout, Instant},
+    time::{sleep, Instant},
 };
-use tonic::{transport::Channel, Code, Status};
+use tonic::{transport::Channel, Code};
 
 use crate::transport::{Credentials, Transport};
 use tracing::Instrument;
@@ -533,14 +534,37 @@ fn default_executor_id() -> String {
     )
 }
 
+/// The span of one delivery, handler and ack: `rebound_job` in logs, and for OpenTelemetry
+/// (through `tracing-opentelemetry`) the CONSUMER span `process <service>` of the messaging
+/// conventions, linked to the trace context stored with the retry at its enqueue, so every
+/// attempt links to the call that failed.
 pub(super) fn job_span(d: &pb::Delivery) -> tracing::Span {
-    tracing::info_span!(
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let name = format!("process {}", d.service);
+    let span = tracing::info_span!(
         "rebound_job",
+        otel.name = name.as_str(),
+        otel.kind = "consumer",
+        otel.status_code = tracing::field::Empty,
+        messaging.system = "rebound",
+        messaging.operation.type = "process",
+        messaging.operation.name = "process",
+        messaging.destination.name = d.service.as_str(),
+        messaging.message.id = d.transaction_id.as_str(),
+        error.type = tracing::field::Empty,
         service = %d.service,
         transaction_id = %d.transaction_id,
         attempt = d.attempt,
         delivery_id = %d.delivery_id,
-    )
+    );
+    if let Some(sc) = d
+        .trace_context
+        .as_ref()
+        .and_then(|t| crate::trace::span_context(&t.traceparent, &t.tracestate))
+    {
+        span.add_link(sc);
+    }
+    span
 }
 
 /// Delivery tasks catch their handler's panics, so a failed join is a bug in this crate;
@@ -568,6 +592,7 @@ impl<T> Drop for AbortOnDrop<T> {
 pub(super) async fn process<H, F>(
     shared: Arc<Shared<H>>,
     client: ExecClient,
+    acks: acks::Acks,
     delivery: pb::Delivery,
     mut stopped: watch::Receiver<bool>,
 ) where
@@ -584,7 +609,7 @@ pub(super) async fn process<H, F>(
             // Dead-lettering over a decoding problem would lose the job, and ignoring it would
             // hold a slot until the deadline; a retry keeps it and shows the error in its state.
             tracing::error!(error = %e, "malformed delivery; acknowledging it as a retry");
-            ack(&client, Outcome::retry(e).into_ack_request(delivery_id)).await;
+            ack(&acks, Outcome::retry(e).into_ack_request(delivery_id)).await;
             return;
         }
     };
@@ -632,6 +657,20 @@ pub(super) async fn process<H, F>(
             Err(_) => return,
         };
         drop(permit);
+        let error_type = match &outcome {
+            Outcome::Success => None,
+            Outcome::Snooze { .. } => None,
+            Outcome::Retry { error_class, .. } | Outcome::Fail { error_class, .. } => Some(
+                error_class
+                    .clone()
+                    .unwrap_or_else(|| "_OTHER".to_string()),
+            ),
+        };
+        if let Some(t) = error_type {
+            let span = tracing::Span::current();
+            span.record("error.type", t.as_str());
+            span.record("otel.status_code", "ERROR");
+        }
         match &outcome {
             Outcome::Success => tracing::debug!("handler succeeded"),
             Outcome::Retry {
@@ -646,7 +685,7 @@ pub(super) async fn process<H, F>(
                 tracing::warn!(error = %error, ?error_class, "handler failed for good");
             }
         }
-        ack(&client, outcome.into_ack_request(delivery_id.clone())).await;
+        ack(&acks, outcome.into_ack_request(delivery_id.clone())).await;
     };
 
     tokio::select! {
@@ -658,13 +697,11 @@ pub(super) async fn process<H, F>(
 /// Sends an ack, re-sending it after transient failures. Failures are logged, not returned:
 /// an unacknowledged delivery is redelivered after its deadline, which is the best recovery
 /// there is.
-async fn ack(client: &ExecClient, request: pb::AckRequest) {
-    let mut client = client.clone();
+async fn ack(acks: &acks::Acks, request: pb::AckRequest) {
     let mut failures = 0;
     loop {
-        let status = match timeout(RPC_TIMEOUT, client.ack(request.clone())).await {
-            Ok(Ok(response)) => {
-                let response = response.into_inner();
+        let status = match acks.send(request.clone()).await {
+            Ok(response) => {
                 tracing::debug!(
                     dead_lettered = response.dead_lettered,
                     snoozed = response.snoozed,
@@ -673,8 +710,7 @@ async fn ack(client: &ExecClient, request: pb::AckRequest) {
                 );
                 return;
             }
-            Ok(Err(status)) => status,
-            Err(_) => Status::deadline_exceeded("Ack did not answer in time"),
+            Err(status) => status,
         };
         failures += 1;
         match status.code() {
@@ -722,6 +758,7 @@ impl fmt::Display for Target {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::time::timeout;
 
     #[test]
     fn builder_sets_every_option() {

@@ -78,6 +78,8 @@ pub(super) async fn run_subscription<H, F>(
     F::Output: IntoOutcome,
 {
     let mut tasks = JoinSet::new();
+    // This node's acks, batched while they queue (its task ends with the last handle).
+    let acks = super::acks::Acks::new(client.clone());
     let mut failures = 0u32;
     // While winding down, the stream stays open so that the node keeps the running
     // deliveries assigned to this executor and accepts their acks.
@@ -144,6 +146,7 @@ pub(super) async fn run_subscription<H, F>(
                         let process = process(
                             Arc::clone(&shared),
                             client.clone(),
+                            acks.clone(),
                             delivery,
                             stopped.clone(),
                         );

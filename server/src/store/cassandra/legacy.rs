@@ -243,6 +243,7 @@ impl StateRow {
             base_generation: 0,
             cancelled_generation: self.cancelled_generation,
             succeeded_generation: self.succeeded_generation,
+            trace: Default::default(),
         }
         .apply_settled())
     }

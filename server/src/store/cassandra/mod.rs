@@ -197,6 +197,119 @@ impl Prep {
     }
 }
 
+/// The operation label and span name of a statement: its verb and table, as
+/// `SELECT retry_state` (interned: the statements are a fixed set).
+fn operation(cql: &str) -> (Arc<str>, &'static str) {
+    static NAMES: std::sync::OnceLock<std::sync::RwLock<std::collections::HashMap<String, (Arc<str>, &'static str)>>> =
+        std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(Default::default);
+    if let Some(n) = names.read().expect("operation names").get(cql) {
+        return n.clone();
+    }
+    let words: Vec<&str> = cql.split_whitespace().collect();
+    let verb: &'static str = match words.first().map(|w| w.to_ascii_uppercase()) {
+        Some(w) if w == "SELECT" => "SELECT",
+        Some(w) if w == "INSERT" => "INSERT",
+        Some(w) if w == "UPDATE" => "UPDATE",
+        Some(w) if w == "DELETE" => "DELETE",
+        Some(w) if w == "BEGIN" => "BATCH",
+        _ => "OTHER",
+    };
+    let table = words
+        .iter()
+        .position(|w| {
+            let w = w.to_ascii_uppercase();
+            (verb == "UPDATE" && w == "UPDATE") || w == "FROM" || w == "INTO"
+        })
+        .and_then(|i| words.get(i + 1))
+        .map(|t| {
+            let t = t.rsplit('.').next().unwrap_or(t);
+            t.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .to_string()
+        })
+        .unwrap_or_default();
+    let name: Arc<str> = if table.is_empty() {
+        verb.into()
+    } else {
+        format!("{verb} {table}").into()
+    };
+    let mut names = names.write().expect("operation names");
+    // Bounded: the node prepares a fixed set of statements.
+    if names.len() < 256 {
+        names.insert(cql.to_string(), (name.clone(), verb));
+    }
+    (name, verb)
+}
+
+/// The kind of a failed request, for `rebound_store_request_errors_total`.
+trait FailureKind {
+    fn kind(&self) -> &'static str;
+}
+
+impl FailureKind for StoreError {
+    fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Timeout(_) => "unknown_outcome",
+            StoreError::Internal(_) => "internal",
+        }
+    }
+}
+
+impl FailureKind for ExecutionError {
+    fn kind(&self) -> &'static str {
+        map_execution_error(self).kind()
+    }
+}
+
+impl FailureKind for PagerExecutionError {
+    fn kind(&self) -> &'static str {
+        map_pager_error(self).kind()
+    }
+}
+
+/// Runs `fut`, one request of the statement `cql`, timed into the store metrics, inside a
+/// CLIENT span of the database conventions when the current span is traced and sampled.
+async fn observed<T, E: FailureKind>(
+    cql: &str,
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing::Instrument;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let (op, verb) = operation(cql);
+    let span = if crate::telemetry::enabled()
+        && tracing::Span::current()
+            .context()
+            .span()
+            .span_context()
+            .is_sampled()
+    {
+        let table = op.split_once(' ').map_or("", |(_, t)| t);
+        tracing::info_span!(
+            target: "rebound_server::store",
+            "db",
+            otel.name = &*op,
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            db.system.name = "cassandra",
+            db.operation.name = verb,
+            db.collection.name = table,
+            error.type = tracing::field::Empty,
+        )
+    } else {
+        tracing::Span::none()
+    };
+    let started = std::time::Instant::now();
+    let r = fut.instrument(span.clone()).await;
+    let failed = r.as_ref().err().map(FailureKind::kind);
+    crate::metrics::global().store_request(&op, started.elapsed().as_secs_f64(), failed);
+    if let Some(kind) = failed {
+        crate::telemetry::spans::failed(&span, kind);
+    }
+    r
+}
+
 /// The Cassandra store for one keyspace and one `ns` (region, cluster).
 pub struct CassandraStore {
     session: Arc<Session>,
@@ -247,8 +360,7 @@ impl CassandraStore {
         ps: &PreparedStatement,
         values: impl scylla::serialize::row::SerializeRow,
     ) -> StoreResult<()> {
-        self.session
-            .execute_unpaged(ps, values)
+        observed(ps.get_statement(), self.session.execute_unpaged(ps, values))
             .await
             .map(|_| ())
             .map_err(|e| map_execution_error(&e))
@@ -263,11 +375,12 @@ impl CassandraStore {
     where
         R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm> + Send + 'static,
     {
-        let pager = self
-            .session
-            .execute_iter(ps.clone(), values)
-            .await
-            .map_err(|e| map_pager_error(&e))?;
+        let pager = observed(
+            ps.get_statement(),
+            self.session.execute_iter(ps.clone(), values),
+        )
+        .await
+        .map_err(|e| map_pager_error(&e))?;
         Ok(pager
             .rows_stream::<R>()
             .map_err(|e| StoreError::Internal(format!("unexpected row type: {e}")))?

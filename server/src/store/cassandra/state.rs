@@ -17,7 +17,7 @@ use scylla::{
     DeserializeRow, SerializeRow,
 };
 
-use super::{batchable, legacy, map_execution_error, CassandraStore, Prep};
+use super::{batchable, legacy, map_execution_error, observed, CassandraStore, Prep};
 use crate::{
     coalesce::{Coalescer, Counts, Limits},
     store::{
@@ -119,7 +119,8 @@ impl States {
                 max_weight: usize::MAX,
                 parallel: STATE_READS_PARALLEL,
             },
-            Arc::new(move |service, ids| {
+            Arc::new(move |service, ids: Vec<String>| {
+                crate::metrics::global().coalesced("state_reads", ids.len());
                 let io = reader.clone();
                 Box::pin(async move { io.get(service, ids).await })
             }),
@@ -130,7 +131,8 @@ impl States {
                 max_weight: STATE_WRITE_BATCH_BYTES,
                 parallel: STATE_WRITES_PARALLEL,
             },
-            Arc::new(move |(), rows| {
+            Arc::new(move |(), rows: Vec<(TxState, Option<u32>)>| {
+                crate::metrics::global().coalesced("state_writes", rows.len());
                 let io = io.clone();
                 Box::pin(async move { io.put(rows).await })
             }),
@@ -204,19 +206,23 @@ impl StateIo {
         let (legacy, rows): (Vec<_>, Vec<_>) =
             rows.into_iter().partition(|(s, _)| s.legacy_columns);
         for (s, ttl) in &legacy {
-            self.session
-                .execute_unpaged(&self.legacy.put, self.legacy_values(s, *ttl))
-                .await
+            observed(
+                self.legacy.put.get_statement(),
+                self.session
+                    .execute_unpaged(&self.legacy.put, self.legacy_values(s, *ttl)),
+            )
+            .await
                 .map_err(|e| map_execution_error(&e))?;
         }
         let result = if !batchable(rows.iter().map(|(s, _)| (&s.service, &s.transaction_id))) {
             let mut result = Ok(());
             for (s, ttl) in &rows {
-                result = self
-                    .session
-                    .execute_unpaged(&self.put, self.values(s, *ttl))
-                    .await
-                    .map(|_| ());
+                result = observed(
+                    self.put.get_statement(),
+                    self.session.execute_unpaged(&self.put, self.values(s, *ttl)),
+                )
+                .await
+                .map(|_| ());
                 if result.is_err() {
                     break;
                 }
@@ -232,7 +238,12 @@ impl StateIo {
                     self.values(s, *ttl)
                 })
                 .collect();
-            self.session.batch(&batch, values).await.map(|_| ())
+            observed(
+                self.put.get_statement(),
+                self.session.batch(&batch, values),
+            )
+            .await
+            .map(|_| ())
         };
         result.map_err(|e| map_execution_error(&e))?;
         Ok(vec![(); n])
@@ -296,9 +307,12 @@ impl StateIo {
         R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
     {
         let bad = |e: &dyn std::fmt::Display| StoreError::Internal(format!("bad state row: {e}"));
-        self.session
-            .execute_unpaged(ps, (&self.region, &self.cluster, service, ids))
-            .await
+        observed(
+            ps.get_statement(),
+            self.session
+                .execute_unpaged(ps, (&self.region, &self.cluster, service, ids)),
+        )
+        .await
             .map_err(|e| map_execution_error(&e))?
             .into_rows_result()
             .map_err(|e| StoreError::Internal(format!("state read returned no rows result: {e}")))?
@@ -405,15 +419,21 @@ impl StateStore for CassandraStore {
         let r = if state.legacy_columns {
             batch.append_statement(io.legacy.put.clone());
             batch.append_statement(self.state.put_cancel.clone());
-            self.session
-                .batch(&batch, (io.legacy_values(state, Some(ttl_seconds)), cancel))
-                .await
+            observed(
+                self.state.put_cancel.get_statement(),
+                self.session
+                    .batch(&batch, (io.legacy_values(state, Some(ttl_seconds)), cancel)),
+            )
+            .await
         } else {
             batch.append_statement(io.put.clone());
             batch.append_statement(self.state.put_cancel.clone());
-            self.session
-                .batch(&batch, (io.values(state, Some(ttl_seconds)), cancel))
-                .await
+            observed(
+                self.state.put_cancel.get_statement(),
+                self.session
+                    .batch(&batch, (io.values(state, Some(ttl_seconds)), cancel)),
+            )
+            .await
         };
         r.map(|_| ()).map_err(|e| map_execution_error(&e))
     }

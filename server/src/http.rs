@@ -1,0 +1,218 @@
+//! The plain HTTP listener (`REBOUND_HTTP_LISTEN`, default `127.0.0.1:9464`, empty: off):
+//! `/metrics` (Prometheus text format, `metrics`), `/healthz` (the process answers) and
+//! `/readyz` (migrations applied, store reachable, this node's heartbeat in the ring). The
+//! dashboard will live here too.
+//!
+//! `/readyz` probes the store at most once a second whatever the request rate, each probe
+//! bounded by two seconds: it answers 503 while the store is down and 200 again once it is
+//! back, without a restart.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{
+    extract::State,
+    http::{header, StatusCode},
+    response::IntoResponse,
+    routing::get,
+    Router,
+};
+
+use crate::{
+    clock::SharedClock, dispatch::hub::Hub, metrics, ownership::Ownership, ring::LeaseRing,
+    store::RetryStore,
+};
+
+/// How long one readiness answer is reused.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// The longest a store probe may take before the node reads as not ready.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the listener reads.
+pub struct Probe {
+    pub store: Arc<dyn RetryStore>,
+    pub ring: Option<Arc<LeaseRing>>,
+    pub ownership: Arc<dyn Ownership>,
+    pub hub: Arc<Hub>,
+    pub clock: SharedClock,
+    /// How many schema migrations the store reported applied once the node had migrated it.
+    pub migrations: usize,
+    last: tokio::sync::Mutex<Option<(Instant, Readiness)>>,
+    /// Services given gauges at the last scrape (to zero those gone since).
+    gauged: Mutex<Vec<Arc<str>>>,
+}
+
+impl std::fmt::Debug for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probe").finish_non_exhaustive()
+    }
+}
+
+/// The answer of `/readyz`: each check and whether it passed.
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    pub checks: Vec<(&'static str, Result<(), String>)>,
+}
+
+impl Readiness {
+    pub fn ready(&self) -> bool {
+        self.checks.iter().all(|(_, r)| r.is_ok())
+    }
+
+    fn text(&self) -> String {
+        let mut out = String::new();
+        for (name, r) in &self.checks {
+            match r {
+                Ok(()) => out.push_str(&format!("{name}: ok\n")),
+                Err(e) => out.push_str(&format!("{name}: FAIL ({e})\n")),
+            }
+        }
+        out
+    }
+}
+
+impl Probe {
+    pub fn new(
+        store: Arc<dyn RetryStore>,
+        ring: Option<Arc<LeaseRing>>,
+        ownership: Arc<dyn Ownership>,
+        hub: Arc<Hub>,
+        clock: SharedClock,
+        migrations: usize,
+    ) -> Self {
+        Probe {
+            store,
+            ring,
+            ownership,
+            hub,
+            clock,
+            migrations,
+            last: tokio::sync::Mutex::new(None),
+            gauged: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Readiness, probed at most once per `PROBE_EVERY`.
+    pub async fn readiness(&self) -> Readiness {
+        let mut last = self.last.lock().await;
+        if let Some((at, r)) = last.as_ref() {
+            if at.elapsed() < PROBE_EVERY {
+                return r.clone();
+            }
+        }
+        let r = self.probe().await;
+        metrics::global().ready.set(i64::from(r.ready()));
+        *last = Some((Instant::now(), r.clone()));
+        r
+    }
+
+    async fn probe(&self) -> Readiness {
+        let store = match tokio::time::timeout(PROBE_TIMEOUT, self.store.applied_migrations()).await
+        {
+            Ok(Ok(applied)) => Ok(applied),
+            Ok(Err(e)) => Err(format!("the store did not answer: {e}")),
+            Err(_) => Err(format!(
+                "the store did not answer within {} ms",
+                PROBE_TIMEOUT.as_millis()
+            )),
+        };
+        let migrations = match &store {
+            Ok(applied) if applied.len() >= self.migrations => Ok(()),
+            Ok(applied) => Err(format!(
+                "{} of {} schema migrations applied",
+                applied.len(),
+                self.migrations
+            )),
+            Err(_) => Err("unknown while the store is unreachable".into()),
+        };
+        let ring = match &self.ring {
+            None => Ok(()),
+            Some(r) => r.heartbeat_age_ms(self.clock.now_ms()).map_or_else(
+                || Err("no heartbeat written yet".into()),
+                |age| {
+                    if age <= r.lease_ttl_ms() {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "the last heartbeat was written {age} ms ago, over the lease lifetime of {} ms",
+                            r.lease_ttl_ms()
+                        ))
+                    }
+                },
+            ),
+        };
+        Readiness {
+            checks: vec![
+                ("store", store.map(|_| ())),
+                ("migrations", migrations),
+                ("ring", ring),
+            ],
+        }
+    }
+
+    /// Sets the gauges read from this node's own state, then encodes every metric.
+    pub fn scrape(&self) -> String {
+        let m = metrics::global();
+        let now = self.clock.now_ms();
+        let stats = self.hub.stats();
+        let mut gauged = self.gauged.lock().expect("gauged lock");
+        for s in gauged.drain(..) {
+            let label = metrics::ServiceLabel { service: s };
+            m.in_flight.get_or_create(&label).set(0);
+            m.subscribers.get_or_create(&label).set(0);
+        }
+        let mut sums: std::collections::HashMap<Arc<str>, (i64, i64)> = Default::default();
+        for (service, (in_flight, subscribers)) in stats {
+            let e = sums.entry(m.service(&service)).or_default();
+            e.0 += in_flight as i64;
+            e.1 += i64::from(subscribers);
+        }
+        for (service, (in_flight, subscribers)) in sums {
+            let label = metrics::ServiceLabel {
+                service: service.clone(),
+            };
+            m.in_flight.get_or_create(&label).set(in_flight);
+            m.subscribers.get_or_create(&label).set(subscribers);
+            gauged.push(service);
+        }
+        drop(gauged);
+        m.ring_slots.set(self.ownership.held().len() as i64);
+        m.compactor
+            .set(i64::from(self.ownership.is_compactor(now)));
+        m.clock_offset
+            .set(self.clock.offset_ms().unwrap_or(0) as f64 / 1000.0);
+        m.encode()
+    }
+}
+
+async fn metrics_handler(State(p): State<Arc<Probe>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        p.scrape(),
+    )
+}
+
+async fn healthz() -> impl IntoResponse {
+    "ok\n"
+}
+
+async fn readyz(State(p): State<Arc<Probe>>) -> impl IntoResponse {
+    let r = p.readiness().await;
+    let code = if r.ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, r.text())
+}
+
+/// The listener's routes.
+pub fn router(probe: Arc<Probe>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(probe)
+}

@@ -1,0 +1,194 @@
+//! W3C trace context (`traceparent`, `tracestate`): read from gRPC metadata and from the
+//! `trace_context` fields of the API, written into stored retries and deliveries. Parsing is
+//! total: anything that is not a valid `traceparent` reads as no context.
+
+use opentelemetry::{
+    propagation::{Extractor, Injector, TextMapPropagator},
+    trace::{SpanContext, TraceContextExt},
+    Context,
+};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+
+/// Longest `traceparent` accepted (version 00 is 55 characters; later versions may append).
+pub const MAX_TRACEPARENT_LEN: usize = 512;
+/// Longest `tracestate` accepted (W3C: vendors should propagate at least 512 characters).
+pub const MAX_TRACESTATE_LEN: usize = 512;
+
+/// A trace context as text, as it travels and as it is stored; empty strings for none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TextContext {
+    pub traceparent: String,
+    pub tracestate: String,
+}
+
+struct Pair<'a>(&'a str, &'a str);
+
+impl Extractor for Pair<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        match key {
+            "traceparent" if !self.0.is_empty() => Some(self.0),
+            "tracestate" if !self.1.is_empty() => Some(self.1),
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec!["traceparent", "tracestate"]
+    }
+}
+
+impl Injector for TextContext {
+    fn set(&mut self, key: &str, value: String) {
+        match key {
+            "traceparent" => self.traceparent = value,
+            "tracestate" => self.tracestate = value,
+            _ => {}
+        }
+    }
+}
+
+impl TextContext {
+    pub fn is_empty(&self) -> bool {
+        self.traceparent.is_empty()
+    }
+
+    /// The remote span context this text names, if its `traceparent` is valid.
+    pub fn span_context(&self) -> Option<SpanContext> {
+        if self.traceparent.len() > MAX_TRACEPARENT_LEN || self.tracestate.len() > MAX_TRACESTATE_LEN
+        {
+            return None;
+        }
+        let cx = TraceContextPropagator::new().extract(&Pair(&self.traceparent, &self.tracestate));
+        let sc = cx.span().span_context().clone();
+        sc.is_valid().then_some(sc)
+    }
+
+    /// A context whose parent is this remote span (or the empty context).
+    pub fn parent(&self) -> Context {
+        match self.span_context() {
+            Some(sc) => Context::new().with_remote_span_context(sc),
+            None => Context::new(),
+        }
+    }
+
+    /// The text of a span context (empty when it is not valid).
+    pub fn of(sc: &SpanContext) -> TextContext {
+        let mut t = TextContext::default();
+        if sc.is_valid() {
+            let cx = Context::new().with_remote_span_context(sc.clone());
+            TraceContextPropagator::new().inject_context(&cx, &mut t);
+        }
+        t
+    }
+
+    /// From gRPC/HTTP headers; invalid or missing headers give an empty context.
+    pub fn from_headers(h: &http::HeaderMap) -> TextContext {
+        let get = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
+        TextContext::from_text(get("traceparent"), get("tracestate"))
+    }
+
+    /// A context from received text: itself when the `traceparent` is valid, else empty
+    /// (W3C: an invalid `traceparent` is ignored, with its `tracestate`).
+    pub fn from_text(traceparent: &str, tracestate: &str) -> TextContext {
+        if traceparent.is_empty() {
+            return TextContext::default();
+        }
+        let t = TextContext {
+            traceparent: traceparent.to_string(),
+            tracestate: tracestate.to_string(),
+        };
+        match t.span_context() {
+            Some(_) => t,
+            None => TextContext::default(),
+        }
+    }
+
+    /// Checks a context given in an API field: empty, or a valid `traceparent` (and a
+    /// `tracestate` within its limit). The error names the limit broken.
+    pub fn check(&self) -> Result<(), String> {
+        if self.traceparent.is_empty() {
+            return if self.tracestate.is_empty() {
+                Ok(())
+            } else {
+                Err("tracestate given without a traceparent".into())
+            };
+        }
+        if self.traceparent.len() > MAX_TRACEPARENT_LEN {
+            return Err(format!(
+                "traceparent is {} bytes, the limit is {MAX_TRACEPARENT_LEN}",
+                self.traceparent.len()
+            ));
+        }
+        if self.tracestate.len() > MAX_TRACESTATE_LEN {
+            return Err(format!(
+                "tracestate is {} bytes, the limit is {MAX_TRACESTATE_LEN}",
+                self.tracestate.len()
+            ));
+        }
+        match self.span_context() {
+            Some(_) => Ok(()),
+            None => Err(
+                "traceparent must be a W3C traceparent (version-traceid-spanid-flags, \
+                 e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01)"
+                    .into(),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const GOOD: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn valid_traceparent_round_trips() {
+        let t = TextContext {
+            traceparent: GOOD.into(),
+            tracestate: "rojo=00f067aa0ba902b7".into(),
+        };
+        assert!(t.check().is_ok());
+        let sc = t.span_context().expect("valid");
+        assert!(sc.is_sampled());
+        let back = TextContext::of(&sc);
+        assert_eq!(back.traceparent, GOOD);
+        assert_eq!(back.tracestate, "rojo=00f067aa0ba902b7");
+    }
+
+    #[test]
+    fn invalid_traceparents_are_refused() {
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "garbage",
+        ] {
+            let t = TextContext {
+                traceparent: bad.into(),
+                tracestate: String::new(),
+            };
+            assert!(t.check().is_err(), "{bad}");
+            assert!(t.span_context().is_none(), "{bad}");
+        }
+        let orphan = TextContext {
+            traceparent: String::new(),
+            tracestate: "a=b".into(),
+        };
+        assert!(orphan.check().is_err());
+        assert!(TextContext::default().check().is_ok());
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_is_total(p in ".{0,600}", s in ".{0,600}") {
+            let t = TextContext { traceparent: p, tracestate: s };
+            let ok = t.check().is_ok();
+            let valid = t.span_context().is_some();
+            prop_assert!(!valid || ok || t.traceparent.is_empty());
+            let _ = t.parent();
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! The spans of the messaging conventions (OpenTelemetry semantic conventions for
+//! messaging): `send <service>` for an enqueue, `settle <service>` for an ack. `process
+//! <service>` is the executor's, in the SDK. Each is disabled (and costs nothing) when
+//! tracing is off.
+
+use tracing::{field::Empty, Span};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use super::context::TextContext;
+
+/// The `send <service>` PRODUCER span of one enqueue (disabled when tracing is off), a
+/// child of the current span, or of the item's own trace context when it has one.
+pub fn send(service: &str, transaction_id: &str, own: &TextContext) -> Span {
+    if !super::enabled() {
+        return Span::none();
+    }
+    let name = format!("send {service}");
+    let span = tracing::info_span!(
+        target: "rebound_server::api",
+        "send",
+        otel.name = name.as_str(),
+        otel.kind = "producer",
+        otel.status_code = Empty,
+        messaging.system = "rebound",
+        messaging.operation.type = "send",
+        messaging.operation.name = "send",
+        messaging.destination.name = service,
+        messaging.message.id = transaction_id,
+        error.type = Empty,
+    );
+    if !own.is_empty() {
+        let _ = span.set_parent(own.parent());
+    }
+    span
+}
+
+/// The `settle <service>` span of one ack, linked to the delivery's stored trace context
+/// (the enqueue that started the retry), a child of the current span (the Ack call's).
+pub fn settle(
+    service: &str,
+    transaction_id: &str,
+    outcome: &'static str,
+    delivered: &TextContext,
+) -> Span {
+    if !super::enabled() {
+        return Span::none();
+    }
+    let name = format!("settle {service}");
+    let span = tracing::info_span!(
+        target: "rebound_server::dispatch",
+        "settle",
+        otel.name = name.as_str(),
+        otel.kind = "client",
+        otel.status_code = Empty,
+        messaging.system = "rebound",
+        messaging.operation.type = "settle",
+        messaging.operation.name = outcome,
+        messaging.destination.name = service,
+        messaging.message.id = transaction_id,
+        error.type = Empty,
+    );
+    if let Some(sc) = delivered.span_context() {
+        span.add_link(sc);
+    }
+    span
+}
+
+/// Marks `span` failed with `error.type` (a gRPC code name).
+pub fn failed(span: &Span, error_type: &'static str) {
+    if !span.is_disabled() {
+        span.record("error.type", error_type);
+        span.record("otel.status_code", "ERROR");
+    }
+}
