@@ -107,6 +107,8 @@ pub fn test_config(test: &str) -> Config {
         // Most tests stand the node on a manual clock; syncing it to Cassandra's would undo
         // that. The clock-skew tests turn it on over a skewed system clock.
         clock_sync: false,
+        // Tests that read /metrics or /readyz turn the listener on (on port 0).
+        http_listen: None,
         ..Config::default()
     }
 }
@@ -258,6 +260,41 @@ pub const DATA_TABLES: &[&str] = &[
 ];
 
 /// Milliseconds of a UTC date-time written as `YYYY-MM-DD HH:MM:SS.mmm`.
+/// One HTTP/1.1 GET of `path` on `addr`: the status code and the body (tests of the metrics
+/// and probes listener; no HTTP client crate needed).
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    // Bodies come chunked or whole; undo the chunking when there is some.
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((size, after)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 || after.len() < n {
+                break;
+            }
+            out.push_str(&after[..n]);
+            rest = after[n..].trim_start_matches("\r\n");
+        }
+        out
+    } else {
+        body.to_string()
+    };
+    Ok((code, body))
+}
+
 pub fn utc_ms(s: &str) -> i64 {
     use chrono::{NaiveDateTime, TimeZone, Utc};
     let t = NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.3f").expect("date-time");

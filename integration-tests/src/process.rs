@@ -83,6 +83,8 @@ pub fn spawn_node_with(keyspace: &str, port: u16, node_id: &str, extra: &[(&str,
                 ("REBOUND_SCAN_INTERVAL_MS", "50".to_string()),
                 ("REBOUND_SLOTS", "8".to_string()),
                 ("REBOUND_LEASE_TTL_MS", "2000".to_string()),
+                // Off unless a test asks for it (with its own port).
+                ("REBOUND_HTTP_LISTEN", String::new()),
                 (
                     "RUST_LOG",
                     std::env::var("CHILD_LOG").unwrap_or_else(|_| "warn".into()),

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rebound_integration_tests::{enqueue_req, test_config, TestNode};
+use rebound_integration_tests::{enqueue_req, eventually, http_get, test_config, TestNode};
 use rebound_proto::v1 as pb;
 use tonic::Code;
 
@@ -54,6 +54,14 @@ impl Drop for Restore {
     }
 }
 
+/// The status code of `/readyz` (0 when the listener does not answer).
+async fn readyz(addr: std::net::SocketAddr) -> u16 {
+    match tokio::time::timeout(Duration::from_secs(5), http_get(addr, "/readyz")).await {
+        Ok(Ok((code, _))) => code,
+        _ => 0,
+    }
+}
+
 fn req(txid: &str) -> pb::EnqueueRetryRequest {
     enqueue_req("outage", txid, 5_000)
 }
@@ -91,7 +99,14 @@ async fn cassandra_outage_gives_prompt_errors_and_the_node_recovers() {
     let mut cfg = test_config("outage");
     cfg.cassandra_request_timeout_ms = 1_000;
     cfg.cassandra_connect_timeout_ms = 1_000;
+    cfg.http_listen = Some("127.0.0.1:0".parse().unwrap());
+    cfg.http_listen_set = true;
     let n = TestNode::with_system_clock(cfg).await;
+    let probes = n.node.as_ref().unwrap().http_addr().expect("the probes listener");
+    eventually(Duration::from_secs(10), "/readyz to answer 200", || async move {
+        readyz(probes).await == 200
+    })
+    .await;
     let mut outcomes: BTreeMap<String, Code> = BTreeMap::new();
     let (code, _) = try_enqueue(&n, "before").await;
     assert_eq!(code, Code::Ok);
@@ -132,6 +147,11 @@ async fn cassandra_outage_gives_prompt_errors_and_the_node_recovers() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Not ready while Cassandra is down.
+    eventually(Duration::from_secs(20), "/readyz to answer 503", || async move {
+        readyz(probes).await == 503
+    })
+    .await;
     for i in 0..3 {
         let txid = format!("down-{i}");
         let (code, took) = try_enqueue(&n, &txid).await;
@@ -151,6 +171,11 @@ async fn cassandra_outage_gives_prompt_errors_and_the_node_recovers() {
     );
     let took = until_ok(&n, "after", Duration::from_secs(90)).await;
     eprintln!("recovered from the restart in {took:?}");
+    // Ready again, without a restart of the node.
+    eventually(Duration::from_secs(30), "/readyz to answer 200 again", || async move {
+        readyz(probes).await == 200
+    })
+    .await;
     outcomes.insert("after".into(), Code::Ok);
     drop(guard);
 

@@ -241,13 +241,17 @@ async fn run_dev(
     let windows = config.window_seconds;
     let node = Node::start(config, clock).await?;
     let addr = node.local_addr();
+    let http = match node.http_addr() {
+        Some(a) => format!("; metrics and probes on http://{a}"),
+        None => String::new(),
+    };
     let kept = if temporary {
         "a temporary directory, deleted on exit"
     } else {
         "kept on exit"
     };
     println!(
-        "rebound dev: serving on {addr} in {} ms (embedded store in {}, {kept}; {windows} s windows)",
+        "rebound dev: serving on {addr} in {} ms (embedded store in {}, {kept}; {windows} s windows{http})",
         started.elapsed().as_millis(),
         dir.display()
     );

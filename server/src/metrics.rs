@@ -480,7 +480,7 @@ mod tests {
             text.contains("rebound_enqueues_total{service=\"_other\",result=\"new\",code=\"OK\"} 2"),
             "{text}"
         );
-        assert!(text.contains("# HELP rebound_pending "), "{text}");
+        assert!(text.contains("# HELP rebound_ring_slots_held "), "{text}");
         assert!(text.contains("# TYPE rebound_enqueues_total counter\n"), "{text}");
         assert!(!text.contains("# EOF"), "{text}");
     }

@@ -21,6 +21,22 @@ pub struct TextContext {
     pub tracestate: String,
 }
 
+/// The W3C shape of a `traceparent`: `version-traceid-parentid-flags` in lowercase hex of
+/// 2, 32, 16 and 2 digits, version not `ff`, nothing more for version 00 (the propagator
+/// alone is more lenient, e.g. with a 31-digit trace id).
+fn well_formed(traceparent: &str) -> bool {
+    let hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let mut parts = traceparent.split('-');
+    let (Some(v), Some(t), Some(p), Some(f)) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let more = parts.next().is_some();
+    hex(v, 2) && v != "ff" && hex(t, 32) && hex(p, 16) && hex(f, 2) && !(v == "00" && more)
+}
+
 struct Pair<'a>(&'a str, &'a str);
 
 impl Extractor for Pair<'_> {
@@ -54,7 +70,9 @@ impl TextContext {
 
     /// The remote span context this text names, if its `traceparent` is valid.
     pub fn span_context(&self) -> Option<SpanContext> {
-        if self.traceparent.len() > MAX_TRACEPARENT_LEN || self.tracestate.len() > MAX_TRACESTATE_LEN
+        if self.traceparent.len() > MAX_TRACEPARENT_LEN
+            || self.tracestate.len() > MAX_TRACESTATE_LEN
+            || !well_formed(&self.traceparent)
         {
             return None;
         }

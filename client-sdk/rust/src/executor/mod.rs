@@ -557,6 +557,9 @@ pub(super) fn job_span(d: &pb::Delivery) -> tracing::Span {
         attempt = d.attempt,
         delivery_id = %d.delivery_id,
     );
+    // Each delivery is a trace of its own (not a child of the long-lived subscription),
+    // linked to the one that enqueued it.
+    let _ = span.set_parent(opentelemetry::Context::new());
     if let Some(sc) = d
         .trace_context
         .as_ref()
