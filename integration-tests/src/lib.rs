@@ -265,8 +265,10 @@ pub const DATA_TABLES: &[&str] = &[
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
-        .await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).await?;
     let text = String::from_utf8_lossy(&raw).into_owned();
@@ -277,7 +279,10 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     // Bodies come chunked or whole; undo the chunking when there is some.
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         let mut out = String::new();
         let mut rest = body;
         while let Some((size, after)) = rest.split_once("\r\n") {

@@ -140,17 +140,24 @@ async fn a_retry_is_traced_from_the_failing_call_to_the_final_ack() {
     let exporting = otel::start(&settings, "test").unwrap();
     let tracer = exporting.provider.tracer("test");
     let subscriber = tracing_subscriber::registry().with(
-        tracing_opentelemetry::layer().with_tracer(tracer).with_filter(
-            tracing_subscriber::filter::Targets::new()
-                .with_target("observability", tracing::Level::INFO)
-                .with_target("rebound_client", tracing::Level::INFO),
-        ),
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("observability", tracing::Level::INFO)
+                    .with_target("rebound_client", tracing::Level::INFO),
+            ),
     );
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
     let ks = unique_keyspace("obs_traces");
     let (port, http) = (free_port(), free_port());
-    let node = spawn_node_with(&ks, port, "obs-1", &node_env(http, Some(format!("http://{otlp}"))));
+    let node = spawn_node_with(
+        &ks,
+        port,
+        "obs-1",
+        &node_env(http, Some(format!("http://{otlp}"))),
+    );
     let addr = format!("127.0.0.1:{port}");
     rebound_integration_tests::process::connect(port).await;
     let client = Client::connect(&addr).await.unwrap();
@@ -190,9 +197,7 @@ async fn a_retry_is_traced_from_the_failing_call_to_the_final_ack() {
     }));
     eventually(Duration::from_secs(30), "the retry to succeed", || {
         let client = client.clone();
-        async move {
-            client.get("obs", "tx-1").await.unwrap().status == RetryStatus::Succeeded
-        }
+        async move { client.get("obs", "tx-1").await.unwrap().status == RetryStatus::Succeeded }
     })
     .await;
     let _ = stop_tx.send(());
@@ -221,7 +226,10 @@ async fn a_retry_is_traced_from_the_failing_call_to_the_final_ack() {
                 hex(&s.span_id),
                 hex(&s.parent_span_id),
                 s.kind,
-                s.links.iter().map(|l| format!("{}/{}", hex(&l.trace_id), hex(&l.span_id))).collect::<Vec<_>>()
+                s.links
+                    .iter()
+                    .map(|l| format!("{}/{}", hex(&l.trace_id), hex(&l.span_id)))
+                    .collect::<Vec<_>>()
             )
         })
         .collect();
@@ -233,7 +241,10 @@ async fn a_retry_is_traced_from_the_failing_call_to_the_final_ack() {
     assert_eq!(hex(&send.trace_id), t_hex);
     assert_eq!(send.kind, SpanKind::Producer as i32);
     assert_eq!(attr(send, "messaging.system").as_deref(), Some("rebound"));
-    assert_eq!(attr(send, "messaging.destination.name").as_deref(), Some("obs"));
+    assert_eq!(
+        attr(send, "messaging.destination.name").as_deref(),
+        Some("obs")
+    );
     assert_eq!(attr(send, "messaging.message.id").as_deref(), Some("tx-1"));
     let rpc = by_id[&hex(&send.parent_span_id)];
     assert_eq!(rpc.name, "rebound.v1.RetryService/EnqueueRetry");
@@ -262,7 +273,10 @@ async fn a_retry_is_traced_from_the_failing_call_to_the_final_ack() {
     assert_eq!(settle.len(), 2, "{tree:#?}");
     for s in &settle {
         assert!(linked_to_t(s), "settle span not linked to T: {s:?}");
-        assert_eq!(attr(s, "messaging.destination.name").as_deref(), Some("obs"));
+        assert_eq!(
+            attr(s, "messaging.destination.name").as_deref(),
+            Some("obs")
+        );
     }
     node.kill();
     drop_keyspace(&ks).await;
@@ -296,7 +310,11 @@ async fn a_dead_collector_adds_no_error_to_enqueue() {
         "the failed exports to be counted",
         || async move {
             let s = scrape(http_addr).await;
-            value(&s, "rebound_spans_dropped_total", &[("reason", "export_failed")]) > 0.0
+            value(
+                &s,
+                "rebound_spans_dropped_total",
+                &[("reason", "export_failed")],
+            ) > 0.0
         },
     )
     .await;
@@ -315,9 +333,17 @@ async fn metrics_count_every_enqueue_delivery_and_ack() {
     let http_addr: SocketAddr = format!("127.0.0.1:{http}").parse().unwrap();
     let (code, body) = http_get(http_addr, "/healthz").await.unwrap();
     assert_eq!((code, body.as_str()), (200, "ok\n"));
-    eventually(Duration::from_secs(20), "the node to be ready", || async move {
-        http_get(http_addr, "/readyz").await.map(|r| r.0).unwrap_or(0) == 200
-    })
+    eventually(
+        Duration::from_secs(20),
+        "the node to be ready",
+        || async move {
+            http_get(http_addr, "/readyz")
+                .await
+                .map(|r| r.0)
+                .unwrap_or(0)
+                == 200
+        },
+    )
     .await;
     let client = Client::connect(&addr).await.unwrap();
     for i in 0..N {
@@ -339,7 +365,10 @@ async fn metrics_count_every_enqueue_delivery_and_ack() {
     let s = scrape(http_addr).await;
     let with = |result: &'static str| [("service", "metered"), ("result", result)];
     assert_eq!(value(&s, "rebound_enqueues_total", &with("new")), N as f64);
-    assert_eq!(value(&s, "rebound_enqueues_total", &with("deduplicated")), 1.0);
+    assert_eq!(
+        value(&s, "rebound_enqueues_total", &with("deduplicated")),
+        1.0
+    );
     assert_eq!(
         value(
             &s,
@@ -348,22 +377,35 @@ async fn metrics_count_every_enqueue_delivery_and_ack() {
         ),
         1.0
     );
-    eventually(Duration::from_secs(20), "the backlog gauge to count them", || async move {
-        let s = scrape(http_addr).await;
-        value(&s, "rebound_pending", &[("service", "metered")]) == N as f64
-    })
+    eventually(
+        Duration::from_secs(20),
+        "the backlog gauge to count them",
+        || async move {
+            let s = scrape(http_addr).await;
+            value(&s, "rebound_pending", &[("service", "metered")]) == N as f64
+        },
+    )
     .await;
 
     let handler = |_job: Job| async { Outcome::success() };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let executor = tokio::spawn(Executor::builder(addr.as_str(), "metered").run(handler, async {
-        let _ = stop_rx.await;
-    }));
-    eventually(Duration::from_secs(30), "every ack to be counted", || async move {
-        let s = scrape(http_addr).await;
-        value(&s, "rebound_acks_total", &[("service", "metered"), ("outcome", "succeeded")])
-            == N as f64
-    })
+    let executor = tokio::spawn(
+        Executor::builder(addr.as_str(), "metered").run(handler, async {
+            let _ = stop_rx.await;
+        }),
+    );
+    eventually(
+        Duration::from_secs(30),
+        "every ack to be counted",
+        || async move {
+            let s = scrape(http_addr).await;
+            value(
+                &s,
+                "rebound_acks_total",
+                &[("service", "metered"), ("outcome", "succeeded")],
+            ) == N as f64
+        },
+    )
     .await;
     let s = scrape(http_addr).await;
     let deliveries = value(&s, "rebound_deliveries_total", &[("service", "metered")]);
@@ -373,13 +415,26 @@ async fn metrics_count_every_enqueue_delivery_and_ack() {
         deliveries,
         "one lateness observation per delivery"
     );
-    assert!(value(&s, "rebound_rpc_duration_seconds_count", &[("method", "rebound.v1.RetryService/EnqueueRetry"), ("code", "OK")]) >= N as f64);
+    assert!(
+        value(
+            &s,
+            "rebound_rpc_duration_seconds_count",
+            &[
+                ("method", "rebound.v1.RetryService/EnqueueRetry"),
+                ("code", "OK")
+            ]
+        ) >= N as f64
+    );
     assert!(value(&s, "rebound_store_request_duration_seconds_count", &[]) > 0.0);
     assert_eq!(value(&s, "rebound_compactor", &[]), 1.0);
-    eventually(Duration::from_secs(30), "the backlog gauge to return to 0", || async move {
-        let s = scrape(http_addr).await;
-        value(&s, "rebound_pending", &[("service", "metered")]) == 0.0
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the backlog gauge to return to 0",
+        || async move {
+            let s = scrape(http_addr).await;
+            value(&s, "rebound_pending", &[("service", "metered")]) == 0.0
+        },
+    )
     .await;
     let _ = stop_tx.send(());
     executor.await.unwrap().unwrap();

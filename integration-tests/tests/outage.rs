@@ -102,10 +102,17 @@ async fn cassandra_outage_gives_prompt_errors_and_the_node_recovers() {
     cfg.http_listen = Some("127.0.0.1:0".parse().unwrap());
     cfg.http_listen_set = true;
     let n = TestNode::with_system_clock(cfg).await;
-    let probes = n.node.as_ref().unwrap().http_addr().expect("the probes listener");
-    eventually(Duration::from_secs(10), "/readyz to answer 200", || async move {
-        readyz(probes).await == 200
-    })
+    let probes = n
+        .node
+        .as_ref()
+        .unwrap()
+        .http_addr()
+        .expect("the probes listener");
+    eventually(
+        Duration::from_secs(10),
+        "/readyz to answer 200",
+        || async move { readyz(probes).await == 200 },
+    )
     .await;
     let mut outcomes: BTreeMap<String, Code> = BTreeMap::new();
     let (code, _) = try_enqueue(&n, "before").await;
@@ -148,9 +155,11 @@ async fn cassandra_outage_gives_prompt_errors_and_the_node_recovers() {
         String::from_utf8_lossy(&out.stderr)
     );
     // Not ready while Cassandra is down.
-    eventually(Duration::from_secs(20), "/readyz to answer 503", || async move {
-        readyz(probes).await == 503
-    })
+    eventually(
+        Duration::from_secs(20),
+        "/readyz to answer 503",
+        || async move { readyz(probes).await == 503 },
+    )
     .await;
     for i in 0..3 {
         let txid = format!("down-{i}");
@@ -172,9 +181,11 @@ async fn cassandra_outage_gives_prompt_errors_and_the_node_recovers() {
     let took = until_ok(&n, "after", Duration::from_secs(90)).await;
     eprintln!("recovered from the restart in {took:?}");
     // Ready again, without a restart of the node.
-    eventually(Duration::from_secs(30), "/readyz to answer 200 again", || async move {
-        readyz(probes).await == 200
-    })
+    eventually(
+        Duration::from_secs(30),
+        "/readyz to answer 200 again",
+        || async move { readyz(probes).await == 200 },
+    )
     .await;
     outcomes.insert("after".into(), Code::Ok);
     drop(guard);

@@ -750,8 +750,7 @@ impl Admin {
                 per.entry(s.service.clone()).or_default().paused = s.paused;
             }
         }
-        let backlog =
-            crate::backlog::measure(&self.store, &grid, now, only, 0, None).await?;
+        let backlog = crate::backlog::measure(&self.store, &grid, now, only, 0, None).await?;
         for (service, b) in backlog {
             let st = per.entry(service).or_default();
             st.pending = b.pending;

@@ -108,11 +108,15 @@ pub async fn measure(
     let mut by_window: BTreeMap<(String, WindowId), u64> = BTreeMap::new();
     for (i, n) in known {
         let e = &entries[i];
-        *by_window.entry((e.row.service.clone(), e.window)).or_default() += n;
+        *by_window
+            .entry((e.row.service.clone(), e.window))
+            .or_default() += n;
     }
     for (i, service, loc, closed, n) in counted {
         let e = &entries[i];
-        *by_window.entry((e.row.service.clone(), e.window)).or_default() += n;
+        *by_window
+            .entry((e.row.service.clone(), e.window))
+            .or_default() += n;
         if closed {
             if let Some(c) = cache.as_deref_mut() {
                 c.fixed.insert((service, loc), n);
@@ -158,7 +162,12 @@ fn publish(per: &BTreeMap<String, ServiceBacklog>, published: &mut HashSet<Arc<s
         e.0.later += b.bands.later;
         e.1 = e.1.max(b.oldest_due_age_ms);
     }
-    for gone in published.iter().filter(|s| !sums.contains_key(*s)).cloned().collect::<Vec<_>>() {
+    for gone in published
+        .iter()
+        .filter(|s| !sums.contains_key(*s))
+        .cloned()
+        .collect::<Vec<_>>()
+    {
         sums.insert(gone, Default::default());
     }
     published.clear();

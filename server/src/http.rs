@@ -179,8 +179,7 @@ impl Probe {
         }
         drop(gauged);
         m.ring_slots.set(self.ownership.held().len() as i64);
-        m.compactor
-            .set(i64::from(self.ownership.is_compactor(now)));
+        m.compactor.set(i64::from(self.ownership.is_compactor(now)));
         m.clock_offset
             .set(self.clock.offset_ms().unwrap_or(0) as f64 / 1000.0);
         m.encode()
@@ -188,10 +187,7 @@ impl Probe {
 }
 
 async fn metrics_handler(State(p): State<Arc<Probe>>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
-        p.scrape(),
-    )
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], p.scrape())
 }
 
 async fn healthz() -> impl IntoResponse {

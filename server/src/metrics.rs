@@ -477,11 +477,16 @@ mod tests {
         m.enqueue("d", "new", "OK");
         let text = m.encode();
         assert!(
-            text.contains("rebound_enqueues_total{service=\"_other\",result=\"new\",code=\"OK\"} 2"),
+            text.contains(
+                "rebound_enqueues_total{service=\"_other\",result=\"new\",code=\"OK\"} 2"
+            ),
             "{text}"
         );
         assert!(text.contains("# HELP rebound_ring_slots_held "), "{text}");
-        assert!(text.contains("# TYPE rebound_enqueues_total counter\n"), "{text}");
+        assert!(
+            text.contains("# TYPE rebound_enqueues_total counter\n"),
+            "{text}"
+        );
         assert!(!text.contains("# EOF"), "{text}");
     }
 }

@@ -352,8 +352,9 @@ impl Node {
                     None
                 }
                 Err(e) => {
-                    return Err(anyhow::Error::new(e)
-                        .context(format!("binding {a} (REBOUND_HTTP_LISTEN)")))
+                    return Err(
+                        anyhow::Error::new(e).context(format!("binding {a} (REBOUND_HTTP_LISTEN)"))
+                    )
                 }
             },
         };

@@ -142,7 +142,7 @@ pub fn delivery_pb(d: Delivery) -> pb::Delivery {
         first_enqueued_at: Some(ts(d.first_enqueued_at_ms)),
         ack_deadline: Some(ts(d.ack_deadline_ms)),
         last_error: d.last_error,
-        trace_context: (!d.trace.is_empty()).then(|| pb::TraceContext {
+        trace_context: (!d.trace.is_empty()).then_some(pb::TraceContext {
             traceparent: d.trace.traceparent,
             tracestate: d.trace.tracestate,
         }),

@@ -28,8 +28,13 @@ pub(crate) fn current() -> Option<(String, String)> {
 /// The remote span context of a stored `traceparent` (version 00 form); None when invalid.
 pub(crate) fn span_context(traceparent: &str, tracestate: &str) -> Option<SpanContext> {
     let mut parts = traceparent.trim().split('-');
-    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
     if !hex(version, 2) || version == "ff" || !hex(trace, 32) || !hex(span, 16) || !hex(flags, 2) {
         return None;
     }
@@ -50,9 +55,16 @@ mod tests {
 
     #[test]
     fn parses_valid_and_refuses_invalid() {
-        let sc = span_context("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "a=b").unwrap();
+        let sc = span_context(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "a=b",
+        )
+        .unwrap();
         assert!(sc.is_sampled());
-        assert_eq!(sc.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(
+            sc.trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
         for bad in [
             "",
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01",

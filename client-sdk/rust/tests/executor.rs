@@ -101,11 +101,26 @@ impl ExecutorService for Fake {
             .map(Response::new)
     }
 
+    /// Acks that queued up come as one batch: each is an `Event::Ack` with its scripted reply.
     async fn ack_batch(
         &self,
-        _request: Request<pb::AckBatchRequest>,
+        request: Request<pb::AckBatchRequest>,
     ) -> Result<Response<pb::AckBatchResponse>, Status> {
-        Err(Status::unimplemented("not used by the executor"))
+        let mut results = Vec::new();
+        for ack in request.into_inner().acks {
+            let _ = self.events.send(Event::Ack(ack));
+            let reply = self.script.lock().unwrap().ack_replies.pop_front();
+            results.push(pb::AckBatchResult {
+                result: Some(match reply.unwrap_or(Ok(pb::AckResponse::default())) {
+                    Ok(r) => pb::ack_batch_result::Result::Response(r),
+                    Err(s) => pb::ack_batch_result::Result::Error(pb::AckError {
+                        code: s.code() as i32,
+                        message: s.message().to_string(),
+                    }),
+                }),
+            });
+        }
+        Ok(Response::new(pb::AckBatchResponse { results }))
     }
 
     async fn extend_deadline(

@@ -26,9 +26,7 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::{
-    clock::SharedClock, error::Error, store::TxState, telemetry::context::TextContext,
-};
+use crate::{clock::SharedClock, error::Error, store::TxState, telemetry::context::TextContext};
 
 /// One delivery as a subscriber receives it; the API encodes it (`wire::delivery_pb`).
 #[derive(Debug, Clone, PartialEq)]

@@ -26,10 +26,13 @@ pub struct TextContext {
 /// alone is more lenient, e.g. with a 31-digit trace id).
 fn well_formed(traceparent: &str) -> bool {
     let hex = |s: &str, n: usize| {
-        s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
     let mut parts = traceparent.split('-');
-    let (Some(v), Some(t), Some(p), Some(f)) = (parts.next(), parts.next(), parts.next(), parts.next())
+    let (Some(v), Some(t), Some(p), Some(f)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return false;
     };

@@ -57,9 +57,7 @@ where
         let mut m = Map::new();
         m.insert(
             "timestamp".into(),
-            Value::from(
-                chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            ),
+            Value::from(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
         );
         m.insert("level".into(), Value::from(meta.level().as_str()));
         m.insert("target".into(), Value::from(meta.target()));

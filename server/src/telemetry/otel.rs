@@ -55,7 +55,9 @@ impl SamplerSetting {
             SamplerSetting::AlwaysOn => Sampler::AlwaysOn,
             SamplerSetting::AlwaysOff => Sampler::AlwaysOff,
             SamplerSetting::Ratio(r) => Sampler::TraceIdRatioBased(r),
-            SamplerSetting::ParentBasedAlwaysOn => Sampler::ParentBased(Box::new(Sampler::AlwaysOn)),
+            SamplerSetting::ParentBasedAlwaysOn => {
+                Sampler::ParentBased(Box::new(Sampler::AlwaysOn))
+            }
             SamplerSetting::ParentBasedAlwaysOff => {
                 Sampler::ParentBased(Box::new(Sampler::AlwaysOff))
             }
@@ -102,12 +104,20 @@ fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-fn num(env: &HashMap<String, String>, key: &str, lo: u64, hi: u64) -> Result<Option<u64>, ConfigError> {
+fn num(
+    env: &HashMap<String, String>,
+    key: &str,
+    lo: u64,
+    hi: u64,
+) -> Result<Option<u64>, ConfigError> {
     match env.get(key).map(|v| v.trim()).filter(|v| !v.is_empty()) {
         None => Ok(None),
         Some(v) => match v.parse::<u64>() {
             Ok(n) if (lo..=hi).contains(&n) => Ok(Some(n)),
-            _ => Err(bad(key, format!("{v:?} must be a whole number from {lo} to {hi}"))),
+            _ => Err(bad(
+                key,
+                format!("{v:?} must be a whole number from {lo} to {hi}"),
+            )),
         },
     }
 }
@@ -150,7 +160,9 @@ impl OtelSettings {
                     None => {
                         return Err(bad(
                             "OTEL_RESOURCE_ATTRIBUTES",
-                            format!("{pair:?} must be key=value (comma-separated, percent-encoded)"),
+                            format!(
+                                "{pair:?} must be key=value (comma-separated, percent-encoded)"
+                            ),
                         ))
                     }
                 }
@@ -159,7 +171,10 @@ impl OtelSettings {
         // OTEL_SERVICE_NAME wins over service.name in the resource attributes.
         if let Some(name) = get("OTEL_SERVICE_NAME") {
             s.service_name = name;
-        } else if let Some((_, name)) = s.resource_attributes.iter().find(|(k, _)| k == "service.name")
+        } else if let Some((_, name)) = s
+            .resource_attributes
+            .iter()
+            .find(|(k, _)| k == "service.name")
         {
             s.service_name = name.clone();
         }
@@ -192,7 +207,10 @@ impl OtelSettings {
                 }
             };
         }
-        for key in ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"] {
+        for key in [
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ] {
             if let Some(p) = get(key) {
                 if p != OTEL_EXPORTER_OTLP_PROTOCOL_GRPC {
                     return Err(bad(
@@ -219,7 +237,12 @@ impl OtelSettings {
         let exporter = get("OTEL_TRACES_EXPORTER").unwrap_or_else(|| "otlp".into());
         match exporter.to_ascii_lowercase().as_str() {
             "otlp" => {}
-            "none" => return Ok(OtelSettings { endpoint: None, ..s }),
+            "none" => {
+                return Ok(OtelSettings {
+                    endpoint: None,
+                    ..s
+                })
+            }
             _ => {
                 return Err(bad(
                     "OTEL_TRACES_EXPORTER",
@@ -232,8 +255,9 @@ impl OtelSettings {
         }
         s.endpoint = match get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .map(|e| ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", e))
-            .or_else(|| get("OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| ("OTEL_EXPORTER_OTLP_ENDPOINT", e)))
-        {
+            .or_else(|| {
+                get("OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| ("OTEL_EXPORTER_OTLP_ENDPOINT", e))
+            }) {
             None => None,
             Some((key, e)) => {
                 let uri: Result<http::Uri, _> = e.parse();
@@ -430,7 +454,10 @@ mod tests {
         let s = OtelSettings::from_env(&env(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
             ("OTEL_SERVICE_NAME", "retries"),
-            ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod,team=pay%20ments"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment=prod,team=pay%20ments",
+            ),
             ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
             ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),

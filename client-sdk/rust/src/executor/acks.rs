@@ -89,11 +89,9 @@ async fn call(mut client: ExecClient, batch: Vec<(pb::AckRequest, oneshot::Sende
     }
     let (acks, waiting): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
     let n = acks.len();
-    let answer = timeout(
-        RPC_TIMEOUT,
-        client.ack_batch(pb::AckBatchRequest { acks }),
-    )
-    .await;
+    // Kept to send one by one should the node not know AckBatch.
+    let unbatched = acks.clone();
+    let answer = timeout(RPC_TIMEOUT, client.ack_batch(pb::AckBatchRequest { acks })).await;
     match answer {
         Ok(Ok(r)) => {
             let results = r.into_inner().results;
@@ -115,6 +113,16 @@ async fn call(mut client: ExecClient, batch: Vec<(pb::AckRequest, oneshot::Sende
                     }
                     None => Err(Status::internal("AckBatch answered an empty result")),
                 });
+            }
+        }
+        // A node without AckBatch: the acks one by one.
+        Ok(Err(status)) if status.code() == Code::Unimplemented => {
+            for (ack, done) in unbatched.into_iter().zip(waiting) {
+                let answer = match timeout(RPC_TIMEOUT, client.ack(ack)).await {
+                    Ok(r) => r.map(tonic::Response::into_inner),
+                    Err(_) => Err(Status::deadline_exceeded("Ack did not answer in time")),
+                };
+                let _ = done.send(answer);
             }
         }
         Ok(Err(status)) => {

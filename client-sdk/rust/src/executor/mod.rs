@@ -663,11 +663,9 @@ pub(super) async fn process<H, F>(
         let error_type = match &outcome {
             Outcome::Success => None,
             Outcome::Snooze { .. } => None,
-            Outcome::Retry { error_class, .. } | Outcome::Fail { error_class, .. } => Some(
-                error_class
-                    .clone()
-                    .unwrap_or_else(|| "_OTHER".to_string()),
-            ),
+            Outcome::Retry { error_class, .. } | Outcome::Fail { error_class, .. } => {
+                Some(error_class.clone().unwrap_or_else(|| "_OTHER".to_string()))
+            }
         };
         if let Some(t) = error_type {
             let span = tracing::Span::current();

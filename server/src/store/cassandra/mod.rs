@@ -197,10 +197,13 @@ impl Prep {
     }
 }
 
+/// Interned operation names by statement text.
+type OperationNames = std::collections::HashMap<String, (Arc<str>, &'static str)>;
+
 /// The operation label and span name of a statement: its verb and table, as
 /// `SELECT retry_state` (interned: the statements are a fixed set).
 fn operation(cql: &str) -> (Arc<str>, &'static str) {
-    static NAMES: std::sync::OnceLock<std::sync::RwLock<std::collections::HashMap<String, (Arc<str>, &'static str)>>> =
+    static NAMES: std::sync::OnceLock<std::sync::RwLock<OperationNames>> =
         std::sync::OnceLock::new();
     let names = NAMES.get_or_init(Default::default);
     if let Some(n) = names.read().expect("operation names").get(cql) {

@@ -212,14 +212,15 @@ impl StateIo {
                     .execute_unpaged(&self.legacy.put, self.legacy_values(s, *ttl)),
             )
             .await
-                .map_err(|e| map_execution_error(&e))?;
+            .map_err(|e| map_execution_error(&e))?;
         }
         let result = if !batchable(rows.iter().map(|(s, _)| (&s.service, &s.transaction_id))) {
             let mut result = Ok(());
             for (s, ttl) in &rows {
                 result = observed(
                     self.put.get_statement(),
-                    self.session.execute_unpaged(&self.put, self.values(s, *ttl)),
+                    self.session
+                        .execute_unpaged(&self.put, self.values(s, *ttl)),
                 )
                 .await
                 .map(|_| ());
@@ -238,12 +239,9 @@ impl StateIo {
                     self.values(s, *ttl)
                 })
                 .collect();
-            observed(
-                self.put.get_statement(),
-                self.session.batch(&batch, values),
-            )
-            .await
-            .map(|_| ())
+            observed(self.put.get_statement(), self.session.batch(&batch, values))
+                .await
+                .map(|_| ())
         };
         result.map_err(|e| map_execution_error(&e))?;
         Ok(vec![(); n])
@@ -313,13 +311,13 @@ impl StateIo {
                 .execute_unpaged(ps, (&self.region, &self.cluster, service, ids)),
         )
         .await
-            .map_err(|e| map_execution_error(&e))?
-            .into_rows_result()
-            .map_err(|e| StoreError::Internal(format!("state read returned no rows result: {e}")))?
-            .rows::<R>()
-            .map_err(|e| bad(&e))?
-            .map(|row| row.map_err(|e| bad(&e)))
-            .collect()
+        .map_err(|e| map_execution_error(&e))?
+        .into_rows_result()
+        .map_err(|e| StoreError::Internal(format!("state read returned no rows result: {e}")))?
+        .rows::<R>()
+        .map_err(|e| bad(&e))?
+        .map(|row| row.map_err(|e| bad(&e)))
+        .collect()
     }
 }
 
