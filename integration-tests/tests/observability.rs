@@ -438,6 +438,9 @@ async fn metrics_count_every_enqueue_delivery_and_ack() {
     .await;
     let _ = stop_tx.send(());
     executor.await.unwrap().unwrap();
+    // The whole scrape, for whoever reads the test's output.
+    let (_, body) = http_get(http_addr, "/metrics").await.unwrap();
+    eprintln!("scrape after the drain:\n{body}");
     node.kill();
     drop_keyspace(&ks).await;
 }
