@@ -260,6 +260,12 @@ impl OtelSettings {
             }) {
             None => None,
             Some((key, e)) => {
+                // A bare host:port is what people type for a gRPC collector: plain http.
+                let e = if e.contains("://") {
+                    e
+                } else {
+                    format!("http://{e}")
+                };
                 let uri: Result<http::Uri, _> = e.parse();
                 match uri {
                     Ok(u) if u.scheme_str() == Some("http") && u.host().is_some() => Some(e),
@@ -473,6 +479,10 @@ mod tests {
                 ("team".into(), "pay ments".into())
             ]
         );
+        let bare =
+            OtelSettings::from_env(&env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")]))
+                .unwrap();
+        assert_eq!(bare.endpoint.as_deref(), Some("http://collector:4317"));
         let named = OtelSettings::from_env(&env(&[("OTEL_RESOURCE_ATTRIBUTES", "service.name=x")]))
             .unwrap();
         assert_eq!(named.service_name, "x");
@@ -490,7 +500,7 @@ mod tests {
             ("OTEL_TRACES_SAMPLER", "sometimes"),
             ("OTEL_TRACES_SAMPLER_ARG", "2"),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"),
             ("OTEL_RESOURCE_ATTRIBUTES", "novalue"),
             ("OTEL_BSP_MAX_QUEUE_SIZE", "0"),
             ("OTEL_TRACES_EXPORTER", "zipkin"),
