@@ -101,7 +101,7 @@ pub struct RpcLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabels {
-    /// The store's request name, e.g. `SELECT retry_state`.
+    /// The store's request name, e.g. `SELECT transactions`.
     pub operation: Arc<str>,
 }
 

@@ -201,7 +201,7 @@ impl Prep {
 type OperationNames = std::collections::HashMap<String, (Arc<str>, &'static str)>;
 
 /// The operation label and span name of a statement: its verb and table, as
-/// `SELECT retry_state` (interned: the statements are a fixed set).
+/// `SELECT transactions` (interned: the statements are a fixed set).
 fn operation(cql: &str) -> (Arc<str>, &'static str) {
     static NAMES: std::sync::OnceLock<std::sync::RwLock<OperationNames>> =
         std::sync::OnceLock::new();
