@@ -166,6 +166,38 @@ def ratio_lines(docs: list[dict]) -> list[str]:
     return lines
 
 
+COST_PHASES = [
+    ("enqueue_single", "single enqueue"),
+    ("enqueue_batch", "batch enqueue"),
+    ("delivery_cycle", "delivery cycle (feed, deliver, ack)"),
+]
+
+
+def cost_lines(docs: list[dict]) -> list[str]:
+    """The `cost_per_item` phases of the systems that report them (Rebound, raw inserts)."""
+    rows = []
+    for d in docs:
+        for key, label in COST_PHASES:
+            c = get(d, f"cost_per_item.{key}")
+            if not isinstance(c, dict):
+                continue
+            requests = c.get("cassandra_requests")
+            if requests is None and d.get("system") == "cassandra-raw":
+                requests = 1.0 if key == "enqueue_single" else 1 / 500
+            rows.append(
+                f"| {fmt_text(d.get('system'))} | {label} | {fmt_ms(c.get('cassandra_cpu_us'))} | "
+                f"{fmt_ms(c.get('node_cpu_us'))} | {fmt_ms(c.get('client_cpu_us'))} | "
+                f"{DASH if requests is None else f'{requests:.3f}'} |"
+            )
+    if not rows:
+        return []
+    return [
+        "| system | phase | Cassandra CPU µs | node CPU µs | client CPU µs | Cassandra requests |",
+        "|---|---|--:|--:|--:|--:|",
+        *rows,
+    ]
+
+
 def markdown(docs: list[dict]) -> str:
     header = [
         "system",
@@ -232,6 +264,15 @@ def markdown(docs: list[dict]) -> str:
         notes.append(f"- **{fmt_text(d.get('system'))}** ({d.get('source_file')}): " + ("; ".join(bits) or DASH))
     if notes:
         text += ["Per system:", "", *notes, ""]
+    costs = cost_lines(docs)
+    if costs:
+        text += [
+            "Cost per item (CPU µs from /proc over each phase; Cassandra requests counted by "
+            "Rebound's own store metrics, one per request for the raw inserts):",
+            "",
+            *costs,
+            "",
+        ]
     ratios = ratio_lines(docs)
     if ratios:
         text += ["Ratios (higher is better for Rebound):", "", *[f"- {r}" for r in ratios], ""]

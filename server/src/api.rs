@@ -81,8 +81,10 @@ pub struct Api {
     pub max_batch_items: usize,
 }
 
-/// How many items of one batch are written concurrently.
-const BATCH_CONCURRENCY: usize = 32;
+/// How many acks of one `AckBatch` are settled concurrently: enough that their state reads
+/// and writes queue in the store's coalescers and go out as `IN` reads of up to 64 rows and
+/// batches of up to 10, rather than one request per ack.
+const BATCH_CONCURRENCY: usize = 256;
 
 #[tonic::async_trait]
 impl pb::retry_service_server::RetryService for Api {

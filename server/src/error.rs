@@ -80,6 +80,16 @@ impl From<Broken> for StoreError {
     }
 }
 
+/// A coalesced call of the node's own (a group-committed enqueue) whose flush broke: it may
+/// have written some of its rows, so its outcome is unknown.
+impl From<Broken> for Error {
+    fn from(b: Broken) -> Self {
+        Error::DeadlineExceeded(format!(
+            "the write was interrupted ({b}), so its outcome is unknown; the call is idempotent and safe to repeat"
+        ))
+    }
+}
+
 impl From<AuthError> for Error {
     fn from(e: AuthError) -> Self {
         match e {

@@ -173,7 +173,8 @@ pub fn cassandra_options(c: &Config) -> CassandraOptions {
 }
 
 /// The owners of every task a node runs: the gRPC server, the background loops, the lease
-/// ring, the dispatcher's workers and redeliveries, and the store's coalesced flushes.
+/// ring, the dispatcher's workers and redeliveries, and the writer's and the store's coalesced
+/// flushes.
 #[derive(Debug, Clone)]
 pub struct NodeTasks {
     server: Arc<Tasks>,
@@ -181,6 +182,8 @@ pub struct NodeTasks {
     ring: Arc<Tasks>,
     connections: Arc<Connections>,
     dispatcher: Arc<Dispatcher>,
+    /// The writer's coalescers (group commit, pointers).
+    writer: Arc<Writer>,
     /// The Cassandra store's coalescers (none on the embedded store).
     store: Option<Arc<CassandraStore>>,
 }
@@ -202,6 +205,10 @@ impl NodeTasks {
             ("background", self.background.live()),
             ("ring", self.ring.live()),
             ("dispatcher", self.dispatcher.tasks().live()),
+            (
+                "writer",
+                self.writer.flush_tasks().iter().map(|t| t.live()).sum(),
+            ),
             ("state reads", reads),
             ("state writes", writes),
         ]
@@ -397,12 +404,12 @@ impl Node {
             .refresh()
             .await
             .context("reading service settings")?;
-        let writer = Arc::new(Writer::new(
+        let writer = Writer::new(
             store.clone(),
             clock.clone(),
             WriterOptions::from_config(&config, boot_epoch),
             services.clone(),
-        ));
+        );
         let (shutdown, mut stop_rx) = watch::channel(false);
         let hub = Arc::new(Hub::new(
             clock.clone(),
@@ -473,6 +480,7 @@ impl Node {
             ring: Arc::new(Tasks::new("ring")),
             connections: Arc::default(),
             dispatcher: dispatcher.clone(),
+            writer: writer.clone(),
             store: cassandra.clone(),
         };
         if let Some(r) = &ring {
@@ -741,6 +749,9 @@ impl Node {
         // checks fail and their streams are closed (work dropped unresolved is replayed).
         tasks.background.shutdown(deadline).await;
         tasks.dispatcher.tasks().shutdown(deadline).await;
+        for flushes in tasks.writer.flush_tasks() {
+            flushes.shutdown(deadline).await;
+        }
         // The ring hands its leases back so that other nodes take over at once; it may take
         // longer than the grace period for that.
         tasks

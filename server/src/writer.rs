@@ -29,6 +29,7 @@ use crate::{
     policy::RetryPolicy,
     services::Services,
     store::{token, InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState},
+    tasks::Tasks,
     txlock::{TxLock, TxLocks},
     validate::{EnqueueInput, Schedule},
     window::{WindowGrid, WindowId},
@@ -204,6 +205,53 @@ fn pointer_writes(store: Arc<dyn ScheduleStore>) -> Arc<PointerWrites> {
     )
 }
 
+fn group_commit(writer: std::sync::Weak<Writer>) -> Arc<EnqueueGroup> {
+    Coalescer::new(
+        Limits {
+            max_items: GROUP_COMMIT_MAX,
+            max_weight: ENQUEUE_GROUP_BYTES,
+            parallel: GROUP_COMMIT_PARALLEL,
+        },
+        Arc::new(move |(), inputs: Vec<EnqueueInput>| {
+            let writer = writer.clone();
+            Box::pin(async move {
+                crate::metrics::global().coalesced("enqueue_group", inputs.len());
+                match writer.upgrade() {
+                    Some(writer) => Ok(writer.enqueue_group(inputs).await),
+                    None => Err(Error::Unavailable(
+                        "the node is stopping; nothing was scheduled".into(),
+                    )),
+                }
+            })
+        }),
+    )
+}
+
+/// Group commit: single enqueues (`EnqueueRetry`) that arrive while earlier ones are being
+/// written go out together through the batch path (`enqueue_chunk`): one `IN` read of their
+/// state rows, one pointer batch per bucket, a few state-row batches. At low load a call goes
+/// out at once, alone; under load a call pays a share of a batch instead of three requests
+/// of its own. Each caller still returns only once its own state row is durable, and every
+/// item keeps the write order of DESIGN.md (directory, pointer, state row).
+type EnqueueGroup = Coalescer<(), EnqueueInput, Result<EnqueueOutcome, Error>, Error>;
+
+/// Group-commit flushes in flight at once: at 32 concurrent callers each carries about 8.
+const GROUP_COMMIT_PARALLEL: usize = 4;
+/// Most single enqueues one group-commit flush carries, and their bytes.
+const GROUP_COMMIT_MAX: usize = 256;
+const ENQUEUE_GROUP_BYTES: usize = 8 << 20;
+
+/// What a queued enqueue weighs in a group (its bytes, roughly).
+fn input_weight(input: &EnqueueInput) -> usize {
+    256 + input.payload.len()
+        + input.last_error.len()
+        + input
+            .attributes
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+}
+
 /// The enqueue path of one node. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct Writer {
@@ -215,6 +263,7 @@ pub struct Writer {
     permits: Semaphore,
     services: Arc<Services>,
     pointers: Arc<PointerWrites>,
+    group: Arc<EnqueueGroup>,
     tx_locks: TxLocks,
 }
 
@@ -224,10 +273,11 @@ impl Writer {
         clock: SharedClock,
         opts: WriterOptions,
         services: Arc<Services>,
-    ) -> Self {
-        Self {
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|writer: &std::sync::Weak<Writer>| Self {
             services,
             pointers: pointer_writes(store.clone()),
+            group: group_commit(writer.clone()),
             tx_locks: TxLocks::default(),
             grid: WindowGrid::new(opts.window_seconds),
             permits: Semaphore::new(opts.max_concurrent_writes),
@@ -235,12 +285,23 @@ impl Writer {
             clock,
             opts,
             directory: Mutex::new(Directory::default()),
-        }
+        })
+    }
+
+    /// The owners of the writer's coalesced flushes (group commit, pointers), for shutdown.
+    pub fn flush_tasks(&self) -> [&Tasks; 2] {
+        [self.group.tasks(), self.pointers.tasks()]
     }
 
     /// Pointer writes issued so far and the pointers they carried (micro-batching).
     pub fn pointer_writes(&self) -> (u64, u64) {
         let c = self.pointers.counts();
+        (c.flushes, c.items)
+    }
+
+    /// Group-commit flushes of single enqueues so far and the enqueues they carried.
+    pub fn group_commits(&self) -> (u64, u64) {
+        let c = self.group.counts();
         (c.flushes, c.items)
     }
 
@@ -259,35 +320,47 @@ impl Writer {
         format!("{}-{}-{}", self.opts.node_id, self.opts.boot_epoch, lane)
     }
 
+    /// Enqueues one retry (`EnqueueRetry`), grouped with the single enqueues in flight at the
+    /// same moment (see `EnqueueGroup`); the same rules and write order as a batch item, and
+    /// errors name the fields without a `requests[i].` prefix.
     pub async fn enqueue(&self, input: EnqueueInput) -> Result<EnqueueOutcome, Error> {
+        // The caller's permit is held until its item is written, so at most
+        // REBOUND_MAX_CONCURRENT_WRITES single enqueues are queued or in flight.
         let _permit = self.permits.try_acquire().map_err(|_| self.busy())?;
-        // The clock is read once the lock is held, as a batch does: however long another
-        // writer of the transaction holds it, the window is chosen from the time of the write.
-        let _lock = self
-            .tx_locks
-            .lock(&input.service, &input.transaction_id)
-            .await;
-        let now = self.clock.now_ms();
-        let checked = self.check("", input, now)?;
-        self.services.touch(&checked.input.service).await?;
-        let existing = self
-            .store
-            .get_state(&checked.input.service, &checked.input.transaction_id)
-            .await?;
-        match self.plan(checked, existing, now)? {
-            Plan::Confirm(state) => {
-                self.store.put_state(&state, None).await?;
-                Ok(outcome(state, true))
+        let weight = input_weight(&input);
+        self.group.submit((), input, weight).await?
+    }
+
+    /// One group-commit flush: the queued single enqueues, as batch chunks in which each
+    /// transaction appears once (a transaction enqueued twice at once goes in a second chunk,
+    /// after the first, as two calls one after the other would).
+    async fn enqueue_group(&self, inputs: Vec<EnqueueInput>) -> Vec<Result<EnqueueOutcome, Error>> {
+        let n = inputs.len();
+        let mut rounds: Vec<Vec<(usize, EnqueueInput)>> = Vec::new();
+        let mut seen: HashMap<(String, String), usize> = HashMap::new();
+        for (i, input) in inputs.into_iter().enumerate() {
+            let round = seen
+                .entry((input.service.clone(), input.transaction_id.clone()))
+                .and_modify(|r| *r += 1)
+                .or_insert(0);
+            if rounds.len() <= *round {
+                rounds.push(Vec::new());
             }
-            Plan::Schedule {
-                mut state,
-                target,
-                deduplicated,
-            } => {
-                self.write_schedule(&mut state, target, now).await?;
-                Ok(outcome(state, deduplicated))
+            rounds[*round].push((i, input));
+        }
+        let mut results: Vec<Option<Result<EnqueueOutcome, Error>>> = vec![None; n];
+        for round in rounds {
+            let (at, inputs): (Vec<usize>, Vec<_>) =
+                round.into_iter().map(|(i, input)| (i, Ok(input))).unzip();
+            let written = self.write_chunk(&|_| String::new(), inputs).await;
+            for (i, r) in at.into_iter().zip(written) {
+                results[i] = Some(r);
             }
         }
+        results
+            .into_iter()
+            .map(|r| r.expect("every item is in one round"))
+            .collect()
     }
 
     /// Enqueues many retries at once (`EnqueueRetryBatch`), with the same rules and the same
@@ -314,22 +387,37 @@ impl Writer {
         first: usize,
         inputs: Vec<Result<EnqueueInput, Error>>,
     ) -> Vec<Result<EnqueueOutcome, Error>> {
-        let n = inputs.len();
-        let mut results: Vec<Option<Result<EnqueueOutcome, Error>>> = vec![None; n];
         let valid = inputs.iter().filter(|i| i.is_ok()).count();
         // A chunk has at most about CHUNK_PERMITS Cassandra requests in flight at once (its
         // reads, pointer batches and state batches are bounded), and counts that many against
         // REBOUND_MAX_CONCURRENT_WRITES, as the same number of concurrent single enqueues would.
-        let permits = self
+        let Ok(_permits) = self
             .permits
             .try_acquire_many(valid.min(CHUNK_PERMITS) as u32)
-            .ok();
+        else {
+            return inputs
+                .into_iter()
+                .map(|i| i.and_then(|_| Err(self.busy())))
+                .collect();
+        };
+        self.write_chunk(&|i| format!("requests[{}].", first + i), inputs)
+            .await
+    }
+
+    /// Writes items that hold their permits: `prefix(i)` names item `i` in errors.
+    async fn write_chunk(
+        &self,
+        prefix: &(dyn Fn(usize) -> String + Sync),
+        inputs: Vec<Result<EnqueueInput, Error>>,
+    ) -> Vec<Result<EnqueueOutcome, Error>> {
+        let n = inputs.len();
+        let mut results: Vec<Option<Result<EnqueueOutcome, Error>>> = vec![None; n];
+        let valid = inputs.iter().filter(|i| i.is_ok()).count();
         // 1. Lock every transaction, in one global order so two batches cannot deadlock. The
         //    clock is read after the locks, so waiting for another writer of the same
         //    transaction cannot push a window choice into the past.
         let mut keys: Vec<(&str, &str)> = inputs
             .iter()
-            .filter(|_| permits.is_some())
             .flatten()
             .map(|input| (input.service.as_str(), input.transaction_id.as_str()))
             .collect();
@@ -342,13 +430,7 @@ impl Writer {
         // 2. Context checks (policy, delay, attempt), then the services, as one enqueue does.
         let mut checked: Vec<(usize, Checked)> = Vec::with_capacity(valid);
         for (i, input) in inputs.into_iter().enumerate() {
-            let c = input.and_then(|input| {
-                if permits.is_none() {
-                    return Err(self.busy());
-                }
-                self.check(&format!("requests[{}].", first + i), input, now)
-            });
-            match c {
+            match input.and_then(|input| self.check(&prefix(i), input, now)) {
                 Ok(c) => checked.push((i, c)),
                 Err(e) => results[i] = Some(Err(e)),
             }

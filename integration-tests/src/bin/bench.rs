@@ -254,6 +254,10 @@ fn executors(
                     return;
                 };
                 let mut sub = sub.into_inner();
+                // Acks go as the Rust SDK sends them: those that queue up while an ack call
+                // is out travel together in one AckBatch (up to 500, 4 calls out at once).
+                let (acks, queued) = tokio::sync::mpsc::unbounded_channel::<String>();
+                let acker = tokio::spawn(ack_batches(ex.clone(), queued, acked));
                 while let Ok(Some(d)) = sub.message().await {
                     if let Some(l) = &lateness {
                         if let Ok(due) =
@@ -262,24 +266,64 @@ fn executors(
                             l.lock().expect("lateness").push((now_ms() - due) as f64);
                         }
                     }
-                    let mut ex = ex.clone();
-                    let acked = acked.clone();
-                    tokio::spawn(async move {
-                        let r = ex
-                            .ack(pb::AckRequest {
-                                delivery_id: d.delivery_id,
-                                outcome: pb::AckOutcome::Succeeded as i32,
-                                ..Default::default()
-                            })
-                            .await;
-                        if r.is_ok() {
-                            acked.fetch_add(1, Ordering::Relaxed);
-                        }
-                    });
+                    if acks.send(d.delivery_id).is_err() {
+                        break;
+                    }
                 }
+                drop(acks);
+                let _ = acker.await;
             })
         })
         .collect()
+}
+
+/// Sends the queued acks of one stream as AckBatch calls and counts those answered OK.
+async fn ack_batches(
+    ex: ExecutorServiceClient<Channel>,
+    mut queued: tokio::sync::mpsc::UnboundedReceiver<String>,
+    acked: Arc<AtomicUsize>,
+) {
+    let mut calls = tokio::task::JoinSet::new();
+    loop {
+        while calls.len() >= 4 {
+            calls.join_next().await;
+        }
+        let first = tokio::select! {
+            biased;
+            Some(_) = calls.join_next(), if !calls.is_empty() => continue,
+            first = queued.recv() => first,
+        };
+        let Some(first) = first else { break };
+        let mut ids = vec![first];
+        while ids.len() < 500 {
+            match queued.try_recv() {
+                Ok(id) => ids.push(id),
+                Err(_) => break,
+            }
+        }
+        let mut ex = ex.clone();
+        let acked = acked.clone();
+        calls.spawn(async move {
+            let acks = ids
+                .into_iter()
+                .map(|delivery_id| pb::AckRequest {
+                    delivery_id,
+                    outcome: pb::AckOutcome::Succeeded as i32,
+                    ..Default::default()
+                })
+                .collect();
+            if let Ok(r) = ex.ack_batch(pb::AckBatchRequest { acks }).await {
+                let ok = r
+                    .into_inner()
+                    .results
+                    .iter()
+                    .filter(|r| matches!(r.result, Some(pb::ack_batch_result::Result::Response(_))))
+                    .count();
+                acked.fetch_add(ok, Ordering::Relaxed);
+            }
+        });
+    }
+    while calls.join_next().await.is_some() {}
 }
 
 async fn wait_for(counter: &AtomicUsize, target: usize, limit: Duration, what: &str) -> f64 {
@@ -312,7 +356,9 @@ async fn rebound(a: &Args) -> anyhow::Result<J> {
         .max_decoding_message_size(64 << 20)
         .max_encoding_message_size(64 << 20);
 
+    let meter = Meter::from_args(a, pid)?;
     eprintln!("rebound: {singles} single enqueues at concurrency {conc}");
+    let before = meter.read().await;
     let (single_ops, single_lat) = closed_loop(singles, conc, |i| {
         let mut c = client.clone();
         async move {
@@ -322,7 +368,9 @@ async fn rebound(a: &Args) -> anyhow::Result<J> {
         }
     })
     .await?;
+    let single_cost = meter.per_item(before, singles).await;
     eprintln!("rebound: {n} enqueues in batches of 500");
+    let before = meter.read().await;
     let batches: Vec<usize> = (0..n).step_by(500).collect();
     let started = Instant::now();
     let failed = AtomicUsize::new(0);
@@ -363,6 +411,7 @@ async fn rebound(a: &Args) -> anyhow::Result<J> {
         .collect::<Vec<()>>()
         .await;
     let batch_ops = n as f64 / started.elapsed().as_secs_f64();
+    let batch_cost = meter.per_item(before, n).await;
     let failed = failed.load(Ordering::Relaxed);
     if failed > 0 {
         bail!("{failed} batch enqueues failed");
@@ -374,11 +423,13 @@ async fn rebound(a: &Args) -> anyhow::Result<J> {
         n + singles
     );
     let acked = Arc::new(AtomicUsize::new(0));
+    let before = meter.read().await;
     let mut tasks = executors(&ch, "bench", 4, 500, acked.clone(), None);
     tasks.extend(executors(&ch, "bench-single", 2, 500, acked.clone(), None));
     let drain_secs = wait_for(&acked, n + singles, Duration::from_secs(3600), "acked").await;
     let drained = acked.load(Ordering::Relaxed);
     let drain_ops = drained as f64 / drain_secs;
+    let drain_cost = meter.per_item(before, drained).await;
 
     eprintln!("rebound: lateness of {late_n} retries enqueued at 1,000/s, due 3 s later");
     let late_acked = Arc::new(AtomicUsize::new(0));
@@ -462,6 +513,14 @@ async fn rebound(a: &Args) -> anyhow::Result<J> {
             J::O(vec![
                 ("acked_per_sec", J::N(drain_ops)),
                 ("n", J::N(drained as f64)),
+            ]),
+        ),
+        (
+            "cost_per_item",
+            J::O(vec![
+                ("enqueue_single", single_cost),
+                ("enqueue_batch", batch_cost),
+                ("delivery_cycle", drain_cost),
             ]),
         ),
         ("lateness_ms", lateness_json(late)),
@@ -551,7 +610,10 @@ async fn raw(a: &Args) -> anyhow::Result<J> {
         )
     };
     let singles: usize = a.get("singles", n.min(20_000))?;
+    // The floor of the costs: one request per insert, Cassandra's CPU and the driver's.
+    let meter = Meter::from_args(a, 0)?;
     eprintln!("raw: {singles} single inserts at concurrency {conc}");
+    let before = meter.read().await;
     let (single_ops, single_lat) = closed_loop(singles, conc, |i| {
         let s = s.clone();
         let ins = ins.clone();
@@ -561,7 +623,9 @@ async fn raw(a: &Args) -> anyhow::Result<J> {
         }
     })
     .await?;
+    let single_cost = meter.per_item(before, singles).await;
     eprintln!("raw: {n} inserts in single-partition unlogged batches of 500");
+    let before = meter.read().await;
     let started = Instant::now();
     let batches = n.div_ceil(500);
     closed_loop(batches, 4, |b| {
@@ -583,6 +647,7 @@ async fn raw(a: &Args) -> anyhow::Result<J> {
     })
     .await?;
     let batch_ops = n as f64 / started.elapsed().as_secs_f64();
+    let batch_cost = meter.per_item(before, n).await;
     s.query_unpaged(format!("DROP KEYSPACE IF EXISTS {ks}"), ())
         .await?;
     Ok(J::O(vec![
@@ -599,6 +664,13 @@ async fn raw(a: &Args) -> anyhow::Result<J> {
             J::O(vec![("ops_per_sec", J::N(batch_ops)), ("batch", J::N(500.0))]),
         ),
         ("drain", J::Null),
+        (
+            "cost_per_item",
+            J::O(vec![
+                ("enqueue_single", single_cost),
+                ("enqueue_batch", batch_cost),
+            ]),
+        ),
         ("lateness_ms", J::Null),
         ("retry_ok", J::Null),
         ("peak_rss_mb", J::Null),
@@ -767,6 +839,97 @@ async fn naive(a: &Args) -> anyhow::Result<J> {
 }
 
 /// CPU seconds the process `pid` has used so far (utime + stime).
+/// What one phase of a run costs per item: CPU of Cassandra, of the node and of this harness
+/// (µs, from /proc), and the node's Cassandra requests (the count of its
+/// `rebound_store_request_duration_seconds` histogram, from its /metrics).
+#[derive(Clone)]
+struct Meter {
+    cassandra: u32,
+    node: u32,
+    metrics: Option<std::net::SocketAddr>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Reading {
+    cassandra: f64,
+    node: f64,
+    client: f64,
+    requests: Option<f64>,
+}
+
+impl Meter {
+    fn from_args(a: &Args, node: u32) -> anyhow::Result<Meter> {
+        let metrics = match a.map.get("metrics") {
+            Some(m) => Some(m.parse().with_context(|| format!("--metrics {m:?}"))?),
+            None => None,
+        };
+        Ok(Meter {
+            cassandra: a.get("cassandra-pid", 0)?,
+            node,
+            metrics,
+        })
+    }
+
+    async fn read(&self) -> Reading {
+        let cpu = |pid: u32| {
+            if pid > 0 {
+                cpu_secs(pid).unwrap_or(0.0)
+            } else {
+                0.0
+            }
+        };
+        let requests = match self.metrics {
+            None => None,
+            Some(addr) => rebound_integration_tests::http_get(addr, "/metrics")
+                .await
+                .ok()
+                .map(|(_, body)| {
+                    body.lines()
+                        .filter(|l| l.starts_with("rebound_store_request_duration_seconds_count"))
+                        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                        .sum()
+                }),
+        };
+        Reading {
+            cassandra: cpu(self.cassandra),
+            node: cpu(self.node),
+            client: cpu(std::process::id()),
+            requests,
+        }
+    }
+
+    /// The cost per item of what happened since `before`.
+    async fn per_item(&self, before: Reading, items: usize) -> J {
+        let after = self.read().await;
+        let n = items.max(1) as f64;
+        let us = |a: f64, b: f64, pid: u32| {
+            if pid > 0 {
+                J::N((a - b) * 1e6 / n)
+            } else {
+                J::Null
+            }
+        };
+        J::O(vec![
+            (
+                "cassandra_cpu_us",
+                us(after.cassandra, before.cassandra, self.cassandra),
+            ),
+            ("node_cpu_us", us(after.node, before.node, self.node)),
+            (
+                "client_cpu_us",
+                J::N((after.client - before.client) * 1e6 / n),
+            ),
+            (
+                "cassandra_requests",
+                match (after.requests, before.requests) {
+                    (Some(a), Some(b)) => J::N((a - b) / n),
+                    _ => J::Null,
+                },
+            ),
+        ])
+    }
+}
+
 fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let after_name = &stat[stat.rfind(')').context("bad /proc stat")? + 2..];

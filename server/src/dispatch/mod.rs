@@ -25,7 +25,10 @@ use std::{
     time::Duration,
 };
 
-use futures::{stream::FuturesUnordered, FutureExt, StreamExt};
+use futures::{
+    stream::{self, FuturesUnordered},
+    FutureExt, StreamExt,
+};
 use rand::Rng;
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
@@ -94,6 +97,9 @@ pub struct Dispatcher {
 
 /// How often a scan rereads which years hold a day.
 const YEARS_REFRESH_MS: i64 = 10_000;
+
+/// Most state rows one feed read asks for (`transaction_id IN ?`).
+const FEED_READ_CHUNK: usize = 64;
 
 impl Dispatcher {
     #[allow(clippy::too_many_arguments)]
@@ -793,20 +799,31 @@ impl Dispatcher {
         let writer_lag = self.writer_lag(&loc.instance);
         let store = self.store.clone();
         let svc = service.to_string();
+        // The state rows are read in chunks of the pointers at hand, one `IN` query each,
+        // two chunks ahead of delivery (`read_ahead` rows in all).
+        let chunk = (self.opts.read_ahead / 2).clamp(1, FEED_READ_CHUNK);
         let mut states = self
             .store
             .stream_pointers(service, loc)
             .await?
-            .map(move |p| {
+            .ready_chunks(chunk)
+            .map(move |pointers| {
                 let store = store.clone();
                 let svc = svc.clone();
                 async move {
-                    let p = p?;
-                    let s = store.get_state(&svc, &p.transaction_id).await?;
-                    Ok::<_, crate::store::StoreError>((p, s))
+                    let pointers = pointers.into_iter().collect::<Result<Vec<_>, _>>()?;
+                    let ids: Vec<String> =
+                        pointers.iter().map(|p| p.transaction_id.clone()).collect();
+                    let states = store.get_states(&svc, &ids).await?;
+                    Ok::<_, crate::store::StoreError>(pointers.into_iter().zip(states))
                 }
             })
-            .buffered(self.opts.read_ahead);
+            .buffered(2)
+            // A failed read ends the feed (the bucket is replayed): its error comes once.
+            .flat_map(|chunk| match chunk {
+                Ok(items) => stream::iter(items.map(Ok).collect::<Vec<_>>()),
+                Err(e) => stream::iter(vec![Err(e)]),
+            });
         let pending = FuturesUnordered::new();
         // Feeding goes on while the lease holds and the service is not paused; a pause
         // abandons the bucket (replayed after the resume), deliveries in flight may finish.

@@ -144,12 +144,12 @@ impl Rig {
             config.default_policy.clone(),
         ));
         services.refresh().await.expect("services read");
-        let writer = Arc::new(Writer::new(
+        let writer = Writer::new(
             writer_store,
             shared.clone(),
             WriterOptions::from_config(&config, boot_epoch),
             services.clone(),
-        ));
+        );
         let (stop, _) = watch::channel(false);
         let hub = Arc::new(Hub::new(
             shared.clone(),

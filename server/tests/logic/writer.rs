@@ -271,3 +271,40 @@ async fn a_state_row_slower_than_the_orphan_grace_answers_deadline_exceeded() {
     assert!(again.deduplicated);
     assert_eq!(again.generation, state.generation);
 }
+
+#[tokio::test]
+async fn concurrent_single_enqueues_share_group_commits_and_one_transaction_stays_one_retry() {
+    let rig = Rig::new(utc_ms(START)).await;
+    // 64 transactions at once, and one transaction 8 times at once.
+    let ids: Vec<String> = (0..64).map(|i| format!("g-{i}")).collect();
+    let distinct = ids.iter().map(|id| rig.try_enqueue("svc", id, 0));
+    let same = (0..8).map(|_| rig.try_enqueue("svc", "twice", 0));
+    let (distinct, same) = tokio::join!(
+        futures::future::join_all(distinct),
+        futures::future::join_all(same)
+    );
+    for (i, r) in distinct.iter().enumerate() {
+        let r = r.as_ref().unwrap_or_else(|e| panic!("g-{i}: {e}"));
+        assert!(!r.deduplicated, "g-{i} is new");
+        let state = rig.state("svc", &format!("g-{i}")).await;
+        assert_eq!(state.generation, r.generation);
+        let loc = state.location.expect("scheduled");
+        assert!(rig
+            .pointers("svc", &loc)
+            .await
+            .iter()
+            .any(|p| p.transaction_id == format!("g-{i}") && p.generation == r.generation));
+    }
+    // The same transaction: one new, the rest deduplicated onto it (same window: confirmed).
+    let same: Vec<_> = same
+        .into_iter()
+        .map(|r| r.expect("an enqueue of `twice`"))
+        .collect();
+    assert_eq!(same.iter().filter(|r| !r.deduplicated).count(), 1);
+    let state = rig.state("svc", "twice").await;
+    assert!(same.iter().all(|r| r.generation == state.generation));
+    assert_eq!(state.enqueue_count, 8);
+    let (flushes, items) = rig.writer.group_commits();
+    assert_eq!(items, 72);
+    assert!(flushes < items, "{flushes} flushes for {items} enqueues");
+}
