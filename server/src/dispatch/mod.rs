@@ -98,6 +98,9 @@ pub struct Dispatcher {
 /// How often a scan rereads which years hold a day.
 const YEARS_REFRESH_MS: i64 = 10_000;
 
+/// How long after a window opens (its end plus the skew margin) the scanner looks at it.
+const NEXT_WINDOW_SLACK_MS: u64 = 5;
+
 /// Most state rows one feed read asks for (`transaction_id IN ?`).
 const FEED_READ_CHUNK: usize = 64;
 
@@ -510,10 +513,22 @@ impl Dispatcher {
                 tracing::warn!(error = %e, "dispatch scan failed, will retry");
             }
             tokio::select! {
-                _ = tokio::time::sleep(self.opts.scan_interval) => {}
+                _ = tokio::time::sleep(self.next_scan_in()) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
         }
+    }
+
+    /// How long the scanner waits: the scan interval, or less when a window becomes readable
+    /// sooner (its end plus the skew margin), so that a due window is read as it opens rather
+    /// than up to a scan interval later.
+    pub fn next_scan_in(&self) -> Duration {
+        let now = self.clock.now_ms();
+        let margin = self.opts.skew_margin_ms;
+        // The window that opens next: the one holding `now - margin` ends after `now - margin`.
+        let opens = self.grid.end_ms(self.grid.window_of(now - margin)) + margin;
+        let until = Duration::from_millis((opens - now).max(0) as u64 + NEXT_WINDOW_SLACK_MS);
+        until.min(self.opts.scan_interval)
     }
 
     /// Every year that may hold a day up to `year`: the years that hold a day row (read

@@ -1,7 +1,7 @@
 //! The dispatcher: when a bucket is delivered, how acks complete it, late state rows,
 //! redelivery after an ack deadline, and RETRY acks.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, time::Duration};
 
 use rebound_proto::v1 as pb;
 use rebound_server::{
@@ -452,4 +452,25 @@ async fn a_node_whose_lease_is_about_to_expire_starts_nothing_until_it_renews() 
     let d = expect_delivery(&mut sub).await;
     rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
     eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+}
+
+#[tokio::test]
+async fn the_scanner_wakes_when_the_next_window_opens_not_a_whole_interval_later() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let interval = Duration::from_millis(rig.config.scan_interval_ms);
+    let w = next_window(&rig);
+    let opens = readable_at(&rig, w);
+    // Shortly before the window opens: wake at its opening (plus a few ms), not later.
+    rig.clock.set(opens - 100);
+    let wait = rig.dispatcher.next_scan_in();
+    assert!(
+        wait >= Duration::from_millis(100) && wait <= Duration::from_millis(110),
+        "{wait:?}"
+    );
+    // Just after it opened: the next one opens a window (1 s) later, or the interval first.
+    rig.clock.set(opens + 1);
+    assert_eq!(
+        rig.dispatcher.next_scan_in(),
+        interval.min(Duration::from_millis(999 + 5))
+    );
 }
