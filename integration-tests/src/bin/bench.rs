@@ -357,6 +357,7 @@ async fn rebound(a: &Args) -> anyhow::Result<J> {
         .max_encoding_message_size(64 << 20);
 
     let meter = Meter::from_args(a, pid)?;
+    let quiet_s = quiesce(a, "rebound").await?;
     eprintln!("rebound: {singles} single enqueues at concurrency {conc}");
     let before = meter.read().await;
     let (single_ops, single_lat) = closed_loop(singles, conc, |i| {
@@ -503,6 +504,7 @@ async fn rebound(a: &Args) -> anyhow::Result<J> {
             J::S("Cassandra LOCAL_QUORUM writes (commitlog periodic 10 s, 1 node here): an acknowledged enqueue is on the replicas; at-least-once delivery, no tombstone scans".into()),
         ),
         ("n", J::N(n as f64)),
+        ("cassandra_quiet_after_s", J::N(quiet_s)),
         ("enqueue_single", single_json(single_ops, single_lat, conc)),
         (
             "enqueue_batch",
@@ -612,6 +614,7 @@ async fn raw(a: &Args) -> anyhow::Result<J> {
     let singles: usize = a.get("singles", n.min(20_000))?;
     // The floor of the costs: one request per insert, Cassandra's CPU and the driver's.
     let meter = Meter::from_args(a, 0)?;
+    let quiet_s = quiesce(a, "raw").await?;
     eprintln!("raw: {singles} single inserts at concurrency {conc}");
     let before = meter.read().await;
     let (single_ops, single_lat) = closed_loop(singles, conc, |i| {
@@ -658,6 +661,7 @@ async fn raw(a: &Args) -> anyhow::Result<J> {
             J::S("Write ceiling only: one prepared INSERT per item at LOCAL_QUORUM, no state row, no directory, no delivery".into()),
         ),
         ("n", J::N(n as f64)),
+        ("cassandra_quiet_after_s", J::N(quiet_s)),
         ("enqueue_single", single_json(single_ops, single_lat, conc)),
         (
             "enqueue_batch",
@@ -718,6 +722,7 @@ async fn naive(a: &Args) -> anyhow::Result<J> {
     let singles = n.min(20_000);
     let tombstones_before = tombstone_lines(a);
     let t0 = now_ms();
+    let quiet_s = quiesce(a, "naive").await?;
     eprintln!("naive: {singles} single inserts at concurrency {conc}");
     let (single_ops, single_lat) = closed_loop(singles, conc, |i| {
         let s = s.clone();
@@ -807,6 +812,7 @@ async fn naive(a: &Args) -> anyhow::Result<J> {
             J::S("One table (queue, status) by due_at with a row delete per job, LOCAL_QUORUM; single poller, so no double delivery here; tombstones accumulate at the read head".into()),
         ),
         ("n", J::N(n as f64)),
+        ("cassandra_quiet_after_s", J::N(quiet_s)),
         ("enqueue_single", single_json(single_ops, single_lat, conc)),
         (
             "enqueue_batch",
@@ -928,6 +934,27 @@ impl Meter {
             ),
         ])
     }
+}
+
+/// Waits (at most 30 s) until Cassandra is quiet: under 0.3 of a core over a second. A schema
+/// change (the node's migrations, a baseline's CREATE TABLE) keeps Cassandra busy for several
+/// seconds after it returns; every system measured on Cassandra starts after the same wait.
+async fn quiesce(a: &Args, what: &str) -> anyhow::Result<f64> {
+    let pid: u32 = a.get("cassandra-pid", 0)?;
+    let started = Instant::now();
+    if pid == 0 {
+        return Ok(0.0);
+    }
+    while started.elapsed() < Duration::from_secs(30) {
+        let before = cpu_secs(pid)?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if cpu_secs(pid)? - before < 0.3 {
+            break;
+        }
+    }
+    let waited = started.elapsed().as_secs_f64();
+    eprintln!("{what}: Cassandra quiet after {waited:.1} s");
+    Ok(waited)
 }
 
 fn cpu_secs(pid: u32) -> anyhow::Result<f64> {

@@ -7,7 +7,7 @@ use scylla::{
     value::CqlTimestamp,
 };
 
-use super::{map_execution_error, CassandraStore, Prep};
+use super::{map_execution_error, observed, CassandraStore, Prep};
 use crate::store::{Cas, LeaseChange, LeaseRow, LeaseStore, Member, StoreError, StoreResult};
 
 /// The statements of this group, prepared once.
@@ -173,9 +173,9 @@ impl LeaseStore for CassandraStore {
     }
 
     async fn create_lease(&self, l: &LeaseRow) -> StoreResult<Cas> {
-        let res = self
-            .session
-            .execute_unpaged(
+        let res = observed(
+            self.leases.create_lease.get_statement(),
+            self.session.execute_unpaged(
                 &self.leases.create_lease,
                 (
                     &self.region,
@@ -187,9 +187,10 @@ impl LeaseStore for CassandraStore {
                     &l.address,
                     CqlTimestamp(l.taken_at_ms),
                 ),
-            )
-            .await
-            .map_err(|e| map_execution_error(&e))?;
+            ),
+        )
+        .await
+        .map_err(|e| map_execution_error(&e))?;
         cas_outcome(res, l.slot)
     }
 
@@ -202,53 +203,61 @@ impl LeaseStore for CassandraStore {
         let (owner, epoch, exp, addr) =
             (&l.owner, l.epoch, CqlTimestamp(l.expires_at_ms), &l.address);
         let key = (&self.region, &self.cluster, l.slot, expected_epoch);
-        let res = match change {
-            LeaseChange::Renew => {
-                self.session
-                    .execute_unpaged(
-                        &self.leases.replace_lease,
-                        (owner, epoch, exp, addr, key.0, key.1, key.2, key.3),
-                    )
-                    .await
+        let ps = match change {
+            LeaseChange::Renew => &self.leases.replace_lease,
+            LeaseChange::Take => &self.leases.take_lease,
+            LeaseChange::Release => &self.leases.release_lease,
+        };
+        let res = observed(ps.get_statement(), async {
+            match change {
+                LeaseChange::Renew => {
+                    self.session
+                        .execute_unpaged(
+                            &self.leases.replace_lease,
+                            (owner, epoch, exp, addr, key.0, key.1, key.2, key.3),
+                        )
+                        .await
+                }
+                LeaseChange::Take => {
+                    self.session
+                        .execute_unpaged(
+                            &self.leases.take_lease,
+                            (
+                                owner,
+                                epoch,
+                                exp,
+                                addr,
+                                CqlTimestamp(l.taken_at_ms),
+                                key.0,
+                                key.1,
+                                key.2,
+                                key.3,
+                            ),
+                        )
+                        .await
+                }
+                LeaseChange::Release => {
+                    self.session
+                        .execute_unpaged(
+                            &self.leases.release_lease,
+                            (
+                                owner,
+                                epoch,
+                                exp,
+                                addr,
+                                CqlTimestamp(l.released_at_ms),
+                                l.released_epoch,
+                                key.0,
+                                key.1,
+                                key.2,
+                                key.3,
+                            ),
+                        )
+                        .await
+                }
             }
-            LeaseChange::Take => {
-                self.session
-                    .execute_unpaged(
-                        &self.leases.take_lease,
-                        (
-                            owner,
-                            epoch,
-                            exp,
-                            addr,
-                            CqlTimestamp(l.taken_at_ms),
-                            key.0,
-                            key.1,
-                            key.2,
-                            key.3,
-                        ),
-                    )
-                    .await
-            }
-            LeaseChange::Release => {
-                self.session
-                    .execute_unpaged(
-                        &self.leases.release_lease,
-                        (
-                            owner,
-                            epoch,
-                            exp,
-                            addr,
-                            CqlTimestamp(l.released_at_ms),
-                            l.released_epoch,
-                            key.0,
-                            key.1,
-                            key.2,
-                            key.3,
-                        ),
-                    )
-                    .await
-            }
-        }
+        })
+        .await
         .map_err(|e| map_execution_error(&e))?;
         cas_outcome(res, l.slot)
     }
