@@ -28,7 +28,10 @@ use crate::{
     error::Error,
     policy::RetryPolicy,
     services::Services,
-    store::{token, InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState},
+    store::{
+        token, InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState,
+        MAX_GROUPED_PARTITIONS, MAX_GROUPED_POINTERS,
+    },
     tasks::Tasks,
     txlock::{TxLock, TxLocks},
     validate::{EnqueueInput, Schedule},
@@ -538,32 +541,62 @@ impl Writer {
             }
             groups.clear();
         }
-        // 5. The pointers, one single-partition batch per bucket (at most MAX_POINTER_BATCH).
-        let mut pointer_writes: Vec<PointerBatch> = Vec::new();
+        // 5. The pointers: one single-partition batch per bucket (at most MAX_POINTER_BATCH),
+        //    and the buckets that get only a few (a group commit spreads its items over every
+        //    lane) packed together, up to MAX_GROUPED_PARTITIONS buckets and
+        //    MAX_GROUPED_POINTERS pointers per request.
+        let mut packs: Vec<Vec<(String, Location, Vec<usize>)>> = Vec::new();
+        let mut small: Vec<(String, Location, Vec<usize>)> = Vec::new();
+        let mut small_rows = 0;
         for ((service, location), members) in groups {
             for part in members.chunks(MAX_POINTER_BATCH) {
-                let pointers: Vec<Pointer> = part
-                    .iter()
-                    .map(|&k| {
-                        let st = &schedules[k].1;
-                        Pointer {
-                            transaction_id: st.transaction_id.clone(),
-                            generation: st.generation,
-                            attempt: st.attempt,
-                            enqueued_at_ms: now,
-                        }
-                    })
-                    .collect();
-                let (store, service, location) =
-                    (self.store.clone(), service.clone(), location.clone());
-                let part = part.to_vec();
-                self.pointers.record(part.len());
-                pointer_writes.push(Box::pin(async move {
-                    crate::metrics::global().coalesced("pointer_writes", pointers.len());
-                    let r = store.put_pointers(&service, &location, &pointers).await;
-                    (part, r)
-                }));
+                let group = (service.clone(), location.clone(), part.to_vec());
+                if part.len() > MAX_GROUPED_POINTERS / 2 {
+                    packs.push(vec![group]);
+                    continue;
+                }
+                if small.len() == MAX_GROUPED_PARTITIONS
+                    || small_rows + part.len() > MAX_GROUPED_POINTERS
+                {
+                    packs.push(std::mem::take(&mut small));
+                    small_rows = 0;
+                }
+                small_rows += part.len();
+                small.push(group);
             }
+        }
+        if !small.is_empty() {
+            packs.push(small);
+        }
+        let mut pointer_writes: Vec<PointerBatch> = Vec::new();
+        for pack in packs {
+            let mut members = Vec::new();
+            let groups: Vec<(String, Location, Vec<Pointer>)> = pack
+                .into_iter()
+                .map(|(service, location, part)| {
+                    let pointers = part
+                        .iter()
+                        .map(|&k| {
+                            let st = &schedules[k].1;
+                            Pointer {
+                                transaction_id: st.transaction_id.clone(),
+                                generation: st.generation,
+                                attempt: st.attempt,
+                                enqueued_at_ms: now,
+                            }
+                        })
+                        .collect();
+                    members.extend(part);
+                    (service, location, pointers)
+                })
+                .collect();
+            let store = self.store.clone();
+            self.pointers.record(members.len());
+            pointer_writes.push(Box::pin(async move {
+                crate::metrics::global().coalesced("pointer_writes", members.len());
+                let r = store.put_pointer_groups(&groups).await;
+                (members, r)
+            }));
         }
         let written: Vec<_> = stream::iter(pointer_writes)
             .buffer_unordered(BATCH_POINTER_WRITES_PARALLEL)

@@ -28,6 +28,13 @@ use async_trait::async_trait;
 
 use crate::{policy::RetryPolicy, telemetry::context::TextContext, window::WindowId};
 
+/// Most bucket partitions one `put_pointer_groups` request spans: Cassandra warns about an
+/// unlogged batch over more than 10 (`unlogged_batch_across_partitions_warn_threshold`).
+pub const MAX_GROUPED_PARTITIONS: usize = 10;
+/// Most pointers one `put_pointer_groups` request carries: a pointer row counts about 100
+/// bytes towards `batch_size_warn_threshold` (5 KiB) for a batch across partitions.
+pub const MAX_GROUPED_POINTERS: usize = 32;
+
 /// The lifecycle of one retry (DESIGN.md "State row").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -282,6 +289,20 @@ pub trait DirectoryStore: Send + Sync + std::fmt::Debug {
         location: &Location,
         pointers: &[Pointer],
     ) -> StoreResult<()>;
+    /// The pointers of several buckets (each group: service, bucket, its pointers) as one
+    /// request where the store can: for Cassandra one unlogged batch across their partitions
+    /// (callers keep it to at most `MAX_GROUPED_PARTITIONS` partitions and
+    /// `MAX_GROUPED_POINTERS` pointers, under Cassandra's batch warnings). Success means every
+    /// pointer is durable; an error, that any of them may be.
+    async fn put_pointer_groups(
+        &self,
+        groups: &[(String, Location, Vec<Pointer>)],
+    ) -> StoreResult<()> {
+        for (service, location, pointers) in groups {
+            self.put_pointers(service, location, pointers).await?;
+        }
+        Ok(())
+    }
     /// Every year of this `ns` that holds a day row, ascending: a backlog of any age is found.
     async fn list_years(&self) -> StoreResult<Vec<i32>>;
     async fn list_days(&self, year: i32) -> StoreResult<Vec<i32>>;

@@ -291,6 +291,39 @@ pub async fn pointers_are_upserts_streamed_in_transaction_order(f: &dyn Fixture)
     assert_eq!(s.count_pointers(SVC, &l).await.unwrap(), 5);
 }
 
+pub async fn pointer_groups_land_in_their_own_buckets(f: &dyn Fixture) {
+    let s = f.store();
+    let w = window(DAY, 10);
+    let (a, b, c) = (loc(w, "i1", 0), loc(w, "i2", 0), loc(w, "i1", 1));
+    s.put_pointer_groups(&[
+        (
+            SVC.to_string(),
+            a.clone(),
+            vec![pointer("tx-1", 1), pointer("tx-2", 2)],
+        ),
+        (SVC.to_string(), b.clone(), vec![pointer("tx-3", 3)]),
+        ("other".to_string(), c.clone(), vec![pointer("tx-4", 4)]),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(
+        pointers_of(&*s, SVC, &a).await,
+        vec![pointer("tx-1", 1), pointer("tx-2", 2)]
+    );
+    assert_eq!(pointers_of(&*s, SVC, &b).await, vec![pointer("tx-3", 3)]);
+    assert_eq!(
+        pointers_of(&*s, "other", &c).await,
+        vec![pointer("tx-4", 4)]
+    );
+    assert_eq!(pointers_of(&*s, SVC, &c).await, vec![]);
+    // One group is put_pointers; none writes nothing.
+    s.put_pointer_groups(&[(SVC.to_string(), c.clone(), vec![pointer("tx-5", 5)])])
+        .await
+        .unwrap();
+    s.put_pointer_groups(&[]).await.unwrap();
+    assert_eq!(pointers_of(&*s, SVC, &c).await, vec![pointer("tx-5", 5)]);
+}
+
 pub async fn pointers_stream_to_the_end_over_many_pages(f: &dyn Fixture) {
     let s = f.store();
     let l = loc(window(DAY, 9), "i1", 0);

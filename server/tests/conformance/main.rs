@@ -102,6 +102,7 @@ macro_rules! all_conformance_tests {
             window_instances_delete_leaves_other_windows_alone,
             buckets_are_listed_ascending_and_deleted_one_by_one,
             pointers_are_upserts_streamed_in_transaction_order,
+            pointer_groups_land_in_their_own_buckets,
             pointers_stream_to_the_end_over_many_pages,
             pointer_partition_delete_leaves_neighbours_alone,
             late_pointer_delete_removes_one_row_only,

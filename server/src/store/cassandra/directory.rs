@@ -11,7 +11,9 @@ use scylla::{
     value::{CqlDate, CqlTimestamp},
 };
 
-use super::{batchable, cql_date, from_cql_date, map_execution_error, CassandraStore, Prep};
+use super::{
+    batchable, cql_date, from_cql_date, map_execution_error, observed, CassandraStore, Prep,
+};
 use crate::{
     store::{DirectoryStore, InstanceRow, Location, Pointer, StoreResult, TokenRange},
     window::WindowId,
@@ -284,6 +286,56 @@ impl DirectoryStore for CassandraStore {
         .await
     }
 
+    async fn put_pointer_groups(
+        &self,
+        groups: &[(String, Location, Vec<Pointer>)],
+    ) -> StoreResult<()> {
+        if let [(service, loc, pointers)] = groups {
+            return self.put_pointers(service, loc, pointers).await;
+        }
+        let all = || groups.iter().flat_map(|(_, _, ps)| ps.iter());
+        // Two pointers of one transaction never share a batch (see `batchable`).
+        if !batchable(
+            all()
+                .map(|p| &p.transaction_id)
+                .collect::<Vec<_>>()
+                .into_iter(),
+        ) {
+            for (service, loc, pointers) in groups {
+                self.put_pointers(service, loc, pointers).await?;
+            }
+            return Ok(());
+        }
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_is_idempotent(true);
+        let mut values = Vec::with_capacity(all().count());
+        for (service, loc, pointers) in groups {
+            for p in pointers {
+                batch.append_statement(self.directory.put_pointer.clone());
+                values.push((
+                    &self.region,
+                    &self.cluster,
+                    cql_date(loc.window.day),
+                    loc.window.index as i32,
+                    service.as_str(),
+                    &loc.instance,
+                    loc.bucket as i32,
+                    &p.transaction_id,
+                    p.generation,
+                    p.attempt as i32,
+                    CqlTimestamp(p.enqueued_at_ms),
+                ));
+            }
+        }
+        observed(
+            self.directory.put_pointer.get_statement(),
+            self.session.batch(&batch, values),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| map_execution_error(&e))
+    }
+
     async fn put_pointers(
         &self,
         service: &str,
@@ -319,11 +371,13 @@ impl DirectoryStore for CassandraStore {
                 CqlTimestamp(p.enqueued_at_ms),
             ));
         }
-        self.session
-            .batch(&batch, values)
-            .await
-            .map(|_| ())
-            .map_err(|e| map_execution_error(&e))
+        observed(
+            self.directory.put_pointer.get_statement(),
+            self.session.batch(&batch, values),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| map_execution_error(&e))
     }
 
     async fn list_years(&self) -> StoreResult<Vec<i32>> {
