@@ -20,6 +20,7 @@ use std::{
 use futures::{stream, StreamExt, TryStreamExt};
 use rand::Rng;
 use tokio::sync::Semaphore;
+use tracing::Instrument;
 
 use crate::{
     clock::SharedClock,
@@ -215,12 +216,18 @@ fn group_commit(writer: std::sync::Weak<Writer>) -> Arc<EnqueueGroup> {
             max_weight: ENQUEUE_GROUP_BYTES,
             parallel: GROUP_COMMIT_PARALLEL,
         },
-        Arc::new(move |(), inputs: Vec<EnqueueInput>| {
+        Arc::new(move |(), queued: Vec<(EnqueueInput, tracing::Span)>| {
             let writer = writer.clone();
+            // The flush runs in the span of the call that opened it, so its store calls
+            // appear in that call's trace (the others' traces show their own RPC spans).
+            let span = queued
+                .first()
+                .map_or_else(tracing::Span::none, |(_, span)| span.clone());
+            let inputs: Vec<EnqueueInput> = queued.into_iter().map(|(input, _)| input).collect();
             Box::pin(async move {
                 crate::metrics::global().coalesced("enqueue_group", inputs.len());
                 match writer.upgrade() {
-                    Some(writer) => Ok(writer.enqueue_group(inputs).await),
+                    Some(writer) => Ok(writer.enqueue_group(inputs).instrument(span).await),
                     None => Err(Error::Unavailable(
                         "the node is stopping; nothing was scheduled".into(),
                     )),
@@ -236,7 +243,8 @@ fn group_commit(writer: std::sync::Weak<Writer>) -> Arc<EnqueueGroup> {
 /// out at once, alone; under load a call pays a share of a batch instead of three requests
 /// of its own. Each caller still returns only once its own state row is durable, and every
 /// item keeps the write order of DESIGN.md (directory, pointer, state row).
-type EnqueueGroup = Coalescer<(), EnqueueInput, Result<EnqueueOutcome, Error>, Error>;
+type EnqueueGroup =
+    Coalescer<(), (EnqueueInput, tracing::Span), Result<EnqueueOutcome, Error>, Error>;
 
 /// Group-commit flushes in flight at once: at 32 concurrent callers each carries about 8.
 const GROUP_COMMIT_PARALLEL: usize = 4;
@@ -331,7 +339,9 @@ impl Writer {
         // REBOUND_MAX_CONCURRENT_WRITES single enqueues are queued or in flight.
         let _permit = self.permits.try_acquire().map_err(|_| self.busy())?;
         let weight = input_weight(&input);
-        self.group.submit((), input, weight).await?
+        self.group
+            .submit((), (input, tracing::Span::current()), weight)
+            .await?
     }
 
     /// One group-commit flush: the queued single enqueues, as batch chunks in which each
