@@ -346,10 +346,14 @@ async fn metrics_count_every_enqueue_delivery_and_ack() {
     )
     .await;
     let client = Client::connect(&addr).await.unwrap();
+    // One due time for all, so that the repeat below lands in the same window as the first
+    // enqueue of tx-0 (a relative delay could cross a window boundary between the two and
+    // reschedule it, leaving a second, stale pointer in another window).
+    let due = std::time::SystemTime::now() + Duration::from_secs(3);
     for i in 0..N {
         client
             .enqueue("metered", format!("tx-{i}"))
-            .delay(Duration::from_secs(3))
+            .due_at(due)
             .send()
             .await
             .unwrap();
@@ -357,7 +361,7 @@ async fn metrics_count_every_enqueue_delivery_and_ack() {
     // A repeat is deduplicated, a bad name refused: neither is new.
     client
         .enqueue("metered", "tx-0")
-        .delay(Duration::from_secs(3))
+        .due_at(due)
         .send()
         .await
         .unwrap();
