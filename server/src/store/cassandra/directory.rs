@@ -210,6 +210,39 @@ impl Statements {
     }
 }
 
+impl CassandraStore {
+    /// Pointers, each with its service and bucket, as one unlogged batch (one partition, or
+    /// the few that `put_pointer_groups` packs).
+    async fn pointer_batch(&self, rows: Vec<(&str, &Location, &Pointer)>) -> StoreResult<()> {
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_is_idempotent(true);
+        let mut values = Vec::with_capacity(rows.len());
+        for (service, loc, p) in rows {
+            batch.append_statement(self.directory.put_pointer.clone());
+            values.push((
+                &self.region,
+                &self.cluster,
+                cql_date(loc.window.day),
+                loc.window.index as i32,
+                service,
+                &loc.instance,
+                loc.bucket as i32,
+                &p.transaction_id,
+                p.generation,
+                p.attempt as i32,
+                CqlTimestamp(p.enqueued_at_ms),
+            ));
+        }
+        observed(
+            self.directory.put_pointer.get_statement(),
+            self.session.batch(&batch, values),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| map_execution_error(&e))
+    }
+}
+
 #[async_trait]
 impl DirectoryStore for CassandraStore {
     async fn put_day(&self, year: i32, day: i32) -> StoreResult<()> {
@@ -306,34 +339,13 @@ impl DirectoryStore for CassandraStore {
             }
             return Ok(());
         }
-        let mut batch = Batch::new(BatchType::Unlogged);
-        batch.set_is_idempotent(true);
-        let mut values = Vec::with_capacity(all().count());
-        for (service, loc, pointers) in groups {
-            for p in pointers {
-                batch.append_statement(self.directory.put_pointer.clone());
-                values.push((
-                    &self.region,
-                    &self.cluster,
-                    cql_date(loc.window.day),
-                    loc.window.index as i32,
-                    service.as_str(),
-                    &loc.instance,
-                    loc.bucket as i32,
-                    &p.transaction_id,
-                    p.generation,
-                    p.attempt as i32,
-                    CqlTimestamp(p.enqueued_at_ms),
-                ));
-            }
-        }
-        observed(
-            self.directory.put_pointer.get_statement(),
-            self.session.batch(&batch, values),
+        self.pointer_batch(
+            groups
+                .iter()
+                .flat_map(|(service, loc, ps)| ps.iter().map(move |p| (service.as_str(), loc, p)))
+                .collect(),
         )
         .await
-        .map(|_| ())
-        .map_err(|e| map_execution_error(&e))
     }
 
     async fn put_pointers(
@@ -349,35 +361,8 @@ impl DirectoryStore for CassandraStore {
             }
             return Ok(());
         }
-        let mut batch = Batch::new(BatchType::Unlogged);
-        batch.set_is_idempotent(true);
-        let day = cql_date(loc.window.day);
-        let window = loc.window.index as i32;
-        let bucket = loc.bucket as i32;
-        let mut values = Vec::with_capacity(pointers.len());
-        for p in pointers {
-            batch.append_statement(self.directory.put_pointer.clone());
-            values.push((
-                &self.region,
-                &self.cluster,
-                day,
-                window,
-                service,
-                &loc.instance,
-                bucket,
-                &p.transaction_id,
-                p.generation,
-                p.attempt as i32,
-                CqlTimestamp(p.enqueued_at_ms),
-            ));
-        }
-        observed(
-            self.directory.put_pointer.get_statement(),
-            self.session.batch(&batch, values),
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| map_execution_error(&e))
+        self.pointer_batch(pointers.iter().map(|p| (service, loc, p)).collect())
+            .await
     }
 
     async fn list_years(&self) -> StoreResult<Vec<i32>> {
