@@ -8,6 +8,7 @@
 //!   bench raw --n N [--singles S (min(N, 20000))] --out F
 //!   bench naive --n N --out F
 //!   bench costs --cassandra-pid PID --n N --out F   (Cassandra CPU per state-row operation)
+//!   bench ring --addrs A,B --metrics M,N --slots S --n N --out F   (per-node ring and scan cost)
 //! common: --concurrency C (32) --cassandra HOST:PORT (127.0.0.1:9042) --late L (lateness
 //! items, default min(n/10, 20000))
 
@@ -32,6 +33,9 @@ use scylla::{
     value::{CqlDate, CqlTimestamp},
 };
 use tonic::transport::Channel;
+
+#[path = "bench/ring.rs"]
+mod ring;
 
 struct Args {
     map: HashMap<String, String>,
@@ -87,6 +91,7 @@ mod serde_like {
         B(bool),
         Null,
         O(Vec<(&'static str, J)>),
+        A(Vec<J>),
     }
 
     impl J {
@@ -96,6 +101,10 @@ mod serde_like {
                 J::N(_) | J::Null => "null".into(),
                 J::B(b) => b.to_string(),
                 J::S(s) => format!("{s:?}"),
+                J::A(items) => format!(
+                    "[{}]",
+                    items.iter().map(J::render).collect::<Vec<_>>().join(", ")
+                ),
                 J::O(kv) => format!(
                     "{{{}}}",
                     kv.iter()
@@ -1130,6 +1139,7 @@ async fn main() -> anyhow::Result<()> {
         "otlp-sink" => return otlp_sink(&a).await,
         "raw" => raw(&a).await?,
         "costs" => costs(&a).await?,
+        "ring" => ring::ring(&a).await?,
         "naive" => naive(&a).await?,
         "cleanup" => {
             // Drops the keyspaces earlier runs left behind (`--prefix`, default "bench_").
