@@ -1,0 +1,107 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from rebound.v1 import types_pb2 as _types_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EnqueueRetryRequest(_message.Message):
+    __slots__ = ("service", "transaction_id", "payload", "attributes", "delay", "due_time", "policy", "attempt", "last_error", "trace_context")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    DELAY_FIELD_NUMBER: _ClassVar[int]
+    DUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    transaction_id: str
+    payload: bytes
+    attributes: _containers.ScalarMap[str, str]
+    delay: _duration_pb2.Duration
+    due_time: _timestamp_pb2.Timestamp
+    policy: _types_pb2.RetryPolicy
+    attempt: int
+    last_error: str
+    trace_context: _types_pb2.TraceContext
+    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[_types_pb2.RetryPolicy, _Mapping]] = ..., attempt: _Optional[int] = ..., last_error: _Optional[str] = ..., trace_context: _Optional[_Union[_types_pb2.TraceContext, _Mapping]] = ...) -> None: ...
+
+class EnqueueRetryResponse(_message.Message):
+    __slots__ = ("transaction_id", "due_time", "generation", "deduplicated")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    DUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    due_time: _timestamp_pb2.Timestamp
+    generation: int
+    deduplicated: bool
+    def __init__(self, transaction_id: _Optional[str] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., generation: _Optional[int] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
+
+class EnqueueRetryBatchRequest(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[EnqueueRetryRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[EnqueueRetryRequest, _Mapping]]] = ...) -> None: ...
+
+class EnqueueRetryResult(_message.Message):
+    __slots__ = ("response", "error")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    response: EnqueueRetryResponse
+    error: ItemError
+    def __init__(self, response: _Optional[_Union[EnqueueRetryResponse, _Mapping]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ...) -> None: ...
+
+class ItemError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class EnqueueRetryBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[EnqueueRetryResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[EnqueueRetryResult, _Mapping]]] = ...) -> None: ...
+
+class GetRetryRequest(_message.Message):
+    __slots__ = ("service", "transaction_id")
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    transaction_id: str
+    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ...) -> None: ...
+
+class CancelRetryRequest(_message.Message):
+    __slots__ = ("service", "transaction_id")
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    transaction_id: str
+    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ...) -> None: ...
+
+class CancelRetryResponse(_message.Message):
+    __slots__ = ("status", "cancelled")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    status: _types_pb2.RetryStatus
+    cancelled: bool
+    def __init__(self, status: _Optional[_Union[_types_pb2.RetryStatus, str]] = ..., cancelled: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,251 @@
+"""The synchronous client: enqueue (one or a batch), get and cancel."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import TracebackType
+
+import grpc
+
+from rebound.v1 import retry_pb2, retry_pb2_grpc, types_pb2
+
+from ._errors import ItemError, ReboundError, code_of
+from ._policy import RetryPolicy
+from ._time import from_timestamp, to_duration, to_timestamp
+from ._transport import Tls, auth_metadata, sync_channel, trace_metadata
+
+
+class RetryStatus(enum.Enum):
+    UNSPECIFIED = types_pb2.RETRY_STATUS_UNSPECIFIED
+    #: Waiting for its due window, or delivered and not yet acknowledged.
+    SCHEDULED = types_pb2.RETRY_STATUS_SCHEDULED
+    SUCCEEDED = types_pb2.RETRY_STATUS_SUCCEEDED
+    #: Retries exhausted or a non-retryable failure; a dead letter exists.
+    DEAD = types_pb2.RETRY_STATUS_DEAD
+    CANCELLED = types_pb2.RETRY_STATUS_CANCELLED
+
+
+@dataclass
+class EnqueueRequest:
+    """One retry to schedule. ``delay`` or ``due_time`` (not both); neither: the policy's
+    backoff for ``attempt``. ``attempt`` counts the tries the caller already made."""
+
+    service: str
+    transaction_id: str
+    payload: bytes = b""
+    delay: timedelta | float | None = None
+    due_time: datetime | None = None
+    policy: RetryPolicy | None = None
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    attempt: int = 1
+    last_error: str = ""
+    #: The W3C trace context of the call that failed, when it is not the current one.
+    traceparent: str = ""
+    tracestate: str = ""
+
+    def to_proto(self) -> retry_pb2.EnqueueRetryRequest:
+        if self.delay is not None and self.due_time is not None:
+            raise ValueError("enqueue: set delay or due_time, not both")
+        r = retry_pb2.EnqueueRetryRequest(
+            service=self.service,
+            transaction_id=self.transaction_id,
+            payload=self.payload,
+            attributes=dict(self.attributes),
+            attempt=self.attempt,
+            last_error=self.last_error,
+        )
+        if self.delay is not None:
+            r.delay.CopyFrom(to_duration(self.delay))
+        elif self.due_time is not None:
+            r.due_time.CopyFrom(to_timestamp(self.due_time))
+        if self.policy is not None:
+            r.policy.CopyFrom(self.policy.to_proto())
+        if self.traceparent:
+            r.trace_context.traceparent = self.traceparent
+            r.trace_context.tracestate = self.tracestate
+        return r
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    transaction_id: str
+    #: When the retry first becomes eligible for delivery (the end of its window).
+    due_time: datetime | None
+    generation: int
+    #: True when the transaction was already pending and this call rescheduled or confirmed it.
+    deduplicated: bool
+
+    @classmethod
+    def from_proto(cls, r: retry_pb2.EnqueueRetryResponse) -> Enqueued:
+        return cls(r.transaction_id, from_timestamp(r.due_time), r.generation, r.deduplicated)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """The state of one retry, as ``GetRetry`` returns it (``raw``: the whole message)."""
+
+    service: str
+    transaction_id: str
+    status: RetryStatus
+    attempt: int
+    generation: int
+    due_time: datetime | None
+    last_error: str
+    payload: bytes
+    attributes: dict[str, str]
+    policy: RetryPolicy
+    first_enqueued_at: datetime | None
+    last_enqueued_at: datetime | None
+    updated_at: datetime | None
+    enqueue_count: int
+    delivery_count: int
+    raw: types_pb2.Retry
+
+    @classmethod
+    def from_proto(cls, r: types_pb2.Retry) -> Retry:
+        return cls(
+            service=r.service,
+            transaction_id=r.transaction_id,
+            status=RetryStatus(r.status),
+            attempt=r.attempt,
+            generation=r.generation,
+            due_time=from_timestamp(r.due_time),
+            last_error=r.last_error,
+            payload=r.payload,
+            attributes=dict(r.attributes),
+            policy=RetryPolicy.from_proto(r.policy),
+            first_enqueued_at=from_timestamp(r.first_enqueued_at),
+            last_enqueued_at=from_timestamp(r.last_enqueued_at),
+            updated_at=from_timestamp(r.updated_at),
+            enqueue_count=r.enqueue_count,
+            delivery_count=r.delivery_count,
+            raw=r,
+        )
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    #: CANCELLED, or the terminal status the retry already had.
+    status: RetryStatus
+    #: False when the retry had already finished before this call.
+    cancelled: bool
+
+
+class Client:
+    """A synchronous client of one Rebound node (or a load balancer in front of several).
+
+    ``address``: ``host:port``, ``http://host:port`` or ``https://host:port``. ``token``: the
+    bearer token when the node has credentials. ``tls``: TLS options (https implies TLS).
+    ``timeout``: seconds per call. Thread-safe; one per process is enough.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        token: str | None = None,
+        tls: Tls | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.address = address
+        self._token = token
+        self._timeout = timeout
+        self._channel = sync_channel(address, tls)
+        self._stub = retry_pb2_grpc.RetryServiceStub(self._channel)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        return auth_metadata(self._token) + trace_metadata()
+
+    def enqueue(
+        self,
+        service: str,
+        transaction_id: str,
+        *,
+        payload: bytes = b"",
+        delay: timedelta | float | None = None,
+        due_time: datetime | None = None,
+        policy: RetryPolicy | None = None,
+        attributes: Mapping[str, str] | None = None,
+        attempt: int = 1,
+        last_error: str = "",
+    ) -> Enqueued:
+        """Schedules a retry. Idempotent by (service, transaction_id): a repeat reschedules or
+        confirms the pending retry (``deduplicated``) and never doubles it, so re-sending after
+        a retryable error is safe."""
+        request = EnqueueRequest(
+            service=service,
+            transaction_id=transaction_id,
+            payload=payload,
+            delay=delay,
+            due_time=due_time,
+            policy=policy,
+            attributes=attributes or {},
+            attempt=attempt,
+            last_error=last_error,
+        )
+        try:
+            r = self._stub.EnqueueRetry(
+                request.to_proto(), timeout=self._timeout, metadata=self._metadata()
+            )
+        except grpc.RpcError as e:
+            raise ReboundError.from_rpc(e) from None
+        return Enqueued.from_proto(r)
+
+    def enqueue_batch(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued | ItemError]:
+        """Many enqueues in one call; each item gets its own result, in order, and a bad item
+        fails alone (its :class:`ItemError` is returned, not raised)."""
+        batch = retry_pb2.EnqueueRetryBatchRequest(requests=[r.to_proto() for r in requests])
+        try:
+            r = self._stub.EnqueueRetryBatch(
+                batch, timeout=self._timeout, metadata=self._metadata()
+            )
+        except grpc.RpcError as e:
+            raise ReboundError.from_rpc(e) from None
+        out: list[Enqueued | ItemError] = []
+        for item in r.results:
+            if item.HasField("response"):
+                out.append(Enqueued.from_proto(item.response))
+            else:
+                out.append(ItemError(code_of(item.error.code), item.error.message))
+        return out
+
+    def get(self, service: str, transaction_id: str) -> Retry:
+        """The state of a retry; NOT_FOUND when there is none (or it expired)."""
+        try:
+            r = self._stub.GetRetry(
+                retry_pb2.GetRetryRequest(service=service, transaction_id=transaction_id),
+                timeout=self._timeout,
+                metadata=self._metadata(),
+            )
+        except grpc.RpcError as e:
+            raise ReboundError.from_rpc(e) from None
+        return Retry.from_proto(r)
+
+    def cancel(self, service: str, transaction_id: str) -> Cancelled:
+        """Stops a pending retry; a finished one keeps its status (``cancelled`` False)."""
+        try:
+            r = self._stub.CancelRetry(
+                retry_pb2.CancelRetryRequest(service=service, transaction_id=transaction_id),
+                timeout=self._timeout,
+                metadata=self._metadata(),
+            )
+        except grpc.RpcError as e:
+            raise ReboundError.from_rpc(e) from None
+        return Cancelled(RetryStatus(r.status), r.cancelled)
