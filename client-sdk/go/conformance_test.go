@@ -1,0 +1,363 @@
+package rebound_test
+
+// The scenarios of client-sdk/CONFORMANCE.md, against live nodes (named as there).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	rebound "github.com/rebound-dev/rebound/client-sdk/go"
+	pb "github.com/rebound-dev/rebound/client-sdk/go/reboundv1"
+)
+
+const service = "gosdk"
+
+func client(t *testing.T, addr string, opts ...rebound.Option) *rebound.Client {
+	t.Helper()
+	c, err := rebound.New(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// runUntil runs ex until done() holds (failing after within), then stops it and waits.
+func runUntil(t *testing.T, ex *rebound.Executor, within time.Duration, done func() bool) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	result := make(chan error, 1)
+	go func() { result <- ex.Run(ctx) }()
+	deadline := time.Now().Add(within)
+	for !done() {
+		select {
+		case err := <-result:
+			stop()
+			t.Fatalf("the executor stopped early: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			<-result
+			t.Fatal("timed out")
+		}
+	}
+	stop()
+	if err := <-result; err != nil {
+		t.Fatalf("executor: %v", err)
+	}
+}
+
+func mustEnqueue(t *testing.T, c *rebound.Client, tx string, opts ...rebound.EnqueueOption) *rebound.Enqueued {
+	t.Helper()
+	e, err := c.Enqueue(context.Background(), service, tx, opts...)
+	if err != nil {
+		t.Fatalf("enqueue %s: %v", tx, err)
+	}
+	return e
+}
+
+func status(t *testing.T, c *rebound.Client, tx string) *pb.Retry {
+	t.Helper()
+	r, err := c.Get(context.Background(), service, tx)
+	if err != nil {
+		t.Fatalf("get %s: %v", tx, err)
+	}
+	return r
+}
+
+func TestEnqueueGetCancel(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	ctx := context.Background()
+	e := mustEnqueue(t, c, "tx-1", rebound.Payload([]byte("charge 7f3a")), rebound.Delay(5*time.Minute),
+		rebound.Attribute("tenant", "acme"), rebound.Attempt(2), rebound.LastError("card processor timed out"),
+		rebound.WithPolicy(rebound.NewPolicy().MaxAttempts(8).InitialBackoff(30*time.Second)))
+	if e.TransactionID != "tx-1" || e.Deduplicated || !e.DueTime.After(time.Now()) {
+		t.Fatalf("enqueued: %+v", e)
+	}
+	r := status(t, c, "tx-1")
+	if r.GetStatus() != rebound.Scheduled || r.GetAttempt() != 2 || string(r.GetPayload()) != "charge 7f3a" ||
+		r.GetAttributes()["tenant"] != "acme" || r.GetLastError() != "card processor timed out" ||
+		r.GetPolicy().GetMaxAttempts() != 8 || r.GetPolicy().GetInitialBackoff().AsDuration() != 30*time.Second {
+		t.Fatalf("get: %v", r)
+	}
+	st, cancelled, err := c.Cancel(ctx, service, "tx-1")
+	if err != nil || st != rebound.Cancelled || !cancelled {
+		t.Fatalf("cancel: %v %v %v", st, cancelled, err)
+	}
+	st, cancelled, err = c.Cancel(ctx, service, "tx-1")
+	if err != nil || st != rebound.Cancelled || cancelled {
+		t.Fatalf("second cancel: %v %v %v", st, cancelled, err)
+	}
+}
+
+func TestDeduplicatedReenqueue(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	due := time.Now().Add(10 * time.Minute)
+	first := mustEnqueue(t, c, "tx-dup", rebound.DueAt(due))
+	second := mustEnqueue(t, c, "tx-dup", rebound.DueAt(due))
+	if first.Deduplicated || !second.Deduplicated {
+		t.Fatalf("%+v %+v", first, second)
+	}
+	if got := status(t, c, "tx-dup").GetEnqueueCount(); got != 2 {
+		t.Fatalf("enqueue_count %d", got)
+	}
+	results, err := c.EnqueueBatch(context.Background(), []*pb.EnqueueRetryRequest{
+		rebound.NewEnqueueRequest(service, "tx-dup", rebound.DueAt(due)),
+		rebound.NewEnqueueRequest(service, "tx-new"),
+	})
+	if err != nil || !results[0].Enqueued.Deduplicated || results[1].Enqueued.Deduplicated {
+		t.Fatalf("batch: %+v %v", results, err)
+	}
+}
+
+func TestBadInputNamesField(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	ctx := context.Background()
+	_, err := c.Enqueue(ctx, service, strings.Repeat("x", 300))
+	var e *rebound.Error
+	if !errors.As(err, &e) || e.Code != codes.InvalidArgument || !strings.Contains(e.Message, "transaction_id") ||
+		!strings.Contains(e.Message, "256") || e.Retryable() {
+		t.Fatalf("long transaction id: %v", err)
+	}
+	_, err = c.Enqueue(ctx, service, "tx-bad", rebound.WithPolicy(rebound.NewPolicy().Multiplier(0.5)))
+	if !errors.As(err, &e) || !strings.Contains(e.Message, "multiplier") {
+		t.Fatalf("bad multiplier: %v", err)
+	}
+	if _, err := c.Get(ctx, service, "tx-bad"); rebound.CodeOf(err) != codes.NotFound {
+		t.Fatalf("get after a refused enqueue: %v", err)
+	}
+	results, err := c.EnqueueBatch(ctx, []*pb.EnqueueRetryRequest{
+		rebound.NewEnqueueRequest("bad service!", "tx-a"), rebound.NewEnqueueRequest(service, "tx-b"),
+	})
+	if err != nil || results[0].Err == nil || results[0].Err.Code != codes.InvalidArgument ||
+		!strings.Contains(results[0].Err.Message, "service") || results[1].Err != nil {
+		t.Fatalf("batch: %+v %v", results, err)
+	}
+}
+
+func TestDeliveryAndAck(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	mustEnqueue(t, c, "tx-d", rebound.Payload([]byte("p")), rebound.Attribute("k", "v"), rebound.Delay(0))
+	var mu sync.Mutex
+	var jobs []*rebound.Job
+	ex := rebound.NewExecutor(n.Address, service, func(ctx context.Context, j *rebound.Job) rebound.Outcome {
+		mu.Lock()
+		jobs = append(jobs, j)
+		mu.Unlock()
+		return rebound.Success()
+	}, rebound.Concurrency(4))
+	runUntil(t, ex, 30*time.Second, func() bool { return ex.Acked() >= 1 })
+	if len(jobs) != 1 || jobs[0].TransactionID != "tx-d" || string(jobs[0].Payload) != "p" ||
+		jobs[0].Attributes["k"] != "v" || jobs[0].Attempt != 2 || jobs[0].Node != n.Address {
+		t.Fatalf("jobs: %+v", jobs)
+	}
+	if s := status(t, c, "tx-d").GetStatus(); s != rebound.Succeeded {
+		t.Fatalf("status %v", s)
+	}
+}
+
+func TestRetryAfterReschedules(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	mustEnqueue(t, c, "tx-r", rebound.Delay(0))
+	var mu sync.Mutex
+	var attempts []uint32
+	var times []time.Time
+	ex := rebound.NewExecutor(n.Address, service, func(ctx context.Context, j *rebound.Job) rebound.Outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts = append(attempts, j.Attempt)
+		times = append(times, time.Now())
+		if len(attempts) == 1 {
+			return rebound.RetryAfter(2*time.Second, "busy")
+		}
+		return rebound.Success()
+	})
+	runUntil(t, ex, 30*time.Second, func() bool { return ex.Acked() >= 2 })
+	if attempts[1] != attempts[0]+1 || times[1].Sub(times[0]) < 2*time.Second {
+		t.Fatalf("attempts %v at %v", attempts, times)
+	}
+	if s := status(t, c, "tx-r").GetStatus(); s != rebound.Succeeded {
+		t.Fatalf("status %v", s)
+	}
+}
+
+func TestSnoozeUsesNoAttempt(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	mustEnqueue(t, c, "tx-s", rebound.Delay(0), rebound.WithPolicy(rebound.NewPolicy().MaxAttempts(2)))
+	var mu sync.Mutex
+	var attempts []uint32
+	ex := rebound.NewExecutor(n.Address, service, func(ctx context.Context, j *rebound.Job) rebound.Outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts = append(attempts, j.Attempt)
+		if len(attempts) < 3 {
+			return rebound.Snooze(time.Second, "dependency in maintenance")
+		}
+		return rebound.Success()
+	})
+	runUntil(t, ex, 30*time.Second, func() bool { return ex.Acked() >= 3 })
+	if fmt.Sprint(attempts) != "[2 2 2]" {
+		t.Fatalf("attempts %v", attempts)
+	}
+	if s := status(t, c, "tx-s").GetStatus(); s != rebound.Succeeded {
+		t.Fatalf("status %v", s)
+	}
+}
+
+func TestFailedGoesToDeadLetters(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	mustEnqueue(t, c, "tx-f", rebound.Delay(0))
+	ex := rebound.NewExecutor(n.Address, service, func(ctx context.Context, j *rebound.Job) rebound.Outcome {
+		return rebound.Fail("card declined").WithErrorClass("card.declined")
+	})
+	runUntil(t, ex, 30*time.Second, func() bool { return ex.Acked() >= 1 })
+	r := status(t, c, "tx-f")
+	if r.GetStatus() != rebound.Dead || r.GetLastError() != "card declined" {
+		t.Fatalf("retry: %v", r)
+	}
+}
+
+func TestHandlerExceptionRetries(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	mustEnqueue(t, c, "tx-e", rebound.Delay(0), rebound.WithPolicy(rebound.NewPolicy().InitialBackoff(0)))
+	var mu sync.Mutex
+	var jobs []*rebound.Job
+	ex := rebound.NewExecutor(n.Address, service, func(ctx context.Context, j *rebound.Job) rebound.Outcome {
+		mu.Lock()
+		jobs = append(jobs, j)
+		first := len(jobs) == 1
+		mu.Unlock()
+		if first {
+			panic("inventory service unreachable")
+		}
+		return rebound.Success()
+	})
+	runUntil(t, ex, 30*time.Second, func() bool { return ex.Acked() >= 2 })
+	if jobs[1].Attempt != jobs[0].Attempt+1 || !strings.Contains(jobs[1].LastError, "inventory service unreachable") {
+		t.Fatalf("second delivery: %+v", jobs[1])
+	}
+}
+
+func TestTwoNodesOneAddress(t *testing.T) {
+	cl := newCluster(t)
+	a, b := cl.start(), cl.start()
+	const n = 40
+	ca, cb := client(t, a.Address), client(t, b.Address)
+	for i := 0; i < n; i++ {
+		mustEnqueue(t, []*rebound.Client{ca, cb}[i%2], fmt.Sprintf("tx-%d", i), rebound.Delay(0))
+	}
+	var mu sync.Mutex
+	done := map[string]bool{}
+	ex := rebound.NewExecutor(a.Address, service, func(ctx context.Context, j *rebound.Job) rebound.Outcome {
+		mu.Lock()
+		done[j.TransactionID] = true
+		mu.Unlock()
+		return rebound.Success()
+	}, rebound.RingRefresh(500*time.Millisecond))
+	want := fmt.Sprint([]string{a.Address, b.Address})
+	if b.Address < a.Address {
+		want = fmt.Sprint([]string{b.Address, a.Address})
+	}
+	runUntil(t, ex, 60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(done) == n && fmt.Sprint(ex.Nodes()) == want
+	})
+}
+
+func TestStopDrainsInFlight(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	for i := 0; i < 3; i++ {
+		mustEnqueue(t, c, fmt.Sprintf("tx-%d", i), rebound.Delay(0))
+	}
+	var started, finished atomic.Int32
+	ex := rebound.NewExecutor(n.Address, service, func(ctx context.Context, j *rebound.Job) rebound.Outcome {
+		started.Add(1)
+		time.Sleep(1500 * time.Millisecond)
+		finished.Add(1)
+		return rebound.Success()
+	}, rebound.Concurrency(3))
+	ctx, stop := context.WithCancel(context.Background())
+	result := make(chan error, 1)
+	go func() { result <- ex.Run(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for started.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("not all three started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if err := <-result; err != nil {
+		t.Fatal(err)
+	}
+	if finished.Load() != 3 || ex.Acked() != 3 {
+		t.Fatalf("finished %d, acked %d", finished.Load(), ex.Acked())
+	}
+	for i := 0; i < 3; i++ {
+		if s := status(t, c, fmt.Sprintf("tx-%d", i)).GetStatus(); s != rebound.Succeeded {
+			t.Fatalf("tx-%d: %v", i, s)
+		}
+	}
+}
+
+func TestTokenRefusedAndAccepted(t *testing.T) {
+	cl := newCluster(t)
+	n := cl.start("REBOUND_CREDENTIALS_FILE=" + credentialsFile(t, "payments", "s3cret", service))
+	ctx := context.Background()
+	for _, opts := range [][]rebound.Option{nil, {rebound.WithToken("wrong")}} {
+		_, err := client(t, n.Address, opts...).Enqueue(ctx, service, "tx-t", rebound.Delay(0))
+		if rebound.CodeOf(err) != codes.Unauthenticated {
+			t.Fatalf("without the right token: %v", err)
+		}
+	}
+	c := client(t, n.Address, rebound.WithToken("s3cret"))
+	mustEnqueue(t, c, "tx-t", rebound.Delay(0))
+	if _, err := c.Enqueue(ctx, "other", "tx-t"); rebound.CodeOf(err) != codes.PermissionDenied {
+		t.Fatalf("another service: %v", err)
+	}
+	ok := func(ctx context.Context, j *rebound.Job) rebound.Outcome { return rebound.Success() }
+	refused := rebound.NewExecutor(n.Address, service, ok, rebound.ClientOptions(rebound.WithToken("wrong")))
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := refused.Run(rctx); rebound.CodeOf(err) != codes.Unauthenticated {
+		t.Fatalf("executor with a wrong token: %v", err)
+	}
+	ex := rebound.NewExecutor(n.Address, service, ok, rebound.ClientOptions(rebound.WithToken("s3cret")))
+	runUntil(t, ex, 30*time.Second, func() bool { return ex.Acked() >= 1 })
+}
+
+func TestLongHandlerExtendsDeadline(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	mustEnqueue(t, c, "tx-l", rebound.Delay(0), rebound.WithPolicy(rebound.NewPolicy().AckTimeout(time.Second)))
+	var deliveries atomic.Int32
+	ex := rebound.NewExecutor(n.Address, service, func(ctx context.Context, j *rebound.Job) rebound.Outcome {
+		deliveries.Add(1)
+		time.Sleep(3500 * time.Millisecond)
+		return rebound.Success()
+	})
+	runUntil(t, ex, 30*time.Second, func() bool { return ex.Acked() >= 1 })
+	r := status(t, c, "tx-l")
+	if deliveries.Load() != 1 || r.GetStatus() != rebound.Succeeded || r.GetDeliveryCount() != 1 {
+		t.Fatalf("deliveries %d, retry %v", deliveries.Load(), r)
+	}
+}
