@@ -1,0 +1,249 @@
+import { create } from "@bufbuild/protobuf";
+import {
+  durationFromMs,
+  durationMs,
+  timestampDate,
+  timestampFromDate,
+  type Timestamp,
+} from "@bufbuild/protobuf/wkt";
+import { createClient, type Client as ConnectClient } from "@connectrpc/connect";
+import {
+  EnqueueRetryRequestSchema,
+  RetryService,
+  type EnqueueRetryRequest,
+  type EnqueueRetryResponse,
+} from "./gen/rebound/v1/retry_pb.js";
+import {
+  RetryPolicySchema,
+  RetryStatus,
+  type Retry as RetryMessage,
+  type RetryPolicy as PolicyMessage,
+} from "./gen/rebound/v1/types_pb.js";
+import { ItemError, ReboundError } from "./errors.js";
+import { Channel, type ConnectionOptions } from "./transport.js";
+
+export { RetryStatus };
+
+/**
+ * Overrides of the service's retry policy; an unset field keeps the service's (then the
+ * node's) default: 1 s initial backoff, x2, +/-20 % jitter, 5 attempts, 30 s ack timeout.
+ * Durations are in milliseconds.
+ */
+export interface RetryPolicy {
+  maxAttempts?: number;
+  initialBackoffMs?: number;
+  maxBackoffMs?: number;
+  multiplier?: number;
+  jitter?: number;
+  maxRetryDurationMs?: number;
+  ackTimeoutMs?: number;
+  maxDeliveriesPerAttempt?: number;
+  nonRetryableErrorClasses?: string[];
+  unlimitedAttempts?: boolean;
+}
+
+export function policyToProto(p: RetryPolicy): PolicyMessage {
+  const d = (ms?: number) => (ms === undefined ? undefined : durationFromMs(ms));
+  return create(RetryPolicySchema, {
+    maxAttempts: p.maxAttempts,
+    initialBackoff: d(p.initialBackoffMs),
+    maxBackoff: d(p.maxBackoffMs),
+    multiplier: p.multiplier,
+    jitter: p.jitter,
+    maxRetryDuration: d(p.maxRetryDurationMs),
+    ackTimeout: d(p.ackTimeoutMs),
+    maxDeliveriesPerAttempt: p.maxDeliveriesPerAttempt,
+    nonRetryableErrorClasses: p.nonRetryableErrorClasses ?? [],
+    unlimitedAttempts: p.unlimitedAttempts,
+  });
+}
+
+export function policyFromProto(p: PolicyMessage | undefined): RetryPolicy {
+  if (!p) return {};
+  const d = (x?: { seconds: bigint; nanos: number }) =>
+    x === undefined ? undefined : durationMs(x as Parameters<typeof durationMs>[0]);
+  return {
+    maxAttempts: p.maxAttempts,
+    initialBackoffMs: d(p.initialBackoff),
+    maxBackoffMs: d(p.maxBackoff),
+    multiplier: p.multiplier,
+    jitter: p.jitter,
+    maxRetryDurationMs: d(p.maxRetryDuration),
+    ackTimeoutMs: d(p.ackTimeout),
+    maxDeliveriesPerAttempt: p.maxDeliveriesPerAttempt,
+    nonRetryableErrorClasses: [...p.nonRetryableErrorClasses],
+    unlimitedAttempts: p.unlimitedAttempts,
+  };
+}
+
+/** One retry to schedule: `delayMs` or `dueTime` (not both); neither: the policy's backoff. */
+export interface EnqueueRequest {
+  service: string;
+  transactionId: string;
+  payload?: Uint8Array | string;
+  delayMs?: number;
+  dueTime?: Date;
+  policy?: RetryPolicy;
+  attributes?: Record<string, string>;
+  /** Attempts the caller already made (default 1). */
+  attempt?: number;
+  lastError?: string;
+  /** The W3C trace context of the failed call, when it is not the current one. */
+  traceparent?: string;
+  tracestate?: string;
+}
+
+export function enqueueToProto(r: EnqueueRequest): EnqueueRetryRequest {
+  if (r.delayMs !== undefined && r.dueTime !== undefined) {
+    throw new TypeError("enqueue: set delayMs or dueTime, not both");
+  }
+  const payload =
+    typeof r.payload === "string" ? new TextEncoder().encode(r.payload) : (r.payload ?? new Uint8Array());
+  return create(EnqueueRetryRequestSchema, {
+    service: r.service,
+    transactionId: r.transactionId,
+    payload,
+    attributes: r.attributes ?? {},
+    attempt: r.attempt ?? 1,
+    lastError: r.lastError ?? "",
+    policy: r.policy ? policyToProto(r.policy) : undefined,
+    schedule:
+      r.delayMs !== undefined
+        ? { case: "delay", value: durationFromMs(r.delayMs) }
+        : r.dueTime !== undefined
+          ? { case: "dueTime", value: timestampFromDate(r.dueTime) }
+          : { case: undefined },
+    traceContext: r.traceparent ? { traceparent: r.traceparent, tracestate: r.tracestate ?? "" } : undefined,
+  });
+}
+
+export interface Enqueued {
+  transactionId: string;
+  /** When the retry first becomes eligible for delivery (the end of its window). */
+  dueTime: Date | undefined;
+  generation: bigint;
+  /** True when the transaction was already pending and this call rescheduled or confirmed it. */
+  deduplicated: boolean;
+}
+
+export function dateOf(t: Timestamp | undefined): Date | undefined {
+  return t ? timestampDate(t) : undefined;
+}
+
+function enqueued(r: EnqueueRetryResponse): Enqueued {
+  return {
+    transactionId: r.transactionId,
+    dueTime: dateOf(r.dueTime),
+    generation: r.generation,
+    deduplicated: r.deduplicated,
+  };
+}
+
+/** The state of one retry, as GetRetry returns it (`raw`: the whole message). */
+export interface Retry {
+  service: string;
+  transactionId: string;
+  status: RetryStatus;
+  attempt: number;
+  generation: bigint;
+  dueTime: Date | undefined;
+  lastError: string;
+  payload: Uint8Array;
+  attributes: Record<string, string>;
+  policy: RetryPolicy;
+  firstEnqueuedAt: Date | undefined;
+  lastEnqueuedAt: Date | undefined;
+  updatedAt: Date | undefined;
+  enqueueCount: number;
+  deliveryCount: number;
+  raw: RetryMessage;
+}
+
+/** A client of a node's RetryService (or of a load balancer in front of several). */
+export class Client {
+  private constructor(
+    private readonly channel: Channel,
+    private readonly retry: ConnectClient<typeof RetryService>,
+  ) {}
+
+  /** Connects to `address` (`host:port`, `http://` or `https://`). */
+  static async connect(address: string, options: ConnectionOptions = {}): Promise<Client> {
+    const channel = await Channel.open(address, options, true);
+    return new Client(channel, createClient(RetryService, channel.transport));
+  }
+
+  /** Ends the connection. */
+  close(): void {
+    this.channel.close();
+  }
+
+  /**
+   * Schedules a retry. Idempotent by (service, transactionId): a repeat reschedules or confirms
+   * the pending retry (`deduplicated`) and never doubles it, so re-sending is safe.
+   */
+  async enqueue(request: EnqueueRequest): Promise<Enqueued> {
+    const message = enqueueToProto(request);
+    try {
+      return enqueued(await this.retry.enqueueRetry(message));
+    } catch (e) {
+      throw ReboundError.from(e);
+    }
+  }
+
+  /** Many enqueues in one call: one result per item, in order; a bad item fails alone. */
+  async enqueueBatch(requests: EnqueueRequest[]): Promise<(Enqueued | ItemError)[]> {
+    const messages = requests.map(enqueueToProto);
+    let results;
+    try {
+      results = (await this.retry.enqueueRetryBatch({ requests: messages })).results;
+    } catch (e) {
+      throw ReboundError.from(e);
+    }
+    if (results.length !== messages.length) {
+      throw new ReboundError(13, `${results.length} results for ${messages.length} batch items`);
+    }
+    return results.map((r) =>
+      r.result.case === "response"
+        ? enqueued(r.result.value)
+        : new ItemError(r.result.value?.code ?? 2, r.result.value?.message ?? "no result"),
+    );
+  }
+
+  /** The state of a retry; NOT_FOUND when there is none (or it expired). */
+  async get(service: string, transactionId: string): Promise<Retry> {
+    let r;
+    try {
+      r = await this.retry.getRetry({ service, transactionId });
+    } catch (e) {
+      throw ReboundError.from(e);
+    }
+    return {
+      service: r.service,
+      transactionId: r.transactionId,
+      status: r.status,
+      attempt: r.attempt,
+      generation: r.generation,
+      dueTime: dateOf(r.dueTime),
+      lastError: r.lastError,
+      payload: r.payload,
+      attributes: { ...r.attributes },
+      policy: policyFromProto(r.policy),
+      firstEnqueuedAt: dateOf(r.firstEnqueuedAt),
+      lastEnqueuedAt: dateOf(r.lastEnqueuedAt),
+      updatedAt: dateOf(r.updatedAt),
+      enqueueCount: r.enqueueCount,
+      deliveryCount: r.deliveryCount,
+      raw: r,
+    };
+  }
+
+  /** Stops a pending retry; `cancelled` is false when it had already finished. */
+  async cancel(service: string, transactionId: string): Promise<{ status: RetryStatus; cancelled: boolean }> {
+    try {
+      const r = await this.retry.cancelRetry({ service, transactionId });
+      return { status: r.status, cancelled: r.cancelled };
+    } catch (e) {
+      throw ReboundError.from(e);
+    }
+  }
+}

@@ -1,0 +1,310 @@
+// The scenarios of client-sdk/CONFORMANCE.md, against live nodes (named as there).
+import assert from "node:assert/strict";
+import { afterEach, test } from "node:test";
+import {
+  Client,
+  Code,
+  Executor,
+  ItemError,
+  Outcome,
+  ReboundError,
+  RetryStatus,
+  type Job,
+} from "../src/index.js";
+import { Cluster } from "./node.js";
+
+const SERVICE = "tssdk";
+let cluster: Cluster | undefined;
+const clients: Client[] = [];
+
+async function start(env: Record<string, string> = {}) {
+  cluster ??= new Cluster();
+  return cluster.start(env);
+}
+
+async function connect(address: string, token?: string): Promise<Client> {
+  const c = await Client.connect(address, { token });
+  clients.push(c);
+  return c;
+}
+
+afterEach(async () => {
+  for (const c of clients.splice(0)) c.close();
+  await cluster?.stop();
+  cluster = undefined;
+});
+
+/** Runs ex until done() holds (failing after withinMs), then stops it and waits. */
+async function runUntil(ex: Executor, done: () => boolean, withinMs = 30_000): Promise<void> {
+  let failed: unknown;
+  const running = ex.run().catch((e) => {
+    failed = e;
+  });
+  const deadline = Date.now() + withinMs;
+  try {
+    while (!done()) {
+      if (failed !== undefined) throw failed;
+      if (Date.now() > deadline) throw new Error("timed out");
+      await new Promise((ok) => setTimeout(ok, 50));
+    }
+  } finally {
+    ex.stop();
+    await running;
+  }
+  if (failed !== undefined) throw failed;
+}
+
+async function rejection(p: Promise<unknown>): Promise<ReboundError> {
+  try {
+    await p;
+  } catch (e) {
+    assert.ok(e instanceof ReboundError, `not a ReboundError: ${e}`);
+    return e;
+  }
+  assert.fail("no error");
+}
+
+test("enqueue get cancel", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  const e = await c.enqueue({
+    service: SERVICE,
+    transactionId: "tx-1",
+    payload: "charge 7f3a",
+    delayMs: 300_000,
+    attributes: { tenant: "acme" },
+    attempt: 2,
+    lastError: "card processor timed out",
+    policy: { maxAttempts: 8, initialBackoffMs: 30_000 },
+  });
+  assert.equal(e.transactionId, "tx-1");
+  assert.equal(e.deduplicated, false);
+  assert.ok(e.dueTime && e.dueTime.getTime() > Date.now());
+  const r = await c.get(SERVICE, "tx-1");
+  assert.equal(r.status, RetryStatus.SCHEDULED);
+  assert.equal(r.attempt, 2);
+  assert.equal(new TextDecoder().decode(r.payload), "charge 7f3a");
+  assert.deepEqual(r.attributes, { tenant: "acme" });
+  assert.equal(r.lastError, "card processor timed out");
+  assert.equal(r.policy.maxAttempts, 8);
+  assert.equal(r.policy.initialBackoffMs, 30_000);
+  assert.deepEqual(await c.cancel(SERVICE, "tx-1"), { status: RetryStatus.CANCELLED, cancelled: true });
+  assert.deepEqual(await c.cancel(SERVICE, "tx-1"), { status: RetryStatus.CANCELLED, cancelled: false });
+});
+
+test("deduplicated reenqueue", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  const dueTime = new Date(Date.now() + 600_000);
+  const first = await c.enqueue({ service: SERVICE, transactionId: "tx-dup", dueTime });
+  const second = await c.enqueue({ service: SERVICE, transactionId: "tx-dup", dueTime });
+  assert.equal(first.deduplicated, false);
+  assert.equal(second.deduplicated, true);
+  assert.equal((await c.get(SERVICE, "tx-dup")).enqueueCount, 2);
+  const results = await c.enqueueBatch([
+    { service: SERVICE, transactionId: "tx-dup", dueTime },
+    { service: SERVICE, transactionId: "tx-new" },
+  ]);
+  assert.deepEqual(
+    results.map((r) => (r instanceof ItemError ? "error" : r.deduplicated)),
+    [true, false],
+  );
+});
+
+test("bad input names field", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  let e = await rejection(c.enqueue({ service: SERVICE, transactionId: "x".repeat(300) }));
+  assert.equal(e.code, Code.InvalidArgument);
+  assert.match(e.serverMessage, /transaction_id/);
+  assert.match(e.serverMessage, /256/);
+  assert.equal(e.retryable, false);
+  e = await rejection(c.enqueue({ service: SERVICE, transactionId: "tx-bad", policy: { multiplier: 0.5 } }));
+  assert.match(e.serverMessage, /multiplier/);
+  e = await rejection(c.get(SERVICE, "tx-bad"));
+  assert.equal(e.code, Code.NotFound);
+  const results = await c.enqueueBatch([
+    { service: "bad service!", transactionId: "tx-a" },
+    { service: SERVICE, transactionId: "tx-b" },
+  ]);
+  assert.ok(results[0] instanceof ItemError);
+  assert.equal(results[0].code, Code.InvalidArgument);
+  assert.match(results[0].serverMessage, /service/);
+  assert.ok(!(results[1] instanceof ItemError));
+  await assert.rejects(
+    c.enqueue({ service: SERVICE, transactionId: "tx-c", delayMs: 1, dueTime: new Date() }),
+    TypeError,
+  );
+});
+
+test("delivery and ack", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  await c.enqueue({
+    service: SERVICE,
+    transactionId: "tx-d",
+    payload: "p",
+    attributes: { k: "v" },
+    delayMs: 0,
+  });
+  const jobs: Job[] = [];
+  const ex = new Executor(node.address, SERVICE, (job) => {
+    jobs.push(job);
+    return Outcome.success();
+  });
+  await runUntil(ex, () => ex.acked >= 1);
+  assert.equal(jobs.length, 1);
+  const job = jobs[0]!;
+  assert.equal(job.transactionId, "tx-d");
+  assert.equal(new TextDecoder().decode(job.payload), "p");
+  assert.deepEqual(job.attributes, { k: "v" });
+  assert.equal(job.attempt, 2);
+  assert.equal(job.node, node.address);
+  assert.equal((await c.get(SERVICE, "tx-d")).status, RetryStatus.SUCCEEDED);
+});
+
+test("retry after reschedules", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  await c.enqueue({ service: SERVICE, transactionId: "tx-r", delayMs: 0 });
+  const seen: [number, number][] = [];
+  const ex = new Executor(node.address, SERVICE, (job) => {
+    seen.push([job.attempt, Date.now()]);
+    return seen.length === 1 ? Outcome.retry("busy", { afterMs: 2000 }) : Outcome.success();
+  });
+  await runUntil(ex, () => ex.acked >= 2);
+  const [[a1, t1], [a2, t2]] = seen as [[number, number], [number, number]];
+  assert.equal(a2, a1 + 1);
+  assert.ok(t2 - t1 >= 2000, `${t2 - t1} ms between the attempts`);
+  assert.equal((await c.get(SERVICE, "tx-r")).status, RetryStatus.SUCCEEDED);
+});
+
+test("snooze uses no attempt", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  await c.enqueue({ service: SERVICE, transactionId: "tx-s", delayMs: 0, policy: { maxAttempts: 2 } });
+  const attempts: number[] = [];
+  const ex = new Executor(node.address, SERVICE, (job) => {
+    attempts.push(job.attempt);
+    return attempts.length < 3 ? Outcome.snooze(1000, "dependency in maintenance") : Outcome.success();
+  });
+  await runUntil(ex, () => ex.acked >= 3);
+  assert.deepEqual(attempts, [2, 2, 2]);
+  assert.equal((await c.get(SERVICE, "tx-s")).status, RetryStatus.SUCCEEDED);
+});
+
+test("failed goes to dead letters", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  await c.enqueue({ service: SERVICE, transactionId: "tx-f", delayMs: 0 });
+  const ex = new Executor(node.address, SERVICE, () =>
+    Outcome.fail("card declined").withErrorClass("card.declined"),
+  );
+  await runUntil(ex, () => ex.acked >= 1);
+  const r = await c.get(SERVICE, "tx-f");
+  assert.equal(r.status, RetryStatus.DEAD);
+  assert.equal(r.lastError, "card declined");
+});
+
+test("handler exception retries", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  await c.enqueue({ service: SERVICE, transactionId: "tx-e", delayMs: 0, policy: { initialBackoffMs: 0 } });
+  const jobs: Job[] = [];
+  const ex = new Executor(node.address, SERVICE, async (job) => {
+    jobs.push(job);
+    if (jobs.length === 1) throw new Error("inventory service unreachable");
+  });
+  await runUntil(ex, () => ex.acked >= 2);
+  assert.equal(jobs[1]!.attempt, jobs[0]!.attempt + 1);
+  assert.match(jobs[1]!.lastError, /Error: inventory service unreachable/);
+  assert.equal((await c.get(SERVICE, "tx-e")).status, RetryStatus.SUCCEEDED);
+});
+
+test("two nodes one address", async () => {
+  const a = await start();
+  const b = await start();
+  const n = 40;
+  const ca = await connect(a.address);
+  const cb = await connect(b.address);
+  for (let i = 0; i < n; i++) {
+    await (i % 2 === 0 ? ca : cb).enqueue({ service: SERVICE, transactionId: `tx-${i}`, delayMs: 0 });
+  }
+  const done = new Set<string>();
+  const ex = new Executor(
+    a.address,
+    SERVICE,
+    (job) => {
+      done.add(job.transactionId);
+    },
+    { ringRefreshMs: 500 },
+  );
+  const both = [a.address, b.address].sort();
+  await runUntil(ex, () => done.size === n && JSON.stringify(ex.nodes) === JSON.stringify(both), 60_000);
+});
+
+test("stop drains in flight", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  for (let i = 0; i < 3; i++) await c.enqueue({ service: SERVICE, transactionId: `tx-${i}`, delayMs: 0 });
+  const started = new Set<string>();
+  const finished = new Set<string>();
+  const ex = new Executor(
+    node.address,
+    SERVICE,
+    async (job) => {
+      started.add(job.transactionId);
+      await new Promise((ok) => setTimeout(ok, 1500));
+      finished.add(job.transactionId);
+    },
+    { concurrency: 3 },
+  );
+  const running = ex.run();
+  const deadline = Date.now() + 30_000;
+  while (started.size < 3) {
+    assert.ok(Date.now() < deadline, "not all three started");
+    await new Promise((ok) => setTimeout(ok, 20));
+  }
+  ex.stop();
+  await running;
+  assert.deepEqual([...finished].sort(), [...started].sort());
+  assert.equal(ex.acked, 3);
+  for (let i = 0; i < 3; i++) assert.equal((await c.get(SERVICE, `tx-${i}`)).status, RetryStatus.SUCCEEDED);
+});
+
+test("token refused and accepted", async () => {
+  cluster = new Cluster();
+  const node = await cluster.start({
+    REBOUND_CREDENTIALS_FILE: cluster.credentials("payments", "s3cret", [SERVICE]),
+  });
+  for (const token of [undefined, "wrong"]) {
+    const c = await connect(node.address, token);
+    const e = await rejection(c.enqueue({ service: SERVICE, transactionId: "tx-t", delayMs: 0 }));
+    assert.equal(e.code, Code.Unauthenticated);
+  }
+  const c = await connect(node.address, "s3cret");
+  await c.enqueue({ service: SERVICE, transactionId: "tx-t", delayMs: 0 });
+  const denied = await rejection(c.enqueue({ service: "other", transactionId: "tx-t" }));
+  assert.equal(denied.code, Code.PermissionDenied);
+  const refused = new Executor(node.address, SERVICE, () => Outcome.success(), { token: "wrong" });
+  const e = await rejection(refused.run());
+  assert.equal(e.code, Code.Unauthenticated);
+  const ex = new Executor(node.address, SERVICE, () => Outcome.success(), { token: "s3cret" });
+  await runUntil(ex, () => ex.acked >= 1);
+});
+
+test("long handler extends deadline", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  await c.enqueue({ service: SERVICE, transactionId: "tx-l", delayMs: 0, policy: { ackTimeoutMs: 1000 } });
+  let deliveries = 0;
+  const ex = new Executor(node.address, SERVICE, async () => {
+    deliveries++;
+    await new Promise((ok) => setTimeout(ok, 3500));
+  });
+  await runUntil(ex, () => ex.acked >= 1);
+  const r = await c.get(SERVICE, "tx-l");
+  assert.equal(deliveries, 1);
+  assert.equal(r.status, RetryStatus.SUCCEEDED);
+  assert.equal(r.deliveryCount, 1);
+});
