@@ -1,0 +1,400 @@
+package dev.rebound.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import dev.rebound.v1.Retry;
+import dev.rebound.v1.RetryStatus;
+import io.grpc.Status;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.BooleanSupplier;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/** The scenarios of client-sdk/CONFORMANCE.md, against live nodes (named as there). */
+class ConformanceTest {
+  private static final String SERVICE = "javasdk";
+  private TestCluster cluster;
+  private final List<AutoCloseable> closing = new ArrayList<>();
+
+  @BeforeEach
+  void setUp() throws Exception {
+    cluster = new TestCluster();
+  }
+
+  @AfterEach
+  void tearDown() throws Exception {
+    for (AutoCloseable c : closing) {
+      c.close();
+    }
+    cluster.close();
+  }
+
+  private ReboundClient client(String address) {
+    ReboundClient c = ReboundClient.builder(address).build();
+    closing.add(c);
+    return c;
+  }
+
+  private static EnqueueRequest.Builder req(String tx) {
+    return EnqueueRequest.builder(SERVICE, tx);
+  }
+
+  /** Runs the executor until done holds (failing after within), then stops it. */
+  private static void runUntil(Executor ex, Duration within, BooleanSupplier done)
+      throws InterruptedException {
+    ex.start();
+    long end = System.currentTimeMillis() + within.toMillis();
+    try {
+      while (!done.getAsBoolean()) {
+        if (ex.failure() != null) {
+          fail("the executor stopped: " + ex.failure());
+        }
+        if (System.currentTimeMillis() > end) {
+          fail(
+              "timed out: delivered "
+                  + ex.delivered()
+                  + ", acked "
+                  + ex.acked()
+                  + ", nodes "
+                  + ex.nodes());
+        }
+        Thread.sleep(50);
+      }
+    } finally {
+      ex.stop();
+    }
+  }
+
+  @Test
+  void enqueueGetCancel() throws Exception {
+    ReboundClient c = client(cluster.start());
+    Enqueued e =
+        c.enqueue(
+            req("tx-1")
+                .payload("charge 7f3a")
+                .delay(Duration.ofMinutes(5))
+                .attribute("tenant", "acme")
+                .attempt(2)
+                .lastError("card processor timed out")
+                .policy(
+                    RetryPolicy.builder()
+                        .maxAttempts(8)
+                        .initialBackoff(Duration.ofSeconds(30))
+                        .build())
+                .build());
+    assertEquals("tx-1", e.transactionId());
+    assertFalse(e.deduplicated());
+    assertTrue(e.dueTime().isAfter(Instant.now()));
+    Retry r = c.get(SERVICE, "tx-1");
+    assertEquals(RetryStatus.RETRY_STATUS_SCHEDULED, r.getStatus());
+    assertEquals(2, r.getAttempt());
+    assertEquals("charge 7f3a", r.getPayload().toStringUtf8());
+    assertEquals(Map.of("tenant", "acme"), r.getAttributesMap());
+    assertEquals("card processor timed out", r.getLastError());
+    assertEquals(8, r.getPolicy().getMaxAttempts());
+    assertEquals(30, r.getPolicy().getInitialBackoff().getSeconds());
+    assertEquals(
+        new Cancelled(RetryStatus.RETRY_STATUS_CANCELLED, true), c.cancel(SERVICE, "tx-1"));
+    assertEquals(
+        new Cancelled(RetryStatus.RETRY_STATUS_CANCELLED, false),
+        c.cancelAsync(SERVICE, "tx-1").get());
+  }
+
+  @Test
+  void deduplicatedReenqueue() throws Exception {
+    ReboundClient c = client(cluster.start());
+    Instant due = Instant.now().plus(Duration.ofMinutes(10));
+    assertFalse(c.enqueue(req("tx-dup").dueTime(due).build()).deduplicated());
+    assertTrue(c.enqueueAsync(req("tx-dup").dueTime(due).build()).get().deduplicated());
+    assertEquals(2, c.get(SERVICE, "tx-dup").getEnqueueCount());
+    List<BatchResult> results =
+        c.enqueueBatch(List.of(req("tx-dup").dueTime(due).build(), req("tx-new").build()));
+    assertTrue(results.get(0).enqueued().deduplicated());
+    assertFalse(results.get(1).enqueued().deduplicated());
+  }
+
+  @Test
+  void badInputNamesField() throws Exception {
+    ReboundClient c = client(cluster.start());
+    ReboundException e =
+        assertThrows(ReboundException.class, () -> c.enqueue(req("x".repeat(300)).build()));
+    assertEquals(Status.Code.INVALID_ARGUMENT, e.code());
+    assertTrue(e.serverMessage().contains("transaction_id"), e.serverMessage());
+    assertTrue(e.serverMessage().contains("256"), e.serverMessage());
+    assertFalse(e.isRetryable());
+    e =
+        assertThrows(
+            ReboundException.class,
+            () ->
+                c.enqueue(
+                    req("tx-bad").policy(RetryPolicy.builder().multiplier(0.5).build()).build()));
+    assertTrue(e.serverMessage().contains("multiplier"), e.serverMessage());
+    e = assertThrows(ReboundException.class, () -> c.get(SERVICE, "tx-bad"));
+    assertEquals(Status.Code.NOT_FOUND, e.code());
+    List<BatchResult> results =
+        c.enqueueBatch(
+            List.of(EnqueueRequest.builder("bad service!", "tx-a").build(), req("tx-b").build()));
+    assertNotNull(results.get(0).error());
+    assertEquals(Status.Code.INVALID_ARGUMENT, results.get(0).error().code());
+    assertTrue(results.get(0).error().serverMessage().contains("service"));
+    assertTrue(results.get(1).ok());
+    assertThrows(
+        IllegalStateException.class,
+        () -> req("tx-c").delay(Duration.ofSeconds(1)).dueTime(Instant.now()));
+  }
+
+  @Test
+  void deliveryAndAck() throws Exception {
+    String node = cluster.start();
+    ReboundClient c = client(node);
+    c.enqueue(req("tx-d").payload("p").attribute("k", "v").delay(Duration.ZERO).build());
+    List<Job> jobs = Collections.synchronizedList(new ArrayList<>());
+    Executor ex =
+        Executor.builder(
+                node,
+                SERVICE,
+                job -> {
+                  jobs.add(job);
+                  return Outcome.success();
+                })
+            .concurrency(4)
+            .build();
+    runUntil(ex, Duration.ofSeconds(30), () -> ex.acked() >= 1);
+    assertEquals(1, jobs.size());
+    Job job = jobs.get(0);
+    assertEquals("tx-d", job.transactionId());
+    assertEquals("p", new String(job.payload(), StandardCharsets.UTF_8));
+    assertEquals(Map.of("k", "v"), job.attributes());
+    assertEquals(2, job.attempt());
+    assertEquals(node, job.node());
+    assertEquals(RetryStatus.RETRY_STATUS_SUCCEEDED, c.get(SERVICE, "tx-d").getStatus());
+  }
+
+  @Test
+  void retryAfterReschedules() throws Exception {
+    String node = cluster.start();
+    ReboundClient c = client(node);
+    c.enqueue(req("tx-r").delay(Duration.ZERO).build());
+    List<long[]> seen = Collections.synchronizedList(new ArrayList<>());
+    Executor ex =
+        Executor.builder(
+                node,
+                SERVICE,
+                job -> {
+                  seen.add(new long[] {job.attempt(), System.currentTimeMillis()});
+                  return seen.size() == 1
+                      ? Outcome.retryAfter(Duration.ofSeconds(2), "busy")
+                      : Outcome.success();
+                })
+            .build();
+    runUntil(ex, Duration.ofSeconds(30), () -> ex.acked() >= 2);
+    assertEquals(seen.get(0)[0] + 1, seen.get(1)[0]);
+    assertTrue(seen.get(1)[1] - seen.get(0)[1] >= 2000);
+    assertEquals(RetryStatus.RETRY_STATUS_SUCCEEDED, c.get(SERVICE, "tx-r").getStatus());
+  }
+
+  @Test
+  void snoozeUsesNoAttempt() throws Exception {
+    String node = cluster.start();
+    ReboundClient c = client(node);
+    c.enqueue(
+        req("tx-s")
+            .delay(Duration.ZERO)
+            .policy(RetryPolicy.builder().maxAttempts(2).build())
+            .build());
+    List<Integer> attempts = Collections.synchronizedList(new ArrayList<>());
+    Executor ex =
+        Executor.builder(
+                node,
+                SERVICE,
+                job -> {
+                  attempts.add(job.attempt());
+                  return attempts.size() < 3
+                      ? Outcome.snooze(Duration.ofSeconds(1), "dependency in maintenance")
+                      : Outcome.success();
+                })
+            .build();
+    runUntil(ex, Duration.ofSeconds(30), () -> ex.acked() >= 3);
+    assertEquals(List.of(2, 2, 2), attempts);
+    assertEquals(RetryStatus.RETRY_STATUS_SUCCEEDED, c.get(SERVICE, "tx-s").getStatus());
+  }
+
+  @Test
+  void failedGoesToDeadLetters() throws Exception {
+    String node = cluster.start();
+    ReboundClient c = client(node);
+    c.enqueue(req("tx-f").delay(Duration.ZERO).build());
+    Executor ex =
+        Executor.builder(
+                node, SERVICE, job -> Outcome.fail("card declined").withErrorClass("card.declined"))
+            .build();
+    runUntil(ex, Duration.ofSeconds(30), () -> ex.acked() >= 1);
+    Retry r = c.get(SERVICE, "tx-f");
+    assertEquals(RetryStatus.RETRY_STATUS_DEAD, r.getStatus());
+    assertEquals("card declined", r.getLastError());
+  }
+
+  @Test
+  void handlerExceptionRetries() throws Exception {
+    String node = cluster.start();
+    ReboundClient c = client(node);
+    c.enqueue(
+        req("tx-e")
+            .delay(Duration.ZERO)
+            .policy(RetryPolicy.builder().initialBackoff(Duration.ZERO).build())
+            .build());
+    List<Job> jobs = Collections.synchronizedList(new ArrayList<>());
+    Executor ex =
+        Executor.builder(
+                node,
+                SERVICE,
+                job -> {
+                  jobs.add(job);
+                  if (jobs.size() == 1) {
+                    throw new IllegalStateException("inventory service unreachable");
+                  }
+                  return Outcome.success();
+                })
+            .build();
+    runUntil(ex, Duration.ofSeconds(30), () -> ex.acked() >= 2);
+    assertEquals(jobs.get(0).attempt() + 1, jobs.get(1).attempt());
+    assertTrue(
+        jobs.get(1).lastError().contains("IllegalStateException: inventory service unreachable"),
+        jobs.get(1).lastError());
+    assertEquals(RetryStatus.RETRY_STATUS_SUCCEEDED, c.get(SERVICE, "tx-e").getStatus());
+  }
+
+  @Test
+  void twoNodesOneAddress() throws Exception {
+    String a = cluster.start();
+    String b = cluster.start();
+    ReboundClient ca = client(a);
+    ReboundClient cb = client(b);
+    int n = 40;
+    for (int i = 0; i < n; i++) {
+      (i % 2 == 0 ? ca : cb).enqueue(req("tx-" + i).delay(Duration.ZERO).build());
+    }
+    Set<String> done = ConcurrentHashMap.newKeySet();
+    Executor ex =
+        Executor.builder(
+                a,
+                SERVICE,
+                job -> {
+                  done.add(job.transactionId());
+                  return Outcome.success();
+                })
+            .ringRefresh(Duration.ofMillis(500))
+            .build();
+    List<String> both = new ArrayList<>(List.of(a, b));
+    Collections.sort(both);
+    runUntil(ex, Duration.ofSeconds(60), () -> done.size() == n && ex.nodes().equals(both));
+  }
+
+  @Test
+  void stopDrainsInFlight() throws Exception {
+    String node = cluster.start();
+    ReboundClient c = client(node);
+    for (int i = 0; i < 3; i++) {
+      c.enqueue(req("tx-" + i).delay(Duration.ZERO).build());
+    }
+    AtomicInteger started = new AtomicInteger();
+    AtomicInteger finished = new AtomicInteger();
+    Executor ex =
+        Executor.builder(
+                node,
+                SERVICE,
+                job -> {
+                  started.incrementAndGet();
+                  Thread.sleep(1500);
+                  finished.incrementAndGet();
+                  return Outcome.success();
+                })
+            .concurrency(3)
+            .build();
+    ex.start();
+    long end = System.currentTimeMillis() + 30_000;
+    while (started.get() < 3) {
+      assertTrue(System.currentTimeMillis() < end, "not all three started");
+      Thread.sleep(20);
+    }
+    ex.stop();
+    assertEquals(3, finished.get());
+    assertEquals(3, ex.acked());
+    for (int i = 0; i < 3; i++) {
+      assertEquals(RetryStatus.RETRY_STATUS_SUCCEEDED, c.get(SERVICE, "tx-" + i).getStatus());
+    }
+  }
+
+  @Test
+  void tokenRefusedAndAccepted() throws Exception {
+    String node =
+        cluster.start(
+            Map.of("REBOUND_CREDENTIALS_FILE", cluster.credentials("payments", "s3cret", SERVICE)));
+    for (String token : new String[] {null, "wrong"}) {
+      ReboundClient c = ReboundClient.builder(node).token(token).build();
+      closing.add(c);
+      ReboundException e =
+          assertThrows(
+              ReboundException.class, () -> c.enqueue(req("tx-t").delay(Duration.ZERO).build()));
+      assertEquals(Status.Code.UNAUTHENTICATED, e.code());
+    }
+    ReboundClient c = ReboundClient.builder(node).token("s3cret").build();
+    closing.add(c);
+    c.enqueue(req("tx-t").delay(Duration.ZERO).build());
+    ReboundException denied =
+        assertThrows(
+            ReboundException.class,
+            () -> c.enqueue(EnqueueRequest.builder("other", "tx-t").build()));
+    assertEquals(Status.Code.PERMISSION_DENIED, denied.code());
+    Executor refused =
+        Executor.builder(node, SERVICE, job -> Outcome.success()).token("wrong").build();
+    ReboundException e = assertThrows(ReboundException.class, refused::run);
+    assertEquals(Status.Code.UNAUTHENTICATED, e.code());
+    Executor ex = Executor.builder(node, SERVICE, job -> Outcome.success()).token("s3cret").build();
+    runUntil(ex, Duration.ofSeconds(30), () -> ex.acked() >= 1);
+  }
+
+  @Test
+  void longHandlerExtendsDeadline() throws Exception {
+    String node = cluster.start();
+    ReboundClient c = client(node);
+    c.enqueue(
+        req("tx-l")
+            .delay(Duration.ZERO)
+            .policy(RetryPolicy.builder().ackTimeout(Duration.ofSeconds(1)).build())
+            .build());
+    AtomicInteger deliveries = new AtomicInteger();
+    Executor ex =
+        Executor.builder(
+                node,
+                SERVICE,
+                job -> {
+                  deliveries.incrementAndGet();
+                  Thread.sleep(3500);
+                  return Outcome.success();
+                })
+            .build();
+    runUntil(ex, Duration.ofSeconds(30), () -> ex.acked() >= 1);
+    Retry r = c.get(SERVICE, "tx-l");
+    assertEquals(1, deliveries.get());
+    assertEquals(RetryStatus.RETRY_STATUS_SUCCEEDED, r.getStatus());
+    assertEquals(1, r.getDeliveryCount());
+    assertInstanceOf(Retry.class, r);
+  }
+}
