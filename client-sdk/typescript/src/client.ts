@@ -1,11 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import {
-  durationFromMs,
-  durationMs,
-  timestampDate,
-  timestampFromDate,
-  type Timestamp,
-} from "@bufbuild/protobuf/wkt";
+import { durationFromMs, durationMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { createClient, type Client as ConnectClient } from "@connectrpc/connect";
 import {
   EnqueueRetryRequestSchema,
@@ -19,7 +13,10 @@ import {
   type Retry as RetryMessage,
   type RetryPolicy as PolicyMessage,
 } from "./gen/rebound/v1/types_pb.js";
+import { ExecutorService } from "./gen/rebound/v1/executor_pb.js";
 import { ItemError, ReboundError } from "./errors.js";
+import { jobOf, type Job, type Outcome } from "./job.js";
+import { dateOf } from "./time.js";
 import { Channel, type ConnectionOptions } from "./transport.js";
 
 export { RetryStatus };
@@ -126,10 +123,6 @@ export interface Enqueued {
   deduplicated: boolean;
 }
 
-export function dateOf(t: Timestamp | undefined): Date | undefined {
-  return t ? timestampDate(t) : undefined;
-}
-
 function enqueued(r: EnqueueRetryResponse): Enqueued {
   return {
     transactionId: r.transactionId,
@@ -164,12 +157,54 @@ export class Client {
   private constructor(
     private readonly channel: Channel,
     private readonly retry: ConnectClient<typeof RetryService>,
+    private readonly executor: ConnectClient<typeof ExecutorService>,
+    private readonly address: string,
   ) {}
 
   /** Connects to `address` (`host:port`, `http://` or `https://`). */
   static async connect(address: string, options: ConnectionOptions = {}): Promise<Client> {
     const channel = await Channel.open(address, options, true);
-    return new Client(channel, createClient(RetryService, channel.transport));
+    return new Client(
+      channel,
+      createClient(RetryService, channel.transport),
+      createClient(ExecutorService, channel.transport),
+      address,
+    );
+  }
+
+  /**
+   * The due retries of `service` that this one node dispatches, as an async iterator; ack each
+   * with {@link Client.ack}. The {@link Executor} does this for every node of the ring, with
+   * bounded concurrency, deadline extension and reconnects: prefer it unless you need the raw
+   * stream. End the iteration with `break` or the `signal`.
+   */
+  async *deliveries(
+    service: string,
+    options: { executorId?: string; maxInFlight?: number; signal?: AbortSignal } = {},
+  ): AsyncGenerator<Job> {
+    const stream = this.executor.subscribe(
+      {
+        service,
+        executorId: options.executorId ?? `ts-${process.pid}`,
+        maxInFlight: options.maxInFlight ?? 16,
+      },
+      { signal: options.signal, timeoutMs: 0 },
+    );
+    try {
+      for await (const d of stream) yield jobOf(d, this.address);
+    } catch (e) {
+      if (options.signal?.aborted) return;
+      throw ReboundError.from(e);
+    }
+  }
+
+  /** Acknowledges a delivery of {@link Client.deliveries} with its outcome. */
+  async ack(job: Job, outcome: Outcome): Promise<void> {
+    try {
+      await this.executor.ack(outcome.toAck(job.deliveryId));
+    } catch (e) {
+      throw ReboundError.from(e);
+    }
   }
 
   /** Ends the connection. */

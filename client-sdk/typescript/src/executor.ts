@@ -1,15 +1,9 @@
-import { create } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { createClient, type Client as ConnectClient } from "@connectrpc/connect";
 import { hostname } from "node:os";
-import {
-  AckOutcome,
-  AckRequestSchema,
-  ExecutorService,
-  type AckRequest,
-  type Delivery,
-} from "./gen/rebound/v1/executor_pb.js";
-import { dateOf } from "./client.js";
+import { ExecutorService, type AckRequest } from "./gen/rebound/v1/executor_pb.js";
+import { dateOf } from "./time.js";
+import { jobOf, Outcome, type Job } from "./job.js";
 import { Code, ReboundError, isRetryableCode } from "./errors.js";
 import { Channel, type ConnectionOptions } from "./transport.js";
 
@@ -23,93 +17,6 @@ const FATAL = new Set([
 const MAX_ACK_BATCH = 500;
 const ACK_CALLS = 4;
 const RPC_TIMEOUT_MS = 10_000;
-const MAX_ERROR_BYTES = 8192;
-
-/** One delivery of a due retry. */
-export interface Job {
-  deliveryId: string;
-  service: string;
-  transactionId: string;
-  /** This delivery's attempt number (the caller's own tries included). */
-  attempt: number;
-  payload: Uint8Array;
-  attributes: Record<string, string>;
-  dueTime: Date | undefined;
-  firstEnqueuedAt: Date | undefined;
-  ackDeadline: Date | undefined;
-  lastError: string;
-  /** The trace context stored at the first enqueue (empty when none). */
-  traceparent: string;
-  tracestate: string;
-  /** The node that sent it; acks and extensions go back to it. */
-  node: string;
-}
-
-function jobOf(d: Delivery, node: string): Job {
-  return {
-    deliveryId: d.deliveryId,
-    service: d.service,
-    transactionId: d.transactionId,
-    attempt: d.attempt,
-    payload: d.payload,
-    attributes: { ...d.attributes },
-    dueTime: dateOf(d.dueTime),
-    firstEnqueuedAt: dateOf(d.firstEnqueuedAt),
-    ackDeadline: dateOf(d.ackDeadline),
-    lastError: d.lastError,
-    traceparent: d.traceContext?.traceparent ?? "",
-    tracestate: d.traceContext?.tracestate ?? "",
-    node,
-  };
-}
-
-function truncateUtf8(s: string, max: number): string {
-  const bytes = new TextEncoder().encode(s);
-  if (bytes.length <= max) return s;
-  return new TextDecoder("utf-8", { fatal: false }).decode(bytes.slice(0, max)).replace(/\uFFFD$/, "");
-}
-
-/** A handler's answer. */
-export class Outcome {
-  private constructor(
-    readonly kind: AckOutcome,
-    readonly error = "",
-    readonly afterMs?: number,
-    readonly snoozed = false,
-    readonly errorClass = "",
-  ) {}
-
-  static success(): Outcome {
-    return new Outcome(AckOutcome.SUCCEEDED);
-  }
-  /** Try again: after `afterMs` when given, else after the policy's backoff. */
-  static retry(error = "", options: { afterMs?: number } = {}): Outcome {
-    return new Outcome(AckOutcome.RETRY, error, options.afterMs);
-  }
-  /** A failure that retrying will not fix: dead-letter the retry now. */
-  static fail(error = ""): Outcome {
-    return new Outcome(AckOutcome.FAILED, error);
-  }
-  /** Not tried, only postponed: run again after `afterMs` without using an attempt. */
-  static snooze(afterMs: number, reason = ""): Outcome {
-    return new Outcome(AckOutcome.RETRY, reason, afterMs, true);
-  }
-  /** Tags the outcome with a class such as "http.404"; a non-retryable class dead-letters. */
-  withErrorClass(errorClass: string): Outcome {
-    return new Outcome(this.kind, this.error, this.afterMs, this.snoozed, errorClass);
-  }
-
-  toAck(deliveryId: string): AckRequest {
-    return create(AckRequestSchema, {
-      deliveryId,
-      outcome: this.kind,
-      error: truncateUtf8(this.error, MAX_ERROR_BYTES),
-      snooze: this.snoozed,
-      errorClass: this.errorClass,
-      retryAfter: this.afterMs === undefined ? undefined : durationFromMs(this.afterMs),
-    });
-  }
-}
 
 /**
  * Runs one job. It may return an Outcome (nothing means success); a thrown error becomes RETRY

@@ -22,5 +22,6 @@ export {
   type RetryPolicy,
 } from "./client.js";
 export { Code, ItemError, ReboundError } from "./errors.js";
-export { Executor, Outcome, backoffMs, type ExecutorOptions, type Handler, type Job } from "./executor.js";
+export { Executor, backoffMs, type ExecutorOptions, type Handler } from "./executor.js";
+export { Outcome, type Job } from "./job.js";
 export type { ConnectionOptions, TlsOptions } from "./transport.js";

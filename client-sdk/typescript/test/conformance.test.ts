@@ -308,3 +308,20 @@ test("long handler extends deadline", async () => {
   assert.equal(r.status, RetryStatus.SUCCEEDED);
   assert.equal(r.deliveryCount, 1);
 });
+
+test("deliveries as an async iterator", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  await c.enqueue({ service: SERVICE, transactionId: "tx-it", delayMs: 0 });
+  const stop = new AbortController();
+  const timer = setTimeout(() => stop.abort(), 30_000);
+  let got: Job | undefined;
+  for await (const job of c.deliveries(SERVICE, { signal: stop.signal })) {
+    got = job;
+    await c.ack(job, Outcome.success());
+    break;
+  }
+  clearTimeout(timer);
+  assert.equal(got?.transactionId, "tx-it");
+  assert.equal((await c.get(SERVICE, "tx-it")).status, RetryStatus.SUCCEEDED);
+});
