@@ -4,7 +4,7 @@
 //! and added columns alike), so two nodes migrating at once, or a migration interrupted
 //! half-way and run again, is harmless.
 
-use scylla::{client::session::Session, value::CqlTimestamp};
+use scylla::client::session::Session;
 
 use super::{cassandra::map_execution_error, StoreError, StoreResult};
 
@@ -153,16 +153,18 @@ pub async fn migrate(
         for stmt in statements(m.cql) {
             run(stmt).await?;
         }
-        session
-            .query_unpaged(
-                format!(
-                    "INSERT INTO {keyspace}.schema_migrations (version, name, checksum, applied_at) \
-                     VALUES (?, ?, ?, ?)"
-                ),
-                (m.version, m.name, checksum(m.cql), CqlTimestamp(now_ms)),
-            )
-            .await
-            .map_err(|e| map_execution_error(&e))?;
+        // Literal values, not bind markers: a statement with values is prepared first, and
+        // under concurrent schema changes (other nodes creating keyspaces) Cassandra can drop a
+        // fresh prepared statement before it runs ("Prepared query ... not found"), which made
+        // a starting node exit. The values are ours: a version, a file name, a hex checksum.
+        run(format!(
+            "INSERT INTO {keyspace}.schema_migrations (version, name, checksum, applied_at) \
+             VALUES ({}, '{}', '{}', {now_ms})",
+            m.version,
+            m.name.replace('\'', "''"),
+            checksum(m.cql),
+        ))
+        .await?;
         done.push(m.version);
     }
     Ok(done)

@@ -455,8 +455,11 @@ fn map_attempt_error(a: &RequestAttemptError, whole: &dyn std::fmt::Display) -> 
             | DbError::ReadFailure { .. }
             | DbError::WriteFailure { .. }
             | DbError::Other(0x1700) => StoreError::Timeout(whole.to_string()),
-            // Refused before it ran: nothing was written.
+            // Refused before it ran: nothing was written. (Unprepared: the driver has already
+            // prepared it again once, and the statement was dropped from Cassandra's cache again
+            // before it ran; a later call may succeed.)
             DbError::Unavailable { .. }
+            | DbError::Unprepared { .. }
             | DbError::Overloaded
             | DbError::IsBootstrapping
             | DbError::RateLimitReached { .. } => StoreError::Unavailable(whole.to_string()),
