@@ -46,6 +46,7 @@ pub mod names {
     pub const STORE_ERRORS: &str = "rebound_store_request_errors";
     pub const COALESCED_BATCH: &str = "rebound_coalesced_batch_size";
     pub const RING_SLOTS: &str = "rebound_ring_slots_held";
+    pub const RING_SIZE: &str = "rebound_ring_slots";
     pub const COMPACTOR: &str = "rebound_compactor";
     pub const CLOCK_OFFSET: &str = "rebound_clock_offset_seconds";
     pub const SUBSCRIBERS: &str = "rebound_subscribers";
@@ -160,6 +161,7 @@ pub struct Metrics {
     pub store_errors: Family<ErrorLabels, Counter>,
     pub coalesced_batch: Family<BatchLabels, Histogram, fn() -> Histogram>,
     pub ring_slots: Gauge,
+    pub ring_size: Gauge,
     pub compactor: Gauge,
     pub clock_offset: FloatGauge,
     pub subscribers: Family<ServiceLabel, Gauge>,
@@ -268,6 +270,7 @@ impl Metrics {
             store_errors: Family::default(),
             coalesced_batch: Family::new_with_constructor(batch_buckets),
             ring_slots: Gauge::default(),
+            ring_size: Gauge::default(),
             compactor: Gauge::default(),
             clock_offset: FloatGauge::default(),
             subscribers: Family::default(),
@@ -349,6 +352,11 @@ impl Metrics {
             RING_SLOTS,
             "Ring slots this node holds a lease on",
             m.ring_slots.clone(),
+        );
+        r.register(
+            RING_SIZE,
+            "Slots in the lease ring (REBOUND_SLOTS), the most rebound_ring_slots_held can add up to across the nodes; 0 on a node without the lease ring",
+            m.ring_size.clone(),
         );
         r.register(
             COMPACTOR,
@@ -483,6 +491,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("# HELP rebound_ring_slots_held "), "{text}");
+        assert!(text.contains("# TYPE rebound_ring_slots gauge\n"), "{text}");
         assert!(
             text.contains("# TYPE rebound_enqueues_total counter\n"),
             "{text}"

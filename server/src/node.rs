@@ -391,6 +391,9 @@ impl Node {
                         clock_deadband_ms: (config.skew_margin_ms / 2) as i64,
                     },
                 ));
+                crate::metrics::global()
+                    .ring_size
+                    .set(i64::from(config.slots));
                 (Some(ring.clone()), ring)
             }
         };
