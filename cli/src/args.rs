@@ -39,7 +39,8 @@ Examples:
 #[derive(Parser, Debug)]
 #[command(name = "rebound", version, after_help = TOP_AFTER_HELP)]
 pub struct Cli {
-    /// The node to talk to: http://host:port, or host:port for plain-text HTTP/2.
+    /// The node to talk to: http://host:port, or host:port for plain-text HTTP/2;
+    /// https://host:port for TLS (implied by --ca-file or --cert-file).
     #[arg(
         long,
         env = "REBOUND_ADDR",
@@ -60,6 +61,23 @@ pub struct Cli {
     /// commands need an admin credential.
     #[arg(long, env = "REBOUND_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
+
+    /// TLS: the CA certificates (PEM) to verify the node with, instead of the system's roots.
+    #[arg(long, env = "REBOUND_CA_FILE", global = true)]
+    pub ca_file: Option<std::path::PathBuf>,
+
+    /// Mutual TLS: this client's certificate chain (PEM), with --key-file.
+    #[arg(long, env = "REBOUND_CERT_FILE", global = true, requires = "key_file")]
+    pub cert_file: Option<std::path::PathBuf>,
+
+    /// Mutual TLS: the private key (PEM) of --cert-file.
+    #[arg(long, env = "REBOUND_KEY_FILE", global = true, requires = "cert_file")]
+    pub key_file: Option<std::path::PathBuf>,
+
+    /// TLS: the name to verify the node's certificate against, when it is not the host of
+    /// --addr.
+    #[arg(long, global = true)]
+    pub tls_server_name: Option<String>,
 
     #[command(subcommand)]
     pub command: Command,

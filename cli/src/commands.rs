@@ -14,7 +14,7 @@ use rebound_proto::v1::{
     executor_service_client::ExecutorServiceClient, retry_service_client::RetryServiceClient,
 };
 use serde_json::{json, Value};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::{
     args::{
@@ -56,7 +56,7 @@ pub async fn run(cli: &Cli) -> Result<(), CliError> {
         }
     };
     let ctx = Ctx {
-        channel: connect(&cli.addr, cli.timeout).await?,
+        channel: connect(&cli.addr, cli.timeout, tls(cli)?).await?,
         timeout: cli.timeout,
         json: cli.json,
         authorization,
@@ -152,16 +152,63 @@ fn human(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
-/// The channel to `addr` (a bare `host:port` is plain-text HTTP/2).
-async fn connect(addr: &str, timeout: Duration) -> Result<Channel, CliError> {
+/// The TLS settings of the flags: None for plain text unless --addr is https:// or a TLS
+/// file is given.
+fn tls(cli: &Cli) -> Result<Option<ClientTlsConfig>, CliError> {
+    let wanted = cli.addr.starts_with("https://")
+        || cli.ca_file.is_some()
+        || cli.cert_file.is_some()
+        || cli.tls_server_name.is_some();
+    if !wanted {
+        return Ok(None);
+    }
+    let read = |flag: &str, p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| CliError::usage(format!("{flag} {}: {e}", p.display())))
+    };
+    let mut c = ClientTlsConfig::new();
+    c = match &cli.ca_file {
+        Some(p) => c.ca_certificate(Certificate::from_pem(read("--ca-file", p)?)),
+        None => c.with_native_roots(),
+    };
+    if let (Some(cert), Some(key)) = (&cli.cert_file, &cli.key_file) {
+        c = c.identity(Identity::from_pem(
+            read("--cert-file", cert)?,
+            read("--key-file", key)?,
+        ));
+    }
+    if let Some(name) = &cli.tls_server_name {
+        c = c.domain_name(name.clone());
+    }
+    Ok(Some(c))
+}
+
+/// The channel to `addr` (a bare `host:port` is plain-text HTTP/2, or TLS when `tls` is
+/// given).
+async fn connect(
+    addr: &str,
+    timeout: Duration,
+    tls: Option<ClientTlsConfig>,
+) -> Result<Channel, CliError> {
     let uri = if addr.contains("://") {
         addr.to_string()
+    } else if tls.is_some() {
+        format!("https://{addr}")
     } else {
         format!("http://{addr}")
     };
-    let endpoint = Endpoint::from_shared(uri)
+    if tls.is_some() && uri.starts_with("http://") {
+        return Err(CliError::usage(format!(
+            "--addr {addr:?} is plain text (http://) but TLS flags are given: use https://"
+        )));
+    }
+    let mut endpoint = Endpoint::from_shared(uri)
         .map_err(|e| CliError::usage(format!("--addr {addr:?} is not a valid address: {e}")))?
         .connect_timeout(timeout);
+    if let Some(tls) = tls {
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| CliError::usage(format!("TLS: {}", chain(&e))))?;
+    }
     match tokio::time::timeout(timeout, endpoint.connect()).await {
         Ok(Ok(channel)) => Ok(channel),
         Ok(Err(e)) => Err(CliError::unavailable(format!(

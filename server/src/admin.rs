@@ -58,6 +58,8 @@ pub struct Admin {
     pub skew_margin_ms: i64,
     pub orphan_grace_ms: i64,
     pub dead_letter_retention_seconds: u32,
+    /// TLS for asking peers (None: in clear).
+    pub peer_tls: Option<std::sync::Arc<crate::tls::ServerTls>>,
 }
 
 fn unknown_service(service: &str) -> Error {
@@ -713,8 +715,9 @@ impl Admin {
                 .map(|(m, _, _)| {
                     let service = r.service.clone();
                     let authorization = authorization.clone();
+                    let tls = self.peer_tls.as_ref().map(|t| t.peer());
                     async move {
-                        let got = ask_peer(&m.address, service, authorization).await;
+                        let got = ask_peer(&m.address, service, authorization, tls).await;
                         (m, got)
                     }
                 });
@@ -870,16 +873,21 @@ async fn ask_peer(
     address: &str,
     service: String,
     authorization: Option<tonic::metadata::AsciiMetadataValue>,
+    tls: Option<tonic::transport::ClientTlsConfig>,
 ) -> Result<pb::GetStatsResponse, String> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let url = if address.contains("://") {
         address.to_string()
     } else {
-        format!("http://{address}")
+        format!("{scheme}://{address}")
     };
-    let endpoint = tonic::transport::Endpoint::from_shared(url)
+    let mut endpoint = tonic::transport::Endpoint::from_shared(url)
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(1))
         .timeout(Duration::from_secs(2));
+    if let Some(tls) = tls {
+        endpoint = endpoint.tls_config(tls).map_err(|e| e.to_string())?;
+    }
     let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
     let mut request = tonic::Request::new(pb::GetStatsRequest {
         service,

@@ -92,11 +92,12 @@ impl pb::retry_service_server::RetryService for Api {
         &self,
         request: Request<pb::EnqueueRetryRequest>,
     ) -> Result<Response<pb::EnqueueRetryResponse>, Status> {
-        let (metadata, _, request) = request.into_parts();
+        let (metadata, extensions, request) = request.into_parts();
         let service = request.service.clone();
         let span = spans::send(&service, &request.transaction_id, &item_context(&request));
         let out = async {
-            let caller = self.auth.caller(&metadata)?;
+            let caller = self.auth.caller(&metadata, &extensions)?;
+            let caller = caller.as_deref();
             let mut input = validate::enqueue("", request, self.max_payload_bytes)?;
             Auth::may_use(caller, "service", &input.service)?;
             let own = std::mem::take(&mut input.trace);
@@ -113,8 +114,9 @@ impl pb::retry_service_server::RetryService for Api {
         &self,
         request: Request<pb::EnqueueRetryBatchRequest>,
     ) -> Result<Response<pb::EnqueueRetryBatchResponse>, Status> {
-        let (metadata, _, request) = request.into_parts();
-        let caller = self.auth.caller(&metadata)?;
+        let (metadata, extensions, request) = request.into_parts();
+        let caller = self.auth.caller(&metadata, &extensions)?;
+        let caller = caller.as_deref();
         let requests = request.requests;
         validate::enqueue_batch_len(requests.len(), self.max_batch_items)?;
         // Validate every item first; a transaction that appears twice is refused after its
@@ -151,8 +153,9 @@ impl pb::retry_service_server::RetryService for Api {
         &self,
         request: Request<pb::GetRetryRequest>,
     ) -> Result<Response<pb::Retry>, Status> {
-        let (metadata, _, r) = request.into_parts();
-        let caller = self.auth.caller(&metadata)?;
+        let (metadata, extensions, r) = request.into_parts();
+        let caller = self.auth.caller(&metadata, &extensions)?;
+        let caller = caller.as_deref();
         validate::service("service", &r.service)?;
         validate::transaction_id("transaction_id", &r.transaction_id)?;
         Auth::may_use(caller, "service", &r.service)?;
@@ -164,8 +167,9 @@ impl pb::retry_service_server::RetryService for Api {
         &self,
         request: Request<pb::CancelRetryRequest>,
     ) -> Result<Response<pb::CancelRetryResponse>, Status> {
-        let (metadata, _, r) = request.into_parts();
-        let caller = self.auth.caller(&metadata)?;
+        let (metadata, extensions, r) = request.into_parts();
+        let caller = self.auth.caller(&metadata, &extensions)?;
+        let caller = caller.as_deref();
         validate::service("service", &r.service)?;
         validate::transaction_id("transaction_id", &r.transaction_id)?;
         Auth::may_use(caller, "service", &r.service)?;
@@ -216,8 +220,9 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         &self,
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        let (metadata, _, r) = request.into_parts();
-        let caller = self.auth.caller(&metadata)?;
+        let (metadata, extensions, r) = request.into_parts();
+        let caller = self.auth.caller(&metadata, &extensions)?;
+        let caller = caller.as_deref();
         validate::subscribe(&r)?;
         Auth::may_use(caller, "service", &r.service)?;
         let sub = self.dispatcher.subscribe(&r.service, r.max_in_flight)?;
@@ -228,7 +233,8 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
     }
 
     async fn ack(&self, r: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
-        let caller = self.auth.caller(r.metadata())?;
+        let caller = self.auth.caller(r.metadata(), r.extensions())?;
+        let caller = caller.as_deref();
         let res = self.ack_one(caller, r.get_ref(), "").await?;
         Ok(Response::new(wire::ack_response(res)))
     }
@@ -237,8 +243,9 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         &self,
         r: Request<pb::AckBatchRequest>,
     ) -> Result<Response<pb::AckBatchResponse>, Status> {
-        let (metadata, _, r) = r.into_parts();
-        let caller = self.auth.caller(&metadata)?;
+        let (metadata, extensions, r) = r.into_parts();
+        let caller = self.auth.caller(&metadata, &extensions)?;
+        let caller = caller.as_deref();
         let acks = r.acks;
         validate::ack_batch_len(acks.len())?;
         // Concurrently, so the state reads and writes of the batch coalesce into few Cassandra
@@ -257,8 +264,9 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         &self,
         r: Request<pb::ExtendDeadlineRequest>,
     ) -> Result<Response<pb::ExtendDeadlineResponse>, Status> {
-        let (metadata, _, r) = r.into_parts();
-        let caller = self.auth.caller(&metadata)?;
+        let (metadata, extensions, r) = r.into_parts();
+        let caller = self.auth.caller(&metadata, &extensions)?;
+        let caller = caller.as_deref();
         validate::delivery_id("delivery_id", &r.delivery_id)?;
         let ext = validate::extension("extension", r.extension.as_ref())?;
         if let Some(service) = self.dispatcher.service_of(&r.delivery_id) {
@@ -271,7 +279,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
     }
 
     async fn get_ring(&self, r: Request<pb::GetRingRequest>) -> Result<Response<pb::Ring>, Status> {
-        self.auth.caller(r.metadata())?;
+        self.auth.caller(r.metadata(), r.extensions())?;
         let nodes = match &self.ring {
             None => vec![pb::RingNode {
                 node_id: self.node_id.clone(),

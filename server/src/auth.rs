@@ -12,14 +12,20 @@
 //! admin = false                  # AdminService
 //! ```
 //!
-//! Callers send `authorization: Bearer <token>`. A missing or unknown token is
-//! UNAUTHENTICATED; a service outside the credential's list, or an admin call without
-//! `admin = true`, is PERMISSION_DENIED. Either is decided before anything is read or written.
-//! The file holds only hashes, so reading it reveals no token. Health and reflection stay open.
+//! Callers send `authorization: Bearer <token>`. Under mutual TLS
+//! (`REBOUND_TLS_CLIENT_CA_FILE`) a call without that metadata is the credential whose `name`
+//! is the Common Name (CN) of the client certificate's subject; such a credential may omit
+//! `token_sha256`. A token, when sent, decides (it is never combined with the certificate).
+//! A missing or unknown token (or certificate name) is UNAUTHENTICATED; a service outside the
+//! credential's list, or an admin call without `admin = true`, is PERMISSION_DENIED. Either
+//! is decided before anything is read or written. The file holds only hashes, so reading it
+//! reveals no token. Health and reflection stay open. [`Auth::reload`] (SIGHUP) reads the file
+//! again; a file that does not parse leaves the credentials as they were.
 
 use std::{
     collections::{HashMap, HashSet},
-    path::Path,
+    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
 };
 
 use serde::Deserialize;
@@ -51,7 +57,8 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct Entry {
     name: String,
-    token_sha256: String,
+    #[serde(default)]
+    token_sha256: Option<String>,
     #[serde(default)]
     services: Vec<String>,
     #[serde(default)]
@@ -67,10 +74,18 @@ pub struct Credential {
     admin: bool,
 }
 
+/// The credentials of one reading of the file.
+#[derive(Debug, Default)]
+struct Table {
+    by_hash: HashMap<[u8; 32], Arc<Credential>>,
+    by_name: HashMap<String, Arc<Credential>>,
+}
+
 /// The node's credentials; `None` inside when authentication is off.
 #[derive(Debug, Default)]
 pub struct Auth {
-    by_hash: Option<HashMap<[u8; 32], Credential>>,
+    path: Option<PathBuf>,
+    table: RwLock<Option<Arc<Table>>>,
 }
 
 /// 64 hex digits (surrounding whitespace allowed) as 32 bytes. Decodes byte pairs, so no
@@ -107,14 +122,36 @@ impl Auth {
     }
 
     pub fn is_on(&self) -> bool {
-        self.by_hash.is_some()
+        self.table().is_some()
+    }
+
+    fn table(&self) -> Option<Arc<Table>> {
+        self.table.read().expect("credentials").clone()
     }
 
     /// Reads a credentials file; the error names the entry and the key at fault.
     pub fn load(path: &Path) -> Result<Self, String> {
+        let mut auth = Self::read(path)?;
+        auth.path = Some(path.to_path_buf());
+        Ok(auth)
+    }
+
+    fn read(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Reads the file `load` read again and, if it is good, uses it from the next call on;
+    /// if not, keeps the credentials as they are and says why. Nothing to do when off.
+    pub fn reload(&self) -> Result<(), String> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let fresh = Self::read(path)?;
+        let table = fresh.table();
+        *self.table.write().expect("credentials") = table;
+        Ok(())
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -123,22 +160,25 @@ impl Auth {
             return Err("has no [[credential]] entry".into());
         }
         let mut by_hash = HashMap::new();
-        let mut names = HashSet::new();
+        let mut by_name = HashMap::new();
         for (i, e) in file.credential.into_iter().enumerate() {
             let at = |key: &str| format!("credential[{i}].{key}");
             if e.name.trim().is_empty() || e.name.len() > 128 {
                 return Err(format!("{}: must be 1-128 bytes", at("name")));
             }
-            if !names.insert(e.name.clone()) {
+            if by_name.contains_key(&e.name) {
                 return Err(format!("{}: {:?} is used twice", at("name"), e.name));
             }
-            let hash = hex32(&e.token_sha256).ok_or_else(|| {
-                format!(
-                    "{}: must be 64 hex digits, the SHA-256 of the token \
-                     (printf %s \"$TOKEN\" | sha256sum)",
-                    at("token_sha256")
-                )
-            })?;
+            let hash = match &e.token_sha256 {
+                None => None,
+                Some(h) => Some(hex32(h).ok_or_else(|| {
+                    format!(
+                        "{}: must be 64 hex digits, the SHA-256 of the token \
+                         (printf %s \"$TOKEN\" | sha256sum)",
+                        at("token_sha256")
+                    )
+                })?),
+            };
             let mut all_services = false;
             let mut services = HashSet::new();
             for (j, s) in e.services.iter().enumerate() {
@@ -157,46 +197,63 @@ impl Auth {
                     at("services")
                 ));
             }
-            let cred = Credential {
-                name: e.name,
+            let cred = Arc::new(Credential {
+                name: e.name.clone(),
                 all_services,
                 services,
                 admin: e.admin,
-            };
-            if by_hash.insert(hash, cred).is_some() {
-                return Err(format!(
-                    "{}: the same token is listed twice",
-                    at("token_sha256")
-                ));
+            });
+            if let Some(hash) = hash {
+                if by_hash.insert(hash, cred.clone()).is_some() {
+                    return Err(format!(
+                        "{}: the same token is listed twice",
+                        at("token_sha256")
+                    ));
+                }
             }
+            by_name.insert(e.name, cred);
         }
         Ok(Auth {
-            by_hash: Some(by_hash),
+            path: None,
+            table: RwLock::new(Some(Arc::new(Table { by_hash, by_name }))),
         })
     }
 
     /// The credential a call presents: `Ok(None)` when authentication is off, UNAUTHENTICATED
-    /// when it is on and the call has no known token.
-    pub fn caller(&self, md: &MetadataMap) -> Result<Option<&Credential>, AuthError> {
-        let Some(by_hash) = &self.by_hash else {
+    /// when it is on and the call has no known token (nor, without a token, a client
+    /// certificate whose CN names a credential). `extensions` are the request's, where the
+    /// TLS connection's client certificate is found.
+    pub fn caller(
+        &self,
+        md: &MetadataMap,
+        extensions: &http::Extensions,
+    ) -> Result<Option<Arc<Credential>>, AuthError> {
+        let Some(table) = self.table() else {
             return Ok(None);
         };
-        let value = md
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                AuthError::Unauthenticated(
+        let Some(value) = md.get("authorization") else {
+            return match crate::tls::client_common_name(extensions) {
+                Some(cn) => table.by_name.get(&cn).cloned().map(Some).ok_or_else(|| {
+                    AuthError::Unauthenticated(format!(
+                        "the client certificate's subject CN {cn:?} names no credential, \
+                         and no `authorization: Bearer <token>` metadata was sent"
+                    ))
+                }),
+                None => Err(AuthError::Unauthenticated(
                     "this node requires a credential: send the metadata \
                      `authorization: Bearer <token>`"
                         .into(),
-                )
-            })?;
-        let token = bearer_token(value).ok_or_else(|| {
+                )),
+            };
+        };
+        let token = value.to_str().ok().and_then(bearer_token).ok_or_else(|| {
             AuthError::Unauthenticated("the authorization metadata must be `Bearer <token>`".into())
         })?;
         let hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        by_hash
+        table
+            .by_hash
             .get(&hash)
+            .cloned()
             .map(Some)
             .ok_or_else(|| AuthError::Unauthenticated("unknown token".into()))
     }
@@ -218,8 +275,8 @@ impl Auth {
     }
 
     /// UNAUTHENTICATED or PERMISSION_DENIED unless the call presents an admin credential.
-    pub fn admin(&self, md: &MetadataMap) -> Result<(), AuthError> {
-        match self.caller(md)? {
+    pub fn admin(&self, md: &MetadataMap, extensions: &http::Extensions) -> Result<(), AuthError> {
+        match self.caller(md, extensions)?.as_deref() {
             None => Ok(()),
             Some(c) if c.admin => Ok(()),
             Some(c) => Err(AuthError::PermissionDenied(format!(
@@ -236,7 +293,7 @@ pub struct AdminGate(pub std::sync::Arc<Auth>);
 
 impl tonic::service::Interceptor for AdminGate {
     fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        self.0.admin(req.metadata())?;
+        self.0.admin(req.metadata(), req.extensions())?;
         Ok(req)
     }
 }
@@ -244,6 +301,10 @@ impl tonic::service::Interceptor for AdminGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn no_tls() -> http::Extensions {
+        http::Extensions::new()
+    }
 
     fn sha(t: &str) -> String {
         Sha256::digest(t.as_bytes())
@@ -267,30 +328,34 @@ mod tests {
             sha("o-secret").to_uppercase()
         ))
         .unwrap();
-        let pay = auth.caller(&md("Bearer p-secret")).unwrap();
+        let pay = auth.caller(&md("Bearer p-secret"), &no_tls()).unwrap();
+        let pay = pay.as_deref();
         assert_eq!(pay.map(|c| c.name.as_str()), Some("pay"));
         Auth::may_use(pay, "service", "payments").unwrap();
         let e = Auth::may_use(pay, "service", "orders").unwrap_err();
         assert!(matches!(e, AuthError::PermissionDenied(ref m) if m.starts_with("service:")));
         assert!(matches!(
-            auth.admin(&md("Bearer p-secret")),
+            auth.admin(&md("Bearer p-secret"), &no_tls()),
             Err(AuthError::PermissionDenied(_))
         ));
-        auth.admin(&md("bearer o-secret")).unwrap();
+        auth.admin(&md("bearer o-secret"), &no_tls()).unwrap();
         for bad in ["Bearer nope", "Basic p-secret", "Bearer ", "p-secret"] {
             assert!(
-                matches!(auth.caller(&md(bad)), Err(AuthError::Unauthenticated(_))),
+                matches!(
+                    auth.caller(&md(bad), &no_tls()),
+                    Err(AuthError::Unauthenticated(_))
+                ),
                 "{bad}"
             );
         }
         assert!(matches!(
-            auth.caller(&MetadataMap::new()),
+            auth.caller(&MetadataMap::new(), &no_tls()),
             Err(AuthError::Unauthenticated(_))
         ));
         // Off: everything passes.
         let off = Auth::off();
-        assert_eq!(off.caller(&MetadataMap::new()).unwrap(), None);
-        off.admin(&MetadataMap::new()).unwrap();
+        assert_eq!(off.caller(&MetadataMap::new(), &no_tls()).unwrap(), None);
+        off.admin(&MetadataMap::new(), &no_tls()).unwrap();
     }
 
     #[test]
@@ -298,6 +363,10 @@ mod tests {
         let ok = sha("x");
         for (text, want) in [
             (String::new(), "no [[credential]]".to_string()),
+            (
+                "[[credential]]\nname = \"a\"\nadmin = true\n[[credential]]\nname = \"a\"\nadmin = true\n".into(),
+                "credential[1].name: \"a\" is used twice".into(),
+            ),
             (
                 "[[credential]]\nname = \"a\"\ntoken_sha256 = \"abc\"\nadmin = true\n".into(),
                 "credential[0].token_sha256".into(),

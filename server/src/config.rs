@@ -61,6 +61,14 @@ pub struct Config {
     pub test_clock_skew_ms: i64,
     /// Credentials file (see `auth`); none: every call is allowed.
     pub credentials_file: Option<std::path::PathBuf>,
+    /// TLS files (see `tls`); each None: off.
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    pub tls_key_file: Option<std::path::PathBuf>,
+    pub tls_client_ca_file: Option<std::path::PathBuf>,
+    pub tls_peer_ca_file: Option<std::path::PathBuf>,
+    pub cassandra_tls_ca_file: Option<std::path::PathBuf>,
+    pub cassandra_tls_cert_file: Option<std::path::PathBuf>,
+    pub cassandra_tls_key_file: Option<std::path::PathBuf>,
     pub shutdown_grace_ms: u64,
     /// How long dead letters are kept.
     pub dead_letter_retention_seconds: u32,
@@ -152,6 +160,13 @@ pub const ENV_KEYS: &[&str] = &[
     "REBOUND_CLOCK_SYNC_INTERVAL_MS",
     "REBOUND_TEST_CLOCK_SKEW_MS",
     "REBOUND_CREDENTIALS_FILE",
+    "REBOUND_TLS_CERT_FILE",
+    "REBOUND_TLS_KEY_FILE",
+    "REBOUND_TLS_CLIENT_CA_FILE",
+    "REBOUND_TLS_PEER_CA_FILE",
+    "REBOUND_CASSANDRA_TLS_CA_FILE",
+    "REBOUND_CASSANDRA_TLS_CERT_FILE",
+    "REBOUND_CASSANDRA_TLS_KEY_FILE",
     "REBOUND_SHUTDOWN_GRACE_MS",
     "REBOUND_DEAD_LETTER_RETENTION_SECONDS",
     "REBOUND_SCAN_INTERVAL_MS",
@@ -211,6 +226,13 @@ impl Default for Config {
             clock_sync_interval_ms: 10_000,
             test_clock_skew_ms: 0,
             credentials_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_client_ca_file: None,
+            tls_peer_ca_file: None,
+            cassandra_tls_ca_file: None,
+            cassandra_tls_cert_file: None,
+            cassandra_tls_key_file: None,
             shutdown_grace_ms: 5_000,
             dead_letter_retention_seconds: 14 * 86_400,
             scan_interval_ms: 500,
@@ -270,6 +292,13 @@ struct FileConfig {
     clock_sync: Option<bool>,
     clock_sync_interval_ms: Option<u64>,
     credentials_file: Option<std::path::PathBuf>,
+    tls_cert_file: Option<std::path::PathBuf>,
+    tls_key_file: Option<std::path::PathBuf>,
+    tls_client_ca_file: Option<std::path::PathBuf>,
+    tls_peer_ca_file: Option<std::path::PathBuf>,
+    cassandra_tls_ca_file: Option<std::path::PathBuf>,
+    cassandra_tls_cert_file: Option<std::path::PathBuf>,
+    cassandra_tls_key_file: Option<std::path::PathBuf>,
     shutdown_grace_ms: Option<u64>,
     dead_letter_retention_seconds: Option<u32>,
     scan_interval_ms: Option<u64>,
@@ -423,6 +452,19 @@ impl Config {
         if f.credentials_file.is_some() {
             self.credentials_file = f.credentials_file;
         }
+        for (mine, theirs) in [
+            (&mut self.tls_cert_file, f.tls_cert_file),
+            (&mut self.tls_key_file, f.tls_key_file),
+            (&mut self.tls_client_ca_file, f.tls_client_ca_file),
+            (&mut self.tls_peer_ca_file, f.tls_peer_ca_file),
+            (&mut self.cassandra_tls_ca_file, f.cassandra_tls_ca_file),
+            (&mut self.cassandra_tls_cert_file, f.cassandra_tls_cert_file),
+            (&mut self.cassandra_tls_key_file, f.cassandra_tls_key_file),
+        ] {
+            if let Some(p) = theirs {
+                *mine = (!p.as_os_str().is_empty()).then_some(p);
+            }
+        }
         set(&mut self.shutdown_grace_ms, f.shutdown_grace_ms);
         set(
             &mut self.dead_letter_retention_seconds,
@@ -548,6 +590,28 @@ impl Config {
         if let Some(v) = get("REBOUND_CREDENTIALS_FILE") {
             self.credentials_file = (!v.is_empty()).then(|| v.into());
         }
+        for (key, field) in [
+            ("REBOUND_TLS_CERT_FILE", &mut self.tls_cert_file),
+            ("REBOUND_TLS_KEY_FILE", &mut self.tls_key_file),
+            ("REBOUND_TLS_CLIENT_CA_FILE", &mut self.tls_client_ca_file),
+            ("REBOUND_TLS_PEER_CA_FILE", &mut self.tls_peer_ca_file),
+            (
+                "REBOUND_CASSANDRA_TLS_CA_FILE",
+                &mut self.cassandra_tls_ca_file,
+            ),
+            (
+                "REBOUND_CASSANDRA_TLS_CERT_FILE",
+                &mut self.cassandra_tls_cert_file,
+            ),
+            (
+                "REBOUND_CASSANDRA_TLS_KEY_FILE",
+                &mut self.cassandra_tls_key_file,
+            ),
+        ] {
+            if let Some(v) = get(key) {
+                *field = (!v.is_empty()).then(|| v.into());
+            }
+        }
         num!("REBOUND_SHUTDOWN_GRACE_MS", shutdown_grace_ms);
         num!(
             "REBOUND_DEAD_LETTER_RETENTION_SECONDS",
@@ -598,8 +662,77 @@ impl Config {
         Ok(())
     }
 
+    /// TLS files come in pairs, and the CAs only with what they verify. Their contents are
+    /// read when the node starts (`tls`).
+    fn check_tls(&self) -> Result<(), ConfigError> {
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(_), None) => {
+                return Err(bad(
+                    "REBOUND_TLS_KEY_FILE",
+                    "is required with REBOUND_TLS_CERT_FILE (the certificate's private key, PEM)",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(bad(
+                    "REBOUND_TLS_CERT_FILE",
+                    "is required with REBOUND_TLS_KEY_FILE (the certificate chain, PEM)",
+                ))
+            }
+            _ => {}
+        }
+        if self.tls_cert_file.is_none() {
+            for (key, set) in [
+                (
+                    "REBOUND_TLS_CLIENT_CA_FILE",
+                    self.tls_client_ca_file.is_some(),
+                ),
+                ("REBOUND_TLS_PEER_CA_FILE", self.tls_peer_ca_file.is_some()),
+            ] {
+                if set {
+                    return Err(bad(
+                        key,
+                        "needs TLS on: set REBOUND_TLS_CERT_FILE and REBOUND_TLS_KEY_FILE too",
+                    ));
+                }
+            }
+        }
+        match (&self.cassandra_tls_cert_file, &self.cassandra_tls_key_file) {
+            (Some(_), None) => {
+                return Err(bad(
+                    "REBOUND_CASSANDRA_TLS_KEY_FILE",
+                    "is required with REBOUND_CASSANDRA_TLS_CERT_FILE",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(bad(
+                    "REBOUND_CASSANDRA_TLS_CERT_FILE",
+                    "is required with REBOUND_CASSANDRA_TLS_KEY_FILE",
+                ))
+            }
+            (Some(_), Some(_)) if self.cassandra_tls_ca_file.is_none() => {
+                return Err(bad(
+                    "REBOUND_CASSANDRA_TLS_CA_FILE",
+                    "is required with a Cassandra client certificate (the CA of Cassandra's nodes)",
+                ))
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The listeners' TLS files (None: TLS off).
+    pub fn tls_files(&self) -> Option<crate::tls::TlsFiles> {
+        Some(crate::tls::TlsFiles {
+            cert: self.tls_cert_file.clone()?,
+            key: self.tls_key_file.clone()?,
+            client_ca: self.tls_client_ca_file.clone(),
+            peer_ca: self.tls_peer_ca_file.clone(),
+        })
+    }
+
     /// Every check of `validate` but the credentials file.
     fn check_values(&self) -> Result<(), ConfigError> {
+        self.check_tls()?;
         if self.store == StoreKind::Embedded && self.data_dir.is_none() {
             return Err(bad(
                 "REBOUND_DATA_DIR",
@@ -1063,6 +1196,13 @@ mod tests {
             "clock_sync",
             "clock_sync_interval_ms",
             "credentials_file",
+            "tls_cert_file",
+            "tls_key_file",
+            "tls_client_ca_file",
+            "tls_peer_ca_file",
+            "cassandra_tls_ca_file",
+            "cassandra_tls_cert_file",
+            "cassandra_tls_key_file",
             "shutdown_grace_ms",
             "dead_letter_retention_seconds",
             "scan_interval_ms",

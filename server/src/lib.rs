@@ -24,6 +24,7 @@ pub mod services;
 pub mod store;
 pub mod tasks;
 pub mod telemetry;
+pub mod tls;
 pub mod txlock;
 pub mod validate;
 pub mod walk;

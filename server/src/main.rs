@@ -196,15 +196,31 @@ async fn serve(config: Config, clock: SharedClock) -> anyhow::Result<()> {
     serve_node(Node::start(config, clock).await?).await
 }
 
-/// Runs `node` until it fails or a shutdown signal arrives.
+/// Runs `node` until it fails or a shutdown signal arrives; SIGHUP reloads its certificates
+/// and credentials.
 async fn serve_node(mut node: Node) -> anyhow::Result<()> {
-    tokio::select! {
-        r = node.wait() => r,
-        _ = shutdown_signal() => {
-            tracing::info!("shutdown requested");
-            node.shutdown().await?;
-            tracing::info!("stopped");
-            Ok(())
+    #[cfg(unix)]
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .expect("SIGHUP handler");
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        #[cfg(unix)]
+        let reload = hangup.recv();
+        #[cfg(not(unix))]
+        let reload = std::future::pending::<Option<()>>();
+        tokio::select! {
+            r = node.wait() => return r,
+            _ = &mut shutdown => {
+                tracing::info!("shutdown requested");
+                node.shutdown().await?;
+                tracing::info!("stopped");
+                return Ok(());
+            }
+            _ = reload => match node.reload() {
+                Ok(()) => tracing::info!("SIGHUP: certificates and credentials reloaded"),
+                Err(e) => tracing::error!(error = %format!("{e:#}"), "SIGHUP: reload failed; serving with what was loaded before"),
+            },
         }
     }
 }

@@ -14,7 +14,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use anyhow::Context;
 use rebound_proto::v1 as pb;
 use tokio::{
-    net::TcpListener,
+    net::{TcpListener, TcpStream},
     sync::{oneshot, watch},
     time::Instant,
 };
@@ -40,6 +40,7 @@ use crate::{
         LeaseStore, MigrationStore, RetryStore,
     },
     tasks::{Connections, Tasks},
+    tls::{MaybeTls, ServerTls, TlsListener},
     writer::{Writer, WriterOptions},
 };
 
@@ -139,6 +140,9 @@ fn own(owner: &Tasks, task: impl std::future::Future<Output = ()> + Send + 'stat
 #[derive(Debug)]
 pub struct Node {
     addr: SocketAddr,
+    /// The credentials and the listeners' TLS, for `reload`.
+    auth: Arc<Auth>,
+    tls: Option<Arc<ServerTls>>,
     /// The metrics and probes listener's address (None: off).
     http_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
@@ -157,9 +161,21 @@ pub struct Node {
     pub cassandra: Option<Arc<CassandraStore>>,
 }
 
-/// The Cassandra connection settings of `c` (validated by `Config::validate`).
-pub fn cassandra_options(c: &Config) -> CassandraOptions {
-    CassandraOptions {
+/// The Cassandra connection settings of `c` (validated by `Config::validate`); reads the
+/// Cassandra TLS files when they are set.
+pub fn cassandra_options(c: &Config) -> anyhow::Result<CassandraOptions> {
+    let tls = match &c.cassandra_tls_ca_file {
+        None => None,
+        Some(ca) => Some(
+            crate::tls::cassandra_client_config(
+                ca,
+                c.cassandra_tls_cert_file.as_deref(),
+                c.cassandra_tls_key_file.as_deref(),
+            )
+            .map_err(anyhow::Error::msg)?,
+        ),
+    };
+    Ok(CassandraOptions {
         contact_points: c.cassandra_contact_points.clone(),
         keyspace: c.keyspace.clone(),
         replication: c.replication.clone(),
@@ -169,7 +185,8 @@ pub fn cassandra_options(c: &Config) -> CassandraOptions {
         serial_consistency: c.serial_consistency.clone(),
         request_timeout: Duration::from_millis(c.cassandra_request_timeout_ms),
         connect_timeout: Duration::from_millis(c.cassandra_connect_timeout_ms),
-    }
+        tls,
+    })
 }
 
 /// The owners of every task a node runs: the gRPC server, the background loops, the lease
@@ -236,7 +253,7 @@ struct OpenStore {
 async fn open_store(config: &Config, clock: &SharedClock) -> anyhow::Result<OpenStore> {
     match config.store {
         StoreKind::Cassandra => {
-            let opts = cassandra_options(config);
+            let opts = cassandra_options(config)?;
             let (connection, applied) = connect_and_migrate(config, clock).await?;
             let cassandra = Arc::new(
                 CassandraStore::new(&connection, &opts)
@@ -289,7 +306,7 @@ async fn connect_and_migrate(
     config: &Config,
     clock: &SharedClock,
 ) -> anyhow::Result<(Connection, Vec<i32>)> {
-    let opts = cassandra_options(config);
+    let opts = cassandra_options(config)?;
     let connection = connect_with_wait(
         &opts,
         Duration::from_millis(config.cassandra_startup_wait_ms),
@@ -323,6 +340,13 @@ impl Node {
             }
             None => Auth::off(),
         });
+        // Read before anything starts, so that a bad file stops the node at once.
+        let tls = match config.tls_files() {
+            Some(files) => Some(Arc::new(
+                ServerTls::load(files).map_err(anyhow::Error::msg)?,
+            )),
+            None => None,
+        };
         let OpenStore {
             store,
             cassandra,
@@ -610,6 +634,7 @@ impl Node {
                             skew_margin_ms: config.skew_margin_ms as i64,
                             orphan_grace_ms: crate::writer::orphan_grace_ms(&config),
                             dead_letter_retention_seconds: config.dead_letter_retention_seconds,
+                            peer_tls: tls.clone(),
                         }),
                     },
                     AdminGate(auth.clone()),
@@ -633,16 +658,41 @@ impl Node {
                 migrations,
             ));
             let mut http_stop = shutdown.subscribe();
-            own(&tasks.server, async move {
-                let served = axum::serve(l, crate::http::router(probe))
-                    .with_graceful_shutdown(async move {
-                        let _ = http_stop.wait_for(|s| *s).await;
-                    })
-                    .await;
-                if let Err(e) = served {
-                    tracing::warn!(error = %e, "the metrics and probes listener failed");
+            let stopped = async move {
+                let _ = http_stop.wait_for(|s| *s).await;
+            };
+            let router = crate::http::router(probe);
+            match &tls {
+                None => own(&tasks.server, async move {
+                    let served = axum::serve(l, router).with_graceful_shutdown(stopped).await;
+                    if let Err(e) = served {
+                        tracing::warn!(error = %e, "the metrics and probes listener failed");
+                    }
+                }),
+                Some(tls) => {
+                    let (tx, rx) = tokio::sync::mpsc::channel(16);
+                    let local = l.local_addr()?;
+                    let tls = tls.clone();
+                    own(
+                        &tasks.server,
+                        crate::tls::accept(
+                            l,
+                            |c| c,
+                            move || tls.http_acceptor(),
+                            tx,
+                            shutdown.subscribe(),
+                        ),
+                    );
+                    own(&tasks.server, async move {
+                        let served = axum::serve(TlsListener { rx, local }, router)
+                            .with_graceful_shutdown(stopped)
+                            .await;
+                        if let Err(e) = served {
+                            tracing::warn!(error = %e, "the metrics and probes listener failed");
+                        }
+                    });
                 }
-            });
+            }
         }
         let mut serve_stop = shutdown.subscribe();
         let serve_hub = hub.clone();
@@ -652,14 +702,42 @@ impl Node {
         // response can wait 40 ms (`bench rebound`: single enqueue p99 48 ms without, 11 ms
         // with).
         let connections = tasks.connections.clone();
-        let incoming = TcpListenerStream::new(listener).map(move |conn| {
-            if let Ok(c) = &conn {
-                if let Err(e) = c.set_nodelay(true) {
-                    tracing::warn!(error = %e, "could not set TCP_NODELAY on a connection");
+        type Incoming = std::pin::Pin<
+            Box<
+                dyn futures::Stream<
+                        Item = std::io::Result<MaybeTls<crate::tasks::Connection<TcpStream>>>,
+                    > + Send,
+            >,
+        >;
+        let incoming: Incoming = match &tls {
+            None => Box::pin(TcpListenerStream::new(listener).map(move |conn| {
+                if let Ok(c) = &conn {
+                    if let Err(e) = c.set_nodelay(true) {
+                        tracing::warn!(error = %e, "could not set TCP_NODELAY on a connection");
+                    }
                 }
+                conn.map(|c| MaybeTls::Plain(connections.wrap(c)))
+            })),
+            Some(tls) => {
+                // Handshakes run beside the server (`tls::accept`); it sees finished ones.
+                let (tx, rx) = tokio::sync::mpsc::channel(16);
+                let tls = tls.clone();
+                own(
+                    &tasks.server,
+                    crate::tls::accept(
+                        listener,
+                        move |c| connections.wrap(c),
+                        move || tls.grpc_acceptor(),
+                        tx,
+                        shutdown.subscribe(),
+                    ),
+                );
+                Box::pin(
+                    tokio_stream::wrappers::ReceiverStream::new(rx)
+                        .map(|(s, _)| Ok(MaybeTls::Tls(Box::new(s)))),
+                )
             }
-            conn.map(|c| connections.wrap(c))
-        });
+        };
         let connections = tasks.connections.clone();
         let (served_tx, served) = oneshot::channel();
         own(&tasks.server, async move {
@@ -691,6 +769,8 @@ impl Node {
         });
         tracing::info!(%addr, http = ?http_addr, node_id = %config.node_id, boot_epoch, store = ?config.store, keyspace = %config.keyspace, "rebound node serving");
         Ok(Node {
+            auth,
+            tls,
             http_addr,
             store: store.clone(),
             cassandra,
@@ -709,6 +789,26 @@ impl Node {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Reads the TLS files and the credentials file again (SIGHUP): new connections get the
+    /// new certificate and client CAs, and every call from now on the new credentials; open
+    /// connections, and their Subscribe streams, go on. Each part whose files fail to load
+    /// stays as it was, and the error says which.
+    pub fn reload(&self) -> anyhow::Result<()> {
+        let tls = match &self.tls {
+            Some(t) => t.reload(),
+            None => Ok(()),
+        };
+        let auth = self
+            .auth
+            .reload()
+            .map_err(|e| format!("REBOUND_CREDENTIALS_FILE: {e}"));
+        match (tls, auth) {
+            (Ok(()), Ok(())) => Ok(()),
+            (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(anyhow::anyhow!(e)),
+            (Err(a), Err(b)) => Err(anyhow::anyhow!("{a}; {b}")),
+        }
     }
 
     /// Where `/metrics`, `/healthz` and `/readyz` are served (None: the listener is off).

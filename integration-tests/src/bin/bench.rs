@@ -995,7 +995,7 @@ async fn costs(a: &Args) -> anyhow::Result<J> {
     };
     let clock: rebound_server::clock::SharedClock = Arc::new(rebound_server::clock::SystemClock);
     rebound_server::node::run_migrations(&config, &clock).await?;
-    let opts = rebound_server::node::cassandra_options(&config);
+    let opts = rebound_server::node::cassandra_options(&config).expect("cassandra options");
     let connection = cassandra::connect(&opts).await?;
     let store: Arc<dyn RetryStore> =
         Arc::new(cassandra::CassandraStore::new(&connection, &opts).await?);

@@ -43,6 +43,9 @@ pub struct CassandraOptions {
     pub serial_consistency: String,
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
+    /// TLS to Cassandra (None: in clear). Node certificates are checked against the IP
+    /// address connected to.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl CassandraOptions {
@@ -143,6 +146,11 @@ pub async fn connect(o: &CassandraOptions) -> StoreResult<Connection> {
         .build();
     SessionBuilder::new()
         .known_nodes(&o.contact_points)
+        .tls_context(
+            o.tls
+                .clone()
+                .map(scylla::client::session::TlsContext::Rustls023),
+        )
         .connection_timeout(o.connect_timeout)
         .default_execution_profile_handle(profile.into_handle())
         .build()

@@ -1,0 +1,487 @@
+//! TLS with rustls (DESIGN.md "Security").
+//!
+//! - `REBOUND_TLS_CERT_FILE` and `REBOUND_TLS_KEY_FILE` (PEM: the chain, leaf first; a PKCS#8,
+//!   PKCS#1 or SEC1 key) turn on TLS on the gRPC port and on the HTTP listener.
+//! - `REBOUND_TLS_CLIENT_CA_FILE` makes the gRPC port require a client certificate issued by
+//!   one of its CAs (mutual TLS). The HTTP listener asks for one and verifies it when sent,
+//!   but does not require it, so that Prometheus and probes need only the CA.
+//! - Node-to-node calls (GetStats asks its peers) use TLS too when it is on: peers are verified
+//!   against `REBOUND_TLS_PEER_CA_FILE` (default: the client CA file, else the system's roots),
+//!   and the node presents its own certificate as its client certificate.
+//! - `REBOUND_CASSANDRA_TLS_CA_FILE` (and `REBOUND_CASSANDRA_TLS_CERT_FILE` /
+//!   `REBOUND_CASSANDRA_TLS_KEY_FILE` for Cassandra's `require_client_auth`): TLS to Cassandra,
+//!   whose node certificates are checked against the contact IP addresses.
+//!
+//! [`ServerTls::reload`] (SIGHUP) reads the files again and, if they are all good, serves the
+//! new certificate to new connections; open connections, and their Subscribe streams, keep
+//! the session they have. A reload that fails changes nothing.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
+    time::Duration,
+};
+
+use rustls::{
+    pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer},
+    server::WebPkiClientVerifier,
+    RootCertStore, ServerConfig,
+};
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::{TcpListener, TcpStream},
+    sync::{mpsc, watch},
+    task::JoinSet,
+};
+use tokio_rustls::{server::TlsStream, TlsAcceptor};
+
+/// Handshakes in progress at once per listener; more connections wait in the accept queue.
+const MAX_HANDSHAKES: usize = 256;
+/// A client that has not finished its handshake by then is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The files of the listeners' TLS (paths as configured).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+    pub peer_ca: Option<PathBuf>,
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+fn read(key: &str, path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{key}: cannot read {}: {e}", path.display()))
+}
+
+/// Every certificate of a PEM file; at least one.
+fn certs(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let pem = read(key, path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{key}: {} is not PEM: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "{key}: {} holds no certificate (-----BEGIN CERTIFICATE-----)",
+            path.display()
+        ));
+    }
+    Ok(certs)
+}
+
+fn private_key(key: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    let pem = read(key, path)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
+        format!(
+            "{key}: {} holds no PEM private key (PKCS#8, PKCS#1 or SEC1): {e}",
+            path.display()
+        )
+    })
+}
+
+fn roots(key: &str, path: &Path) -> Result<RootCertStore, String> {
+    let mut store = RootCertStore::empty();
+    for c in certs(key, path)? {
+        store.add(c).map_err(|e| {
+            format!(
+                "{key}: {}: a certificate is not usable as a CA: {e}",
+                path.display()
+            )
+        })?;
+    }
+    Ok(store)
+}
+
+/// What one load of the files produced.
+struct Loaded {
+    grpc: Arc<ServerConfig>,
+    http: Arc<ServerConfig>,
+    peer: tonic::transport::ClientTlsConfig,
+}
+
+/// The listeners' TLS, reloadable.
+pub struct ServerTls {
+    files: TlsFiles,
+    loaded: RwLock<Arc<Loaded>>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerTls {
+    /// Reads and checks every file; the error names the configuration key at fault.
+    pub fn load(files: TlsFiles) -> Result<Self, String> {
+        let loaded = Self::build(&files)?;
+        Ok(Self {
+            files,
+            loaded: RwLock::new(Arc::new(loaded)),
+        })
+    }
+
+    fn build(files: &TlsFiles) -> Result<Loaded, String> {
+        let chain = certs("REBOUND_TLS_CERT_FILE", &files.cert)?;
+        let key = private_key("REBOUND_TLS_KEY_FILE", &files.key)?;
+        let provider = provider();
+        let config = |client_auth: Option<(&RootCertStore, bool)>| -> Result<ServerConfig, String> {
+            let builder = ServerConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("TLS: {e}"))?;
+            let builder =
+                match client_auth {
+                    None => builder.with_no_client_auth(),
+                    Some((roots, required)) => {
+                        let v = WebPkiClientVerifier::builder_with_provider(
+                            Arc::new(roots.clone()),
+                            provider.clone(),
+                        );
+                        let v = if required {
+                            v
+                        } else {
+                            v.allow_unauthenticated()
+                        };
+                        builder.with_client_cert_verifier(v.build().map_err(|e| {
+                            format!("REBOUND_TLS_CLIENT_CA_FILE: no usable CA: {e}")
+                        })?)
+                    }
+                };
+            builder
+                .with_single_cert(chain.clone(), key.clone_key())
+                .map_err(|e| {
+                    format!(
+                        "REBOUND_TLS_KEY_FILE: {} does not fit the certificate of \
+                         REBOUND_TLS_CERT_FILE ({}): {e}",
+                        files.key.display(),
+                        files.cert.display()
+                    )
+                })
+        };
+        let client_roots = match &files.client_ca {
+            Some(p) => Some(roots("REBOUND_TLS_CLIENT_CA_FILE", p)?),
+            None => None,
+        };
+        let mut grpc = config(client_roots.as_ref().map(|r| (r, true)))?;
+        grpc.alpn_protocols = vec![b"h2".to_vec()];
+        let mut http = config(client_roots.as_ref().map(|r| (r, false)))?;
+        http.alpn_protocols = vec![b"http/1.1".to_vec()];
+
+        // Peers: verified against the peer CA, else the client CA, else the system's roots;
+        // this node's certificate is its client certificate.
+        let identity = tonic::transport::Identity::from_pem(
+            read("REBOUND_TLS_CERT_FILE", &files.cert)?,
+            read("REBOUND_TLS_KEY_FILE", &files.key)?,
+        );
+        let mut peer = tonic::transport::ClientTlsConfig::new().identity(identity);
+        let peer_ca = match (&files.peer_ca, &files.client_ca) {
+            (Some(p), _) => Some(("REBOUND_TLS_PEER_CA_FILE", p)),
+            (None, Some(p)) => Some(("REBOUND_TLS_CLIENT_CA_FILE", p)),
+            (None, None) => None,
+        };
+        match peer_ca {
+            Some((key, p)) => {
+                roots(key, p)?;
+                peer = peer.ca_certificate(tonic::transport::Certificate::from_pem(read(key, p)?));
+            }
+            None => peer = peer.with_native_roots(),
+        }
+        Ok(Loaded {
+            grpc: Arc::new(grpc),
+            http: Arc::new(http),
+            peer,
+        })
+    }
+
+    fn current(&self) -> Arc<Loaded> {
+        self.loaded.read().expect("tls").clone()
+    }
+
+    /// Reads the files again; on success new connections get the new certificate, key and
+    /// client CAs. On failure nothing changes.
+    pub fn reload(&self) -> Result<(), String> {
+        let loaded = Self::build(&self.files)?;
+        *self.loaded.write().expect("tls") = Arc::new(loaded);
+        Ok(())
+    }
+
+    pub fn grpc_acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.current().grpc.clone())
+    }
+
+    pub fn http_acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.current().http.clone())
+    }
+
+    /// The client side of node-to-node calls.
+    pub fn peer(&self) -> tonic::transport::ClientTlsConfig {
+        self.current().peer.clone()
+    }
+}
+
+/// The rustls client configuration for Cassandra: its CAs, and a client certificate if both
+/// files are given.
+pub fn cassandra_client_config(
+    ca: &Path,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let roots = roots("REBOUND_CASSANDRA_TLS_CA_FILE", ca)?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots);
+    let config = match (cert, key) {
+        (Some(c), Some(k)) => builder
+            .with_client_auth_cert(
+                certs("REBOUND_CASSANDRA_TLS_CERT_FILE", c)?,
+                private_key("REBOUND_CASSANDRA_TLS_KEY_FILE", k)?,
+            )
+            .map_err(|e| {
+                format!(
+                    "REBOUND_CASSANDRA_TLS_KEY_FILE: {} does not fit the certificate of \
+                     REBOUND_CASSANDRA_TLS_CERT_FILE: {e}",
+                    k.display()
+                )
+            })?,
+        _ => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
+
+/// The Common Name of a DER certificate's subject (None if it has none, or is not X.509).
+pub fn subject_common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_owned)
+}
+
+/// The Common Name of the verified client certificate of the connection a request came on
+/// (None: no TLS, or no client certificate).
+pub fn client_common_name(extensions: &http::Extensions) -> Option<String> {
+    let certs = extensions.get::<ConnInfo>()?.peer_certs.as_ref()?;
+    subject_common_name(certs.first()?.as_ref())
+}
+
+/// What the gRPC server knows of a connection (in every request's extensions).
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub remote: Option<SocketAddr>,
+    /// The client's certificate chain, verified in the handshake (TLS with client auth only).
+    pub peer_certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+}
+
+/// A gRPC connection, in clear or TLS.
+pub enum MaybeTls<T> {
+    Plain(T),
+    Tls(Box<TlsStream<T>>),
+}
+
+impl<T> tonic::transport::server::Connected for MaybeTls<T>
+where
+    T: tonic::transport::server::Connected<ConnectInfo = tonic::transport::server::TcpConnectInfo>,
+{
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
+        match self {
+            MaybeTls::Plain(t) => ConnInfo {
+                remote: t.connect_info().remote_addr(),
+                peer_certs: None,
+            },
+            MaybeTls::Tls(s) => {
+                let (io, session) = s.get_ref();
+                ConnInfo {
+                    remote: io.connect_info().remote_addr(),
+                    peer_certs: session
+                        .peer_certificates()
+                        .map(|c| Arc::new(c.iter().map(|c| c.clone().into_owned()).collect())),
+                }
+            }
+        }
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTls<T> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            MaybeTls::Plain(t) => std::pin::Pin::new(t).poll_read(cx, buf),
+            MaybeTls::Tls(t) => std::pin::Pin::new(t.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTls<T> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            MaybeTls::Plain(t) => std::pin::Pin::new(t).poll_write(cx, buf),
+            MaybeTls::Tls(t) => std::pin::Pin::new(t.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            MaybeTls::Plain(t) => std::pin::Pin::new(t).poll_flush(cx),
+            MaybeTls::Tls(t) => std::pin::Pin::new(t.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            MaybeTls::Plain(t) => std::pin::Pin::new(t).poll_shutdown(cx),
+            MaybeTls::Tls(t) => std::pin::Pin::new(t.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            MaybeTls::Plain(t) => std::pin::Pin::new(t).poll_write_vectored(cx, bufs),
+            MaybeTls::Tls(t) => std::pin::Pin::new(t.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            MaybeTls::Plain(t) => t.is_write_vectored(),
+            MaybeTls::Tls(t) => t.is_write_vectored(),
+        }
+    }
+}
+
+/// Accepts connections on `listener` and sends on those whose TLS handshake completes, at most
+/// `MAX_HANDSHAKES` at a time, each within `HANDSHAKE_TIMEOUT`; a failed handshake is logged
+/// and dropped. `wrap` is applied to each TCP connection first (TCP_NODELAY is set here).
+/// Returns when `stop` turns true or the receiver is gone; the handshakes in progress end
+/// with it.
+pub async fn accept<IO, W, A>(
+    listener: TcpListener,
+    mut wrap: W,
+    acceptor: A,
+    tx: mpsc::Sender<(TlsStream<IO>, SocketAddr)>,
+    mut stop: watch::Receiver<bool>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    W: FnMut(TcpStream) -> IO,
+    A: Fn() -> TlsAcceptor,
+{
+    async fn stopped(stop: &mut watch::Receiver<bool>) {
+        let _ = stop.wait_for(|s| *s).await;
+    }
+    let mut handshakes = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stopped(&mut stop) => break,
+            _ = tx.closed() => break,
+            Some(done) = handshakes.join_next(), if !handshakes.is_empty() => {
+                if let Ok(Some(conn)) = done {
+                    if tx.send(conn).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            accepted = listener.accept(), if handshakes.len() < MAX_HANDSHAKES => match accepted {
+                Ok((tcp, peer)) => {
+                    if let Err(e) = tcp.set_nodelay(true) {
+                        tracing::warn!(error = %e, "could not set TCP_NODELAY on a connection");
+                    }
+                    let io = wrap(tcp);
+                    let acceptor = acceptor();
+                    handshakes.spawn(async move {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
+                            Ok(Ok(s)) => Some((s, peer)),
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                None
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                None
+                            }
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors, typically: back off instead of spinning.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
+/// The HTTP listener's side of [`accept`]: the connections whose handshake completed.
+pub struct TlsListener {
+    pub rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    pub local: SocketAddr,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.rx.recv().await {
+            Some(conn) => conn,
+            // The acceptor stopped (shutdown): no more connections; serving ends on the
+            // shutdown signal.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn common_names_are_read_and_junk_is_none() {
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "payments-worker");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        assert_eq!(
+            subject_common_name(cert.der()).as_deref(),
+            Some("payments-worker")
+        );
+        assert_eq!(subject_common_name(b""), None);
+        assert_eq!(subject_common_name(&cert.der()[..40]), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn subject_parsing_is_total(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            let _ = subject_common_name(&bytes);
+        }
+    }
+}
