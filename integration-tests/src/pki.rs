@@ -83,8 +83,7 @@ impl Ca {
         usages: &[ExtendedKeyUsagePurpose],
     ) -> Issued {
         let mut params =
-            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                .unwrap();
+            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
         params.distinguished_name.push(DnType::CommonName, cn);
         params.extended_key_usages = usages.to_vec();
         let key = KeyPair::generate().unwrap();

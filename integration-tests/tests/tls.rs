@@ -87,7 +87,10 @@ async fn tls_listeners_refuse_plain_text_and_unknown_cas() {
     assert_no_connection(enqueue(plain, "orders", "plain").await, "plain text");
     // A client that does not trust the node's certificate: refused before any call.
     let stranger = tls_channel(addr, client_tls(&other.cert_pem(), None));
-    assert_no_connection(enqueue(stranger, "orders", "unknown-ca").await, "unknown CA");
+    assert_no_connection(
+        enqueue(stranger, "orders", "unknown-ca").await,
+        "unknown CA",
+    );
     for txid in ["plain", "unknown-ca"] {
         let e = RetryServiceClient::new(good.clone())
             .get_retry(pb::GetRetryRequest {
@@ -106,7 +109,10 @@ async fn tls_listeners_refuse_plain_text_and_unknown_cas() {
         async move { https_get(http, "/readyz", &pem).await.ok() == Some(200) }
     })
     .await;
-    assert_eq!(https_get(http, "/metrics", &ca.cert_pem()).await.unwrap(), 200);
+    assert_eq!(
+        https_get(http, "/metrics", &ca.cert_pem()).await.unwrap(),
+        200
+    );
     assert!(!matches!(http_get(http, "/readyz").await, Ok((200, _))));
     assert!(https_get(http, "/readyz", &other.cert_pem()).await.is_err());
     node.shutdown().await.unwrap();
@@ -146,7 +152,9 @@ async fn mutual_tls_requires_a_certificate_and_its_cn_names_the_credential() {
     let worker = ca.client("worker", "orders-worker");
     let worker_ch = tls_channel(addr, client_tls(&ca_pem, Some(&worker)));
     enqueue(worker_ch.clone(), "orders", "c").await.unwrap();
-    let e = enqueue(worker_ch.clone(), "payments", "d").await.unwrap_err();
+    let e = enqueue(worker_ch.clone(), "payments", "d")
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     let e = list_services(worker_ch.clone(), None).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
@@ -221,10 +229,14 @@ async fn sighup_serves_a_new_certificate_while_an_open_stream_goes_on() {
     std::fs::copy(&fresh.key, &live.key).unwrap();
     hangup(&node);
     let new_pem = new_ca.cert_pem();
-    eventually(Duration::from_secs(10), "the new certificate is served", || {
-        let ch = tls_channel(addr, client_tls(&new_pem, None));
-        async move { enqueue(ch, "orders", "after-reload").await.is_ok() }
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the new certificate is served",
+        || {
+            let ch = tls_channel(addr, client_tls(&new_pem, None));
+            async move { enqueue(ch, "orders", "after-reload").await.is_ok() }
+        },
+    )
     .await;
     let stale = tls_channel(addr, client_tls(&old_ca.cert_pem(), None));
     assert_no_connection(
@@ -248,4 +260,120 @@ async fn sighup_serves_a_new_certificate_while_an_open_stream_goes_on() {
     let ch = tls_channel(addr, client_tls(&new_ca.cert_pem(), None));
     enqueue(ch, "orders", "after-bad-reload").await.unwrap();
     node.kill();
+}
+
+/// The test PKI of the Cassandra node (`scripts/cassandra tls-dir`).
+fn cassandra_tls_dir() -> std::path::PathBuf {
+    if let Ok(d) = std::env::var("REBOUND_TEST_CASSANDRA_TLS_DIR") {
+        return d.into();
+    }
+    let home = std::env::var("REBOUND_CASSANDRA_HOME").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/rebound/cassandra-run",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    Path::new(&home).join("tls")
+}
+
+#[tokio::test]
+async fn the_node_reaches_cassandra_over_tls_with_its_client_certificate() {
+    let tls = cassandra_tls_dir();
+    let mut config = rebound_integration_tests::test_config("tls_cassandra");
+    config.cassandra_tls_ca_file = Some(tls.join("ca.pem"));
+    config.cassandra_tls_cert_file = Some(tls.join("client.pem"));
+    config.cassandra_tls_key_file = Some(tls.join("client.key"));
+    config.cassandra_startup_wait_ms = 1_000;
+    let node = rebound_integration_tests::TestNode::with_system_clock(config.clone()).await;
+    RetryServiceClient::new(node.channel.clone())
+        .enqueue_retry(enqueue_req("orders", "through-tls", 0))
+        .await
+        .unwrap();
+    // Cassandra's own view: encrypted client connections (no other test uses TLS).
+    let rows = node
+        .cql
+        .query_unpaged(
+            "SELECT ssl_enabled, ssl_protocol FROM system_views.clients",
+            &[],
+        )
+        .await
+        .unwrap()
+        .into_rows_result()
+        .unwrap();
+    let encrypted: Vec<String> = rows
+        .rows::<(Option<bool>, Option<String>)>()
+        .unwrap()
+        .filter_map(|r| match r.unwrap() {
+            (Some(true), p) => Some(p.unwrap_or_default()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !encrypted.is_empty(),
+        "Cassandra lists no encrypted client connection"
+    );
+    assert!(
+        encrypted.iter().all(|p| p.starts_with("TLS")),
+        "{encrypted:?}"
+    );
+
+    // Cassandra requires a client certificate over TLS; and a CA that is not Cassandra's is
+    // refused: the node does not start, and says it cannot connect.
+    let mut no_cert = config.clone();
+    no_cert.cassandra_tls_cert_file = None;
+    no_cert.cassandra_tls_key_file = None;
+    let dir = tempfile::tempdir().unwrap();
+    let mut wrong_ca = config.clone();
+    wrong_ca.cassandra_tls_ca_file = Some(Ca::new(dir.path(), "stranger").cert());
+    for (what, c) in [
+        ("no client certificate", no_cert),
+        ("a foreign CA", wrong_ca),
+    ] {
+        let e = Node::start(c, Arc::new(SystemClock)).await.err();
+        let e = format!(
+            "{:#}",
+            e.unwrap_or_else(|| panic!("{what}: the node started"))
+        );
+        assert!(e.contains("connect"), "{what}: {e}");
+    }
+    node.finish().await;
+}
+
+#[tokio::test]
+async fn peers_answer_get_stats_over_mutual_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "ca");
+    let mut a = rebound_integration_tests::test_config("tls_peers");
+    let keyspace = a.keyspace.clone();
+    let cert = ca.node("a");
+    a.tls_cert_file = Some(cert.cert);
+    a.tls_key_file = Some(cert.key);
+    a.tls_client_ca_file = Some(ca.cert());
+    let mut b = a.clone();
+    b.node_id = "node-b".into();
+    let na = Node::start(a, Arc::new(SystemClock)).await.unwrap();
+    let nb = Node::start(b, Arc::new(SystemClock)).await.unwrap();
+    let me = ca.client("me", "operator");
+    let ch = tls_channel(na.local_addr(), client_tls(&ca.cert_pem(), Some(&me)));
+    eventually(
+        Duration::from_secs(30),
+        "both nodes answer GetStats",
+        || {
+            let ch = ch.clone();
+            async move {
+                let Ok(r) = AdminServiceClient::new(ch)
+                    .get_stats(pb::GetStatsRequest::default())
+                    .await
+                else {
+                    return false;
+                };
+                let r = r.into_inner();
+                r.nodes.len() == 2 && r.nodes.iter().all(|n| n.reachable)
+            }
+        },
+    )
+    .await;
+    nb.shutdown().await.unwrap();
+    na.shutdown().await.unwrap();
+    rebound_integration_tests::drop_keyspace(&keyspace).await;
 }
