@@ -30,7 +30,9 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # --- runtime -----------------------------------------------------------------------------
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
 # ca-certificates: TLS to Cassandra and to an OTLP collector over https. curl: the
-# HEALTHCHECK below (neither binary has a subcommand that probes /readyz).
+# HEALTHCHECK below (neither binary has a subcommand that probes /readyz). With TLS on
+# (REBOUND_TLS_CERT_FILE) the probe speaks HTTPS to loopback without verifying the
+# certificate (-k): it checks readiness, not identity.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/*
@@ -59,7 +61,8 @@ EXPOSE 50051 9464
 # A node that waits for Cassandra at start (REBOUND_CASSANDRA_STARTUP_WAIT_MS) is given
 # the start period before failures count.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
-    CMD curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:${REBOUND_HTTP_LISTEN##*:}/readyz" || exit 1
+    CMD if [ -n "$REBOUND_TLS_CERT_FILE" ]; then scheme=https; else scheme=http; fi; \
+        curl -fsS -k -o /dev/null --max-time 2 "$scheme://127.0.0.1:${REBOUND_HTTP_LISTEN##*:}/readyz" || exit 1
 
 ENTRYPOINT ["rebound-server"]
 CMD ["serve"]

@@ -377,3 +377,26 @@ async fn peers_answer_get_stats_over_mutual_tls() {
     na.shutdown().await.unwrap();
     rebound_integration_tests::drop_keyspace(&keyspace).await;
 }
+
+/// `REBOUND_CASSANDRA_LOCAL_DC` (a connection setting, like TLS): requests are coordinated
+/// in that datacenter only, so a node that names one Cassandra does not have never serves
+/// (instead of counting another DC's replicas as "local").
+#[tokio::test]
+async fn a_local_dc_coordinates_every_request_and_a_wrong_one_stops_the_node() {
+    let mut config = rebound_integration_tests::test_config("local_dc");
+    config.cassandra_local_dc = Some("datacenter1".into());
+    let node = rebound_integration_tests::TestNode::with_system_clock(config.clone()).await;
+    RetryServiceClient::new(node.channel.clone())
+        .enqueue_retry(enqueue_req("orders", "in-dc", 0))
+        .await
+        .unwrap();
+    let mut wrong = config;
+    wrong.cassandra_local_dc = Some("elsewhere".into());
+    wrong.cassandra_startup_wait_ms = 1_000;
+    let e = Node::start(wrong, Arc::new(SystemClock)).await.err();
+    assert!(
+        e.is_some(),
+        "a node in a datacenter Cassandra lacks started"
+    );
+    node.finish().await;
+}

@@ -69,6 +69,10 @@ pub struct Config {
     pub cassandra_tls_ca_file: Option<std::path::PathBuf>,
     pub cassandra_tls_cert_file: Option<std::path::PathBuf>,
     pub cassandra_tls_key_file: Option<std::path::PathBuf>,
+    /// The Cassandra datacenter this node's requests are coordinated in
+    /// (`REBOUND_CASSANDRA_LOCAL_DC`): LOCAL_QUORUM and LOCAL_SERIAL count that DC's replicas,
+    /// so every node of one (region, cluster) must name the same one. None: any DC.
+    pub cassandra_local_dc: Option<String>,
     pub shutdown_grace_ms: u64,
     /// How long dead letters are kept.
     pub dead_letter_retention_seconds: u32,
@@ -167,6 +171,7 @@ pub const ENV_KEYS: &[&str] = &[
     "REBOUND_CASSANDRA_TLS_CA_FILE",
     "REBOUND_CASSANDRA_TLS_CERT_FILE",
     "REBOUND_CASSANDRA_TLS_KEY_FILE",
+    "REBOUND_CASSANDRA_LOCAL_DC",
     "REBOUND_SHUTDOWN_GRACE_MS",
     "REBOUND_DEAD_LETTER_RETENTION_SECONDS",
     "REBOUND_SCAN_INTERVAL_MS",
@@ -233,6 +238,7 @@ impl Default for Config {
             cassandra_tls_ca_file: None,
             cassandra_tls_cert_file: None,
             cassandra_tls_key_file: None,
+            cassandra_local_dc: None,
             shutdown_grace_ms: 5_000,
             dead_letter_retention_seconds: 14 * 86_400,
             scan_interval_ms: 500,
@@ -299,6 +305,7 @@ struct FileConfig {
     cassandra_tls_ca_file: Option<std::path::PathBuf>,
     cassandra_tls_cert_file: Option<std::path::PathBuf>,
     cassandra_tls_key_file: Option<std::path::PathBuf>,
+    cassandra_local_dc: Option<String>,
     shutdown_grace_ms: Option<u64>,
     dead_letter_retention_seconds: Option<u32>,
     scan_interval_ms: Option<u64>,
@@ -452,6 +459,9 @@ impl Config {
         if f.credentials_file.is_some() {
             self.credentials_file = f.credentials_file;
         }
+        if let Some(dc) = f.cassandra_local_dc {
+            self.cassandra_local_dc = (!dc.trim().is_empty()).then(|| dc.trim().to_string());
+        }
         for (mine, theirs) in [
             (&mut self.tls_cert_file, f.tls_cert_file),
             (&mut self.tls_key_file, f.tls_key_file),
@@ -589,6 +599,9 @@ impl Config {
         num!("REBOUND_TEST_CLOCK_SKEW_MS", test_clock_skew_ms);
         if let Some(v) = get("REBOUND_CREDENTIALS_FILE") {
             self.credentials_file = (!v.is_empty()).then(|| v.into());
+        }
+        if let Some(v) = get("REBOUND_CASSANDRA_LOCAL_DC") {
+            self.cassandra_local_dc = (!v.is_empty()).then_some(v);
         }
         for (key, field) in [
             ("REBOUND_TLS_CERT_FILE", &mut self.tls_cert_file),
@@ -1203,6 +1216,7 @@ mod tests {
             "cassandra_tls_ca_file",
             "cassandra_tls_cert_file",
             "cassandra_tls_key_file",
+            "cassandra_local_dc",
             "shutdown_grace_ms",
             "dead_letter_retention_seconds",
             "scan_interval_ms",

@@ -186,6 +186,7 @@ pub fn cassandra_options(c: &Config) -> anyhow::Result<CassandraOptions> {
         request_timeout: Duration::from_millis(c.cassandra_request_timeout_ms),
         connect_timeout: Duration::from_millis(c.cassandra_connect_timeout_ms),
         tls,
+        local_dc: c.cassandra_local_dc.clone(),
     })
 }
 

@@ -46,6 +46,10 @@ pub struct CassandraOptions {
     /// TLS to Cassandra (None: in clear). Node certificates are checked against the IP
     /// address connected to.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Coordinate every request in this datacenter only (no failover to another): LOCAL_*
+    /// consistency then means this DC, for every node that names it. None: the driver's
+    /// default (token-aware, any DC).
+    pub local_dc: Option<String>,
 }
 
 impl CassandraOptions {
@@ -139,7 +143,17 @@ impl std::fmt::Debug for Connection {
 
 /// Opens a session with the configured consistency levels and client-side timeout.
 pub async fn connect(o: &CassandraOptions) -> StoreResult<Connection> {
-    let profile = ExecutionProfile::builder()
+    let mut profile = ExecutionProfile::builder();
+    if let Some(dc) = &o.local_dc {
+        profile = profile.load_balancing_policy(
+            scylla::policies::load_balancing::DefaultPolicy::builder()
+                .prefer_datacenter(dc.clone())
+                .token_aware(true)
+                .permit_dc_failover(false)
+                .build(),
+        );
+    }
+    let profile = profile
         .consistency(o.consistency()?)
         .serial_consistency(Some(o.serial_consistency()?))
         .request_timeout(Some(o.request_timeout))
