@@ -1067,11 +1067,11 @@ mod tests {
     #[tokio::test]
     async fn an_unreachable_node_is_exit_5_and_a_bad_address_exit_2() {
         // Port 1 on loopback is closed on any sane machine, so this fails fast.
-        let e = connect("127.0.0.1:1", Duration::from_secs(5))
+        let e = connect("127.0.0.1:1", Duration::from_secs(5), None)
             .await
             .unwrap_err();
         assert_eq!(e.exit_code(), 5, "{e:?}");
-        let e = connect("not a uri", Duration::from_secs(5))
+        let e = connect("not a uri", Duration::from_secs(5), None)
             .await
             .unwrap_err();
         assert_eq!(e.exit_code(), 2, "{e:?}");
