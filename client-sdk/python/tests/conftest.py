@@ -115,3 +115,11 @@ def credentials_file(tmp: Path, entries: list[tuple[str, str, list[str], bool]])
     path = tmp / "credentials.toml"
     path.write_text(text)
     return path
+
+
+def make_certs(tmp: Path) -> Path:
+    """The certificates of scripts/test-certs (a CA, node.pem, client.pem with CN=sdk-client,
+    other-ca.pem), written into ``tmp/certs``."""
+    out = tmp / "certs"
+    subprocess.run([str(REPO / "scripts/test-certs"), str(out)], check=True)
+    return out

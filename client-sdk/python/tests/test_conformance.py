@@ -10,7 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import Cluster, Node, credentials_file
+from conftest import Cluster, Node, credentials_file, make_certs
 
 from rebound_client import (
     Client,
@@ -22,6 +22,7 @@ from rebound_client import (
     ReboundError,
     RetryPolicy,
     RetryStatus,
+    Tls,
 )
 
 SERVICE = "pysdk"
@@ -283,3 +284,36 @@ async def test_long_handler_extends_deadline(node: Node) -> None:
         assert len(deliveries) == 1
         r = c.get(SERVICE, "tx-l")
         assert r.status == RetryStatus.SUCCEEDED and r.delivery_count == 1
+
+
+async def test_tls_mutual_auth(cluster: Cluster, tmp_path: Path) -> None:
+    certs = make_certs(tmp_path)
+    creds = tmp_path / "credentials.toml"
+    creds.write_text(f'[[credential]]\nname = "sdk-client"\nservices = ["{SERVICE}"]\n')
+    node = cluster.start(
+        REBOUND_TLS_CERT_FILE=str(certs / "node.pem"),
+        REBOUND_TLS_KEY_FILE=str(certs / "node.key"),
+        REBOUND_TLS_CLIENT_CA_FILE=str(certs / "ca.pem"),
+        REBOUND_CREDENTIALS_FILE=str(creds),
+    )
+    tls = Tls(
+        ca_file=str(certs / "ca.pem"),
+        cert_file=str(certs / "client.pem"),
+        key_file=str(certs / "client.key"),
+    )
+    with Client(node.address, tls=tls) as c:
+        c.enqueue(SERVICE, "tx-tls", delay=0, payload=b"over tls")
+        deliveries: list[Job] = []
+
+        async def handler(job: Job) -> Outcome:
+            deliveries.append(job)
+            return Outcome.success()
+
+        ex = Executor(node.address, SERVICE, handler, tls=tls)
+        await run_until(ex, lambda: ex.acked >= 1)
+        assert deliveries[0].payload == b"over tls"
+        assert c.get(SERVICE, "tx-tls").status == RetryStatus.SUCCEEDED
+    for refused in (Tls(ca_file=str(certs / "ca.pem")), Tls(ca_file=str(certs / "other-ca.pem"))):
+        with Client(node.address, tls=refused) as c, pytest.raises(ReboundError) as e:
+            c.enqueue(SERVICE, "tx-tls-refused", delay=0)
+        assert e.value.code == grpc.StatusCode.UNAVAILABLE
