@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -359,5 +361,47 @@ func TestLongHandlerExtendsDeadline(t *testing.T) {
 	r := status(t, c, "tx-l")
 	if deliveries.Load() != 1 || r.GetStatus() != rebound.Succeeded || r.GetDeliveryCount() != 1 {
 		t.Fatalf("deliveries %d, retry %v", deliveries.Load(), r)
+	}
+}
+
+func TestTLSMutualAuth(t *testing.T) {
+	certs := testCerts(t)
+	creds := filepath.Join(t.TempDir(), "credentials.toml")
+	text := fmt.Sprintf("[[credential]]\nname = \"sdk-client\"\nservices = [%q]\n", service)
+	if err := os.WriteFile(creds, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := newCluster(t).start(
+		"REBOUND_TLS_CERT_FILE="+filepath.Join(certs, "node.pem"),
+		"REBOUND_TLS_KEY_FILE="+filepath.Join(certs, "node.key"),
+		"REBOUND_TLS_CLIENT_CA_FILE="+filepath.Join(certs, "ca.pem"),
+		"REBOUND_CREDENTIALS_FILE="+creds)
+	tlsOpt := rebound.WithTLS(rebound.TLS{
+		CAFile:   filepath.Join(certs, "ca.pem"),
+		CertFile: filepath.Join(certs, "client.pem"),
+		KeyFile:  filepath.Join(certs, "client.key"),
+	})
+	c := client(t, n.Address, tlsOpt)
+	mustEnqueue(t, c, "tx-tls", rebound.Delay(0), rebound.Payload([]byte("over tls")))
+	var mu sync.Mutex
+	var payloads []string
+	ex := rebound.NewExecutor(n.Address, service, func(ctx context.Context, j *rebound.Job) rebound.Outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		payloads = append(payloads, string(j.Payload))
+		return rebound.Success()
+	}, rebound.ClientOptions(tlsOpt))
+	runUntil(t, ex, 30*time.Second, func() bool { return ex.Acked() >= 1 })
+	if r := status(t, c, "tx-tls"); r.GetStatus() != rebound.Succeeded || payloads[0] != "over tls" {
+		t.Fatalf("payloads %q, retry %v", payloads, r)
+	}
+	for _, ca := range []string{"ca.pem", "other-ca.pem"} {
+		refused := client(t, n.Address, rebound.WithTLS(rebound.TLS{CAFile: filepath.Join(certs, ca)}))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := refused.Enqueue(ctx, service, "tx-tls-refused", rebound.Delay(0))
+		cancel()
+		if rebound.CodeOf(err) != codes.Unavailable {
+			t.Fatalf("trusting %s, without a client certificate: %v", ca, err)
+		}
 	}
 }

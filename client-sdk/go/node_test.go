@@ -128,3 +128,18 @@ func credentialsFile(t *testing.T, name, token string, services ...string) strin
 	}
 	return p
 }
+
+// testCerts writes the certificates of scripts/test-certs (ca.pem, node.pem, client.pem with
+// CN=sdk-client, other-ca.pem, ...) into a temporary directory and returns it.
+func testCerts(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	script, err := filepath.Abs("../../scripts/test-certs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(script, dir).CombinedOutput(); err != nil {
+		t.Fatalf("scripts/test-certs: %v: %s", err, out)
+	}
+	return dir
+}
