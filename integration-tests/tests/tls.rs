@@ -400,3 +400,40 @@ async fn a_local_dc_coordinates_every_request_and_a_wrong_one_stops_the_node() {
     );
     node.finish().await;
 }
+
+/// The other half of a reload: the credentials file. A new file takes effect for the next
+/// call; one that does not parse leaves the credentials as they were.
+#[tokio::test]
+async fn a_reload_reads_the_credentials_file_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "ca");
+    let creds = dir.path().join("credentials.toml");
+    let write = |token: &str| {
+        std::fs::write(
+            &creds,
+            format!(
+                "[[credential]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n",
+                token_sha256(token)
+            ),
+        )
+        .unwrap()
+    };
+    write("first");
+    let mut config = embedded_config(dir.path(), &ca.node("node"));
+    config.credentials_file = Some(creds.clone());
+    let node = Node::start(config, Arc::new(SystemClock)).await.unwrap();
+    let ch = tls_channel(node.local_addr(), client_tls(&ca.cert_pem(), None));
+    list_services(ch.clone(), Some("first")).await.unwrap();
+
+    write("second");
+    node.reload().unwrap();
+    list_services(ch.clone(), Some("second")).await.unwrap();
+    let e = list_services(ch.clone(), Some("first")).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+
+    std::fs::write(&creds, "[[credential]]\nname = 1\n").unwrap();
+    let e = node.reload().unwrap_err().to_string();
+    assert!(e.contains("REBOUND_CREDENTIALS_FILE"), "{e}");
+    list_services(ch, Some("second")).await.unwrap();
+    node.shutdown().await.unwrap();
+}
