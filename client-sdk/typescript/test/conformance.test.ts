@@ -10,8 +10,11 @@ import {
   ReboundError,
   RetryStatus,
   type Job,
+  type TlsOptions,
 } from "../src/index.js";
-import { Cluster } from "./node.js";
+import { join } from "node:path";
+import { writeFileSync } from "node:fs";
+import { Cluster, testCerts } from "./node.js";
 
 const SERVICE = "tssdk";
 let cluster: Cluster | undefined;
@@ -324,4 +327,55 @@ test("deliveries as an async iterator", async () => {
   clearTimeout(timer);
   assert.equal(got?.transactionId, "tx-it");
   assert.equal((await c.get(SERVICE, "tx-it")).status, RetryStatus.SUCCEEDED);
+});
+
+test("tls mutual auth", async () => {
+  const certs = testCerts();
+  const creds = join(certs, "credentials.toml");
+  writeFileSync(creds, `[[credential]]\nname = "sdk-client"\nservices = ["${SERVICE}"]\n`);
+  const node = await start({
+    REBOUND_TLS_CERT_FILE: join(certs, "node.pem"),
+    REBOUND_TLS_KEY_FILE: join(certs, "node.key"),
+    REBOUND_TLS_CLIENT_CA_FILE: join(certs, "ca.pem"),
+    REBOUND_CREDENTIALS_FILE: creds,
+  });
+  const tls: TlsOptions = {
+    caFile: join(certs, "ca.pem"),
+    certFile: join(certs, "client.pem"),
+    keyFile: join(certs, "client.key"),
+  };
+  const c = await Client.connect(node.address, { tls });
+  clients.push(c);
+  await c.enqueue({
+    service: SERVICE,
+    transactionId: "tx-tls",
+    delayMs: 0,
+    payload: new TextEncoder().encode("over tls"),
+  });
+  const payloads: string[] = [];
+  const ex = new Executor(
+    node.address,
+    SERVICE,
+    (job) => {
+      payloads.push(new TextDecoder().decode(job.payload));
+      return Outcome.success();
+    },
+    { tls },
+  );
+  await runUntil(ex, () => ex.acked >= 1);
+  assert.deepEqual(payloads, ["over tls"]);
+  assert.equal((await c.get(SERVICE, "tx-tls")).status, RetryStatus.SUCCEEDED);
+  for (const ca of ["ca.pem", "other-ca.pem"]) {
+    const refused = await Client.connect(node.address, { tls: { caFile: join(certs, ca) } });
+    clients.push(refused);
+    const e = await rejection(
+      refused.enqueue({ service: SERVICE, transactionId: "tx-tls-refused", delayMs: 0 }),
+    );
+    // Connect for Node reports a handshake the node refused (the TLS 1.3 alert "certificate
+    // required") as INTERNAL, an untrusted node certificate as UNAVAILABLE.
+    assert.ok(
+      [Code.Unavailable, Code.Internal].includes(e.code),
+      `trusting ${ca}, without a client certificate: ${Code[e.code]} ${e.message}`,
+    );
+  }
 });

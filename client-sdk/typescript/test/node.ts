@@ -1,7 +1,7 @@
 // A live node per test: the repository's rebound-server ($REBOUND_SERVER_BIN, or
 // target/debug/rebound-server) as a process, on the Cassandra of scripts/cassandra, in a
 // keyspace of its own, with 1 s windows.
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdtempSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { createConnection, createServer } from "node:net";
@@ -103,4 +103,12 @@ export class Cluster {
     );
     return path;
   }
+}
+
+/** The certificates of scripts/test-certs (ca.pem, node.pem, client.pem with CN=sdk-client,
+ * other-ca.pem, ...), written into a new temporary directory, which it returns. */
+export function testCerts(): string {
+  const dir = mkdtempSync(join(tmpdir(), "rebound-ts-certs-"));
+  execFileSync(resolve(here, "../../../../scripts/test-certs"), [dir], { stdio: "inherit" });
+  return dir;
 }
