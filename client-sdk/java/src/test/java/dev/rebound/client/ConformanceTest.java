@@ -12,6 +12,8 @@ import dev.rebound.v1.Retry;
 import dev.rebound.v1.RetryStatus;
 import io.grpc.Status;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
@@ -396,5 +398,51 @@ class ConformanceTest {
     assertEquals(RetryStatus.RETRY_STATUS_SUCCEEDED, r.getStatus());
     assertEquals(1, r.getDeliveryCount());
     assertInstanceOf(Retry.class, r);
+  }
+
+  @Test
+  void tlsMutualAuth() throws Exception {
+    Path certs = cluster.certs();
+    Path creds = certs.resolve("credentials.toml");
+    Files.writeString(
+        creds, "[[credential]]\nname = \"sdk-client\"\nservices = [\"" + SERVICE + "\"]\n");
+    String ca = certs.resolve("ca.pem").toString();
+    String cert = certs.resolve("client.pem").toString();
+    String key = certs.resolve("client.key").toString();
+    String node =
+        cluster.start(
+            Map.of(
+                "REBOUND_TLS_CERT_FILE", certs.resolve("node.pem").toString(),
+                "REBOUND_TLS_KEY_FILE", certs.resolve("node.key").toString(),
+                "REBOUND_TLS_CLIENT_CA_FILE", ca,
+                "REBOUND_CREDENTIALS_FILE", creds.toString()));
+    ReboundClient c = ReboundClient.builder(node).tls(ca).clientCertificate(cert, key).build();
+    closing.add(c);
+    c.enqueue(req("tx-tls").payload("over tls").delay(Duration.ZERO).build());
+    List<String> payloads = Collections.synchronizedList(new ArrayList<>());
+    Executor ex =
+        Executor.builder(
+                node,
+                SERVICE,
+                job -> {
+                  payloads.add(new String(job.payload(), StandardCharsets.UTF_8));
+                  return Outcome.success();
+                })
+            .tls(ca)
+            .clientCertificate(cert, key)
+            .build();
+    runUntil(ex, Duration.ofSeconds(30), () -> ex.acked() >= 1);
+    assertEquals(List.of("over tls"), payloads);
+    assertEquals(RetryStatus.RETRY_STATUS_SUCCEEDED, c.get(SERVICE, "tx-tls").getStatus());
+    for (String trusted : new String[] {ca, certs.resolve("other-ca.pem").toString()}) {
+      ReboundClient refused = ReboundClient.builder(node).tls(trusted).build();
+      closing.add(refused);
+      ReboundException e =
+          assertThrows(
+              ReboundException.class,
+              () -> refused.enqueue(req("tx-tls-refused").delay(Duration.ZERO).build()),
+              "trusting " + trusted + " without a client certificate");
+      assertEquals(Status.Code.UNAVAILABLE, e.code(), trusted + ": " + e.getMessage());
+    }
   }
 }

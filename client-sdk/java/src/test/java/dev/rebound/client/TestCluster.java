@@ -111,6 +111,22 @@ final class TestCluster implements AutoCloseable {
     return p.toString();
   }
 
+  /**
+   * The certificates of scripts/test-certs (ca.pem, node.pem, client.pem with CN=sdk-client,
+   * other-ca.pem, ...), written into {@code dir/certs}, which it returns.
+   */
+  Path certs() throws IOException, InterruptedException {
+    Path out = dir.resolve("certs");
+    Process p =
+        new ProcessBuilder(new File("../../scripts/test-certs").getAbsolutePath(), out.toString())
+            .inheritIO()
+            .start();
+    if (p.waitFor() != 0) {
+      throw new IllegalStateException("scripts/test-certs exited " + p.exitValue());
+    }
+    return out;
+  }
+
   @Override
   public void close() {
     for (Process p : processes) {
