@@ -40,6 +40,22 @@ impl Client {
         Ok(Self::from_channel(channel))
     }
 
+    /// [`Client::connect`] over TLS: `tls` holds the roots to trust
+    /// ([`ClientTlsConfig::ca_certificate`](tonic::transport::ClientTlsConfig::ca_certificate))
+    /// and, for mutual TLS, the client certificate
+    /// ([`ClientTlsConfig::identity`](tonic::transport::ClientTlsConfig::identity)). A missing
+    /// scheme means `https://`. Executors started from this client need the same config
+    /// ([`ExecutorBuilder::tls`](crate::ExecutorBuilder::tls)) to reach the other ring nodes.
+    pub async fn connect_with_tls(
+        addr: impl AsRef<str>,
+        tls: tonic::transport::ClientTlsConfig,
+    ) -> Result<Self, Error> {
+        let channel = crate::transport::endpoint_tls(addr.as_ref(), Some(&tls))?
+            .connect()
+            .await?;
+        Ok(Self::from_channel(channel))
+    }
+
     /// Wraps a channel the caller configured, for TLS, per-request timeouts or load balancing.
     pub fn from_channel(channel: Channel) -> Self {
         Self::with_credentials(channel, Credentials::default())

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tonic::{
     metadata::AsciiMetadataValue,
     service::{interceptor::InterceptedService, Interceptor},
-    transport::{Channel, Endpoint},
+    transport::{Channel, ClientTlsConfig, Endpoint},
 };
 
 use crate::error::Error;
@@ -71,13 +71,25 @@ pub type Transport = InterceptedService<Channel, Credentials>;
 /// The endpoint for a user-supplied address. A bare `host:port` is what people type (and what
 /// the server logs), so it is accepted as plain-text HTTP/2.
 pub(crate) fn endpoint(addr: &str) -> Result<Endpoint, Error> {
+    endpoint_tls(addr, None)
+}
+
+/// [`endpoint`], with TLS when `tls` is given (a bare `host:port` is then `https://`).
+pub(crate) fn endpoint_tls(addr: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, Error> {
     let uri = if addr.contains("://") {
         addr.to_owned()
+    } else if tls.is_some() {
+        format!("https://{addr}")
     } else {
         format!("http://{addr}")
     };
-    let endpoint = Endpoint::from_shared(uri)
+    let mut endpoint = Endpoint::from_shared(uri)
         .map_err(|e| Error::InvalidArgument(format!("invalid server address {addr:?}: {e}")))?;
+    if let Some(tls) = tls {
+        endpoint = endpoint
+            .tls_config(tls.clone())
+            .map_err(|e| Error::InvalidArgument(format!("tls for {addr:?}: {e}")))?;
+    }
     Ok(endpoint.connect_timeout(CONNECT_TIMEOUT))
 }
 

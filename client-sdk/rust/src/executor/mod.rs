@@ -141,14 +141,17 @@ use tokio::{
     task::{JoinError, JoinHandle},
     time::{sleep, Instant},
 };
-use tonic::{transport::Channel, Code};
+use tonic::{
+    transport::{Channel, ClientTlsConfig},
+    Code,
+};
 
 use crate::transport::{Credentials, Transport};
 use tracing::Instrument;
 
 use crate::{
     error::{is_retryable_code, Error},
-    transport::endpoint,
+    transport::endpoint_tls,
 };
 
 use backoff::Backoff;
@@ -223,20 +226,27 @@ impl Target {
     }
 
     /// The client to ask first, and the credentials for every node of the ring.
-    fn into_client(self) -> Result<(ExecClient, Credentials), Error> {
+    fn into_client(
+        self,
+        tls: Option<&ClientTlsConfig>,
+    ) -> Result<(ExecClient, Credentials), Error> {
         match self.0 {
             TargetKind::Client(given) => Ok(*given),
             TargetKind::Address(addr) => {
                 let credentials = Credentials::default();
-                Ok((lazy_client(&addr, &credentials)?, credentials))
+                Ok((lazy_client(&addr, &credentials, tls)?, credentials))
             }
         }
     }
 }
 
 /// A client for `addr` (`host:port` or a URI) that connects lazily, with HTTP/2 keep-alive.
-pub(super) fn lazy_client(addr: &str, credentials: &Credentials) -> Result<ExecClient, Error> {
-    let channel = endpoint(addr)?
+pub(super) fn lazy_client(
+    addr: &str,
+    credentials: &Credentials,
+    tls: Option<&ClientTlsConfig>,
+) -> Result<ExecClient, Error> {
+    let channel = endpoint_tls(addr, tls)?
         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
         .connect_lazy();
@@ -287,6 +297,7 @@ pub struct Executor {
     reconnect: Backoff,
     follow_ring: bool,
     ring_refresh: Duration,
+    tls: Option<ClientTlsConfig>,
 }
 
 /// Configures an [`Executor`]; created by [`Executor::builder`] or [`Client::executor`](crate::Client::executor).
@@ -314,6 +325,7 @@ impl Executor {
                 reconnect: DEFAULT_RECONNECT,
                 follow_ring: true,
                 ring_refresh: DEFAULT_RING_REFRESH,
+                tls: None,
             },
         }
     }
@@ -361,7 +373,7 @@ impl Executor {
             .min(Semaphore::MAX_PERMITS)
             .min(u32::MAX as usize);
         let given_label = self.target.to_string();
-        let (given, credentials) = self.target.into_client()?;
+        let (given, credentials) = self.target.into_client(self.tls.as_ref())?;
         let shared = Arc::new(Shared {
             handler,
             permits: Arc::new(Semaphore::new(concurrency)),
@@ -392,6 +404,7 @@ impl Executor {
                 request,
                 reconnect,
                 (given, credentials),
+                self.tls,
                 given_label,
                 fatal_tx,
             );
@@ -494,6 +507,16 @@ impl ExecutorBuilder {
     /// [`DEFAULT_RING_REFRESH`]. Intervals below 50 ms count as 50 ms.
     pub fn ring_refresh(mut self, interval: Duration) -> Self {
         self.executor.ring_refresh = interval;
+        self
+    }
+
+    /// TLS for every connection the executor opens: to an address it was given, and to each
+    /// ring node (whose bare `host:port` then means `https://`). The roots to trust and, for
+    /// mutual TLS, the client certificate
+    /// ([`ClientTlsConfig::identity`](tonic::transport::ClientTlsConfig::identity)). A
+    /// [`Client`](crate::Client) or [`Channel`] given as the target keeps its own channel.
+    pub fn tls(mut self, tls: ClientTlsConfig) -> Self {
+        self.executor.tls = Some(tls);
         self
     }
 

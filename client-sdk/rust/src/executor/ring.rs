@@ -14,7 +14,7 @@ use tokio::{
     task::{JoinError, JoinSet},
     time::{sleep, timeout, Instant},
 };
-use tonic::{Code, Status};
+use tonic::{transport::ClientTlsConfig, Code, Status};
 use tracing::Instrument;
 
 use crate::transport::Credentials;
@@ -116,6 +116,8 @@ pub(super) struct Subscriptions<H> {
     given: ExecClient,
     /// Sent to every ring node, as to the given one.
     credentials: Credentials,
+    /// TLS for the ring nodes' connections.
+    tls: Option<ClientTlsConfig>,
     given_label: String,
     fatal: mpsc::UnboundedSender<Status>,
     tasks: JoinSet<()>,
@@ -137,6 +139,7 @@ where
         request: pb::SubscribeRequest,
         reconnect: Backoff,
         (given, credentials): (ExecClient, Credentials),
+        tls: Option<ClientTlsConfig>,
         given_label: String,
         fatal: mpsc::UnboundedSender<Status>,
     ) -> Self {
@@ -146,6 +149,7 @@ where
             reconnect,
             given,
             credentials,
+            tls,
             given_label,
             fatal,
             tasks: JoinSet::new(),
@@ -195,7 +199,7 @@ where
                         wanted.insert(address.clone(), None);
                         continue;
                     }
-                    match lazy_client(address, &self.credentials) {
+                    match lazy_client(address, &self.credentials, self.tls.as_ref()) {
                         Ok(client) => {
                             wanted.insert(address.clone(), Some((node_id.clone(), client)));
                         }
