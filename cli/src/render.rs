@@ -1,12 +1,16 @@
-//! Parsing of durations and times from the command line, and the JSON and text forms of the
-//! API's messages.
+//! Parsing of durations and times from the command line, and the text forms of the API's
+//! messages. The JSON forms live in `rebound_proto::json` (the node's dashboard API gives the
+//! same shapes); they are re-exported here.
 
 use std::time::Duration;
 
 use base64::Engine as _;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::Utc;
+pub use rebound_proto::json::{
+    dead_letter_json, inspect_json, limits_json, node_stats_json, policy_json, retry_json,
+    ring_json, service_info_json, service_stats_json, status_name, time_json, time_text,
+};
 use rebound_proto::v1 as pb;
-use serde_json::{json, Map, Value};
 
 // ---- parsing ----------------------------------------------------------------------------------
 
@@ -24,23 +28,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// A time in RFC 3339 (`2026-11-30T06:10:00Z`, `2026-11-30T07:10:00+01:00`), or `now`.
 pub fn parse_time(s: &str) -> Result<prost_types::Timestamp, String> {
-    let t = s.trim();
-    let at: DateTime<Utc> = if t.eq_ignore_ascii_case("now") {
-        Utc::now()
-    } else {
-        DateTime::parse_from_rfc3339(t)
-            .map_err(|e| {
-                format!("{s:?} is not an RFC 3339 time such as 2026-11-30T06:10:00Z ({e})")
-            })?
-            .with_timezone(&Utc)
-    };
-    // A leap second (`23:59:60`) reads as 1e9 nanoseconds or more, which is no valid
-    // timestamp: fold it into the next second.
-    let nanos = at.timestamp_subsec_nanos();
-    Ok(prost_types::Timestamp {
-        seconds: at.timestamp() + i64::from(nanos / 1_000_000_000),
-        nanos: (nanos % 1_000_000_000) as i32,
-    })
+    if s.trim().eq_ignore_ascii_case("now") {
+        return Ok(rebound_proto::json::timestamp_of(Utc::now()));
+    }
+    rebound_proto::json::time_from_text(s)
 }
 
 /// `key=value` (the value may contain `=`; the key may not be empty).
@@ -60,29 +51,9 @@ pub fn duration_to_proto(d: Duration) -> prost_types::Duration {
 
 // ---- scalar forms -------------------------------------------------------------------------------
 
-/// RFC 3339 in UTC, with as many fraction digits as needed.
-pub fn time_text(t: &prost_types::Timestamp) -> String {
-    match DateTime::<Utc>::from_timestamp(t.seconds, t.nanos.clamp(0, 999_999_999) as u32) {
-        Some(at) => at.to_rfc3339_opts(SecondsFormat::AutoSi, true),
-        None => format!("{}s {}ns since the epoch", t.seconds, t.nanos),
-    }
-}
-
-pub fn time_json(t: Option<&prost_types::Timestamp>) -> Value {
-    t.map_or(Value::Null, |t| Value::String(time_text(t)))
-}
-
 /// `-` for an unset time.
 pub fn time_cell(t: Option<&prost_types::Timestamp>) -> String {
     t.map_or_else(|| "-".to_string(), time_text)
-}
-
-pub fn seconds(d: &prost_types::Duration) -> f64 {
-    d.seconds as f64 + f64::from(d.nanos) / 1e9
-}
-
-pub fn duration_json(d: Option<&prost_types::Duration>) -> Value {
-    d.map_or(Value::Null, |d| json!(seconds(d)))
 }
 
 /// `1m 30s`; negative durations, which the API never sends, read as zero.
@@ -101,17 +72,6 @@ pub fn yes_no(b: bool) -> String {
     if b { "yes" } else { "no" }.to_string()
 }
 
-/// The name of a `RetryStatus` without its prefix: `SCHEDULED`, `DEAD`, ...
-pub fn status_name(v: i32) -> String {
-    match pb::RetryStatus::try_from(v) {
-        Ok(s) => s
-            .as_str_name()
-            .trim_start_matches("RETRY_STATUS_")
-            .to_string(),
-        Err(_) => format!("UNKNOWN_{v}"),
-    }
-}
-
 /// The payload as text when it is UTF-8, else as base64 (marked so).
 fn payload_text(p: &[u8]) -> String {
     match std::str::from_utf8(p) {
@@ -124,24 +84,6 @@ fn payload_text(p: &[u8]) -> String {
 }
 
 // ---- messages ---------------------------------------------------------------------------------
-
-/// Every policy field, `null` when unset (for a stored policy: left to the node default).
-pub fn policy_json(p: Option<&pb::RetryPolicy>) -> Value {
-    let d = pb::RetryPolicy::default();
-    let p = p.unwrap_or(&d);
-    json!({
-        "max_attempts": p.max_attempts,
-        "unlimited_attempts": p.unlimited_attempts,
-        "initial_backoff": duration_json(p.initial_backoff.as_ref()),
-        "max_backoff": duration_json(p.max_backoff.as_ref()),
-        "multiplier": p.multiplier,
-        "jitter": p.jitter,
-        "max_retry_duration": duration_json(p.max_retry_duration.as_ref()),
-        "ack_timeout": duration_json(p.ack_timeout.as_ref()),
-        "max_deliveries_per_attempt": p.max_deliveries_per_attempt,
-        "non_retryable_error_classes": p.non_retryable_error_classes,
-    })
-}
 
 /// The policy fields in display order, each as text (`None`: unset).
 pub fn policy_fields(p: Option<&pb::RetryPolicy>) -> Vec<(&'static str, Option<String>)> {
@@ -182,16 +124,6 @@ pub fn policy_summary(p: Option<&pb::RetryPolicy>) -> String {
     }
 }
 
-pub fn limits_json(l: Option<&pb::ServiceLimits>) -> Value {
-    let d = pb::ServiceLimits::default();
-    let l = l.unwrap_or(&d);
-    json!({
-        "max_dispatch_per_second": l.max_dispatch_per_second,
-        "dispatch_burst": l.dispatch_burst,
-        "max_concurrent": l.max_concurrent,
-    })
-}
-
 /// `rate=100/s burst=20 concurrent=50`, or `unlimited`.
 pub fn limits_summary(l: Option<&pb::ServiceLimits>) -> String {
     let d = pb::ServiceLimits::default();
@@ -211,50 +143,6 @@ pub fn limits_summary(l: Option<&pb::ServiceLimits>) -> String {
     } else {
         parts.join(" ")
     }
-}
-
-pub fn service_info_json(s: &pb::ServiceInfo) -> Value {
-    json!({
-        "service": s.service,
-        "paused": s.paused,
-        "paused_at": time_json(s.paused_at.as_ref()),
-        "updated_at": time_json(s.updated_at.as_ref()),
-        "policy": policy_json(s.policy.as_ref()),
-        "effective_policy": policy_json(s.effective_policy.as_ref()),
-        "limits": limits_json(s.limits.as_ref()),
-    })
-}
-
-pub fn retry_json(r: &pb::Retry) -> Value {
-    let attributes: Map<String, Value> = r
-        .attributes
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect();
-    json!({
-        "service": r.service,
-        "transaction_id": r.transaction_id,
-        "status": status_name(r.status),
-        "attempt": r.attempt,
-        "generation": r.generation.to_string(),
-        "due_time": time_json(r.due_time.as_ref()),
-        "last_error": r.last_error,
-        "payload": std::str::from_utf8(&r.payload).ok(),
-        "payload_base64": base64::engine::general_purpose::STANDARD.encode(&r.payload),
-        "attributes": attributes,
-        "policy": policy_json(r.policy.as_ref()),
-        "first_enqueued_at": time_json(r.first_enqueued_at.as_ref()),
-        "last_enqueued_at": time_json(r.last_enqueued_at.as_ref()),
-        "updated_at": time_json(r.updated_at.as_ref()),
-        "location": r.location.as_ref().map(|l| json!({
-            "day": l.day,
-            "window": l.window,
-            "instance": l.instance,
-            "bucket": l.bucket,
-        })),
-        "enqueue_count": r.enqueue_count,
-        "delivery_count": r.delivery_count,
-    })
 }
 
 pub fn retry_text(r: &pb::Retry) -> String {
@@ -301,73 +189,6 @@ pub fn retry_text(r: &pb::Retry) -> String {
     ])
 }
 
-pub fn dead_letter_json(d: &pb::DeadLetter) -> Value {
-    json!({
-        "service": d.service,
-        "transaction_id": d.transaction_id,
-        "attempt": d.attempt,
-        "last_error": d.last_error,
-        "dead_at": time_json(d.dead_at.as_ref()),
-        "redriven_at": time_json(d.redriven_at.as_ref()),
-    })
-}
-
-pub fn bands_json(b: Option<&pb::DueBands>) -> Value {
-    let d = pb::DueBands::default();
-    let b = b.unwrap_or(&d);
-    json!({
-        "overdue": b.overdue,
-        "within_minute": b.within_minute,
-        "within_hour": b.within_hour,
-        "within_day": b.within_day,
-        "later": b.later,
-    })
-}
-
-pub fn service_stats_json(s: &pb::ServiceStats) -> Value {
-    json!({
-        "service": s.service,
-        "pending": s.pending,
-        "bands": bands_json(s.bands.as_ref()),
-        "in_flight": s.in_flight,
-        "dead_lettered": s.dead_lettered,
-        "oldest_due_age": duration_json(s.oldest_due_age.as_ref()),
-        "paused": s.paused,
-        "windows": s.windows.iter().map(|w| json!({
-            "day": w.day,
-            "window": w.window,
-            "pending": w.pending,
-            "window_start": time_json(w.window_start.as_ref()),
-        })).collect::<Vec<_>>(),
-    })
-}
-
-pub fn node_stats_json(n: &pb::NodeStats) -> Value {
-    json!({
-        "node_id": n.node_id,
-        "address": n.address,
-        "held_slots": n.held_slots,
-        "compactor": n.compactor,
-        "in_flight": n.in_flight,
-        "subscribers": n.subscribers,
-        "reachable": n.reachable,
-    })
-}
-
-pub fn ring_json(r: &pb::Ring) -> Value {
-    json!({
-        "nodes": r.nodes.iter().map(|n| json!({
-            "node_id": n.node_id,
-            "address": n.address,
-            "compactor": n.compactor,
-            "ranges": n.ranges.iter().map(|t| json!({
-                "start": t.start.to_string(),
-                "end": t.end.to_string(),
-            })).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-    })
-}
-
 /// The share of the Murmur3 token space the ranges cover, in percent.
 pub fn token_share(ranges: &[pb::TokenRange]) -> f64 {
     let width: i128 = ranges
@@ -377,31 +198,10 @@ pub fn token_share(ranges: &[pb::TokenRange]) -> f64 {
     width as f64 * 100.0 / (1u128 << 64) as f64
 }
 
-pub fn inspect_json(day: &str, window: u32, w: &pb::InspectWindowResponse) -> Value {
-    json!({
-        "day": day,
-        "window": window,
-        "window_start": time_json(w.window_start.as_ref()),
-        "window_end": time_json(w.window_end.as_ref()),
-        "window_seconds": w.window_seconds,
-        "readable": w.readable,
-        "day_listed": w.day_listed,
-        "window_listed": w.window_listed,
-        "low_water": w.low_water,
-        "instances": w.instances.iter().map(|i| json!({
-            "instance_token": i.instance_token.to_string(),
-            "service": i.service,
-            "instance": i.instance,
-            "buckets": i.buckets.iter().map(|b| json!({
-                "bucket": b.bucket,
-                "pointers": b.pointers,
-            })).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::{json, Value};
+
     use super::*;
 
     #[test]

@@ -8,3 +8,6 @@ pub mod v1 {
 /// Encoded `FileDescriptorSet` of the API, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/rebound_descriptor.bin"));
+
+#[cfg(feature = "json")]
+pub mod json;
