@@ -1142,7 +1142,8 @@ impl Writer {
     /// the cancel cell (`cancelled_generation`, schema 0008), which no ack or enqueue writes.
     /// An ack or enqueue elsewhere that read the retry before this write derives its schedule
     /// from a generation the cell covers, so its write, landing before or after this one,
-    /// reads as CANCELLED and is never delivered. The row is read once more after the write,
+    /// reads as CANCELLED and is never delivered; a SUCCEEDED ack or a dead letter written
+    /// that way reads as CANCELLED too (`TxState::apply_settled`). The row is read once more after the write,
     /// and a schedule derived meanwhile from a newer generation is cancelled too.
     pub async fn cancel(
         &self,

@@ -1,7 +1,7 @@
 //! A cancel answered on one node is never undone by an ack on another (issue 14, defect 3;
 //! DESIGN.md "Guarantees across nodes"). Two `rebound-server` processes share a keyspace; 200
-//! retries are delivered, and for each one an `Ack(RETRY, retry_after = 0)` on the node that
-//! delivered it races a `CancelRetry` on the other node. Every cancel that answered
+//! retries are delivered, and for each one an `Ack(RETRY, retry_after = 0)` or an
+//! `Ack(SUCCEEDED)` on the node that delivered it races a `CancelRetry` on the other node. Every cancel that answered
 //! `cancelled = true` must stay cancelled: GetRetry says CANCELLED, and the retry is never
 //! delivered again. Needs the Cassandra of `scripts/cassandra start`.
 
@@ -76,15 +76,25 @@ async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
                 }
                 let (acker, canceller) = (chans[node].clone(), chans[1 - node].clone());
                 let done_tx = done_tx.clone();
-                tokio::spawn(async move {
-                    let mut executor = ExecutorServiceClient::new(acker);
-                    let ack = executor.ack(pb::AckRequest {
+                // Every other race is a SUCCEEDED ack: it must lose to the cancel too.
+                let ack = if raced.len() % 2 == 0 {
+                    pb::AckRequest {
                         delivery_id: d.delivery_id.clone(),
                         outcome: pb::AckOutcome::Retry as i32,
                         retry_after: Some(prost_types::Duration::default()),
                         error: "race".into(),
                         ..Default::default()
-                    });
+                    }
+                } else {
+                    pb::AckRequest {
+                        delivery_id: d.delivery_id.clone(),
+                        outcome: pb::AckOutcome::Succeeded as i32,
+                        ..Default::default()
+                    }
+                };
+                tokio::spawn(async move {
+                    let mut executor = ExecutorServiceClient::new(acker);
+                    let ack = executor.ack(ack);
                     let mut retries = RetryServiceClient::new(canceller);
                     let cancel = retries.cancel_retry(pb::CancelRetryRequest {
                         service: "payments".into(),

@@ -328,10 +328,13 @@ pub fn check(input: &Input) -> CheckResult {
                         if ev[*delivery].end_ms >= cs {
                             continue;
                         }
+                        // An ack that raced the cancel may answer OK either way: its write
+                        // loses to the cancel cell (`TxState::apply_settled`), checked by the
+                        // final status below. One that started after the cancel answered must
+                        // have found the retry cancelled.
                         let ack = &ev[k];
                         let undone = match role(ack) {
-                            Role::End => ack.end_ms > cs,
-                            Role::Schedule => ack.start_ms > ce,
+                            Role::End | Role::Schedule => ack.start_ms > ce,
                             _ => false,
                         };
                         if undone {
@@ -345,9 +348,16 @@ pub fn check(input: &Input) -> CheckResult {
                         }
                     }
                     // Nothing after the cancel could have changed it: it must be CANCELLED.
+                    // An ack that ends the retry (SUCCEEDED, FAILED, dead-lettered) loses to
+                    // the cancel wherever it lands, so it does not count; an enqueue after
+                    // the cancel starts a new retry, and an unknown outcome may be one.
                     let later = idx.iter().any(|&j| {
                         j != a
-                            && matches!(role(&ev[j]), Role::Schedule | Role::End | Role::Unknown)
+                            && match role(&ev[j]) {
+                                Role::Schedule | Role::Unknown => true,
+                                Role::End => matches!(ev[j].kind, Kind::Cancel { .. }),
+                                _ => false,
+                            }
                             && effect_end(&ev[j]) > cs
                     });
                     if !later {
@@ -518,4 +528,124 @@ pub fn check(input: &Input) -> CheckResult {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::history::{AckOk, EnqueueOk};
+
+    const SVC: &str = "mail";
+    const TX: &str = "tx-1";
+
+    fn at(start_ms: i64, end_ms: i64, kind: Kind) -> Event {
+        Event {
+            start_ms,
+            end_ms,
+            kind,
+        }
+    }
+
+    /// An enqueue, its delivery on node 1, a SUCCEEDED ack on node 1 over [`ack`] and a
+    /// cancel on node 2 over [`cancel`] that answered `cancelled = true`.
+    fn race(ack: (i64, i64), cancel: (i64, i64)) -> Vec<Event> {
+        vec![
+            at(
+                0,
+                5,
+                Kind::Enqueue {
+                    node: 0,
+                    service: SVC.into(),
+                    tx: TX.into(),
+                    asked: "delay=0ms".into(),
+                    batch: false,
+                    answer: Answer::Ok(EnqueueOk {
+                        due_ms: 1_000,
+                        generation: 1,
+                        deduplicated: false,
+                    }),
+                },
+            ),
+            at(
+                2_000,
+                2_001,
+                Kind::Delivery {
+                    node: 1,
+                    service: SVC.into(),
+                    tx: TX.into(),
+                    delivery_id: "d1".into(),
+                    attempt: 1,
+                    due_ms: 1_000,
+                    deadline_ms: 32_000,
+                },
+            ),
+            at(
+                ack.0,
+                ack.1,
+                Kind::Ack {
+                    node: 1,
+                    service: SVC.into(),
+                    tx: TX.into(),
+                    delivery_id: "d1".into(),
+                    delivery: 1,
+                    attempt: 1,
+                    outcome: Outcome::Succeeded,
+                    retry_after_ms: None,
+                    error: String::new(),
+                    answer: Answer::Ok(AckOk {
+                        next_due_ms: None,
+                        dead_lettered: false,
+                        snoozed: false,
+                    }),
+                },
+            ),
+            at(
+                cancel.0,
+                cancel.1,
+                Kind::Cancel {
+                    node: 2,
+                    service: SVC.into(),
+                    tx: TX.into(),
+                    answer: Answer::Ok((true, pb::RetryStatus::Cancelled as i32)),
+                },
+            ),
+        ]
+    }
+
+    fn kinds(events: &[Event], fin: pb::RetryStatus) -> Vec<&'static str> {
+        let finals = BTreeMap::from([(
+            (SVC.to_string(), TX.to_string()),
+            Answer::Ok(pb::Retry {
+                status: fin as i32,
+                ..Default::default()
+            }),
+        )]);
+        let letters = HashMap::new();
+        check(&Input {
+            events,
+            finals: &finals,
+            letters: &letters,
+            clock_err_ms: 0,
+            t0: 0,
+        })
+        .violations
+        .iter()
+        .map(|v| v.kind)
+        .collect()
+    }
+
+    #[test]
+    fn an_ack_racing_a_cancel_may_answer_ok_if_the_cancel_wins() {
+        // The history of the chaos run that found the race: overlapping by 2 ms.
+        let h = race((3_000, 3_005), (3_003, 3_006));
+        assert_eq!(kinds(&h, pb::RetryStatus::Cancelled), Vec::<&str>::new());
+        // The same race ending SUCCEEDED: the cancel was undone.
+        assert_eq!(kinds(&h, pb::RetryStatus::Succeeded), vec!["cancel undone"]);
+    }
+
+    #[test]
+    fn an_ack_started_after_the_cancel_answered_must_not_succeed() {
+        let h = race((3_010, 3_012), (3_000, 3_005));
+        assert!(kinds(&h, pb::RetryStatus::Cancelled).contains(&"cancel undone by an ack"));
+    }
 }

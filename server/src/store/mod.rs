@@ -14,7 +14,8 @@
 //!
 //! The state row's settle cells (`cancelled_generation`, `succeeded_generation`, schema 0008)
 //! are written only by a cancel and a SUCCEEDED ack; reads apply them (`TxState::apply_settled`)
-//! so that an ack or enqueue on another node cannot undo either.
+//! so that an ack or enqueue on another node cannot undo either, and a cancel wins over an
+//! ack that raced it.
 
 pub mod body;
 pub mod cassandra;
@@ -125,16 +126,19 @@ pub struct TxState {
 }
 
 impl TxState {
-    /// The status a state row has once the settle cells are applied: a schedule derived
-    /// from a generation that was acknowledged SUCCEEDED, or cancelled, is that too.
+    /// The status a state row has once the settle cells are applied. A row derived from a
+    /// cancelled generation (its base at or below the cancel cell) is CANCELLED whatever a
+    /// concurrent writer on another node put in its status afterwards: a schedule, a
+    /// SUCCEEDED ack or a dead letter. So a cancel that wrote its cell is never undone, and
+    /// the ack that raced it (answered OK, its write landing on either side of the cancel)
+    /// loses. Otherwise a schedule derived from a generation acknowledged SUCCEEDED is
+    /// SUCCEEDED.
     pub fn apply_settled(mut self) -> Self {
         let covers = |cell: Option<i64>| cell.is_some_and(|g| g >= self.base_generation);
-        if self.status == Status::Scheduled {
-            if covers(self.succeeded_generation) {
-                self.status = Status::Succeeded;
-            } else if covers(self.cancelled_generation) {
-                self.status = Status::Cancelled;
-            }
+        if covers(self.cancelled_generation) && self.status != Status::Cancelled {
+            self.status = Status::Cancelled;
+        } else if self.status == Status::Scheduled && covers(self.succeeded_generation) {
+            self.status = Status::Succeeded;
         }
         self
     }

@@ -111,6 +111,7 @@ macro_rules! all_conformance_tests {
             state_rows_round_trip,
             a_succeeded_write_sets_the_success_cell,
             cancel_state_writes_the_row_and_the_cancel_cell,
+            a_cancel_wins_over_an_ack_that_raced_it,
             terminal_state_rows_expire_with_their_ttl,
             a_row_rewritten_without_ttl_lives_on_and_its_cells_expire,
             a_cancel_cell_outlives_its_row_as_a_ghost,

@@ -151,15 +151,64 @@ pub async fn cancel_state_writes_the_row_and_the_cancel_cell(f: &dyn Fixture) {
         ),
         (Status::Succeeded, Some(2), Some(5))
     );
-    // Success wins over a cancel when both cover a schedule's base.
+    // A cancel wins over a success when both cover a schedule's base.
     let stale = TxState {
         base_generation: 2,
         ..state(SVC, "t", 6)
     };
     s.put_state(&stale, None).await.unwrap();
     let read = s.get_state(SVC, "t").await.unwrap().unwrap();
-    assert_eq!((read.status, read.generation), (Status::Succeeded, 6));
+    assert_eq!((read.status, read.generation), (Status::Cancelled, 6));
     assert_eq!(read.generation_floor(), 6);
+}
+
+/// A SUCCEEDED ack, or a dead letter, written on another node over a generation that was
+/// cancelled (the ack read the row before the cancel landed, wrote after it) reads as
+/// CANCELLED: the cancel answered `cancelled = true` and is never undone.
+pub async fn a_cancel_wins_over_an_ack_that_raced_it(f: &dyn Fixture) {
+    let s = f.store();
+    for (id, status) in [("ok", Status::Succeeded), ("dead", Status::Dead)] {
+        let live = TxState {
+            base_generation: 3,
+            ..state(SVC, id, 4)
+        };
+        s.put_state(&live, None).await.unwrap();
+        s.cancel_state(
+            &TxState {
+                status: Status::Cancelled,
+                ..live.clone()
+            },
+            3600,
+            7200,
+        )
+        .await
+        .unwrap();
+        // The ack's write lands after the cancel's, from the row it read before.
+        s.put_state(
+            &TxState {
+                status,
+                ..live.clone()
+            },
+            Some(3600),
+        )
+        .await
+        .unwrap();
+        let read = s.get_state(SVC, id).await.unwrap().unwrap();
+        assert_eq!(
+            (read.status, read.cancelled_generation),
+            (Status::Cancelled, Some(4)),
+            "{id}: an ack undid a cancel"
+        );
+        // A new enqueue above the cancel starts afresh, and can succeed for real.
+        let again = TxState {
+            status: Status::Succeeded,
+            base_generation: 9,
+            ..state(SVC, id, 9)
+        };
+        s.put_state(&again, Some(3600)).await.unwrap();
+        let read = s.get_state(SVC, id).await.unwrap().unwrap();
+        assert_eq!(read.status, Status::Succeeded, "{id}: a fresh start");
+    }
 }
 
 pub async fn terminal_state_rows_expire_with_their_ttl(f: &dyn Fixture) {
