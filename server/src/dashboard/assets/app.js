@@ -131,7 +131,7 @@ function dur(s) {
 			s %= n;
 		}
 	}
-	const rest = Math.round(s * 1000) / 1000;
+	const rest = parts.length ? Math.round(s) : Math.round(s * 1000) / 1000;
 	if (rest > 0 || parts.length === 0) parts.push(`${rest}s`);
 	return parts.slice(0, 3).join(" ");
 }

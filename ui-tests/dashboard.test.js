@@ -1,0 +1,499 @@
+// Real-browser tests of the dashboard: headless Chromium (playwright-core) drives the page of a
+// live `rebound-server dev` node; every test then checks the outcome through the API (the
+// `rebound` CLI with --json, or the TypeScript SDK). scripts/test-ui starts the node and sets:
+//   REBOUND_UI_URL, REBOUND_UI_GRPC, REBOUND_UI_ADMIN_TOKEN, REBOUND_UI_USER_TOKEN,
+//   REBOUND_UI_USER_SERVICE, REBOUND_UI_SCREENSHOTS, REBOUND_CLI, REBOUND_SDK, REBOUND_CHROMIUM
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { copyFileSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { chromium } from "playwright-core";
+
+const env = (k) => {
+	const v = process.env[k];
+	if (!v) throw new Error(`${k} is not set: run the tests with scripts/test-ui`);
+	return v;
+};
+const URL_ = env("REBOUND_UI_URL");
+const GRPC = env("REBOUND_UI_GRPC");
+const ADMIN = env("REBOUND_UI_ADMIN_TOKEN");
+const USER = env("REBOUND_UI_USER_TOKEN");
+const USER_SERVICE = env("REBOUND_UI_USER_SERVICE");
+const SHOTS = env("REBOUND_UI_SCREENSHOTS");
+const CLI = env("REBOUND_CLI");
+const { Client, Executor, Outcome } = await import(env("REBOUND_SDK"));
+
+const run = promisify(execFile);
+
+/** `rebound --json ...` with the admin token: the parsed JSON document. */
+async function cli(...args) {
+	const { stdout } = await run(CLI, ["--addr", `http://${GRPC}`, "--token", ADMIN, "--json", ...args]);
+	return JSON.parse(stdout);
+}
+
+async function serviceInfo(name) {
+	const r = await cli("services");
+	return r.services.find((s) => s.service === name);
+}
+
+async function stats() {
+	const r = await cli("stats");
+	return new Map(r.services.map((s) => [s.service, s]));
+}
+
+/** Polls `fn` until it returns a truthy value; fails with `what` after `ms`. */
+async function waitFor(what, fn, ms = 20_000, every = 100) {
+	const end = Date.now() + ms;
+	let last;
+	for (;;) {
+		try {
+			const v = await fn();
+			if (v) return v;
+		} catch (e) {
+			last = e;
+		}
+		if (Date.now() > end)
+			throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last.message}` : ""}`);
+		await new Promise((r) => setTimeout(r, every));
+	}
+}
+
+let browser;
+let admin; // Client with the admin token
+const executors = [];
+
+/** An executor on `service` with the admin token; handler(job) returns an Outcome. */
+function startExecutor(service, handler) {
+	const ex = new Executor(GRPC, service, handler, { token: ADMIN, concurrency: 4, followRing: false });
+	const done = ex.run().catch((e) => e);
+	const it = { ex, done, stop: async () => (ex.stop(), await done) };
+	executors.push(it);
+	return it;
+}
+
+/** The node's /api/v1/live for the admin token (from Node, not the page). */
+async function liveOf(service) {
+	const r = await fetch(`${URL_}/api/v1/live`, { headers: { Authorization: `Bearer ${ADMIN}` } });
+	assert.equal(r.status, 200);
+	const j = await r.json();
+	return j.services.find((s) => s.service === service);
+}
+
+/** A fresh page (own context: own sessionStorage) at `width`, signed in with `token`. */
+async function open(token, width = 1280, height = 900) {
+	const context = await browser.newContext({ viewport: { width, height }, timezoneId: "Europe/Berlin" });
+	if (token) {
+		await context.addInitScript((t) => {
+			if (!sessionStorage.getItem("rebound.init")) {
+				sessionStorage.setItem("rebound.token", t);
+				sessionStorage.setItem("rebound.init", "1");
+			}
+		}, token);
+	}
+	const page = await context.newPage();
+	page.errors = [];
+	page.on("pageerror", (e) => page.errors.push(`pageerror: ${e.message}`));
+	page.on("console", (m) => {
+		// A refused fetch (401/403/404) logs "Failed to load resource": that is expected here.
+		if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) {
+			page.errors.push(`console: ${m.text()}`);
+		}
+	});
+	page.close_ = async () => {
+		assert.deepEqual(page.errors, [], "no script errors or CSP violations on the page");
+		await context.close();
+	};
+	return page;
+}
+
+async function go(page, hash) {
+	await page.goto(`${URL_}/${hash}`);
+	await page.waitForSelector("#nav a");
+}
+
+const DAY_MS = 86_400_000;
+
+before(async () => {
+	browser = await chromium.launch({
+		executablePath: env("REBOUND_CHROMIUM"),
+		headless: true,
+		args: [
+			"--no-sandbox",
+			"--disable-gpu",
+			"--disable-quic",
+			"--no-first-run",
+			"--disable-background-networking",
+			"--disable-component-update",
+			"--disable-sync",
+		],
+	});
+	admin = await Client.connect(GRPC, { token: ADMIN });
+	mkdirSync(SHOTS, { recursive: true });
+});
+
+after(async () => {
+	for (const e of executors) await e.stop();
+	admin?.close?.();
+	await browser?.close();
+});
+
+describe("dashboard", { concurrency: false }, () => {
+	test("overview figures equal GetStats for two services", async () => {
+		const enq = (service, id, delayMs) => admin.enqueue({ service, transactionId: id, delayMs });
+		for (let i = 0; i < 3; i++) await enq("t1-alpha", `hour-${i}`, 30 * 60_000);
+		for (let i = 0; i < 2; i++) await enq("t1-alpha", `later-${i}`, 3 * DAY_MS);
+		await enq("t1-alpha", "overdue-0", 0);
+		for (let i = 0; i < 4; i++) await enq("t1-beta", `day-${i}`, 5 * 3600_000);
+		await enq("t1-beta", "overdue-0", 0);
+		await enq("t1-beta", "overdue-1", 0);
+		// Nobody subscribes to these services: the due ones stay overdue once their window closed.
+		await waitFor("both services' due retries to read as overdue", async () => {
+			const s = await stats();
+			return s.get("t1-alpha")?.bands.overdue === 1 && s.get("t1-beta")?.bands.overdue === 2;
+		});
+
+		const page = await open(ADMIN);
+		await go(page, "#/");
+		const read = async (service) =>
+			page.$eval(`tr[data-service="${service}"]`, (tr) => {
+				const out = {};
+				for (const td of tr.querySelectorAll("[data-field]")) out[td.dataset.field] = td.dataset.value;
+				return out;
+			});
+		await page.waitForSelector('tr[data-service="t1-beta"]');
+		const shown = { alpha: await read("t1-alpha"), beta: await read("t1-beta") };
+		const s = await stats();
+		for (const [key, name] of [
+			["alpha", "t1-alpha"],
+			["beta", "t1-beta"],
+		]) {
+			const want = s.get(name);
+			const got = shown[key];
+			assert.equal(Number(got.pending), want.pending, `${name} pending`);
+			assert.equal(Number(got.in_flight), want.in_flight, `${name} in_flight`);
+			assert.equal(Number(got.dead_lettered), want.dead_lettered, `${name} dead_lettered`);
+			assert.equal(got.paused, String(want.paused), `${name} paused`);
+			for (const band of ["overdue", "within_minute", "within_hour", "within_day", "later"]) {
+				assert.equal(Number(got[band]), want.bands[band], `${name} ${band}`);
+			}
+			assert.ok(got.oldest_due_age !== "", `${name} shows an oldest overdue age`);
+		}
+		assert.equal(Number(shown.alpha.within_hour), 3);
+		assert.equal(Number(shown.beta.within_day), 4);
+		// The time of the measurement is shown as a <time> with the UTC value.
+		const measured = await page.$eval('[data-field="measured_at"] time', (t) => [t.dateTime, t.title]);
+		assert.match(measured[0], /Z$/);
+		assert.match(measured[1], /UTC/);
+
+		// Refresh shows a new enqueue; the figures are not polled (no change without it).
+		await enq("t1-alpha", "hour-3", 30 * 60_000);
+		await page.click('[data-action="refresh"]');
+		await waitFor(
+			"the refreshed pending count",
+			async () => Number((await read("t1-alpha")).within_hour) === 4,
+		);
+		await page.close_();
+	});
+
+	test("pause through the page stops delivery; resume delivers", async () => {
+		const service = "t2-pause";
+		await admin.enqueue({ service, transactionId: "seed", delayMs: 3600_000 });
+		const page = await open(ADMIN);
+		await go(page, `#/services/${service}`);
+		await page.click('[data-action="pause"]');
+		await page.waitForSelector('[data-field="paused"][data-value="true"]');
+		assert.equal((await serviceInfo(service)).paused, true, "GetService says paused");
+
+		const got = [];
+		const ex = startExecutor(service, (job) => {
+			got.push(job.transactionId);
+			return Outcome.success();
+		});
+		await waitFor("the executor's subscription", async () => (await liveOf(service))?.subscribers >= 1);
+		const e = await admin.enqueue({ service, transactionId: "p-1", delayMs: 0 });
+		const due = e.dueTime ? e.dueTime.getTime() : Date.now();
+		// Three windows (1 s each) past the due time and the retry reads overdue: not delivered.
+		await waitFor("three windows past the due time", async () => Date.now() > due + 3000, 15_000);
+		await waitFor("p-1 to read as overdue", async () => (await stats()).get(service)?.bands.overdue >= 1);
+		assert.deepEqual(got, [], "nothing is delivered while paused");
+
+		await page.click('[data-action="resume"]');
+		await page.waitForSelector('[data-field="paused"][data-value="false"]');
+		await waitFor("p-1 to be delivered after resume", async () => got.includes("p-1"), 20_000);
+		assert.equal((await serviceInfo(service)).paused, false);
+		await ex.stop();
+		await page.close_();
+	});
+
+	test("redrive a selected dead letter through the page; an executor gets it again", async () => {
+		const service = "t3-dlq";
+		const seen = [];
+		const ex = startExecutor(service, (job) => {
+			seen.push(job.transactionId);
+			// First delivery of each: FAILED, which dead-letters at once; after a redrive: done.
+			return seen.filter((t) => t === job.transactionId).length === 1
+				? Outcome.fail("card declined: insufficient funds")
+				: Outcome.success();
+		});
+		for (const id of ["d-1", "d-2"]) {
+			await admin.enqueue({ service, transactionId: id, delayMs: 0, policy: { maxAttempts: 2 } });
+		}
+		await waitFor(
+			"d-1 and d-2 to be DEAD",
+			async () =>
+				(await cli("get", service, "d-1")).status === "DEAD" &&
+				(await cli("get", service, "d-2")).status === "DEAD",
+		);
+		const page = await open(ADMIN);
+		await go(page, `#/dead-letters/${service}`);
+		await page.waitForSelector('tr[data-transaction="d-1"]');
+		assert.match(await page.textContent('tr[data-transaction="d-1"]'), /card declined/);
+
+		// A filter that matches nothing shows the empty state.
+		await page.fill("#dl-error", "no such error");
+		await page.click('[data-form="dead-letter-filter"] button[type="submit"]');
+		await page.waitForSelector('[data-empty="dead-letters"]');
+		assert.equal(await page.textContent('[data-empty="dead-letters"]'), "No dead letters");
+		await page.fill("#dl-error", "card declined");
+		await page.click('[data-form="dead-letter-filter"] button[type="submit"]');
+		await page.waitForSelector('tr[data-transaction="d-1"]');
+
+		await page.check('input[data-letter="d-1"]');
+		await page.click('[data-action="redrive-selected"]');
+		await page.waitForFunction(() =>
+			/Redriven 1\b/.test(document.querySelector('[data-field="redrive_progress"]')?.textContent ?? ""),
+		);
+		await waitFor("d-1 delivered again", async () => seen.filter((t) => t === "d-1").length === 2, 20_000);
+		await waitFor("d-1 SUCCEEDED", async () => (await cli("get", service, "d-1")).status === "SUCCEEDED");
+		assert.equal((await cli("get", service, "d-2")).status, "DEAD", "the unselected letter stays dead");
+		// The redriven letter is no longer listed; d-2 still is.
+		await page.waitForSelector('tr[data-transaction="d-2"]');
+		assert.equal(await page.$('tr[data-transaction="d-1"]'), null);
+		await ex.stop();
+		await page.close_();
+	});
+
+	test("a non-admin token sees no admin page or action; a forged admin call is refused", async () => {
+		const user = await Client.connect(GRPC, { token: USER });
+		await user.enqueue({ service: USER_SERVICE, transactionId: "u-1", delayMs: 3600_000, payload: "hello" });
+		user.close?.();
+		const page = await open(null);
+		await page.goto(`${URL_}/#/`);
+		// No token yet: the sign-in form.
+		await page.waitForSelector('form[data-form="token"]');
+		await page.fill("#token", USER);
+		await page.click('form[data-form="token"] button[type="submit"]');
+		await page.waitForSelector("#nav a");
+		assert.equal(await page.textContent('[data-field="credential"]'), "ui-shop");
+
+		const navs = await page.$$eval("#nav a", (as) => as.map((a) => a.getAttribute("href")));
+		assert.deepEqual(navs.sort(), ["#/", "#/retry", "#/ring"].sort(), "only the non-admin pages in the nav");
+		const day = new Date().toISOString().slice(0, 10);
+		for (const hash of [
+			"#/",
+			`#/services/${USER_SERVICE}`,
+			"#/services",
+			`#/dead-letters/${USER_SERVICE}`,
+			"#/retry",
+			`#/retry/${USER_SERVICE}/u-1`,
+			"#/ring",
+			"#/window",
+			`#/window/${day}/0`,
+		]) {
+			await go(page, hash);
+			await page.waitForSelector("main h1");
+			const found = await page.evaluate(() => {
+				const bad = [];
+				const sel =
+					'[data-action="pause"],[data-action="resume"],[data-action="purge"],[data-action="redrive-selected"],' +
+					'[data-action="redrive-all"],[data-action="purge-dead-letters"],form[data-form="policy"],form[data-form="limits"]';
+				for (const el of document.querySelectorAll(sel)) bad.push(el.outerHTML.slice(0, 80));
+				for (const b of document.querySelectorAll("button, a, summary")) {
+					if (/pause|resume|purge|redrive|policy|limits/i.test(b.textContent)) bad.push(b.textContent);
+				}
+				return bad;
+			});
+			assert.deepEqual(found, [], `no admin control on ${hash}`);
+		}
+		// The retry lookup works for its own service.
+		await go(page, `#/retry/${USER_SERVICE}/u-1`);
+		await page.waitForSelector('[data-field="status"]');
+		assert.equal(await page.textContent('[data-field="status"]'), "SCHEDULED");
+		assert.equal(await page.textContent('[data-field="payload"]'), "hello");
+
+		const status = await page.evaluate(
+			async ([service, token]) => {
+				const r = await fetch(`/api/v1/services/${service}/pause`, {
+					method: "POST",
+					headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+					body: "{}",
+				});
+				return r.status;
+			},
+			[USER_SERVICE, USER],
+		);
+		assert.equal(status, 403);
+		assert.equal((await serviceInfo(USER_SERVICE)).paused, false, "the service stays unpaused");
+
+		await page.click('[data-action="sign-out"]');
+		await page.waitForSelector('form[data-form="token"]');
+		await page.close_();
+	});
+
+	test("a bad policy shows the server's message next to the form and changes nothing", async () => {
+		const service = "t5-policy";
+		await admin.enqueue({ service, transactionId: "seed", delayMs: 3600_000 });
+		const beforeInfo = await serviceInfo(service);
+		const page = await open(ADMIN);
+		await go(page, `#/services/${service}`);
+		await page.waitForSelector('form[data-form="policy"]', { state: "attached" });
+		await page.click('details.edit:has(form[data-form="policy"]) summary');
+		await page.fill("#policy-multiplier", "0.5");
+		await page.click('form[data-form="policy"] button[type="submit"]');
+		const alert = page.locator('form[data-form="policy"] [role="alert"]');
+		await alert.waitFor({ state: "visible" });
+		const text = await alert.textContent();
+		// The same request from the page's context: the message shown is the server's.
+		const server = await page.evaluate(
+			async ([service, token]) => {
+				const r = await fetch(`/api/v1/services/${service}/policy`, {
+					method: "POST",
+					headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+					body: JSON.stringify({ policy: { multiplier: 0.5 } }),
+				});
+				return { status: r.status, body: await r.json() };
+			},
+			[service, ADMIN],
+		);
+		assert.equal(server.status, 400);
+		assert.match(server.body.message, /multiplier/);
+		assert.ok(
+			text.includes(server.body.message),
+			`the alert ${JSON.stringify(text)} shows the server's message`,
+		);
+		assert.deepEqual(await serviceInfo(service), beforeInfo, "nothing changed");
+
+		// A good value is stored and shown.
+		await page.fill("#policy-multiplier", "3");
+		await page.click('form[data-form="policy"] button[type="submit"]');
+		await page.waitForFunction(
+			() => document.querySelector('[data-field="policy.multiplier"]')?.textContent === "3",
+		);
+		assert.equal(await alert.isVisible(), false, "the error is gone");
+		assert.equal((await serviceInfo(service)).policy.multiplier, 3);
+		await page.close_();
+	});
+
+	test("retry lookup: the form, the trace link, a readable not-found", async () => {
+		const trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+		await admin.enqueue({
+			service: "t1-alpha",
+			transactionId: "traced/1",
+			delayMs: 3600_000,
+			payload: "täst",
+			attributes: { step: "charge" },
+			traceparent: `00-${trace}-00f067aa0ba902b7-01`,
+		});
+		const page = await open(ADMIN);
+		await go(page, "#/retry");
+		await page.fill("#retry-service", "t1-alpha");
+		await page.fill("#retry-id", "traced/1");
+		await page.click('form[data-form="retry"] button[type="submit"]');
+		await page.waitForSelector('[data-field="status"]');
+		assert.equal(page.url(), `${URL_}/#/retry/t1-alpha/traced%2F1`);
+		const want = await cli("get", "t1-alpha", "traced/1");
+		assert.equal(await page.textContent('[data-field="status"]'), want.status);
+		assert.equal(await page.textContent('[data-field="attempt"]'), String(want.attempt));
+		assert.equal(await page.textContent('[data-field="payload"]'), "täst");
+		const link = await page.$eval('a[data-field="trace"]', (a) => [a.textContent, a.href, a.target, a.rel]);
+		assert.equal(link[0], trace);
+		assert.equal(link[1], `http://127.0.0.1:16686/trace/${trace}`);
+		assert.equal(link[2], "_blank");
+		assert.match(link[3], /noopener/);
+		const due = await page.$eval("[data-retry] time", (t) => [t.dateTime, t.title]);
+		assert.equal(new Date(due[0]).getTime(), new Date(want.due_time).getTime());
+
+		await go(page, "#/retry/t1-alpha/no-such-id");
+		const alert = page.locator('[data-page="retry"] [role="alert"]');
+		await alert.waitFor({ state: "visible" });
+		assert.match(await alert.textContent(), /No retry no-such-id in service t1-alpha/);
+		await page.close_();
+	});
+
+	test("layout: no horizontal overflow at 390 and 1280 px; Tab reaches the nav with a visible focus", async () => {
+		const day = new Date().toISOString().slice(0, 10);
+		const pages = [
+			"#/",
+			"#/services/t1-alpha",
+			"#/dead-letters/t3-dlq",
+			"#/retry/t1-alpha/hour-0",
+			"#/ring",
+			`#/window/${day}/0`,
+		];
+		for (const width of [390, 1280]) {
+			const page = await open(ADMIN, width, 800);
+			for (const hash of pages) {
+				await go(page, hash);
+				await page.waitForSelector("main h1");
+				await page.waitForFunction(() => !document.querySelector("main")?.textContent.includes("Loading…"));
+				const [sw, iw] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+				assert.ok(sw <= iw, `${hash} at ${width} px: scrollWidth ${sw} > innerWidth ${iw}`);
+			}
+			await go(page, "#/");
+			await page.evaluate(() => document.activeElement?.blur());
+			let focus = null;
+			for (let i = 0; i < 12 && !focus; i++) {
+				await page.keyboard.press("Tab");
+				focus = await page.evaluate(() => {
+					const a = document.activeElement;
+					if (!a?.closest("#nav")) return null;
+					const s = getComputedStyle(a);
+					return { href: a.getAttribute("href"), outline: s.outlineStyle, width: s.outlineWidth };
+				});
+			}
+			assert.ok(focus, `Tab reaches a nav link at ${width} px`);
+			assert.notEqual(focus.outline, "none", `the focused nav link has an outline at ${width} px`);
+			assert.notEqual(focus.width, "0px");
+			await page.close_();
+		}
+	});
+
+	test("screenshots of every page", async () => {
+		const t1 = await cli("get", "t1-alpha", "hour-0");
+		const loc = t1.location;
+		const page = await open(ADMIN, 1280, 900);
+		// Some traffic for the live charts: two polls (3 s apart) make the first point.
+		await go(page, "#/");
+		for (let i = 0; i < 5; i++)
+			await admin.enqueue({ service: "t1-alpha", transactionId: `shot-${i}`, delayMs: 600_000 });
+		await page.waitForFunction(
+			() => document.querySelector('[data-field="enqueue_rate"]')?.textContent !== "–",
+			null,
+			{ timeout: 15_000 },
+		);
+		const shots = [
+			["overview", "#/", 'tr[data-service="t1-alpha"]'],
+			["service", "#/services/t5-policy", '[data-field="policy.multiplier"]'],
+			["dead-letters", "#/dead-letters/t3-dlq", 'tr[data-transaction="d-2"]'],
+			["retry", "#/retry/t1-alpha/hour-0", '[data-field="status"]'],
+			["ring", "#/ring", "tr[data-node]"],
+			["window", `#/window/${loc.day}/${loc.window}`, "tr[data-instance]"],
+		];
+		for (const [name, hash, ready] of shots) {
+			if (name !== "overview") await go(page, hash);
+			await page.waitForSelector(ready);
+			await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+		}
+		await page.close_();
+		const narrow = await open(ADMIN, 390, 844);
+		await go(narrow, "#/");
+		await narrow.waitForSelector('tr[data-service="t1-alpha"]');
+		await narrow.screenshot({ path: join(SHOTS, "overview-390.png"), fullPage: true });
+		await narrow.close_();
+		if (process.env.REBOUND_UI_DOCS_SCREENSHOT) {
+			copyFileSync(join(SHOTS, "overview.png"), process.env.REBOUND_UI_DOCS_SCREENSHOT);
+		}
+	});
+});
