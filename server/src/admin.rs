@@ -81,7 +81,7 @@ pub fn service_info(s: &Settings, services: &Services) -> pb::ServiceInfo {
 }
 
 /// A dead-letter query after validation.
-struct LetterQuery {
+pub(crate) struct LetterQuery {
     service: String,
     from_ms: i64,
     to_ms: i64,
@@ -158,14 +158,14 @@ impl Admin {
         self.writer.grid()
     }
 
-    fn known(&self, service: &str) -> Result<(), Error> {
+    pub(crate) fn known(&self, service: &str) -> Result<(), Error> {
         validate::service("service", service)
     }
 
     /// A valid name of a service that exists: one that was enqueued to or configured (it has
     /// a row in `services`). DESIGN.md: an unknown service is NOT_FOUND, so a mistyped name
     /// reads as a mistake rather than as an empty service.
-    async fn existing(&self, service: &str) -> Result<(), Error> {
+    pub(crate) async fn existing(&self, service: &str) -> Result<(), Error> {
         self.known(service)?;
         if self.services.get(service).is_some() || self.services.load(service).await?.is_some() {
             return Ok(());
@@ -376,7 +376,7 @@ impl Admin {
         Ok((cancelled, seen, keep))
     }
 
-    fn letter_query(
+    pub(crate) fn letter_query(
         &self,
         service: &str,
         from: Option<&prost_types::Timestamp>,
@@ -426,7 +426,7 @@ impl Admin {
     }
 
     /// Matching letters in order, after `cursor`, until `f` says stop.
-    async fn each_letter<F>(
+    pub(crate) async fn each_letter<F>(
         &self,
         q: &LetterQuery,
         cursor: Option<&Cursor>,
@@ -528,100 +528,6 @@ impl Admin {
         })
     }
 
-    pub async fn redrive(
-        &self,
-        r: &pb::RedriveDeadLettersRequest,
-    ) -> Result<pb::RedriveDeadLettersResponse, Error> {
-        let q = self.letter_query(
-            &r.service,
-            r.from.as_ref(),
-            r.to.as_ref(),
-            &r.error_contains,
-        )?;
-        self.existing(&r.service).await?;
-        let delay = r
-            .delay
-            .as_ref()
-            .map(|d| validate::duration("delay", d))
-            .transpose()?
-            .unwrap_or_default();
-        if delay > self.writer.max_delay() {
-            return Err(Error::invalid(
-                "delay",
-                format!(
-                    "{}s is over the maximum of {}s (REBOUND_MAX_DELAY_SECONDS)",
-                    delay.as_secs(),
-                    self.writer.max_delay().as_secs()
-                ),
-            ));
-        }
-        let max_items = match r.max_items {
-            0 => 1000,
-            n if n <= 100_000 => n as usize,
-            n => {
-                return Err(Error::invalid(
-                    "max_items",
-                    format!("must be between 1 and 100000, got {n}"),
-                ))
-            }
-        };
-        let rate = match r.max_per_second {
-            0 => 500,
-            n if n <= 100_000 => n,
-            n => {
-                return Err(Error::invalid(
-                    "max_per_second",
-                    format!("must be between 1 and 100000, got {n}"),
-                ))
-            }
-        };
-        // Collect one call's worth first (bounded by max_items), then move them at the rate.
-        let mut batch = Vec::new();
-        let exhausted = self
-            .each_letter(&q, None, false, |l, _| {
-                if batch.len() == max_items {
-                    return false;
-                }
-                batch.push(l);
-                true
-            })
-            .await?;
-        let mut resp = pb::RedriveDeadLettersResponse {
-            done: exhausted,
-            ..Default::default()
-        };
-        let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-        for letter in batch {
-            tick.tick().await;
-            let _lock = self
-                .writer
-                .lock_transaction(&letter.service, &letter.transaction_id)
-                .await;
-            let now = self.clock.now_ms();
-            let state = self
-                .store
-                .get_state(&letter.service, &letter.transaction_id)
-                .await?;
-            match state {
-                Some(mut s) if s.status == Status::Dead && s.generation == letter.generation => {
-                    s.attempt = 0;
-                    s.first_enqueued_at_ms = now;
-                    s.last_enqueued_at_ms = now;
-                    s.enqueue_count = s.enqueue_count.saturating_add(1);
-                    let due = now + delay.as_millis() as i64;
-                    self.writer.restart(s, due).await?;
-                    resp.redriven += 1;
-                }
-                _ => resp.skipped += 1,
-            }
-            self.store.mark_redriven(&letter, now).await?;
-        }
-        tracing::info!(service = %r.service, redriven = resp.redriven, skipped = resp.skipped, done = resp.done, "redrove dead letters");
-        Ok(resp)
-    }
-
     pub async fn purge_dead_letters(
         &self,
         r: &pb::PurgeDeadLettersRequest,
@@ -674,36 +580,17 @@ impl Admin {
         (hub, node)
     }
 
-    pub async fn stats(
+    /// Every node's part of the statistics, without walking the directory: this node's, and
+    /// that of each other live member of the ring, asked in parallel (GetStats `local_only`,
+    /// with the caller's `authorization`; a member that does not answer is listed
+    /// unreachable). Returns the in-flight deliveries by service summed over the nodes (of
+    /// `service` only when not empty) and the nodes by id.
+    pub async fn nodes(
         &self,
-        r: &pb::GetStatsRequest,
+        service: &str,
         authorization: Option<tonic::metadata::AsciiMetadataValue>,
-    ) -> Result<pb::GetStatsResponse, Error> {
-        if !r.service.is_empty() {
-            if r.local_only {
-                // A peer asking for its in-flight counts: the asking node checked the name.
-                self.known(&r.service)?;
-            } else {
-                self.existing(&r.service).await?;
-            }
-        }
-        let only = (!r.service.is_empty()).then_some(r.service.as_str());
+    ) -> Result<(HashMap<String, u64>, Vec<pb::NodeStats>), Error> {
         let (local, me) = self.local_stats();
-        if r.local_only {
-            return Ok(pb::GetStatsResponse {
-                services: local
-                    .into_iter()
-                    .filter(|(s, _)| only.is_none_or(|o| o == s))
-                    .map(|(service, (in_flight, _))| pb::ServiceStats {
-                        service,
-                        in_flight,
-                        ..Default::default()
-                    })
-                    .collect(),
-                nodes: vec![me],
-            });
-        }
-        // In flight: this node plus every other live member, asked in parallel.
         let mut in_flight: HashMap<String, u64> =
             local.iter().map(|(s, v)| (s.clone(), v.0)).collect();
         let mut nodes = vec![me];
@@ -713,7 +600,7 @@ impl Admin {
                 .into_iter()
                 .filter(|(m, _, _)| m.node_id != self.node_id)
                 .map(|(m, _, _)| {
-                    let service = r.service.clone();
+                    let service = service.to_string();
                     let authorization = authorization.clone();
                     let tls = self.peer_tls.as_ref().map(|t| t.peer());
                     async move {
@@ -742,6 +629,39 @@ impl Admin {
             }
         }
         nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        Ok((in_flight, nodes))
+    }
+
+    pub async fn stats(
+        &self,
+        r: &pb::GetStatsRequest,
+        authorization: Option<tonic::metadata::AsciiMetadataValue>,
+    ) -> Result<pb::GetStatsResponse, Error> {
+        if !r.service.is_empty() {
+            if r.local_only {
+                // A peer asking for its in-flight counts: the asking node checked the name.
+                self.known(&r.service)?;
+            } else {
+                self.existing(&r.service).await?;
+            }
+        }
+        let only = (!r.service.is_empty()).then_some(r.service.as_str());
+        if r.local_only {
+            let (local, me) = self.local_stats();
+            return Ok(pb::GetStatsResponse {
+                services: local
+                    .into_iter()
+                    .filter(|(s, _)| only.is_none_or(|o| o == s))
+                    .map(|(service, (in_flight, _))| pb::ServiceStats {
+                        service,
+                        in_flight,
+                        ..Default::default()
+                    })
+                    .collect(),
+                nodes: vec![me],
+            });
+        }
+        let (in_flight, nodes) = self.nodes(&r.service, authorization).await?;
 
         // Pending: walk the directory once and count each bucket's pointers.
         let now = self.clock.now_ms();

@@ -280,28 +280,38 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
 
     async fn get_ring(&self, r: Request<pb::GetRingRequest>) -> Result<Response<pb::Ring>, Status> {
         self.auth.caller(r.metadata(), r.extensions())?;
-        let nodes = match &self.ring {
-            None => vec![pb::RingNode {
-                node_id: self.node_id.clone(),
-                address: self.address.clone(),
-                compactor: true,
-                ranges: vec![wire::token_range_pb(&TokenRange::FULL)],
-            }],
-            Some(ring) => ring
-                .view()
-                .await
-                .map_err(Error::from)?
-                .into_iter()
-                .map(|(m, compactor, ranges)| pb::RingNode {
-                    node_id: m.node_id,
-                    address: m.address,
-                    compactor,
-                    ranges: ranges.iter().map(wire::token_range_pb).collect(),
-                })
-                .collect(),
-        };
-        Ok(Response::new(pb::Ring { nodes }))
+        let ring = ring_view(self.ring.as_deref(), &self.node_id, &self.address).await?;
+        Ok(Response::new(ring))
     }
+}
+
+/// GetRing's answer: the live members and their token ranges, or this node alone with the
+/// whole ring when it was given a fixed ownership (`ring` None).
+pub async fn ring_view(
+    ring: Option<&LeaseRing>,
+    node_id: &str,
+    address: &str,
+) -> Result<pb::Ring, Error> {
+    let nodes = match ring {
+        None => vec![pb::RingNode {
+            node_id: node_id.to_string(),
+            address: address.to_string(),
+            compactor: true,
+            ranges: vec![wire::token_range_pb(&TokenRange::FULL)],
+        }],
+        Some(ring) => ring
+            .view()
+            .await?
+            .into_iter()
+            .map(|(m, compactor, ranges)| pb::RingNode {
+                node_id: m.node_id,
+                address: m.address,
+                compactor,
+                ranges: ranges.iter().map(wire::token_range_pb).collect(),
+            })
+            .collect(),
+    };
+    Ok(pb::Ring { nodes })
 }
 
 /// The operator API (see `admin.rs`).

@@ -74,6 +74,23 @@ pub struct Credential {
     admin: bool,
 }
 
+impl Credential {
+    /// Whether the credential may make admin calls (`admin = true`).
+    pub fn is_admin(&self) -> bool {
+        self.admin
+    }
+
+    /// The services the credential may use, sorted; None: every service (`"*"`).
+    pub fn services(&self) -> Option<Vec<String>> {
+        if self.all_services {
+            return None;
+        }
+        let mut v: Vec<String> = self.services.iter().cloned().collect();
+        v.sort();
+        Some(v)
+    }
+}
+
 /// The credentials of one reading of the file.
 #[derive(Debug, Default)]
 struct Table {

@@ -91,6 +91,9 @@ pub struct Config {
     pub metrics_max_services: usize,
     /// How often the compactor node measures the backlog for `rebound_pending`.
     pub stats_interval_ms: u64,
+    /// The dashboard's link to a trace (`REBOUND_TRACE_URL_TEMPLATE`): an http(s) URL with
+    /// `{trace_id}` in it, e.g. `http://localhost:16686/trace/{trace_id}`. None: no link.
+    pub trace_url_template: Option<String>,
     pub log_format: LogFormat,
     /// Node-wide default retry policy; services and enqueues override it.
     pub default_policy: RetryPolicy,
@@ -181,6 +184,7 @@ pub const ENV_KEYS: &[&str] = &[
     "REBOUND_HTTP_LISTEN",
     "REBOUND_METRICS_MAX_SERVICES",
     "REBOUND_STATS_INTERVAL_MS",
+    "REBOUND_TRACE_URL_TEMPLATE",
 ];
 
 /// Longest `REBOUND_CASSANDRA_STARTUP_WAIT_MS`: one day.
@@ -188,6 +192,27 @@ pub const MAX_STARTUP_WAIT_MS: u64 = 86_400_000;
 /// Largest `REBOUND_TEST_CLOCK_SKEW_MS` either way: one year, far past any real clock error,
 /// and small enough that no time computed from the skewed clock overflows.
 pub const MAX_TEST_CLOCK_SKEW_MS: i64 = 365 * 86_400_000;
+
+/// A trace link template: an `http://` or `https://` URL with `{trace_id}` in it, and no
+/// whitespace, control characters or quotes (it becomes a link in the dashboard).
+pub fn check_trace_url_template(t: &str) -> Result<(), String> {
+    let rest = t
+        .strip_prefix("http://")
+        .or_else(|| t.strip_prefix("https://"))
+        .ok_or("must start with http:// or https://")?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err("must name a host after the scheme".into());
+    }
+    if !t.contains("{trace_id}") {
+        return Err("must contain {trace_id}, e.g. http://localhost:16686/trace/{trace_id}".into());
+    }
+    if t.chars()
+        .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '"' | '\'' | '<' | '>'))
+    {
+        return Err("must not contain whitespace, control characters, quotes or < >".into());
+    }
+    Ok(())
+}
 
 fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError {
@@ -248,6 +273,7 @@ impl Default for Config {
             http_listen_set: false,
             metrics_max_services: crate::metrics::DEFAULT_MAX_SERVICES,
             stats_interval_ms: 15_000,
+            trace_url_template: None,
             log_format: LogFormat::Text,
             default_policy: RetryPolicy::default(),
         }
@@ -314,6 +340,7 @@ struct FileConfig {
     http_listen: Option<String>,
     metrics_max_services: Option<usize>,
     stats_interval_ms: Option<u64>,
+    trace_url_template: Option<String>,
     log_format: Option<String>,
     default_policy: Option<FilePolicy>,
 }
@@ -489,6 +516,9 @@ impl Config {
         }
         set(&mut self.metrics_max_services, f.metrics_max_services);
         set(&mut self.stats_interval_ms, f.stats_interval_ms);
+        if let Some(v) = f.trace_url_template {
+            self.trace_url_template = (!v.trim().is_empty()).then(|| v.trim().to_string());
+        }
         if let Some(v) = f.log_format {
             self.log_format = parse_log_format("log_format", &v)?;
         }
@@ -639,6 +669,9 @@ impl Config {
         }
         num!("REBOUND_METRICS_MAX_SERVICES", metrics_max_services);
         num!("REBOUND_STATS_INTERVAL_MS", stats_interval_ms);
+        if let Some(v) = get("REBOUND_TRACE_URL_TEMPLATE") {
+            self.trace_url_template = (!v.trim().is_empty()).then(|| v.trim().to_string());
+        }
         if let Some(v) = get("REBOUND_LOG_FORMAT") {
             self.log_format = parse_log_format("REBOUND_LOG_FORMAT", &v)?;
         }
@@ -746,6 +779,10 @@ impl Config {
     /// Every check of `validate` but the credentials file.
     fn check_values(&self) -> Result<(), ConfigError> {
         self.check_tls()?;
+        if let Some(t) = &self.trace_url_template {
+            check_trace_url_template(t)
+                .map_err(|m| bad("REBOUND_TRACE_URL_TEMPLATE", format!("{t:?} {m}")))?;
+        }
         if self.store == StoreKind::Embedded && self.data_dir.is_none() {
             return Err(bad(
                 "REBOUND_DATA_DIR",
@@ -1115,6 +1152,33 @@ mod tests {
     }
 
     #[test]
+    fn trace_url_templates_are_http_urls_with_the_trace_id() {
+        let ok = "http://localhost:16686/trace/{trace_id}";
+        let c = Config::from_sources(
+            None,
+            &env(&[("REBOUND_TRACE_URL_TEMPLATE", ok)]),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.trace_url_template.as_deref(), Some(ok));
+        for v in [
+            "localhost:16686/trace/{trace_id}",
+            "ftp://x/{trace_id}",
+            "https://jaeger/trace/",
+            "https:///{trace_id}",
+            "https://x/{trace_id} y",
+        ] {
+            let err = Config::from_sources(
+                None,
+                &env(&[("REBOUND_TRACE_URL_TEMPLATE", v)]),
+                &Overrides::default(),
+            )
+            .unwrap_err();
+            assert_eq!(err.key, "REBOUND_TRACE_URL_TEMPLATE", "{v}: {err}");
+        }
+    }
+
+    #[test]
     fn values_that_would_overflow_later_are_refused() {
         for (k, v) in [
             ("REBOUND_TEST_CLOCK_SKEW_MS", "9223372036854775807"),
@@ -1225,6 +1289,7 @@ mod tests {
             "http_listen",
             "metrics_max_services",
             "stats_interval_ms",
+            "trace_url_template",
             "log_format",
         ];
         const POLICY_KEYS: &[&str] = &[

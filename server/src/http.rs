@@ -1,11 +1,13 @@
 //! The plain HTTP listener (`REBOUND_HTTP_LISTEN`, default `127.0.0.1:9464`, empty: off):
 //! `/metrics` (Prometheus text format, `metrics`), `/healthz` (the process answers) and
-//! `/readyz` (migrations applied, store reachable, this node's heartbeat in the ring). The
-//! dashboard will live here too.
+//! `/readyz` (migrations applied, store reachable, this node's heartbeat in the ring).
 //!
 //! `/readyz` probes the store at most once a second whatever the request rate, each probe
 //! bounded by two seconds: it answers 503 while the store is down and 200 again once it is
 //! back, without a restart.
+//!
+//! The dashboard (`dashboard`, `docs/dashboard.md`) is served here too: its page at `/` and
+//! its JSON API under `/api/v1/`. `/metrics`, `/healthz` and `/readyz` stay unauthenticated.
 
 use std::{
     sync::{Arc, Mutex},
@@ -204,11 +206,15 @@ async fn readyz(State(p): State<Arc<Probe>>) -> impl IntoResponse {
     (code, r.text())
 }
 
-/// The listener's routes.
-pub fn router(probe: Arc<Probe>) -> Router {
-    Router::new()
+/// The listener's routes: the probes and metrics, and the dashboard when given.
+pub fn router(probe: Arc<Probe>, dashboard: Option<Arc<crate::dashboard::Dashboard>>) -> Router {
+    let probes = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(probe)
+        .with_state(probe);
+    match dashboard {
+        Some(d) => probes.merge(crate::dashboard::router(d)),
+        None => probes,
+    }
 }

@@ -593,6 +593,22 @@ impl Node {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()?;
 
+        let admin = Arc::new(Admin {
+            store: store.clone(),
+            services: services.clone(),
+            writer: writer.clone(),
+            hub: hub.clone(),
+            ownership: ownership.clone(),
+            ring: ring.clone(),
+            clock: clock.clone(),
+            node_id: config.node_id.clone(),
+            address: advertised.clone(),
+            slots: config.slots,
+            skew_margin_ms: config.skew_margin_ms as i64,
+            orphan_grace_ms: crate::writer::orphan_grace_ms(&config),
+            dead_letter_retention_seconds: config.dead_letter_retention_seconds,
+            peer_tls: tls.clone(),
+        });
         let max_payload_bytes = config.max_payload_bytes;
         let router = tonic::transport::Server::builder()
             .layer(crate::telemetry::rpc::RpcLayer)
@@ -621,22 +637,7 @@ impl Node {
             .add_service(
                 pb::admin_service_server::AdminServiceServer::with_interceptor(
                     AdminApi {
-                        admin: Arc::new(Admin {
-                            store: store.clone(),
-                            services: services.clone(),
-                            writer: writer.clone(),
-                            hub: hub.clone(),
-                            ownership: ownership.clone(),
-                            ring: ring.clone(),
-                            clock: clock.clone(),
-                            node_id: config.node_id.clone(),
-                            address: advertised.clone(),
-                            slots: config.slots,
-                            skew_margin_ms: config.skew_margin_ms as i64,
-                            orphan_grace_ms: crate::writer::orphan_grace_ms(&config),
-                            dead_letter_retention_seconds: config.dead_letter_retention_seconds,
-                            peer_tls: tls.clone(),
-                        }),
+                        admin: admin.clone(),
                     },
                     AdminGate(auth.clone()),
                 ),
@@ -662,10 +663,21 @@ impl Node {
             let stopped = async move {
                 let _ = http_stop.wait_for(|s| *s).await;
             };
-            let router = crate::http::router(probe);
+            let dashboard = Arc::new(crate::dashboard::Dashboard {
+                admin: admin.clone(),
+                auth: auth.clone(),
+                window_seconds: config.window_seconds,
+                trace_url_template: config.trace_url_template.clone(),
+            });
+            let router = crate::http::router(probe, Some(dashboard));
             match &tls {
                 None => own(&tasks.server, async move {
-                    let served = axum::serve(l, router).with_graceful_shutdown(stopped).await;
+                    let served = axum::serve(
+                        l,
+                        router.into_make_service_with_connect_info::<crate::tls::ConnInfo>(),
+                    )
+                    .with_graceful_shutdown(stopped)
+                    .await;
                     if let Err(e) = served {
                         tracing::warn!(error = %e, "the metrics and probes listener failed");
                     }
@@ -685,9 +697,12 @@ impl Node {
                         ),
                     );
                     own(&tasks.server, async move {
-                        let served = axum::serve(TlsListener { rx, local }, router)
-                            .with_graceful_shutdown(stopped)
-                            .await;
+                        let served = axum::serve(
+                            TlsListener { rx, local },
+                            router.into_make_service_with_connect_info::<crate::tls::ConnInfo>(),
+                        )
+                        .with_graceful_shutdown(stopped)
+                        .await;
                         if let Err(e) = served {
                             tracing::warn!(error = %e, "the metrics and probes listener failed");
                         }

@@ -277,6 +277,36 @@ pub struct ConnInfo {
     pub peer_certs: Option<Arc<Vec<CertificateDer<'static>>>>,
 }
 
+/// The HTTP listener's connections (in clear) give their `ConnInfo` to the dashboard, which
+/// reads it from `ConnectInfo` (`axum::serve` with `into_make_service_with_connect_info`).
+impl
+    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
+    for ConnInfo
+{
+    fn connect_info(s: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+        ConnInfo {
+            remote: Some(*s.remote_addr()),
+            peer_certs: None,
+        }
+    }
+}
+
+/// The HTTP listener's TLS connections: with the client certificate verified in the
+/// handshake, when one was sent (the dashboard then knows the caller by its CN).
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>>
+    for ConnInfo
+{
+    fn connect_info(s: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+        let (_, session) = s.io().get_ref();
+        ConnInfo {
+            remote: Some(*s.remote_addr()),
+            peer_certs: session
+                .peer_certificates()
+                .map(|c| Arc::new(c.iter().map(|c| c.clone().into_owned()).collect())),
+        }
+    }
+}
+
 /// A gRPC connection, in clear or TLS.
 pub enum MaybeTls<T> {
     Plain(T),

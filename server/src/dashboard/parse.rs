@@ -1,0 +1,416 @@
+//! The dashboard API's query strings and JSON bodies, read totally: any bytes give a value or
+//! an `Error::InvalidArgument` naming the parameter or field (the body's fields by their
+//! path, `policy.multiplier`, `letters[3].dead_at`). Unknown parameters and fields are
+//! refused. Times are RFC 3339, durations numbers of seconds (`rebound_proto::json`).
+
+use std::collections::BTreeMap;
+
+use rebound_proto::{
+    json::{self as pj, FieldError, Fields},
+    v1 as pb,
+};
+use serde_json::Value;
+
+use crate::{error::Error, redrive::LetterKey, redrive::MAX_SELECTED_LETTERS};
+
+/// The largest request body read.
+pub const MAX_BODY_BYTES: usize = 64 << 10;
+
+/// A body field error as the API's error, its field as a path under `prefix`.
+fn field(prefix: &str, (f, m): FieldError) -> Error {
+    let path = pj::join_field(prefix, &f);
+    Error::invalid(if path.is_empty() { "body" } else { &path }, m)
+}
+
+/// The value of one `%XX`-escaped query component (`+` is a space); None when an escape is
+/// broken or the bytes are not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = b.get(i + 1..i + 3)?;
+                let hi = (hex[0] as char).to_digit(16)?;
+                let lo = (hex[1] as char).to_digit(16)?;
+                out.push((hi * 16 + lo) as u8);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A query string's parameters, each at most once and each one of the allowed names.
+#[derive(Debug, Default)]
+pub struct Query {
+    pairs: BTreeMap<String, String>,
+}
+
+impl Query {
+    pub fn parse(raw: Option<&str>, allowed: &[&str]) -> Result<Query, Error> {
+        let mut pairs = BTreeMap::new();
+        for part in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = part.split_once('=').unwrap_or((part, ""));
+            let key = percent_decode(k).ok_or_else(|| {
+                Error::invalid(
+                    "query",
+                    "has a parameter name that is not UTF-8 or badly escaped",
+                )
+            })?;
+            let value = percent_decode(v)
+                .ok_or_else(|| Error::invalid(&key, "is not UTF-8 or is badly escaped"))?;
+            if !allowed.contains(&key.as_str()) {
+                return Err(Error::invalid(
+                    &key,
+                    format!("is not a known parameter (known: {})", allowed.join(", ")),
+                ));
+            }
+            if pairs.insert(key.clone(), value).is_some() {
+                return Err(Error::invalid(&key, "is given more than once"));
+            }
+        }
+        Ok(Query { pairs })
+    }
+
+    /// The parameter's value; an empty one reads as absent.
+    pub fn str(&self, name: &str) -> Option<&str> {
+        self.pairs
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    pub fn time(&self, name: &str) -> Result<Option<prost_types::Timestamp>, Error> {
+        self.str(name)
+            .map(|v| pj::time_from_text(v).map_err(|m| Error::invalid(name, m)))
+            .transpose()
+    }
+
+    pub fn u32(&self, name: &str) -> Result<Option<u32>, Error> {
+        self.str(name)
+            .map(|v| {
+                v.parse::<u32>().map_err(|_| {
+                    Error::invalid(
+                        name,
+                        format!("must be a whole number between 0 and 4294967295, got {v:?}"),
+                    )
+                })
+            })
+            .transpose()
+    }
+
+    pub fn bool(&self, name: &str) -> Result<bool, Error> {
+        match self.str(name) {
+            None | Some("false") | Some("0") => Ok(false),
+            Some("true") | Some("1") => Ok(true),
+            Some(v) => Err(Error::invalid(
+                name,
+                format!("must be true or false, got {v:?}"),
+            )),
+        }
+    }
+}
+
+/// The body as a JSON object (`{}` when there is nothing to send).
+pub fn body(bytes: &[u8]) -> Result<Value, Error> {
+    if bytes.len() > MAX_BODY_BYTES {
+        return Err(too_large());
+    }
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| {
+        Error::invalid(
+            "body",
+            format!("is not JSON ({e}); send a JSON object, {{}} when there is nothing to send"),
+        )
+    })?;
+    if !v.is_object() {
+        return Err(Error::invalid("body", "must be a JSON object"));
+    }
+    Ok(v)
+}
+
+pub fn too_large() -> Error {
+    Error::invalid("body", format!("must be at most {MAX_BODY_BYTES} bytes"))
+}
+
+/// `{}`.
+pub fn empty(v: &Value) -> Result<(), Error> {
+    Fields::new(v, &[]).map(|_| ()).map_err(|e| field("", e))
+}
+
+/// `{"policy": {...} or null}`: the policy to store (None: every field to the default).
+pub fn policy(v: &Value) -> Result<Option<pb::RetryPolicy>, Error> {
+    let f = Fields::new(v, &["policy"]).map_err(|e| field("", e))?;
+    f.get("policy")
+        .map(|p| pj::policy_from_json(p).map_err(|e| field("policy", e)))
+        .transpose()
+}
+
+/// `{"limits": {...} or null}`.
+pub fn limits(v: &Value) -> Result<Option<pb::ServiceLimits>, Error> {
+    let f = Fields::new(v, &["limits"]).map_err(|e| field("", e))?;
+    f.get("limits")
+        .map(|l| pj::limits_from_json(l).map_err(|e| field("limits", e)))
+        .transpose()
+}
+
+/// `{"before": time or null, "max_buckets": n}`.
+pub fn purge(service: &str, v: &Value) -> Result<pb::PurgeServiceRequest, Error> {
+    let f = Fields::new(v, &["before", "max_buckets"]).map_err(|e| field("", e))?;
+    Ok(pb::PurgeServiceRequest {
+        service: service.to_string(),
+        before: f.time("before").map_err(|e| field("", e))?,
+        max_buckets: f.u32("max_buckets").map_err(|e| field("", e))?.unwrap_or(0),
+    })
+}
+
+/// `{"from", "to"}`.
+pub fn purge_dead_letters(service: &str, v: &Value) -> Result<pb::PurgeDeadLettersRequest, Error> {
+    let f = Fields::new(v, &["from", "to"]).map_err(|e| field("", e))?;
+    Ok(pb::PurgeDeadLettersRequest {
+        service: service.to_string(),
+        from: f.time("from").map_err(|e| field("", e))?,
+        to: f.time("to").map_err(|e| field("", e))?,
+    })
+}
+
+/// What a redrive body asks for.
+#[derive(Debug, PartialEq)]
+pub enum Redrive {
+    /// RedriveDeadLetters: the letters matching a filter, one call's worth.
+    Filter(pb::RedriveDeadLettersRequest),
+    /// Exactly these letters.
+    Letters {
+        letters: Vec<LetterKey>,
+        delay: Option<prost_types::Duration>,
+        max_per_second: u32,
+    },
+}
+
+const REDRIVE_FIELDS: &[&str] = &[
+    "from",
+    "to",
+    "error_contains",
+    "delay",
+    "max_items",
+    "max_per_second",
+    "letters",
+];
+
+/// `{"from", "to", "error_contains", "delay", "max_items", "max_per_second"}` or
+/// `{"letters": [{"transaction_id", "dead_at"}], "delay", "max_per_second"}`.
+pub fn redrive(service: &str, v: &Value) -> Result<Redrive, Error> {
+    let f = Fields::new(v, REDRIVE_FIELDS).map_err(|e| field("", e))?;
+    let delay = f.duration("delay").map_err(|e| field("", e))?;
+    let max_per_second = f
+        .u32("max_per_second")
+        .map_err(|e| field("", e))?
+        .unwrap_or(0);
+    let Some(items) = f.array("letters").map_err(|e| field("", e))? else {
+        return Ok(Redrive::Filter(pb::RedriveDeadLettersRequest {
+            service: service.to_string(),
+            from: f.time("from").map_err(|e| field("", e))?,
+            to: f.time("to").map_err(|e| field("", e))?,
+            error_contains: f
+                .str("error_contains")
+                .map_err(|e| field("", e))?
+                .unwrap_or("")
+                .to_string(),
+            delay,
+            max_items: f.u32("max_items").map_err(|e| field("", e))?.unwrap_or(0),
+            max_per_second,
+        }));
+    };
+    for other in ["from", "to", "error_contains", "max_items"] {
+        if f.get(other).is_some() {
+            return Err(Error::invalid(
+                other,
+                "cannot be combined with letters (a filter and a selection are two kinds of redrive)",
+            ));
+        }
+    }
+    if items.len() > MAX_SELECTED_LETTERS {
+        return Err(Error::invalid(
+            "letters",
+            format!(
+                "must name 1 to {MAX_SELECTED_LETTERS} dead letters, got {}",
+                items.len()
+            ),
+        ));
+    }
+    let letters = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let at = format!("letters[{i}]");
+            let l = Fields::new(item, &["transaction_id", "dead_at"]).map_err(|e| field(&at, e))?;
+            Ok(LetterKey {
+                transaction_id: l
+                    .str("transaction_id")
+                    .map_err(|e| field(&at, e))?
+                    .unwrap_or("")
+                    .to_string(),
+                dead_at: l.time("dead_at").map_err(|e| field(&at, e))?,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(Redrive::Letters {
+        letters,
+        delay,
+        max_per_second,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn field_of(e: Error) -> String {
+        match e {
+            Error::InvalidArgument { field, .. } => field,
+            e => panic!("not INVALID_ARGUMENT: {e:?}"),
+        }
+    }
+
+    #[test]
+    fn queries_decode_and_refuse_what_they_do_not_know() {
+        let q = Query::parse(
+            Some("from=2026-11-30T06%3A10%3A00Z&error_contains=a+b%21&page_size=5&x="),
+            &["from", "error_contains", "page_size", "x"],
+        )
+        .unwrap();
+        assert_eq!(q.time("from").unwrap().unwrap().seconds, 1_796_019_000);
+        assert_eq!(q.str("error_contains"), Some("a b!"));
+        assert_eq!(q.u32("page_size").unwrap(), Some(5));
+        assert_eq!(q.str("x"), None);
+        assert_eq!(
+            field_of(Query::parse(Some("nope=1"), &["a"]).unwrap_err()),
+            "nope"
+        );
+        assert_eq!(
+            field_of(Query::parse(Some("a=1&a=2"), &["a"]).unwrap_err()),
+            "a"
+        );
+        assert_eq!(
+            field_of(Query::parse(Some("a=%ff"), &["a"]).unwrap_err()),
+            "a"
+        );
+        assert_eq!(
+            field_of(Query::parse(Some("a=%f"), &["a"]).unwrap_err()),
+            "a"
+        );
+        let q = Query::parse(Some("a=-1&b=maybe"), &["a", "b"]).unwrap();
+        assert_eq!(field_of(q.u32("a").unwrap_err()), "a");
+        assert_eq!(field_of(q.bool("b").unwrap_err()), "b");
+    }
+
+    #[test]
+    fn bodies_name_the_field_at_fault() {
+        assert_eq!(field_of(body(b"").unwrap_err()), "body");
+        assert_eq!(field_of(body(b"[1]").unwrap_err()), "body");
+        assert_eq!(
+            field_of(body(&vec![b' '; MAX_BODY_BYTES + 1]).unwrap_err()),
+            "body"
+        );
+        assert_eq!(field_of(empty(&json!({"x": 1})).unwrap_err()), "x");
+        assert_eq!(
+            field_of(policy(&json!({"policy": {"multiplier": "x"}})).unwrap_err()),
+            "policy.multiplier"
+        );
+        assert_eq!(
+            field_of(policy(&json!({"policy": 3})).unwrap_err()),
+            "policy"
+        );
+        assert_eq!(policy(&json!({"policy": null})).unwrap(), None);
+        assert_eq!(
+            field_of(limits(&json!({"limits": {"burst": 1}})).unwrap_err()),
+            "limits.burst"
+        );
+        assert_eq!(
+            field_of(purge("s", &json!({"before": "soon"})).unwrap_err()),
+            "before"
+        );
+        let r = redrive(
+            "s",
+            &json!({"letters": [{"transaction_id": "t", "dead_at": "2026-11-30T06:10:00.250Z"}], "delay": 1.5}),
+        )
+        .unwrap();
+        let Redrive::Letters { letters, delay, .. } = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(letters[0].transaction_id, "t");
+        assert_eq!(letters[0].dead_at.unwrap().nanos, 250_000_000);
+        assert_eq!(delay.unwrap().nanos, 500_000_000);
+        assert_eq!(
+            field_of(redrive("s", &json!({"letters": [{"dead_at": 1}]})).unwrap_err()),
+            "letters[0].dead_at"
+        );
+        assert_eq!(
+            field_of(
+                redrive("s", &json!({"letters": [], "from": "2026-11-30T06:10:00Z"})).unwrap_err()
+            ),
+            "from"
+        );
+        assert!(matches!(
+            redrive("s", &json!({"max_items": 10})).unwrap(),
+            Redrive::Filter(pb::RedriveDeadLettersRequest { max_items: 10, .. })
+        ));
+    }
+
+    mod props {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn json_like() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "(?s).{0,80}",
+                "\\{(\"(letters|policy|limits|before|max_buckets|from|to|delay|max_per_second|transaction_id|dead_at|multiplier)\": ?(null|-?[0-9.e]{1,8}|\"[^\"]{0,12}\"|\\[\\{?\\}?\\]|\\{\\}|true),?){0,4}\\}",
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn queries_are_total(raw in "(?s).{0,60}", pct in "([a-z_]{1,6}=(%[0-9a-fA-F]{0,2}|[+a-z0-9:-]){0,8}&?){0,4}") {
+                let allowed = ["from", "to", "error_contains", "page_size", "page_token", "include_redriven", "service"];
+                for s in [raw.as_str(), pct.as_str()] {
+                    if let Ok(q) = Query::parse(Some(s), &allowed) {
+                        for name in allowed {
+                            let _ = q.time(name);
+                            let _ = q.u32(name);
+                            let _ = q.bool(name);
+                        }
+                    }
+                }
+            }
+
+            #[test]
+            fn bodies_are_total(text in json_like()) {
+                if let Ok(v) = body(text.as_bytes()) {
+                    let _ = empty(&v);
+                    let _ = policy(&v);
+                    let _ = limits(&v);
+                    let _ = purge("s", &v);
+                    let _ = purge_dead_letters("s", &v);
+                    let _ = redrive("s", &v);
+                }
+            }
+
+            #[test]
+            fn bodies_of_bytes_are_total(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+                if let Ok(v) = body(&bytes) {
+                    let _ = redrive("s", &v);
+                    let _ = policy(&v);
+                }
+            }
+        }
+    }
+}
