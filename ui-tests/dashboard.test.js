@@ -108,6 +108,22 @@ async function open(token, width = 1280, height = 900) {
 	return page;
 }
 
+/** The page's visible error messages, for a failure's report. */
+async function alerts(page) {
+	return page.$$eval('[role="alert"]:not([hidden]), [role="status"]', (els) =>
+		els.map((e) => e.textContent).filter(Boolean),
+	);
+}
+
+/** page.waitForFunction, failing with the page's error messages. */
+async function waitOnPage(page, what, fn, arg) {
+	try {
+		await page.waitForFunction(fn, arg, { timeout: 20_000 });
+	} catch (e) {
+		throw new Error(`${what}: ${e.message}; errors on the page: ${JSON.stringify(await alerts(page))}`);
+	}
+}
+
 async function go(page, hash) {
 	await page.goto(`${URL_}/${hash}`);
 	await page.waitForSelector("#nav a");
@@ -262,7 +278,7 @@ describe("dashboard", { concurrency: false }, () => {
 
 		await page.check('input[data-letter="d-1"]');
 		await page.click('[data-action="redrive-selected"]');
-		await page.waitForFunction(() =>
+		await waitOnPage(page, "the redrive's answer", () =>
 			/Redriven 1\b/.test(document.querySelector('[data-field="redrive_progress"]')?.textContent ?? ""),
 		);
 		await waitFor("d-1 delivered again", async () => seen.filter((t) => t === "d-1").length === 2, 20_000);
