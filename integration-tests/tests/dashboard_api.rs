@@ -1,0 +1,979 @@
+//! The dashboard's JSON API (`docs/dashboard.md`) against in-process nodes on the embedded
+//! store (no Cassandra needed): credentials as on gRPC (401 / 403, and nothing changed by a
+//! refused call), the POST guard (415 / 403 before anything is read), the same messages as
+//! gRPC, live counters, the retry lookup's trace link, and the assets' headers.
+
+use std::{path::Path, sync::Arc, time::Duration};
+
+use rebound_integration_tests::{
+    credentials_file, enqueue_req, next_delivery,
+    pki::{client_tls, tls_channel, Ca, Issued},
+    with_token,
+};
+use rebound_proto::v1::{
+    self as pb, admin_service_client::AdminServiceClient,
+    executor_service_client::ExecutorServiceClient, retry_service_client::RetryServiceClient,
+};
+use rebound_server::{clock::SystemClock, config::Config, node::Node};
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tonic::transport::Channel;
+
+fn embedded_config(dir: &Path) -> Config {
+    Config {
+        store: rebound_server::config::StoreKind::Embedded,
+        data_dir: Some(dir.join("data")),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        http_listen: Some("127.0.0.1:0".parse().unwrap()),
+        http_listen_set: true,
+        node_id: "dash-node".into(),
+        window_seconds: 1,
+        skew_margin_ms: 250,
+        scan_interval_ms: 100,
+        settings_refresh_ms: 200,
+        lease_ttl_ms: 2_000,
+        clock_sync: false,
+        shutdown_grace_ms: 1_000,
+        ..Config::default()
+    }
+}
+
+const PAY: &str = "pay-secret";
+const OPS: &str = "ops-secret";
+const TEMPLATE: &str = "http://127.0.0.1:16686/trace/{trace_id}";
+
+/// A node with an admin credential of every service (`ops`) and one for `payments` only
+/// (`pay`).
+async fn node_with_credentials(test: &str, dir: &Path) -> (Node, Channel) {
+    let file = credentials_file(
+        test,
+        &[
+            ("pay", PAY, &["payments"], false),
+            ("ops", OPS, &["*"], true),
+        ],
+    );
+    let mut c = embedded_config(dir);
+    c.credentials_file = Some(file);
+    c.trace_url_template = Some(TEMPLATE.into());
+    start(c).await
+}
+
+async fn start(c: Config) -> (Node, Channel) {
+    let node = Node::start(c, Arc::new(SystemClock)).await.unwrap();
+    let ch = Channel::from_shared(format!("http://{}", node.local_addr()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    (node, ch)
+}
+
+async fn stop(node: Node) {
+    tokio::time::timeout(Duration::from_secs(10), node.shutdown())
+        .await
+        .expect("node stops within 10 s")
+        .expect("node stops cleanly");
+}
+
+/// One HTTP answer.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {self:#?}"))
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Asserts the status and, for an error, the JSON error shape; returns the body.
+    fn expect(&self, status: u16) -> Value {
+        assert_eq!(self.status, status, "{self:#?}");
+        let v = self.json();
+        if status >= 400 {
+            assert!(v["code"].is_string() && v["message"].is_string(), "{v}");
+        }
+        v
+    }
+}
+
+/// One request on `s`: the method, path, headers and body; the connection closes after.
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Answer {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        head.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    if let Some(b) = body {
+        s.write_all(b).await.unwrap();
+    }
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw).await;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((size, after)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 || after.len() < n {
+                break;
+            }
+            out.push_str(&after[..n]);
+            rest = after[n..].trim_start_matches("\r\n");
+        }
+        out
+    } else {
+        body.to_string()
+    };
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// A client of one node's HTTP listener, with a token or none.
+#[derive(Clone)]
+struct Http {
+    addr: std::net::SocketAddr,
+    token: Option<String>,
+}
+
+impl Http {
+    fn of(node: &Node, token: Option<&str>) -> Http {
+        Http {
+            addr: node.http_addr().expect("the HTTP listener is on"),
+            token: token.map(String::from),
+        }
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        extra: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Answer {
+        let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let mut headers: Vec<(&str, &str)> = extra.to_vec();
+        if let Some(a) = &auth {
+            headers.push(("Authorization", a));
+        }
+        let s = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let host = self.addr.to_string();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            exchange(s, &host, method, path, &headers, body),
+        )
+        .await
+        .expect("answered within 30 s")
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.send("GET", path, &[], None).await
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> Answer {
+        let b = body.to_string();
+        self.send(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            Some(b.as_bytes()),
+        )
+        .await
+    }
+}
+
+async fn service_info(ch: &Channel, service: &str) -> pb::ServiceInfo {
+    AdminServiceClient::new(ch.clone())
+        .get_service(with_token(
+            pb::GetServiceRequest {
+                service: service.into(),
+            },
+            Some(OPS),
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn retry_status(ch: &Channel, service: &str, txid: &str) -> i32 {
+    RetryServiceClient::new(ch.clone())
+        .get_retry(with_token(
+            pb::GetRetryRequest {
+                service: service.into(),
+                transaction_id: txid.into(),
+            },
+            Some(OPS),
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
+async fn enqueue(ch: &Channel, r: pb::EnqueueRetryRequest, token: &str) {
+    RetryServiceClient::new(ch.clone())
+        .enqueue_retry(with_token(r, Some(token)))
+        .await
+        .unwrap();
+}
+
+/// Enqueues `txid`, takes its delivery and fails it (not retryable): a dead letter.
+async fn dead_letter(ch: &Channel, service: &str, txid: &str, token: &str) {
+    let mut r = enqueue_req(service, txid, 0);
+    r.policy = Some(pb::RetryPolicy {
+        max_attempts: Some(2),
+        ..Default::default()
+    });
+    enqueue(ch, r, token).await;
+    let mut stream = ExecutorServiceClient::new(ch.clone())
+        .subscribe(with_token(
+            pb::SubscribeRequest {
+                service: service.into(),
+                executor_id: "dash-test".into(),
+                max_in_flight: 10,
+            },
+            Some(token),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let d = next_delivery(&mut stream, Duration::from_secs(15))
+        .await
+        .expect("delivered");
+    assert_eq!(d.transaction_id, txid);
+    let ack = pb::AckRequest {
+        delivery_id: d.delivery_id.clone(),
+        outcome: pb::AckOutcome::Failed as i32,
+        error: "boom".into(),
+        ..Default::default()
+    };
+    let r = ExecutorServiceClient::new(ch.clone())
+        .ack(with_token(ack, Some(token)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.dead_lettered, "{r:?}");
+}
+
+#[tokio::test]
+async fn sessions_with_and_without_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, _ch) = node_with_credentials("dash-session", dir.path()).await;
+    let anon = Http::of(&node, None);
+    let e = anon.get("/api/v1/session").await.expect(401);
+    assert_eq!(e["code"], "UNAUTHENTICATED");
+    let e = Http::of(&node, Some("wrong"))
+        .get("/api/v1/session")
+        .await
+        .expect(401);
+    assert_eq!(e["message"], "unknown token");
+    let s = Http::of(&node, Some(PAY))
+        .get("/api/v1/session")
+        .await
+        .expect(200);
+    assert_eq!(s["auth_required"], true);
+    assert_eq!(s["credential"], "pay");
+    assert_eq!(s["admin"], false);
+    assert_eq!(s["services"], json!(["payments"]));
+    assert_eq!(s["node_id"], "dash-node");
+    assert_eq!(s["window_seconds"], 1);
+    assert_eq!(s["trace_url_template"], TEMPLATE);
+    assert!(s["version"].is_string());
+    let s = Http::of(&node, Some(OPS))
+        .get("/api/v1/session")
+        .await
+        .expect(200);
+    assert_eq!(s["admin"], true);
+    assert_eq!(s["services"], Value::Null);
+    // The probes and metrics stay open.
+    assert_eq!(anon.get("/healthz").await.status, 200);
+    assert_eq!(anon.get("/metrics").await.status, 200);
+    // Any credential may read the ring and the live counters; nodes' stats for admins only.
+    let r = Http::of(&node, Some(PAY))
+        .get("/api/v1/ring")
+        .await
+        .expect(200);
+    assert_eq!(r["nodes"][0]["node_id"], "dash-node");
+    assert_eq!(r["node_stats"], Value::Null);
+    let r = Http::of(&node, Some(OPS))
+        .get("/api/v1/ring")
+        .await
+        .expect(200);
+    assert_eq!(r["node_stats"][0]["node_id"], "dash-node");
+    assert_eq!(r["node_stats"][0]["reachable"], true);
+    anon.get("/api/v1/ring").await.expect(401);
+    anon.get("/api/v1/live").await.expect(401);
+    stop(node).await;
+
+    // No credentials file: every call allowed, the caller an admin of every service.
+    let dir = tempfile::tempdir().unwrap();
+    let (node, _ch) = start(embedded_config(dir.path())).await;
+    let s = Http::of(&node, None)
+        .get("/api/v1/session")
+        .await
+        .expect(200);
+    assert_eq!(s["auth_required"], false);
+    assert_eq!(s["credential"], Value::Null);
+    assert_eq!(s["admin"], true);
+    assert_eq!(s["services"], Value::Null);
+    assert_eq!(s["trace_url_template"], Value::Null);
+    stop(node).await;
+}
+
+#[tokio::test]
+async fn admin_endpoints_refuse_others_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, ch) = node_with_credentials("dash-refuse", dir.path()).await;
+    enqueue(&ch, enqueue_req("payments", "later", 3_600_000), PAY).await;
+    dead_letter(&ch, "payments", "dead-1", PAY).await;
+    let ops = Http::of(&node, Some(OPS));
+    let listed = ops
+        .get("/api/v1/services/payments/dead-letters")
+        .await
+        .expect(200);
+    let letter = listed["dead_letters"][0].clone();
+    assert_eq!(letter["transaction_id"], "dead-1");
+    let before_info = service_info(&ch, "payments").await;
+
+    let s = "/api/v1/services/payments";
+    let gets = [
+        "/api/v1/services".to_string(),
+        "/api/v1/stats".into(),
+        s.to_string(),
+        format!("{s}/dead-letters"),
+        "/api/v1/windows/2026-11-30/0".into(),
+    ];
+    let posts = [
+        (format!("{s}/pause"), json!({})),
+        (format!("{s}/resume"), json!({})),
+        (
+            format!("{s}/policy"),
+            json!({"policy": {"max_attempts": 9}}),
+        ),
+        (
+            format!("{s}/limits"),
+            json!({"limits": {"max_concurrent": 1}}),
+        ),
+        (
+            format!("{s}/purge"),
+            json!({"before": null, "max_buckets": 100}),
+        ),
+        (
+            format!("{s}/dead-letters/redrive"),
+            json!({"letters": [{"transaction_id": "dead-1", "dead_at": letter["dead_at"]}]}),
+        ),
+        (
+            format!("{s}/dead-letters/redrive"),
+            json!({"max_items": 10}),
+        ),
+        (format!("{s}/dead-letters/purge"), json!({})),
+    ];
+    for (token, status, code) in [
+        (None, 401, "UNAUTHENTICATED"),
+        (Some("wrong"), 401, "UNAUTHENTICATED"),
+        (Some(PAY), 403, "PERMISSION_DENIED"),
+    ] {
+        let http = Http::of(&node, token);
+        for path in &gets {
+            let e = http.get(path).await.expect(status);
+            assert_eq!(e["code"], code, "GET {path}");
+        }
+        for (path, body) in &posts {
+            let e = http.post(path, body).await.expect(status);
+            assert_eq!(e["code"], code, "POST {path}");
+        }
+    }
+    // Nothing changed: settings, the scheduled retry, the dead letter (not redriven, not
+    // purged), the dead retry.
+    let after_info = service_info(&ch, "payments").await;
+    assert_eq!(before_info, after_info);
+    assert!(!after_info.paused);
+    assert_eq!(
+        retry_status(&ch, "payments", "later").await,
+        pb::RetryStatus::Scheduled as i32
+    );
+    assert_eq!(
+        retry_status(&ch, "payments", "dead-1").await,
+        pb::RetryStatus::Dead as i32
+    );
+    let again = ops
+        .get("/api/v1/services/payments/dead-letters?include_redriven=true")
+        .await
+        .expect(200);
+    assert_eq!(again["dead_letters"], listed["dead_letters"]);
+    assert_eq!(again["dead_letters"][0]["redriven_at"], Value::Null);
+
+    // The admin may: the selected letter is redriven, and a second time skipped.
+    let path = format!("{s}/dead-letters/redrive");
+    let body = json!({"letters": [{"transaction_id": "dead-1", "dead_at": letter["dead_at"]}], "delay": 3600});
+    let r = ops.post(&path, &body).await.expect(200);
+    assert_eq!(r, json!({"redriven": 1, "skipped": 0, "done": true}));
+    assert_eq!(
+        retry_status(&ch, "payments", "dead-1").await,
+        pb::RetryStatus::Scheduled as i32
+    );
+    let r = ops.post(&path, &body).await.expect(200);
+    assert_eq!(r, json!({"redriven": 0, "skipped": 1, "done": true}));
+    let e = ops
+        .post(&path, &json!({"letters": [], "max_per_second": 5}))
+        .await
+        .expect(400);
+    assert!(
+        e["message"].as_str().unwrap().starts_with("letters:"),
+        "{e}"
+    );
+    stop(node).await;
+}
+
+#[tokio::test]
+async fn writes_need_a_json_body_from_the_same_origin() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, ch) = start(embedded_config(dir.path())).await;
+    enqueue(&ch, enqueue_req("orders", "o-1", 3_600_000), OPS).await;
+    let http = Http::of(&node, None);
+    let path = "/api/v1/services/orders/pause";
+    let host = node.http_addr().unwrap().to_string();
+    let own = format!("http://{host}");
+    for (headers, status) in [
+        (vec![], 415),
+        (vec![("Content-Type", "text/plain")], 415),
+        (
+            vec![("Content-Type", "application/x-www-form-urlencoded")],
+            415,
+        ),
+        (
+            vec![
+                ("Content-Type", "application/json"),
+                ("Origin", "http://evil.example"),
+            ],
+            403,
+        ),
+        (
+            vec![("Content-Type", "application/json"), ("Origin", "null")],
+            403,
+        ),
+    ] {
+        let a = http.send("POST", path, &headers, Some(b"{}")).await;
+        a.expect(status);
+        assert!(!service_info(&ch, "orders").await.paused, "{headers:?}");
+    }
+    // Unknown fields and bodies that are no JSON object: 400 naming them.
+    let e = http.post(path, &json!({"paused": true})).await.expect(400);
+    assert!(e["message"].as_str().unwrap().starts_with("paused:"), "{e}");
+    let e = http
+        .send(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            Some(b"[]"),
+        )
+        .await
+        .expect(400);
+    assert!(e["message"].as_str().unwrap().starts_with("body:"), "{e}");
+    let big = vec![b' '; 66_000];
+    let e = http
+        .send(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            Some(&big),
+        )
+        .await
+        .expect(400);
+    assert!(e["message"].as_str().unwrap().contains("65536"), "{e}");
+    assert!(!service_info(&ch, "orders").await.paused);
+    // The page's own origin, with a charset: accepted.
+    let a = http
+        .send(
+            "POST",
+            path,
+            &[
+                ("Content-Type", "application/json; charset=utf-8"),
+                ("Origin", &own),
+            ],
+            Some(b"{}"),
+        )
+        .await;
+    assert_eq!(a.expect(200)["paused"], true);
+    stop(node).await;
+}
+
+#[tokio::test]
+async fn pause_policy_and_lookups_answer_as_grpc_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, ch) = node_with_credentials("dash-admin", dir.path()).await;
+    enqueue(&ch, enqueue_req("payments", "p-1", 3_600_000), PAY).await;
+    let ops = Http::of(&node, Some(OPS));
+    let s = "/api/v1/services/payments";
+
+    let v = ops
+        .post(&format!("{s}/pause"), &json!({}))
+        .await
+        .expect(200);
+    assert_eq!(v["paused"], true);
+    assert!(v["paused_at"].is_string(), "{v}");
+    assert!(service_info(&ch, "payments").await.paused);
+    let v = ops
+        .post(&format!("{s}/resume"), &json!({}))
+        .await
+        .expect(200);
+    assert_eq!(v["paused"], false);
+    assert!(!service_info(&ch, "payments").await.paused);
+
+    // A policy the node refuses: 400 with the message gRPC gives, and nothing stored.
+    let bad = pb::RetryPolicy {
+        multiplier: Some(0.5),
+        ..Default::default()
+    };
+    let grpc = AdminServiceClient::new(ch.clone())
+        .set_service_policy(with_token(
+            pb::SetServicePolicyRequest {
+                service: "payments".into(),
+                policy: Some(bad),
+            },
+            Some(OPS),
+        ))
+        .await
+        .unwrap_err();
+    let e = ops
+        .post(
+            &format!("{s}/policy"),
+            &json!({"policy": {"multiplier": 0.5}}),
+        )
+        .await
+        .expect(400);
+    assert_eq!(e["code"], "INVALID_ARGUMENT");
+    assert_eq!(e["message"], grpc.message());
+    let e = ops
+        .post(
+            &format!("{s}/policy"),
+            &json!({"policy": {"multiplier": "2"}}),
+        )
+        .await
+        .expect(400);
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("policy.multiplier:"),
+        "{e}"
+    );
+    let e = ops
+        .post(&format!("{s}/policy"), &json!({"policy": {"retries": 2}}))
+        .await
+        .expect(400);
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("policy.retries:"),
+        "{e}"
+    );
+    assert_eq!(
+        service_info(&ch, "payments")
+            .await
+            .policy
+            .unwrap()
+            .multiplier,
+        None
+    );
+    // A good one and limits: stored, answered as ServiceInfo.
+    let v = ops
+        .post(
+            &format!("{s}/policy"),
+            &json!({"policy": {"max_attempts": 4, "initial_backoff": 1.5}}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(v["policy"]["max_attempts"], 4);
+    assert_eq!(v["policy"]["initial_backoff"], 1.5);
+    assert_eq!(v["effective_policy"]["max_attempts"], 4);
+    let v = ops
+        .post(
+            &format!("{s}/limits"),
+            &json!({"limits": {"max_concurrent": 3}}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(v["limits"]["max_concurrent"], 3);
+    assert_eq!(
+        service_info(&ch, "payments")
+            .await
+            .limits
+            .unwrap()
+            .max_concurrent,
+        Some(3)
+    );
+
+    // Lookups: unknown service and retry 404, a bad name 400, unknown query parameter 400.
+    let e = ops.get("/api/v1/services/nope").await.expect(404);
+    assert_eq!(e["code"], "NOT_FOUND");
+    ops.get("/api/v1/services/nope/retries/x").await.expect(404);
+    ops.get("/api/v1/services/payments/retries/missing")
+        .await
+        .expect(404);
+    ops.get("/api/v1/services/nope/dead-letters")
+        .await
+        .expect(404);
+    ops.get("/api/v1/stats?service=nope").await.expect(404);
+    ops.get("/api/v1/services/Bad%20Name").await.expect(400);
+    let e = ops
+        .get("/api/v1/services/payments/dead-letters?page=2")
+        .await
+        .expect(400);
+    assert!(e["message"].as_str().unwrap().starts_with("page:"), "{e}");
+    ops.get("/api/v1/services/payments/dead-letters?page_token=junk")
+        .await
+        .expect(400);
+    ops.get("/api/v1/nothing-here").await.expect(404);
+    let e = ops.get("/api/v1/windows/2026-11-30/x").await.expect(400);
+    assert!(e["message"].as_str().unwrap().starts_with("window:"), "{e}");
+
+    // The rest of the admin endpoints answer their shapes.
+    let v = ops.get("/api/v1/services").await.expect(200);
+    assert_eq!(v["services"][0]["service"], "payments");
+    let v = ops.get("/api/v1/stats").await.expect(200);
+    assert_eq!(v["services"][0]["service"], "payments");
+    assert_eq!(v["services"][0]["pending"], 1);
+    assert_eq!(v["nodes"][0]["node_id"], "dash-node");
+    assert!(v["nodes"][0].get("clock_offset_ms").is_some(), "{v}");
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let v = ops
+        .get(&format!("/api/v1/windows/{today}/0"))
+        .await
+        .expect(200);
+    assert_eq!(v["day"], today.as_str());
+    assert_eq!(v["window_seconds"], 1);
+    let v = ops
+        .post(
+            &format!("{s}/purge"),
+            &json!({"before": null, "max_buckets": 100}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(v["cancelled"], 1, "{v}");
+    assert!(v["before"].is_string() && v["done"].is_boolean(), "{v}");
+    assert_eq!(
+        retry_status(&ch, "payments", "p-1").await,
+        pb::RetryStatus::Cancelled as i32
+    );
+    let v = ops
+        .post(&format!("{s}/dead-letters/purge"), &json!({}))
+        .await
+        .expect(200);
+    assert_eq!(v, json!({"purged": 0}));
+    stop(node).await;
+}
+
+#[tokio::test]
+async fn live_counters_grow_and_the_retry_lookup_links_its_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, ch) = node_with_credentials("dash-live", dir.path()).await;
+    let pay = Http::of(&node, Some(PAY));
+    let count = |v: &Value, service: &str| -> u64 {
+        v["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["service"] == service)
+            .map_or(0, |s| s["enqueued"].as_u64().unwrap())
+    };
+    let before = pay.get("/api/v1/live").await.expect(200);
+    assert_eq!(before["node_id"], "dash-node");
+    assert!(before["at"].is_string());
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut r = enqueue_req("payments", "traced", 3_600_000);
+    r.trace_context = Some(pb::TraceContext {
+        traceparent: format!("00-{trace}-00f067aa0ba902b7-01"),
+        tracestate: String::new(),
+    });
+    enqueue(&ch, r, PAY).await;
+    enqueue(&ch, enqueue_req("payments", "untraced", 3_600_000), PAY).await;
+    enqueue(&ch, enqueue_req("orders", "o-1", 3_600_000), OPS).await;
+    let after = pay.get("/api/v1/live").await.expect(200);
+    assert!(
+        count(&after, "payments") >= count(&before, "payments") + 2,
+        "{before} then {after}"
+    );
+    // Filtered to the caller's services; the admin sees every one.
+    for s in after["services"].as_array().unwrap() {
+        assert_eq!(s["service"], "payments", "{after}");
+    }
+    let all = Http::of(&node, Some(OPS))
+        .get("/api/v1/live")
+        .await
+        .expect(200);
+    assert!(count(&all, "orders") >= 1, "{all}");
+    assert!(
+        all["lateness"]["buckets"].as_array().unwrap().len() > 3,
+        "{all}"
+    );
+    assert_eq!(
+        all["lateness"]["buckets"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["le"],
+        "+Inf"
+    );
+
+    let v = pay
+        .get("/api/v1/services/payments/retries/traced")
+        .await
+        .expect(200);
+    assert_eq!(v["transaction_id"], "traced");
+    assert_eq!(v["status"], "SCHEDULED");
+    assert_eq!(v["trace_id"], trace);
+    assert_eq!(
+        v["trace_url"],
+        format!("http://127.0.0.1:16686/trace/{trace}")
+    );
+    let v = pay
+        .get("/api/v1/services/payments/retries/untraced")
+        .await
+        .expect(200);
+    assert_eq!(v["trace_id"], Value::Null);
+    assert_eq!(v["trace_url"], Value::Null);
+    // Another service's retry: PERMISSION_DENIED, as GetRetry.
+    let e = pay
+        .get("/api/v1/services/orders/retries/o-1")
+        .await
+        .expect(403);
+    assert_eq!(e["code"], "PERMISSION_DENIED");
+    stop(node).await;
+}
+
+#[tokio::test]
+async fn assets_are_served_with_csp_and_etags() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, _ch) = node_with_credentials("dash-assets", dir.path()).await;
+    // The page loads before signing in: the assets need no credential.
+    let http = Http::of(&node, None);
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/app.js", "text/javascript"),
+        ("/app.css", "text/css"),
+    ] {
+        let a = http.get(path).await;
+        assert_eq!(a.status, 200, "{path}");
+        assert!(
+            a.header("content-type").unwrap().starts_with(kind),
+            "{a:#?}"
+        );
+        assert_eq!(
+            a.header("content-security-policy"),
+            Some(
+                "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; \
+                 connect-src 'self'; frame-ancestors 'none'"
+            )
+        );
+        assert_eq!(a.header("x-content-type-options"), Some("nosniff"));
+        assert_eq!(a.header("referrer-policy"), Some("no-referrer"));
+        assert_eq!(a.header("cache-control"), Some("no-cache"));
+        assert!(!a.body.is_empty());
+        let etag = a.header("etag").expect("an ETag").to_string();
+        let same = http
+            .send("GET", path, &[("If-None-Match", &etag)], None)
+            .await;
+        assert_eq!(same.status, 304, "{same:#?}");
+        assert!(same.body.is_empty());
+        assert_eq!(same.header("etag"), Some(etag.as_str()));
+        let other = http
+            .send("GET", path, &[("If-None-Match", "\"other\"")], None)
+            .await;
+        assert_eq!(other.status, 200);
+    }
+    stop(node).await;
+}
+
+/// Arbitrary query strings and bodies: an answer (never a 5xx), and the node goes on.
+#[tokio::test]
+async fn arbitrary_queries_and_bodies_are_answered() {
+    use rand::{Rng, SeedableRng};
+    let dir = tempfile::tempdir().unwrap();
+    let (node, ch) = start(embedded_config(dir.path())).await;
+    enqueue(&ch, enqueue_req("orders", "o-1", 3_600_000), OPS).await;
+    let http = Http::of(&node, None);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let pieces = [
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"",
+        ":",
+        ",",
+        "null",
+        "true",
+        "1e999",
+        "-1",
+        "0.5",
+        "\"policy\"",
+        "\"letters\"",
+        "\"dead_at\"",
+        "\"before\"",
+        "\"max_buckets\"",
+        "\"limits\"",
+        "%",
+        "%ff",
+        "&",
+        "=",
+        "from",
+        "to",
+        "page_size",
+        "é",
+        "\\u0000",
+        " ",
+    ];
+    let posts = [
+        "policy",
+        "limits",
+        "purge",
+        "dead-letters/redrive",
+        "dead-letters/purge",
+    ];
+    for i in 0..120 {
+        let text: String = (0..rng.random_range(0..12))
+            .map(|_| pieces[rng.random_range(0..pieces.len())])
+            .collect();
+        let a = if i % 2 == 0 {
+            let q: String = text
+                .bytes()
+                .map(|b| match b {
+                    b'a'..=b'z' | b'0'..=b'9' | b'&' | b'=' | b'%' | b'+' | b'-' | b'_' | b'.' => {
+                        (b as char).to_string()
+                    }
+                    b => format!("%{b:02X}"),
+                })
+                .collect();
+            http.get(&format!("/api/v1/services/orders/dead-letters?{q}"))
+                .await
+        } else {
+            let p = posts[rng.random_range(0..posts.len())];
+            http.send(
+                "POST",
+                &format!("/api/v1/services/orders/{p}"),
+                &[("Content-Type", "application/json")],
+                Some(text.as_bytes()),
+            )
+            .await
+        };
+        assert!(
+            (200..500).contains(&a.status) && a.json()["code"] != "INTERNAL",
+            "{text:?}: {a:#?}"
+        );
+    }
+    http.get("/api/v1/session").await.expect(200);
+    stop(node).await;
+}
+
+/// Under mutual TLS on the HTTP listener, the client certificate's CN is the credential when
+/// no token is sent.
+#[tokio::test]
+async fn a_client_certificate_names_the_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "ca");
+    let node_cert = ca.node("node");
+    let creds = dir.path().join("credentials.toml");
+    std::fs::write(
+        &creds,
+        "[[credential]]\nname = \"operator\"\nadmin = true\nservices = [\"*\"]\n",
+    )
+    .unwrap();
+    let mut c = embedded_config(dir.path());
+    c.tls_cert_file = Some(node_cert.cert.clone());
+    c.tls_key_file = Some(node_cert.key.clone());
+    c.tls_client_ca_file = Some(ca.cert());
+    c.credentials_file = Some(creds);
+    let node = Node::start(c, Arc::new(SystemClock)).await.unwrap();
+    let http = node.http_addr().unwrap();
+    let client = ca.client("operator", "operator");
+    let s = https(http, &ca, Some(&client), "/api/v1/session")
+        .await
+        .expect(200);
+    assert_eq!(s["credential"], "operator");
+    assert_eq!(s["admin"], true);
+    https(http, &ca, None, "/api/v1/session").await.expect(401);
+    // The gRPC side under the same certificate, for comparison.
+    let ch = tls_channel(node.local_addr(), client_tls(&ca.cert_pem(), Some(&client)));
+    RetryServiceClient::new(ch)
+        .enqueue_retry(enqueue_req("orders", "o-1", 3_600_000))
+        .await
+        .unwrap();
+    stop(node).await;
+}
+
+/// A GET over TLS trusting `ca`, with `identity` as the client certificate.
+async fn https(
+    addr: std::net::SocketAddr,
+    ca: &Ca,
+    identity: Option<&Issued>,
+    path: &str,
+) -> Answer {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(&ca.cert_pem()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots);
+    let config = match identity {
+        Some(i) => {
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&i.cert)
+                .unwrap()
+                .map(|c| c.unwrap())
+                .collect();
+            let key = PrivateKeyDer::from_pem_file(&i.key).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let s = connector
+        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+        .await
+        .unwrap();
+    exchange(s, &addr.to_string(), "GET", path, &[], None).await
+}
