@@ -457,8 +457,10 @@ describe("dashboard", { concurrency: false }, () => {
 				const [sw, iw] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
 				assert.ok(sw <= iw, `${hash} at ${width} px: scrollWidth ${sw} > innerWidth ${iw}`);
 			}
+			// A fresh load, as a keyboard user arrives: focus starts at the top of the document.
 			await go(page, "#/");
-			await page.evaluate(() => document.activeElement?.blur());
+			await page.reload();
+			await page.waitForSelector("#nav a");
 			let focus = null;
 			for (let i = 0; i < 12 && !focus; i++) {
 				await page.keyboard.press("Tab");

@@ -61,6 +61,16 @@ function td(field, value, raw) {
 	return h("td", { "data-field": field, "data-value": raw }, value);
 }
 
+/** The placeholder a section shows until its first answer (or error) arrives. */
+function loading() {
+	return h("p", { class: "muted loading" }, "Loading…");
+}
+
+/** After a failed first load: the placeholder goes, the error stays. */
+function loaded(el) {
+	el.querySelector(":scope > .loading")?.remove();
+}
+
 function badge(text, kind) {
 	return h("span", { class: `badge ${kind}` }, text);
 }
@@ -382,7 +392,7 @@ function overview() {
 function statsSection() {
 	const box = errorBox();
 	const measured = h("span", { class: "measured", "data-field": "measured_at" }, "–");
-	const body = h("div", { class: "stats-body" }, h("p", { class: "muted" }, "Loading…"));
+	const body = h("div", { class: "stats-body" }, loading());
 	const button = h("button", { type: "button", "data-action": "refresh", onclick: load }, "Refresh");
 	const section = h(
 		"section",
@@ -407,6 +417,7 @@ function statsSection() {
 			clear(body, statsTable(stats, services), nodesSummary(stats.nodes ?? []));
 		} catch (e) {
 			box.show(e);
+			loaded(body);
 		} finally {
 			button.disabled = false;
 			section.setAttribute("aria-busy", "false");
@@ -503,7 +514,7 @@ const CHARTS = [
 	{ key: "enqueued", title: "Enqueued / s", field: "enqueue_rate" },
 	{ key: "delivered", title: "Delivered / s", field: "delivery_rate" },
 	{ key: "acked", title: "Acked / s", field: "ack_rate" },
-	{ key: "lateness", title: "Delivery lateness (mean)", field: "lateness_mean", seconds: true },
+	{ key: "lateness", title: "Lateness (mean)", field: "lateness_mean", seconds: true },
 ];
 const live = { prev: null, series: Object.fromEntries(CHARTS.map((c) => [c.key, []])), p: {} };
 
@@ -685,7 +696,7 @@ function chart(def) {
 
 function servicePicker(kind) {
 	const box = errorBox();
-	const list = h("div", {}, h("p", { class: "muted" }, "Loading…"));
+	const list = h("div", {}, loading());
 	const title = kind === "services" ? "Services" : "Dead letters";
 	api("services")
 		.then((r) => {
@@ -739,7 +750,7 @@ function servicePage(name) {
 	const root = h("div", { class: "page", "data-page": "service", "data-service": name });
 	const box = errorBox();
 	const head = h("div", { class: "section-head" }, h("h1", {}, name));
-	const content = h("div", {}, h("p", { class: "muted" }, "Loading…"));
+	const content = h("div", {}, loading());
 	append(root, head, box, content);
 	let info = null;
 
@@ -1123,7 +1134,7 @@ function deadLettersPage(name) {
 			inputmode: "numeric",
 		}),
 	};
-	const body = h("div", { class: "dl-body" }, h("p", { class: "muted" }, "Loading…"));
+	const body = h("div", { class: "dl-body" }, loading());
 	const pager = h("div", { class: "actions pager" });
 	let filter = null;
 	let pageToken = "";
@@ -1160,6 +1171,7 @@ function deadLettersPage(name) {
 			renderList(r.next_page_token || "");
 		} catch (e) {
 			listBox.show(e);
+			loaded(body);
 		}
 	}
 	function renderList(next) {
@@ -1402,7 +1414,7 @@ function retryPage(service, id) {
 		h("div", { class: "actions" }, h("button", { type: "submit" }, "Look up")),
 	);
 	if (service && id) {
-		append(out, h("p", { class: "muted" }, "Loading…"));
+		append(out, loading());
 		api(`services/${enc(service)}/retries/${enc(id)}`)
 			.then((r) => clear(out, retryView(r)))
 			.catch((e) => {
@@ -1509,7 +1521,7 @@ function share(ranges) {
 
 function ringPage() {
 	const box = errorBox();
-	const out = h("div", {}, h("p", { class: "muted" }, "Loading…"));
+	const out = h("div", {}, loading());
 	const at = h("span", { "data-field": "measured_at" }, "–");
 	const button = h("button", { type: "button", "data-action": "refresh", onclick: load }, "Refresh");
 	async function load() {
@@ -1521,6 +1533,7 @@ function ringPage() {
 			clear(out, ringTable(r));
 		} catch (e) {
 			box.show(e);
+			loaded(out);
 		} finally {
 			button.disabled = false;
 		}
@@ -1628,7 +1641,7 @@ function windowPage(day, win) {
 		),
 	);
 	if (day && win !== undefined) {
-		append(out, h("p", { class: "muted" }, "Loading…"));
+		append(out, loading());
 		api(`windows/${enc(day)}/${enc(win)}`)
 			.then((w) => clear(out, windowView(w, day, Number(win))))
 			.catch((e) => {
