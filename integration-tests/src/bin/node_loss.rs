@@ -28,8 +28,9 @@ use std::{
 
 use futures::StreamExt;
 use rebound_integration_tests::chaos::{
-    checker, directory,
+    checker, directory, dur,
     history::{self, now_ms, AckOk, Answer, EnqueueOk, Event, FaultKind, History, Kind, Outcome},
+    record_deliveries, ts_ms, StreamSpec,
 };
 use rebound_proto::v1::{
     self as pb, admin_service_client::AdminServiceClient,
@@ -146,18 +147,6 @@ fn main() -> std::process::ExitCode {
             eprintln!("node_loss: harness error: {e:#}");
             std::process::ExitCode::from(2)
         }
-    }
-}
-
-fn ts_ms(t: &Option<prost_types::Timestamp>) -> Option<i64> {
-    t.as_ref()
-        .map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
-}
-
-fn dur(ms: i64) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: ms / 1000,
-        nanos: ((ms % 1000) * 1_000_000) as i32,
     }
 }
 
@@ -307,43 +296,23 @@ async fn enqueue_batch(shared: Arc<Shared>, first_node: usize, ids: Vec<String>)
 }
 
 async fn executor(shared: Arc<Shared>, node: usize, stream_no: usize, max_in_flight: u32) {
-    while !shared.stop.load(Ordering::SeqCst) {
-        let mut client = ExecutorServiceClient::new(shared.channels[node].clone());
-        let sub = tokio::time::timeout(
-            Duration::from_secs(5),
-            client.subscribe(pb::SubscribeRequest {
-                service: shared.service.clone(),
-                executor_id: format!("node-loss-n{}-{stream_no}", node + 1),
-                max_in_flight,
-            }),
-        )
-        .await;
-        let mut stream = match sub {
-            Ok(Ok(s)) => s.into_inner(),
-            _ => {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                continue;
-            }
-        };
-        while let Ok(Some(d)) = stream.message().await {
-            let at = now_ms();
-            let idx = shared.history.push(Event {
-                start_ms: at,
-                end_ms: at,
-                kind: Kind::Delivery {
-                    node,
-                    service: d.service.clone(),
-                    tx: d.transaction_id.clone(),
-                    delivery_id: d.delivery_id.clone(),
-                    attempt: d.attempt,
-                    due_ms: ts_ms(&d.due_time).unwrap_or(0),
-                    deadline_ms: ts_ms(&d.ack_deadline).unwrap_or(0),
-                },
-            });
+    let spec = StreamSpec {
+        node,
+        service: &shared.service,
+        executor_id: format!("node-loss-n{}-{stream_no}", node + 1),
+        max_in_flight,
+        subscribe_timeout: Duration::from_secs(5),
+    };
+    record_deliveries(
+        &shared.stop,
+        &shared.channels[node],
+        &shared.history,
+        spec,
+        |idx, d| {
             tokio::spawn(ack(shared.clone(), node, idx, d));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        },
+    )
+    .await;
 }
 
 async fn ack(shared: Arc<Shared>, node: usize, idx: usize, d: pb::Delivery) {

@@ -117,12 +117,14 @@ fn ts(ms: i64) -> prost_types::Timestamp {
     }
 }
 
-fn ts_ms(t: &Option<prost_types::Timestamp>) -> Option<i64> {
+/// A timestamp in milliseconds since the epoch.
+pub fn ts_ms(t: &Option<prost_types::Timestamp>) -> Option<i64> {
     t.as_ref()
         .map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000)
 }
 
-fn dur(ms: i64) -> prost_types::Duration {
+/// `ms` milliseconds as a protobuf duration.
+pub fn dur(ms: i64) -> prost_types::Duration {
     prost_types::Duration {
         seconds: ms / 1000,
         nanos: ((ms % 1000) * 1_000_000) as i32,
@@ -797,17 +799,34 @@ fn enqueue_ok(x: &pb::EnqueueRetryResponse) -> EnqueueOk {
     }
 }
 
-/// The executor of one service on one node: subscribes (again after every break), answers
-/// each delivery with an outcome chosen from the seed, on the node that delivered it.
-async fn executor(shared: Arc<Shared>, node: usize, service: String) {
-    while !shared.stop.load(Ordering::SeqCst) {
-        let mut client = ExecutorServiceClient::new(shared.channels[node].clone());
+/// One executor stream of [`record_deliveries`].
+pub struct StreamSpec<'a> {
+    pub node: usize,
+    pub service: &'a str,
+    pub executor_id: String,
+    pub max_in_flight: u32,
+    /// How long a Subscribe may take to answer before it is tried again.
+    pub subscribe_timeout: Duration,
+}
+
+/// Subscribes as `spec` says on `channel` (again after every break) until `stop`, records
+/// every delivery in `history` when it arrives, and hands it, with its history index, to
+/// `on_delivery`. The chaos executors and `node_loss` both read their deliveries this way.
+pub async fn record_deliveries(
+    stop: &AtomicBool,
+    channel: &tonic::transport::Channel,
+    history: &History,
+    spec: StreamSpec<'_>,
+    mut on_delivery: impl FnMut(usize, pb::Delivery),
+) {
+    while !stop.load(Ordering::SeqCst) {
+        let mut client = ExecutorServiceClient::new(channel.clone());
         let sub = tokio::time::timeout(
-            Duration::from_secs(3),
+            spec.subscribe_timeout,
             client.subscribe(pb::SubscribeRequest {
-                service: service.clone(),
-                executor_id: format!("chaos-n{}-{service}", node + 1),
-                max_in_flight: 16,
+                service: spec.service.to_string(),
+                executor_id: spec.executor_id.clone(),
+                max_in_flight: spec.max_in_flight,
             }),
         )
         .await;
@@ -820,11 +839,11 @@ async fn executor(shared: Arc<Shared>, node: usize, service: String) {
         };
         while let Ok(Some(d)) = stream.message().await {
             let at = now_ms();
-            let idx = shared.history.push(Event {
+            let idx = history.push(Event {
                 start_ms: at,
                 end_ms: at,
                 kind: Kind::Delivery {
-                    node,
+                    node: spec.node,
                     service: d.service.clone(),
                     tx: d.transaction_id.clone(),
                     delivery_id: d.delivery_id.clone(),
@@ -833,10 +852,32 @@ async fn executor(shared: Arc<Shared>, node: usize, service: String) {
                     deadline_ms: ts_ms(&d.ack_deadline).unwrap_or(0),
                 },
             });
-            tokio::spawn(answer(shared.clone(), node, idx, d));
+            on_delivery(idx, d);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The executor of one service on one node: subscribes (again after every break), answers
+/// each delivery with an outcome chosen from the seed, on the node that delivered it.
+async fn executor(shared: Arc<Shared>, node: usize, service: String) {
+    let spec = StreamSpec {
+        node,
+        service: &service,
+        executor_id: format!("chaos-n{}-{service}", node + 1),
+        max_in_flight: 16,
+        subscribe_timeout: Duration::from_secs(3),
+    };
+    record_deliveries(
+        &shared.stop,
+        &shared.channels[node],
+        &shared.history,
+        spec,
+        |idx, d| {
+            tokio::spawn(answer(shared.clone(), node, idx, d));
+        },
+    )
+    .await;
 }
 
 /// The deterministic choice for the n-th sighting of (service, tx, attempt).
