@@ -6,6 +6,7 @@
 //! directory and state rows back for tests that check what was written.
 
 pub mod chaos;
+pub mod http;
 pub mod pki;
 pub mod process;
 pub mod rows;

@@ -23,6 +23,14 @@ fn bad_configuration_exits_naming_the_key() {
         ("REBOUND_LISTEN", "not-an-address"),
         ("REBOUND_LEASE_TTL_MS", "1"),
         ("REBOUND_KEYSPACE", "no-dashes"),
+        (
+            "REBOUND_TRACE_URL_TEMPLATE",
+            "localhost:16686/trace/{trace_id}",
+        ),
+        (
+            "REBOUND_TRACE_URL_TEMPLATE",
+            "http://localhost:16686/trace/",
+        ),
     ] {
         let (code, stderr) = run(&[(key, value)], &["check-config"]);
         assert_eq!(code, 2, "{key}={value}: {stderr}");
