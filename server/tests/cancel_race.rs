@@ -77,7 +77,7 @@ async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
                 let (acker, canceller) = (chans[node].clone(), chans[1 - node].clone());
                 let done_tx = done_tx.clone();
                 // Every other race is a SUCCEEDED ack: it must lose to the cancel too.
-                let ack = if raced.len() % 2 == 0 {
+                let ack = if raced.len().is_multiple_of(2) {
                     pb::AckRequest {
                         delivery_id: d.delivery_id.clone(),
                         outcome: pb::AckOutcome::Retry as i32,
