@@ -478,6 +478,231 @@ describe("dashboard", { concurrency: false }, () => {
 		}
 	});
 
+	test("purge through the page: the typed confirmation, progress; only that service's retries are cancelled", async () => {
+		const service = "t8-purge";
+		const other = "t8-other";
+		const ids = ["a-1", "a-2", "a-3", "a-4", "a-5"];
+		const delays = [60_000, 30 * 60_000, 5 * 3600_000, 3 * DAY_MS, 3 * DAY_MS];
+		for (const [i, id] of ids.entries())
+			await admin.enqueue({ service, transactionId: id, delayMs: delays[i] });
+		for (const id of ["o-1", "o-2", "o-3"])
+			await admin.enqueue({ service: other, transactionId: id, delayMs: 30 * 60_000 });
+		const statuses = async (svc, list) =>
+			Promise.all(list.map(async (id) => (await cli("get", svc, id)).status));
+		const otherBefore = (await stats()).get(other);
+		assert.equal(otherBefore.pending, 3);
+
+		const page = await open(ADMIN);
+		await go(page, `#/services/${service}`);
+		await page.waitForSelector('[data-action="purge"]');
+		// Every text the progress line shows, in order.
+		await page.evaluate(() => {
+			window.progressTexts = [];
+			const el = document.querySelector('[data-field="purge_progress"]');
+			new MutationObserver(() => window.progressTexts.push(el.textContent)).observe(el, {
+				childList: true,
+				characterData: true,
+				subtree: true,
+			});
+		});
+
+		// The dialog: confirm stays disabled until the name is typed; Cancel changes nothing.
+		await page.click('[data-action="purge"]');
+		const dialog = page.locator("dialog.confirm");
+		await dialog.waitFor({ state: "visible" });
+		const confirm = dialog.locator('[data-action="confirm"]');
+		assert.equal(await confirm.isDisabled(), true, "confirm is disabled before the name is typed");
+		await page.fill("#confirm-name", `${service}x`);
+		assert.equal(await confirm.isDisabled(), true, "a wrong name keeps confirm disabled");
+		await page.press("#confirm-name", "Enter");
+		assert.equal(await dialog.isVisible(), true, "Enter with a wrong name does not confirm");
+		await dialog.locator('[data-action="cancel"]').click();
+		await dialog.waitFor({ state: "detached" });
+		assert.equal(await page.textContent('[data-field="purge_progress"]'), "", "no purge ran");
+		assert.deepEqual(
+			await statuses(service, ids),
+			ids.map(() => "SCHEDULED"),
+			"cancel changes nothing",
+		);
+		assert.equal((await stats()).get(service).pending, ids.length);
+
+		// Typing the name enables confirm; the purge runs to done.
+		await page.click('[data-action="purge"]');
+		await dialog.waitFor({ state: "visible" });
+		await page.fill("#confirm-name", service);
+		assert.equal(await confirm.isDisabled(), false, "the typed name enables confirm");
+		await confirm.click();
+		await dialog.waitFor({ state: "detached" });
+		await waitOnPage(page, "the purge to finish", () =>
+			/^Done\b/.test(document.querySelector('[data-field="purge_progress"]')?.textContent ?? ""),
+		);
+		const done = await page.textContent('[data-field="purge_progress"]');
+		assert.match(done, new RegExp(`^Done ${ids.length} cancelled, \\d+ buckets deleted`));
+		const texts = await page.evaluate(() => window.progressTexts);
+		assert.ok(
+			texts.length >= 1 && texts.every((t) => /^(Purging…|Done) \d+ cancelled/.test(t)),
+			texts.join(" | "),
+		);
+		assert.equal(await page.locator('[data-field="purge_progress"] ~ [role="alert"]').isVisible(), false);
+
+		assert.deepEqual(
+			await statuses(service, ids),
+			ids.map(() => "CANCELLED"),
+			"every pending retry is cancelled",
+		);
+		assert.equal((await stats()).get(service)?.pending ?? 0, 0);
+		assert.deepEqual(await statuses(other, ["o-1", "o-2", "o-3"]), ["SCHEDULED", "SCHEDULED", "SCHEDULED"]);
+		const otherAfter = (await stats()).get(other);
+		assert.equal(otherAfter.pending, otherBefore.pending, "the other service's pending count is unchanged");
+		assert.deepEqual(otherAfter.bands, otherBefore.bands, "the other service's bands are unchanged");
+		await page.close_();
+	});
+
+	test("limits form: a bad value shows the server's message and changes nothing; a good one is saved", async () => {
+		const service = "t9-limits";
+		await admin.enqueue({ service, transactionId: "seed", delayMs: 3600_000 });
+		const beforeInfo = await serviceInfo(service);
+		const page = await open(ADMIN);
+		await go(page, `#/services/${service}`);
+		await page.waitForSelector('form[data-form="limits"]', { state: "attached" });
+		await page.click('details.edit:has(form[data-form="limits"]) summary');
+		await page.fill("#limits-max_dispatch_per_second", "0");
+		await page.click('form[data-form="limits"] button[type="submit"]');
+		const alert = page.locator('form[data-form="limits"] [role="alert"]');
+		await alert.waitFor({ state: "visible" });
+		const text = await alert.textContent();
+		const server = await page.evaluate(
+			async ([service, token]) => {
+				const r = await fetch(`/api/v1/services/${service}/limits`, {
+					method: "POST",
+					headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+					body: JSON.stringify({
+						limits: { max_dispatch_per_second: 0, dispatch_burst: null, max_concurrent: null },
+					}),
+				});
+				return { status: r.status, body: await r.json() };
+			},
+			[service, ADMIN],
+		);
+		assert.equal(server.status, 400);
+		assert.match(server.body.message, /max_dispatch_per_second/);
+		assert.ok(
+			text.includes(server.body.message),
+			`the alert ${JSON.stringify(text)} shows the server's message`,
+		);
+		assert.deepEqual(await serviceInfo(service), beforeInfo, "nothing changed");
+
+		await page.fill("#limits-max_dispatch_per_second", "50");
+		await page.fill("#limits-dispatch_burst", "10");
+		await page.fill("#limits-max_concurrent", "8");
+		await page.click('form[data-form="limits"] button[type="submit"]');
+		await waitOnPage(
+			page,
+			"the saved limits on the page",
+			() => document.querySelector('[data-field="limits.max_dispatch_per_second"]')?.textContent === "50",
+		);
+		assert.equal(await alert.isVisible(), false, "the error is gone");
+		assert.equal(await page.textContent('[data-field="limits.dispatch_burst"]'), "10");
+		assert.equal(await page.textContent('[data-field="limits.max_concurrent"]'), "8");
+		const limits = (await serviceInfo(service)).limits;
+		assert.equal(limits.max_dispatch_per_second, 50);
+		assert.equal(limits.dispatch_burst, 10);
+		assert.equal(limits.max_concurrent, 8);
+		await page.close_();
+	});
+
+	/** `n` dead letters in `service` (ids `${prefix}-000`...), failed by an executor that then acks redeliveries. */
+	async function deadLetters(service, prefix, n) {
+		const seen = new Map();
+		const ex = startExecutor(service, (job) => {
+			const k = (seen.get(job.transactionId) ?? 0) + 1;
+			seen.set(job.transactionId, k);
+			return k === 1 ? Outcome.fail(`boom ${job.transactionId}`) : Outcome.success();
+		});
+		const ids = Array.from({ length: n }, (_, i) => `${prefix}-${String(i).padStart(3, "0")}`);
+		for (let i = 0; i < ids.length; i += 50) {
+			const items = ids.slice(i, i + 50).map((id) => ({ service, transactionId: id, delayMs: 0 }));
+			for (const r of await admin.enqueueBatch(items)) assert.ok(!(r instanceof Error), r.message);
+		}
+		await waitFor(
+			`${n} dead letters in ${service}`,
+			async () => (await stats()).get(service)?.dead_lettered === n,
+			30_000,
+			250,
+		);
+		return { ex, ids, seen };
+	}
+
+	test("redrive all matching through the page, with progress: every letter is delivered again", async () => {
+		const service = "t10-redrive-all";
+		const { ex, ids, seen } = await deadLetters(service, "r", 12);
+		const page = await open(ADMIN);
+		await go(page, `#/dead-letters/${service}`);
+		await page.waitForSelector(`tr[data-transaction="${ids[0]}"]`);
+		assert.equal(await page.locator("tr[data-transaction]").count(), ids.length);
+		await page.evaluate(() => {
+			window.progressTexts = [];
+			const el = document.querySelector('[data-field="redrive_progress"]');
+			new MutationObserver(() => window.progressTexts.push(el.textContent)).observe(el, {
+				childList: true,
+				characterData: true,
+				subtree: true,
+			});
+		});
+		await page.click('[data-action="redrive-all"]');
+		await waitOnPage(page, "the redrive to finish", () =>
+			/^Done:/.test(document.querySelector('[data-field="redrive_progress"]')?.textContent ?? ""),
+		);
+		assert.equal(
+			await page.textContent('[data-field="redrive_progress"]'),
+			`Done: ${ids.length} redriven, 0 skipped.`,
+		);
+		const texts = await page.evaluate(() => window.progressTexts);
+		assert.equal(texts[0], "Redriving…", `progress shown while it runs: ${texts.join(" | ")}`);
+		await waitFor("every letter delivered again", async () => ids.every((id) => seen.get(id) === 2), 20_000);
+		await waitFor("every retry SUCCEEDED", async () => {
+			for (const id of ids) if ((await cli("get", service, id)).status !== "SUCCEEDED") return false;
+			return true;
+		});
+		// Redriven letters are no longer listed.
+		await page.waitForSelector('[data-empty="dead-letters"]');
+		await ex.stop();
+		await page.close_();
+	});
+
+	test("dead letters page through: the next page shows the rest, no duplicates", async () => {
+		const service = "t11-paging";
+		const n = 130; // the page asks for 100 a page
+		const { ex, ids } = await deadLetters(service, "p", n);
+		await ex.stop();
+		const page = await open(ADMIN);
+		await go(page, `#/dead-letters/${service}`);
+		await page.waitForSelector("tr[data-transaction]");
+		const rows = () => page.$$eval("tr[data-transaction]", (trs) => trs.map((tr) => tr.dataset.transaction));
+		const first = await rows();
+		assert.equal(first.length, 100, "the first page has 100 letters");
+		await page.click('[data-action="next-page"]');
+		await waitOnPage(
+			page,
+			"the second page",
+			() => document.querySelectorAll("tr[data-transaction]").length === 30,
+		);
+		const second = await rows();
+		assert.equal(await page.$('[data-action="next-page"]'), null, "no next page after the last");
+		const all = [...first, ...second];
+		assert.equal(new Set(all).size, all.length, "no letter on both pages");
+		assert.deepEqual([...all].sort(), [...ids].sort(), "both pages together are every letter");
+		// Back to the first page: the same letters as before.
+		await page.click('button:has-text("Previous page")');
+		await waitOnPage(
+			page,
+			"the first page again",
+			() => document.querySelectorAll("tr[data-transaction]").length === 100,
+		);
+		assert.deepEqual(await rows(), first);
+		await page.close_();
+	});
+
 	test("screenshots of every page", async () => {
 		const t1 = await cli("get", "t1-alpha", "hour-0");
 		const loc = t1.location;
