@@ -707,15 +707,45 @@ describe("dashboard", { concurrency: false }, () => {
 		const t1 = await cli("get", "t1-alpha", "hour-0");
 		const loc = t1.location;
 		const page = await open(ADMIN, 1280, 900);
-		// Some traffic for the live charts: two polls (3 s apart) make the first point.
+		// A steady workload for the live charts: a few retries a second, due at once, acked by an
+		// executor, for at least 15 s (the page polls every 3 s: each poll after the first adds a point).
+		const steady = "t12-steady";
+		const ex = startExecutor(steady, () => Outcome.success());
+		await waitFor("the steady executor's subscription", async () => (await liveOf(steady))?.subscribers >= 1);
 		await go(page, "#/");
-		for (let i = 0; i < 5; i++)
-			await admin.enqueue({ service: "t1-alpha", transactionId: `shot-${i}`, delayMs: 600_000 });
-		await page.waitForFunction(
-			() => document.querySelector('[data-field="enqueue_rate"]')?.textContent !== "–",
-			null,
-			{ timeout: 15_000 },
+		let stop = false;
+		const started = Date.now();
+		// Bounded (90 s) and stopping on the first error, should the test fail before it stops it.
+		const workload = (async () => {
+			for (let i = 0; !stop && Date.now() - started < 90_000; i++) {
+				await admin.enqueue({ service: steady, transactionId: `steady-${i}`, delayMs: 0 });
+				await new Promise((r) => setTimeout(r, 250));
+			}
+		})().catch((e) => e);
+		await waitFor(
+			"15 s of workload and points on every live chart",
+			async () => {
+				if (Date.now() - started < 15_000) return false;
+				return page.evaluate(() => {
+					const points = (key) =>
+						(document.querySelector(`[data-chart="${key}"] polyline`)?.getAttribute("points") ?? "")
+							.split(" ")
+							.filter(Boolean).length;
+					const value = (field) => document.querySelector(`[data-field="${field}"]`)?.dataset.value ?? "";
+					return (
+						["enqueued", "delivered", "acked", "lateness"].every((k) => points(k) >= 3) &&
+						Number(value("delivery_rate")) > 0 &&
+						Number(value("ack_rate")) > 0 &&
+						value("lateness_mean") !== ""
+					);
+				});
+			},
+			60_000,
+			250,
 		);
+		// The backlog table is read on open and on Refresh: refresh it so the steady service is listed.
+		await page.click('[data-action="refresh"]');
+		await page.waitForSelector(`tr[data-service="${steady}"]`);
 		const shots = [
 			["overview", "#/", 'tr[data-service="t1-alpha"]'],
 			["service", "#/services/t5-policy", '[data-field="policy.multiplier"]'],
@@ -728,6 +758,12 @@ describe("dashboard", { concurrency: false }, () => {
 			if (name !== "overview") await go(page, hash);
 			await page.waitForSelector(ready);
 			await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+			if (name === "overview") {
+				stop = true;
+				const err = await workload;
+				assert.ok(!(err instanceof Error), `the workload's enqueues: ${err?.message}`);
+				await ex.stop();
+			}
 		}
 		await page.close_();
 		const narrow = await open(ADMIN, 390, 844);
