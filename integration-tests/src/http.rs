@@ -106,6 +106,8 @@ pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
 pub struct Http {
     pub addr: std::net::SocketAddr,
     pub token: Option<String>,
+    /// The `Host` header to send (None: `addr`).
+    pub host: Option<String>,
 }
 
 impl Http {
@@ -113,6 +115,7 @@ impl Http {
         Http {
             addr: node.http_addr().expect("the HTTP listener is on"),
             token: token.map(String::from),
+            host: None,
         }
     }
 
@@ -129,7 +132,7 @@ impl Http {
             headers.push(("Authorization", a));
         }
         let s = tokio::net::TcpStream::connect(self.addr).await.unwrap();
-        let host = self.addr.to_string();
+        let host = self.host.clone().unwrap_or_else(|| self.addr.to_string());
         tokio::time::timeout(
             Duration::from_secs(30),
             exchange(s, &host, method, path, &headers, body),

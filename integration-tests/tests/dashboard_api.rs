@@ -389,6 +389,37 @@ async fn writes_need_a_json_body_from_the_same_origin() {
         )
         .await;
     assert_eq!(a.expect(200)["paused"], true);
+    // DNS rebinding: another site's name resolved to this node is same-origin with it, so
+    // a node without credentials answers its API on IP addresses and localhost only.
+    let rebound_name = format!("evil.example:{}", node.http_addr().unwrap().port());
+    let evil = Http {
+        host: Some(rebound_name.clone()),
+        ..Http::of(&node, None)
+    };
+    let e = evil.get("/api/v1/session").await.expect(403);
+    assert!(
+        e["message"].as_str().unwrap().contains("evil.example"),
+        "{e}"
+    );
+    let resume = "/api/v1/services/orders/resume";
+    let origin = format!("http://{rebound_name}");
+    evil.send(
+        "POST",
+        resume,
+        &[("Content-Type", "application/json"), ("Origin", &origin)],
+        Some(b"{}"),
+    )
+    .await
+    .expect(403);
+    assert!(
+        service_info(&ch, "orders").await.paused,
+        "the rebound page resumed it"
+    );
+    let local = Http {
+        host: Some(format!("localhost:{}", node.http_addr().unwrap().port())),
+        ..Http::of(&node, None)
+    };
+    local.get("/api/v1/session").await.expect(200);
     stop(node).await;
 }
 

@@ -7,11 +7,12 @@
 //! and an error (an `AuthError` goes through `Error` into a `tonic::Status` like on gRPC) to
 //! the JSON answer `{"code", "message"}` ([`ApiError`]).
 //!
-//! Before anything of a `POST` is read, [`post_guard`] refuses one without
+//! Before anything of a `POST` is read, [`request_guard`] refuses one without
 //! `Content-Type: application/json` (415) or whose `Origin` names another origin than its
 //! `Host` (403): with authentication off, another web site must not be able to drive the
 //! node from a visitor's browser (a cross-origin form can send neither that content type
-//! nor a matching Origin).
+//! nor a matching Origin). With authentication off it also refuses every API call to a host
+//! name other than `localhost` (DNS rebinding).
 
 mod api;
 mod assets;
@@ -137,9 +138,45 @@ fn same_origin(origin: &str, host: Option<&str>) -> bool {
         .is_some_and(|o| o.eq_ignore_ascii_case(host))
 }
 
-/// Refuses a `POST` without a JSON content type (415) or from another origin (403) before
-/// anything of it is read.
-async fn post_guard(request: Request, next: Next) -> Response {
+/// Whether `host` (a `Host` header: name or address, optional port) is an IP address or
+/// `localhost`, which DNS cannot point elsewhere.
+fn is_address_or_localhost(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        // [v6]:port
+        rest.split_once(']').map_or("", |(name, _)| name)
+    } else if host.matches(':').count() == 1 {
+        host.split(':').next().unwrap_or("")
+    } else {
+        host
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
+/// Refuses, before anything of the request is read:
+/// - with authentication off, an API call whose `Host` is a DNS name other than `localhost`
+///   (403): a page of another site whose name was made to resolve to this node (DNS
+///   rebinding) is then same-origin with it, and nothing else would stop it;
+/// - a `POST` without a JSON content type (415) or from another origin (403).
+async fn request_guard(
+    axum::extract::State(d): axum::extract::State<Arc<Dashboard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if !d.auth.is_on() {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| request.uri().authority().map(|a| a.as_str()));
+        if let Some(host) = host.filter(|h| !is_address_or_localhost(h)) {
+            return ApiError::from(Error::PermissionDenied(format!(
+                "this node has no credentials (REBOUND_CREDENTIALS_FILE), so its API answers \
+                 only requests to an IP address or localhost, not {host:?} (a host name could \
+                 be another site's, rebound to this node)"
+            )))
+            .into_response();
+        }
+    }
     if request.method() == Method::POST {
         let h = request.headers();
         if let Some(origin) = h.get(header::ORIGIN) {
@@ -240,7 +277,7 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/api/v1/windows/{day}/{window}", get(api::window))
         .route("/api/v1", any(not_found))
         .route("/api/v1/{*rest}", any(not_found))
-        .layer(middleware::from_fn(post_guard))
+        .layer(middleware::from_fn_with_state(d.clone(), request_guard))
         .with_state(d)
         .merge(assets::router())
 }
@@ -282,5 +319,30 @@ mod tests {
         assert!(!is_json(Some(&v("text/plain"))));
         assert!(!is_json(Some(&v("application/jsonx"))));
         assert!(!is_json(None));
+    }
+
+    #[test]
+    fn hosts_that_dns_cannot_rebind() {
+        for ok in [
+            "127.0.0.1:9464",
+            "127.0.0.1",
+            "localhost:9464",
+            "LOCALHOST",
+            "[::1]:9464",
+            "::1",
+            "10.1.2.3:80",
+        ] {
+            assert!(is_address_or_localhost(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:9464",
+            "evil.example",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io:9464",
+            "",
+            "[::1",
+        ] {
+            assert!(!is_address_or_localhost(bad), "{bad}");
+        }
     }
 }
