@@ -12,7 +12,7 @@
 //!   makes them exact across restarts.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -20,24 +20,23 @@ use std::{
 use futures::{stream, StreamExt, TryStreamExt};
 use rand::Rng;
 use tokio::sync::Semaphore;
-use tracing::Instrument;
 
 use crate::{
     clock::SharedClock,
-    coalesce::{Coalescer, Limits},
     config::Config,
     error::Error,
     policy::RetryPolicy,
     services::Services,
-    store::{
-        token, InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState,
-        MAX_GROUPED_PARTITIONS, MAX_GROUPED_POINTERS,
-    },
+    store::{token, InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState},
     tasks::Tasks,
     txlock::{TxLock, TxLocks},
     validate::{EnqueueInput, Schedule},
     window::{WindowGrid, WindowId},
 };
+
+use group::{group_commit, pointer_writes, EnqueueGroup, PointerWrites};
+
+mod group;
 
 /// Writer settings, from the node configuration.
 #[derive(Debug, Clone)]
@@ -134,18 +133,8 @@ enum DirRow {
     Bucket(WindowId, String, u32, u32),
 }
 
-/// One pointer batch of an `enqueue_many`: the schedules it carries and how it went.
-type PointerBatch = futures::future::BoxFuture<'static, (Vec<usize>, Result<(), StoreError>)>;
-
 /// Directory rows written at once when a batch opens new buckets.
 const DIRECTORY_WRITES_PARALLEL: usize = 16;
-
-/// Most items of one batch handled together (one read round, one pointer round, one state
-/// round); a larger batch goes in chunks of this size, one after the other.
-const ENQUEUE_CHUNK: usize = 512;
-
-/// What one chunk of a batch counts against `max_concurrent_writes`.
-const CHUNK_PERMITS: usize = 32;
 
 /// Directory rows already written by this process, and the bucket counters. Entries for
 /// windows that can no longer be written (the current window and older) are swept.
@@ -171,96 +160,6 @@ impl Directory {
         self.buckets.retain(|k| k.0 > current);
         self.counters.retain(|k, _| k.0 > current);
     }
-}
-
-/// Most pointers one batch carries.
-const MAX_POINTER_BATCH: usize = 256;
-/// Coalesced pointer writes of one bucket partition in flight at once. At 32 concurrent
-/// single enqueues 1 made 4,316 enqueues/s against 3,412 with 4 (more pointers share a
-/// write); batches do not go through this.
-const POINTER_WRITES_PARALLEL: usize = 1;
-/// Pointer batches of one `EnqueueRetryBatch` chunk in flight at once (different buckets).
-const BATCH_POINTER_WRITES_PARALLEL: usize = 8;
-
-/// Pointer writes coalesced per bucket partition: while writes to a partition are in flight,
-/// later pointers for it queue and go out together as one single-partition unlogged batch. At
-/// low load nothing waits; under load a busy bucket costs one mutation per round trip instead
-/// of one per pointer. Each caller still returns only once its own pointer is durable, so the
-/// write order (pointer, then state) is unchanged.
-type PointerWrites = Coalescer<(String, Location), Pointer, (), StoreError>;
-
-fn pointer_writes(store: Arc<dyn ScheduleStore>) -> Arc<PointerWrites> {
-    Coalescer::new(
-        Limits {
-            max_items: MAX_POINTER_BATCH,
-            max_weight: usize::MAX,
-            parallel: POINTER_WRITES_PARALLEL,
-        },
-        Arc::new(
-            move |(service, location): (String, Location), pointers: Vec<Pointer>| {
-                let store = store.clone();
-                Box::pin(async move {
-                    crate::metrics::global().coalesced("pointer_writes", pointers.len());
-                    store.put_pointers(&service, &location, &pointers).await?;
-                    Ok(vec![(); pointers.len()])
-                })
-            },
-        ),
-    )
-}
-
-fn group_commit(writer: std::sync::Weak<Writer>) -> Arc<EnqueueGroup> {
-    Coalescer::new(
-        Limits {
-            max_items: GROUP_COMMIT_MAX,
-            max_weight: ENQUEUE_GROUP_BYTES,
-            parallel: GROUP_COMMIT_PARALLEL,
-        },
-        Arc::new(move |(), queued: Vec<(EnqueueInput, tracing::Span)>| {
-            let writer = writer.clone();
-            // The flush runs in the span of the call that opened it, so its store calls
-            // appear in that call's trace (the others' traces show their own RPC spans).
-            let span = queued
-                .first()
-                .map_or_else(tracing::Span::none, |(_, span)| span.clone());
-            let inputs: Vec<EnqueueInput> = queued.into_iter().map(|(input, _)| input).collect();
-            Box::pin(async move {
-                crate::metrics::global().coalesced("enqueue_group", inputs.len());
-                match writer.upgrade() {
-                    Some(writer) => Ok(writer.enqueue_group(inputs).instrument(span).await),
-                    None => Err(Error::Unavailable(
-                        "the node is stopping; nothing was scheduled".into(),
-                    )),
-                }
-            })
-        }),
-    )
-}
-
-/// Group commit: single enqueues (`EnqueueRetry`) that arrive while earlier ones are being
-/// written go out together through the batch path (`write_chunk`): one `IN` read of their
-/// state rows, one pointer batch per bucket, a few state-row batches. At low load a call goes
-/// out at once, alone; under load a call pays a share of a batch instead of three requests
-/// of its own. Each caller still returns only once its own state row is durable, and every
-/// item keeps the write order of DESIGN.md (directory, pointer, state row).
-type EnqueueGroup =
-    Coalescer<(), (EnqueueInput, tracing::Span), Result<EnqueueOutcome, Error>, Error>;
-
-/// Group-commit flushes in flight at once: at 32 concurrent callers each carries about 8.
-const GROUP_COMMIT_PARALLEL: usize = 4;
-/// Most single enqueues one group-commit flush carries, and their bytes.
-const GROUP_COMMIT_MAX: usize = 256;
-const ENQUEUE_GROUP_BYTES: usize = 8 << 20;
-
-/// What a queued enqueue weighs in a group (its bytes, roughly).
-fn input_weight(input: &EnqueueInput) -> usize {
-    256 + input.payload.len()
-        + input.last_error.len()
-        + input
-            .attributes
-            .iter()
-            .map(|(k, v)| k.len() + v.len())
-            .sum::<usize>()
 }
 
 /// The enqueue path of one node. Cheap to share behind an `Arc`.
@@ -329,357 +228,6 @@ impl Writer {
     /// The writer instance name of a lane: `<node_id>-<boot_epoch>-<lane>`.
     pub fn instance_name(&self, lane: u32) -> String {
         format!("{}-{}-{}", self.opts.node_id, self.opts.boot_epoch, lane)
-    }
-
-    /// Enqueues one retry (`EnqueueRetry`), grouped with the single enqueues in flight at the
-    /// same moment (see `EnqueueGroup`); the same rules and write order as a batch item, and
-    /// errors name the fields without a `requests[i].` prefix.
-    pub async fn enqueue(&self, input: EnqueueInput) -> Result<EnqueueOutcome, Error> {
-        // The caller's permit is held until its item is written, so at most
-        // REBOUND_MAX_CONCURRENT_WRITES single enqueues are queued or in flight.
-        let _permit = self.permits.try_acquire().map_err(|_| self.busy())?;
-        let weight = input_weight(&input);
-        self.group
-            .submit((), (input, tracing::Span::current()), weight)
-            .await?
-    }
-
-    /// One group-commit flush: the queued single enqueues, as batch chunks in which each
-    /// transaction appears once (a transaction enqueued twice at once goes in a second chunk,
-    /// after the first, as two calls one after the other would).
-    async fn enqueue_group(&self, inputs: Vec<EnqueueInput>) -> Vec<Result<EnqueueOutcome, Error>> {
-        let n = inputs.len();
-        let mut rounds: Vec<Vec<(usize, EnqueueInput)>> = Vec::new();
-        let mut seen: HashMap<(String, String), usize> = HashMap::new();
-        for (i, input) in inputs.into_iter().enumerate() {
-            let round = seen
-                .entry((input.service.clone(), input.transaction_id.clone()))
-                .and_modify(|r| *r += 1)
-                .or_insert(0);
-            if rounds.len() <= *round {
-                rounds.push(Vec::new());
-            }
-            rounds[*round].push((i, input));
-        }
-        let mut results: Vec<Option<Result<EnqueueOutcome, Error>>> = vec![None; n];
-        for round in rounds {
-            let (at, inputs): (Vec<usize>, Vec<_>) =
-                round.into_iter().map(|(i, input)| (i, Ok(input))).unzip();
-            let written = self.write_chunk(&|_| String::new(), inputs).await;
-            for (i, r) in at.into_iter().zip(written) {
-                results[i] = Some(r);
-            }
-        }
-        results
-            .into_iter()
-            .map(|r| r.expect("every item is in one round"))
-            .collect()
-    }
-
-    /// Enqueues many retries at once (`EnqueueRetryBatch`), with the same rules and the same
-    /// write order per item as [`Writer::enqueue`], in few Cassandra requests: the state rows
-    /// are read with `IN` queries, the pointers of one bucket go out as one single-partition
-    /// batch, and then the state rows in small batches. One result per input, in order; a
-    /// transaction may appear only once (the API refuses repeats before this).
-    pub async fn enqueue_many(
-        &self,
-        inputs: Vec<Result<EnqueueInput, Error>>,
-    ) -> Vec<Result<EnqueueOutcome, Error>> {
-        let mut results = Vec::with_capacity(inputs.len());
-        let mut inputs = inputs.into_iter().peekable();
-        while inputs.peek().is_some() {
-            let chunk: Vec<_> = inputs.by_ref().take(ENQUEUE_CHUNK).collect();
-            results.extend(self.enqueue_chunk(results.len(), chunk).await);
-        }
-        results
-    }
-
-    /// Items `first..` of a batch (`first` names them in errors).
-    async fn enqueue_chunk(
-        &self,
-        first: usize,
-        inputs: Vec<Result<EnqueueInput, Error>>,
-    ) -> Vec<Result<EnqueueOutcome, Error>> {
-        let valid = inputs.iter().filter(|i| i.is_ok()).count();
-        // A chunk has at most about CHUNK_PERMITS Cassandra requests in flight at once (its
-        // reads, pointer batches and state batches are bounded), and counts that many against
-        // REBOUND_MAX_CONCURRENT_WRITES, as the same number of concurrent single enqueues would.
-        let Ok(_permits) = self
-            .permits
-            .try_acquire_many(valid.min(CHUNK_PERMITS) as u32)
-        else {
-            return inputs
-                .into_iter()
-                .map(|i| i.and_then(|_| Err(self.busy())))
-                .collect();
-        };
-        self.write_chunk(&|i| format!("requests[{}].", first + i), inputs)
-            .await
-    }
-
-    /// Writes items that hold their permits: `prefix(i)` names item `i` in errors.
-    async fn write_chunk(
-        &self,
-        prefix: &(dyn Fn(usize) -> String + Sync),
-        inputs: Vec<Result<EnqueueInput, Error>>,
-    ) -> Vec<Result<EnqueueOutcome, Error>> {
-        let n = inputs.len();
-        let mut results: Vec<Option<Result<EnqueueOutcome, Error>>> = vec![None; n];
-        let valid = inputs.iter().filter(|i| i.is_ok()).count();
-        // 1. Lock every transaction, in one global order so two batches cannot deadlock. The
-        //    clock is read after the locks, so waiting for another writer of the same
-        //    transaction cannot push a window choice into the past.
-        let mut keys: Vec<(&str, &str)> = inputs
-            .iter()
-            .flatten()
-            .map(|input| (input.service.as_str(), input.transaction_id.as_str()))
-            .collect();
-        keys.sort_unstable();
-        let mut locks = Vec::with_capacity(keys.len());
-        for (service, transaction_id) in keys {
-            locks.push(self.tx_locks.lock(service, transaction_id).await);
-        }
-        let now = self.clock.now_ms();
-        // 2. Context checks (policy, delay, attempt), then the services, as one enqueue does.
-        let mut checked: Vec<(usize, Checked)> = Vec::with_capacity(valid);
-        for (i, input) in inputs.into_iter().enumerate() {
-            match input.and_then(|input| self.check(&prefix(i), input, now)) {
-                Ok(c) => checked.push((i, c)),
-                Err(e) => results[i] = Some(Err(e)),
-            }
-        }
-        let services: BTreeSet<&str> = checked
-            .iter()
-            .map(|(_, c)| c.input.service.as_str())
-            .collect();
-        let mut untouched: HashMap<String, Error> = HashMap::new();
-        for service in services {
-            if let Err(e) = self.services.touch(service).await {
-                untouched.insert(service.to_string(), e);
-            }
-        }
-        checked.retain(|(i, c)| match untouched.get(&c.input.service) {
-            Some(e) => {
-                results[*i] = Some(Err(e.clone()));
-                false
-            }
-            None => true,
-        });
-        // 3. Read the state rows, service by service.
-        let mut by_service: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (k, (_, c)) in checked.iter().enumerate() {
-            by_service
-                .entry(c.input.service.clone())
-                .or_default()
-                .push(k);
-        }
-        let mut existing: Vec<Option<Result<Option<TxState>, Error>>> = vec![None; checked.len()];
-        for (service, ks) in &by_service {
-            let ids: Vec<String> = ks
-                .iter()
-                .map(|&k| checked[k].1.input.transaction_id.clone())
-                .collect();
-            match self.store.get_states(service, &ids).await {
-                Ok(states) => {
-                    for (&k, st) in ks.iter().zip(states) {
-                        existing[k] = Some(Ok(st));
-                    }
-                }
-                Err(e) => {
-                    let e = Error::from(e);
-                    for &k in ks {
-                        existing[k] = Some(Err(e.clone()));
-                    }
-                }
-            }
-        }
-        // 4. Decide each item; new schedules get their bucket and directory rows.
-        let mut confirms: Vec<(usize, TxState)> = Vec::new();
-        let mut schedules: Vec<(usize, TxState, bool)> = Vec::new();
-        let mut placed: Vec<(usize, WindowId, TxState, bool)> = Vec::new();
-        for ((i, c), found) in checked.into_iter().zip(existing) {
-            let plan = found
-                .expect("every checked item was read")
-                .and_then(|found| self.plan(c, found, now));
-            match plan {
-                Err(e) => results[i] = Some(Err(e)),
-                Ok(Plan::Confirm(state)) => confirms.push((i, state)),
-                Ok(Plan::Schedule {
-                    state,
-                    target,
-                    deduplicated,
-                }) => placed.push((i, target, state, deduplicated)),
-            }
-        }
-        let mut groups: HashMap<(String, Location), Vec<usize>> = HashMap::new();
-        let mut directory: HashSet<DirRow> = HashSet::new();
-        // Targets below a compacted window move up to it (see `above_low_water`): one read
-        // per window this process has not written yet.
-        let mut bumped: HashMap<WindowId, Result<WindowId, Error>> = HashMap::new();
-        let mut kept = Vec::with_capacity(placed.len());
-        for (i, target, mut state, deduplicated) in placed {
-            let above = match bumped.get(&target) {
-                Some(a) => a.clone(),
-                None => {
-                    let a = self.above_low_water(target).await;
-                    bumped.insert(target, a.clone());
-                    a
-                }
-            };
-            match above {
-                Ok(above) => {
-                    state.due_at_ms = self.grid.end_ms(above);
-                    kept.push((i, above, state, deduplicated));
-                }
-                Err(e) => results[i] = Some(Err(e)),
-            }
-        }
-        for (i, target, mut state, deduplicated) in kept {
-            let (location, rows) = self.assign(&state.service, &state.transaction_id, target, now);
-            directory.extend(rows);
-            groups
-                .entry((state.service.clone(), location.clone()))
-                .or_default()
-                .push(schedules.len());
-            state.location = Some(location);
-            schedules.push((i, state, deduplicated));
-        }
-        if let Err(e) = self.write_directory(directory.into_iter().collect()).await {
-            // No pointer may go below a directory row that is not durable.
-            for (i, _, _) in schedules.drain(..) {
-                results[i] = Some(Err(e.clone()));
-            }
-            groups.clear();
-        }
-        // 5. The pointers: one single-partition batch per bucket (at most MAX_POINTER_BATCH),
-        //    and the buckets that get only a few (a group commit spreads its items over every
-        //    lane) packed together, up to MAX_GROUPED_PARTITIONS buckets and
-        //    MAX_GROUPED_POINTERS pointers per request.
-        let mut packs: Vec<Vec<(String, Location, Vec<usize>)>> = Vec::new();
-        let mut small: Vec<(String, Location, Vec<usize>)> = Vec::new();
-        let mut small_rows = 0;
-        for ((service, location), members) in groups {
-            for part in members.chunks(MAX_POINTER_BATCH) {
-                let group = (service.clone(), location.clone(), part.to_vec());
-                if part.len() > MAX_GROUPED_POINTERS / 2 {
-                    packs.push(vec![group]);
-                    continue;
-                }
-                if small.len() == MAX_GROUPED_PARTITIONS
-                    || small_rows + part.len() > MAX_GROUPED_POINTERS
-                {
-                    packs.push(std::mem::take(&mut small));
-                    small_rows = 0;
-                }
-                small_rows += part.len();
-                small.push(group);
-            }
-        }
-        if !small.is_empty() {
-            packs.push(small);
-        }
-        let mut pointer_writes: Vec<PointerBatch> = Vec::new();
-        for pack in packs {
-            let mut members = Vec::new();
-            let groups: Vec<(String, Location, Vec<Pointer>)> = pack
-                .into_iter()
-                .map(|(service, location, part)| {
-                    let pointers = part
-                        .iter()
-                        .map(|&k| {
-                            let st = &schedules[k].1;
-                            Pointer {
-                                transaction_id: st.transaction_id.clone(),
-                                generation: st.generation,
-                                attempt: st.attempt,
-                                enqueued_at_ms: now,
-                            }
-                        })
-                        .collect();
-                    members.extend(part);
-                    (service, location, pointers)
-                })
-                .collect();
-            let store = self.store.clone();
-            self.pointers.record(members.len());
-            pointer_writes.push(Box::pin(async move {
-                crate::metrics::global().coalesced("pointer_writes", members.len());
-                let r = store.put_pointer_groups(&groups).await;
-                (members, r)
-            }));
-        }
-        let written: Vec<_> = stream::iter(pointer_writes)
-            .buffer_unordered(BATCH_POINTER_WRITES_PARALLEL)
-            .collect()
-            .await;
-        let mut pointer_ok = vec![false; schedules.len()];
-        for (part, r) in written {
-            for k in part {
-                match &r {
-                    Ok(()) => pointer_ok[k] = true,
-                    Err(e) => results[schedules[k].0] = Some(Err(Error::from(e.clone()))),
-                }
-            }
-        }
-        // 6. The state rows, each only after its pointer is durable. A pointer that landed
-        //    after its window ended is placed again on its own (see `write_schedule`).
-        let after = self.clock.now_ms();
-        let mut rows: Vec<(usize, TxState, bool)> = confirms
-            .into_iter()
-            .map(|(i, state)| (i, state, true))
-            .collect();
-        let mut late: Vec<(usize, TxState, bool)> = Vec::new();
-        for (s, ok) in schedules.into_iter().zip(pointer_ok) {
-            if !ok {
-                continue;
-            }
-            let ended =
-                s.1.location
-                    .as_ref()
-                    .is_some_and(|l| after >= self.grid.end_ms(l.window));
-            if ended {
-                late.push(s);
-            } else {
-                rows.push(s);
-            }
-        }
-        let written = self
-            .store
-            .put_states(rows.iter().map(|(_, s, _)| (s.clone(), None)).collect())
-            .await;
-        let landed = self.check_state_landed(now);
-        for ((i, state, deduplicated), r) in rows.into_iter().zip(written) {
-            results[i] = Some(match r {
-                Ok(()) => landed.clone().map(|()| outcome(state, deduplicated)),
-                Err(e) => Err(e.into()),
-            });
-        }
-        for (i, mut state, deduplicated) in late {
-            let location = state.location.clone().expect("placed");
-            tracing::warn!(
-                transaction_id = %state.transaction_id,
-                late_ms = after - self.grid.end_ms(location.window),
-                "a batch pointer landed after its window ended; placing the retry again"
-            );
-            let r = async {
-                self.store
-                    .delete_late_pointer(&state.service, &location, &state.transaction_id)
-                    .await?;
-                let now = self.clock.now_ms();
-                let target = self.grid.target(now, state.due_at_ms);
-                state.generation = new_generation(state.generation, now);
-                state.due_at_ms = self.grid.end_ms(target);
-                state.updated_at_ms = now;
-                self.write_schedule(&mut state, target, now).await
-            }
-            .await;
-            results[i] = Some(r.map(|()| outcome(state, deduplicated)));
-        }
-        drop(locks);
-        results
-            .into_iter()
-            .map(|r| r.expect("every item has a result"))
-            .collect()
     }
 
     fn busy(&self) -> Error {
