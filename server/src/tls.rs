@@ -19,6 +19,7 @@
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
+    pin::Pin,
     sync::{Arc, RwLock},
     time::Duration,
 };
@@ -338,67 +339,72 @@ where
     }
 }
 
+/// Both directions of a stream as one trait object: what `MaybeTls` forwards its I/O to.
+trait Io: AsyncRead + AsyncWrite + Unpin {}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Io for S {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> MaybeTls<T> {
+    /// The stream of either variant.
+    fn inner(&self) -> &dyn Io {
+        match self {
+            MaybeTls::Plain(t) => t,
+            MaybeTls::Tls(t) => t.as_ref(),
+        }
+    }
+
+    /// The stream of either variant, pinned (both are `Unpin`).
+    fn inner_pin(self: Pin<&mut Self>) -> Pin<&mut dyn Io> {
+        match self.get_mut() {
+            MaybeTls::Plain(t) => Pin::new(t),
+            MaybeTls::Tls(t) => Pin::new(t.as_mut()),
+        }
+    }
+}
+
 impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTls<T> {
     fn poll_read(
-        self: std::pin::Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            MaybeTls::Plain(t) => std::pin::Pin::new(t).poll_read(cx, buf),
-            MaybeTls::Tls(t) => std::pin::Pin::new(t.as_mut()).poll_read(cx, buf),
-        }
+        self.inner_pin().poll_read(cx, buf)
     }
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTls<T> {
     fn poll_write(
-        self: std::pin::Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            MaybeTls::Plain(t) => std::pin::Pin::new(t).poll_write(cx, buf),
-            MaybeTls::Tls(t) => std::pin::Pin::new(t.as_mut()).poll_write(cx, buf),
-        }
+        self.inner_pin().poll_write(cx, buf)
     }
 
     fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            MaybeTls::Plain(t) => std::pin::Pin::new(t).poll_flush(cx),
-            MaybeTls::Tls(t) => std::pin::Pin::new(t.as_mut()).poll_flush(cx),
-        }
+        self.inner_pin().poll_flush(cx)
     }
 
     fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            MaybeTls::Plain(t) => std::pin::Pin::new(t).poll_shutdown(cx),
-            MaybeTls::Tls(t) => std::pin::Pin::new(t.as_mut()).poll_shutdown(cx),
-        }
+        self.inner_pin().poll_shutdown(cx)
     }
 
     fn poll_write_vectored(
-        self: std::pin::Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            MaybeTls::Plain(t) => std::pin::Pin::new(t).poll_write_vectored(cx, bufs),
-            MaybeTls::Tls(t) => std::pin::Pin::new(t.as_mut()).poll_write_vectored(cx, bufs),
-        }
+        self.inner_pin().poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            MaybeTls::Plain(t) => t.is_write_vectored(),
-            MaybeTls::Tls(t) => t.is_write_vectored(),
-        }
+        self.inner().is_write_vectored()
     }
 }
 
