@@ -420,6 +420,25 @@ async fn writes_need_a_json_body_from_the_same_origin() {
         ..Http::of(&node, None)
     };
     local.get("/api/v1/session").await.expect(200);
+    // A read another site's page makes (the browser says so) is refused as well.
+    let e = http
+        .send(
+            "GET",
+            "/api/v1/stats",
+            &[("Sec-Fetch-Site", "cross-site")],
+            None,
+        )
+        .await
+        .expect(403);
+    assert!(e["message"].as_str().unwrap().contains("cross-site"), "{e}");
+    http.send(
+        "GET",
+        "/api/v1/stats",
+        &[("Sec-Fetch-Site", "same-origin")],
+        None,
+    )
+    .await
+    .expect(200);
     stop(node).await;
 }
 

@@ -206,6 +206,18 @@ impl Admin {
         &self,
         r: &pb::SetServicePolicyRequest,
     ) -> Result<pb::SetServicePolicyResponse, Error> {
+        let s = self.store_policy(r).await?;
+        Ok(pb::SetServicePolicyResponse {
+            policy: Some(s.policy.clone()),
+            effective_policy: Some(policy_pb(
+                &self.services.default_policy().apply(&s.overrides),
+            )),
+        })
+    }
+
+    /// Validates and stores a service's policy; answers the settings as written (no read
+    /// after the write, whose failure would hide that the write happened).
+    pub async fn store_policy(&self, r: &pb::SetServicePolicyRequest) -> Result<Settings, Error> {
         self.known(&r.service)?;
         let policy = r.policy.clone().unwrap_or_default();
         let overrides = validate::policy("policy", Some(&policy))?;
@@ -213,17 +225,21 @@ impl Admin {
         effective
             .validate()
             .map_err(|e| Error::invalid(format!("policy.{}", e.field), e.message))?;
-        let s = self.services.set_policy(&r.service, &policy).await?;
-        Ok(pb::SetServicePolicyResponse {
-            policy: Some(s.policy.clone()),
-            effective_policy: Some(policy_pb(&effective)),
-        })
+        self.services.set_policy(&r.service, &policy).await
     }
 
     pub async fn set_limits(
         &self,
         r: &pb::SetServiceLimitsRequest,
     ) -> Result<pb::SetServiceLimitsResponse, Error> {
+        let s = self.store_limits(r).await?;
+        Ok(pb::SetServiceLimitsResponse {
+            limits: Some(s.limits),
+        })
+    }
+
+    /// Validates and stores a service's dispatch limits; answers the settings as written.
+    pub async fn store_limits(&self, r: &pb::SetServiceLimitsRequest) -> Result<Settings, Error> {
         self.known(&r.service)?;
         let limits = r.limits.unwrap_or_default();
         if let Some(rate) = limits.max_dispatch_per_second {
@@ -256,10 +272,7 @@ impl Admin {
                 ));
             }
         }
-        let s = self.services.set_limits(&r.service, &limits).await?;
-        Ok(pb::SetServiceLimitsResponse {
-            limits: Some(s.limits),
-        })
+        self.services.set_limits(&r.service, &limits).await
     }
 
     /// Every (window, instance) of `service` in the directory (all token ranges), oldest

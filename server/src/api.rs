@@ -155,11 +155,13 @@ impl pb::retry_service_server::RetryService for Api {
     ) -> Result<Response<pb::Retry>, Status> {
         let (metadata, extensions, r) = request.into_parts();
         let caller = self.auth.caller(&metadata, &extensions)?;
-        let caller = caller.as_deref();
-        validate::service("service", &r.service)?;
-        validate::transaction_id("transaction_id", &r.transaction_id)?;
-        Auth::may_use(caller, "service", &r.service)?;
-        let state = self.writer.get(&r.service, &r.transaction_id).await?;
+        let state = lookup_retry(
+            &self.writer,
+            caller.as_deref(),
+            &r.service,
+            &r.transaction_id,
+        )
+        .await?;
         Ok(Response::new(wire::retry_pb(state)))
     }
 
@@ -283,6 +285,20 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         let ring = ring_view(self.ring.as_deref(), &self.node_id, &self.address).await?;
         Ok(Response::new(ring))
     }
+}
+
+/// GetRetry's checks and read, shared by gRPC and the dashboard: the names are valid, the
+/// caller may use the service (`caller` None: authentication is off), then the state row.
+pub async fn lookup_retry(
+    writer: &Writer,
+    caller: Option<&Credential>,
+    service: &str,
+    transaction_id: &str,
+) -> Result<crate::store::TxState, Error> {
+    validate::service("service", service)?;
+    validate::transaction_id("transaction_id", transaction_id)?;
+    Auth::may_use(caller, "service", service)?;
+    writer.get(service, transaction_id).await
 }
 
 /// GetRing's answer: the live members and their token ranges, or this node alone with the

@@ -332,7 +332,7 @@ impl Services {
     pub async fn set_paused(&self, service: &str, paused: bool) -> Result<Settings, Error> {
         let now = self.clock.now_ms();
         self.store.set_service_paused(service, paused, now).await?;
-        let s = self.load(service).await?.unwrap_or(Settings {
+        let s = written(self.load(service).await)?.unwrap_or(Settings {
             service: service.to_string(),
             paused,
             ..Default::default()
@@ -368,11 +368,47 @@ impl Services {
 
     /// Reads back a row this node just wrote and applies it here at once.
     async fn reload(&self, service: &str) -> Result<Settings, Error> {
-        let s = self
-            .load(service)
-            .await?
-            .ok_or_else(|| Error::Unavailable("service row not readable after write".into()))?;
+        let s = written(self.load(service).await)?.ok_or_else(|| {
+            Error::DeadlineExceeded(
+                "the service's settings were written, but the row was not readable right \
+                 after; the call is safe to repeat"
+                    .into(),
+            )
+        })?;
         self.store_local(s.clone());
         Ok(s)
+    }
+}
+
+/// The read-back after a confirmed write: its failure must not read as "nothing written"
+/// (UNAVAILABLE), so it is DEADLINE_EXCEEDED, which callers repeat (the writes are
+/// idempotent).
+fn written<T>(read: Result<T, Error>) -> Result<T, Error> {
+    read.map_err(|e| match e {
+        Error::Unavailable(m) => Error::DeadlineExceeded(format!(
+            "the service's settings were written, but reading them back failed ({m}); the \
+             call is safe to repeat"
+        )),
+        other => other,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_read_back_after_a_write_is_not_nothing_written() {
+        let e = written::<()>(Err(Error::Unavailable("connection reset".into()))).unwrap_err();
+        assert!(
+            matches!(&e, Error::DeadlineExceeded(m) if m.contains("written") && m.contains("connection reset")),
+            "{e:?}"
+        );
+        // Other errors, and answers, pass through.
+        assert!(matches!(
+            written::<()>(Err(Error::Internal("x".into()))),
+            Err(Error::Internal(_))
+        ));
+        assert_eq!(written(Ok(3)).unwrap(), 3);
     }
 }

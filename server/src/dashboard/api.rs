@@ -14,7 +14,7 @@ use rebound_proto::{json as pj, v1 as pb};
 use serde_json::{json, Value};
 
 use super::{json_response, live, parse, ApiError, Dashboard, Presented};
-use crate::{auth::Auth, error::Error, validate, wire};
+use crate::{admin::service_info, auth::Auth, error::Error, wire};
 
 type Reply = Result<Value, Error>;
 
@@ -36,7 +36,17 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, Error> {
 async fn read_body(body: Body) -> Result<Value, Error> {
     let bytes = axum::body::to_bytes(body, parse::MAX_BODY_BYTES)
         .await
-        .map_err(|_| parse::too_large())?;
+        .map_err(|e| {
+            // The limit's error (http-body-util's LengthLimitError), or the connection's.
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+            while let Some(s) = source {
+                if s.to_string().contains("length limit") {
+                    return parse::too_large();
+                }
+                source = s.source();
+            }
+            Error::invalid("body", format!("could not be read: {e}"))
+        })?;
     parse::body(&bytes)
 }
 
@@ -217,13 +227,11 @@ pub async fn policy(
         async {
             let (service, body) = admin_post(&d, service, req).await?;
             let policy = parse::policy(&body)?;
-            d.admin
-                .set_policy(&pb::SetServicePolicyRequest {
-                    service: service.clone(),
-                    policy,
-                })
+            let s = d
+                .admin
+                .store_policy(&pb::SetServicePolicyRequest { service, policy })
                 .await?;
-            Ok(pj::service_info_json(&d.admin.get_service(&service).await?))
+            Ok(pj::service_info_json(&service_info(&s, &d.admin.services)))
         }
         .await,
     )
@@ -238,13 +246,11 @@ pub async fn limits(
         async {
             let (service, body) = admin_post(&d, service, req).await?;
             let limits = parse::limits(&body)?;
-            d.admin
-                .set_limits(&pb::SetServiceLimitsRequest {
-                    service: service.clone(),
-                    limits,
-                })
+            let s = d
+                .admin
+                .store_limits(&pb::SetServiceLimitsRequest { service, limits })
                 .await?;
-            Ok(pj::service_info_json(&d.admin.get_service(&service).await?))
+            Ok(pj::service_info_json(&service_info(&s, &d.admin.services)))
         }
         .await,
     )
@@ -359,10 +365,13 @@ pub async fn retry(
             let caller = d.caller(&Presented::of(&parts))?;
             let (service, transaction_id) = path(ids)?;
             parse::Query::parse(parts.uri.query(), &[])?;
-            validate::service("service", &service)?;
-            validate::transaction_id("transaction_id", &transaction_id)?;
-            Auth::may_use(caller.as_deref(), "service", &service)?;
-            let state = d.admin.writer.get(&service, &transaction_id).await?;
+            let state = crate::api::lookup_retry(
+                &d.admin.writer,
+                caller.as_deref(),
+                &service,
+                &transaction_id,
+            )
+            .await?;
             let trace_id = trace_id(&state.trace.traceparent);
             let mut v = pj::retry_json(&wire::retry_pb(state));
             v["trace_url"] = json!(trace_id.as_ref().and_then(|id| d

@@ -156,6 +156,7 @@ fn is_address_or_localhost(host: &str) -> bool {
 /// - with authentication off, an API call whose `Host` is a DNS name other than `localhost`
 ///   (403): a page of another site whose name was made to resolve to this node (DNS
 ///   rebinding) is then same-origin with it, and nothing else would stop it;
+/// - a request a browser marks `Sec-Fetch-Site: cross-site` (403);
 /// - a `POST` without a JSON content type (415) or from another origin (403).
 async fn request_guard(
     axum::extract::State(d): axum::extract::State<Arc<Dashboard>>,
@@ -176,6 +177,18 @@ async fn request_guard(
             )))
             .into_response();
         }
+    }
+    // Browsers say where a request comes from: a read by another site (a no-cors fetch of
+    // /api/v1/stats walks the whole directory) is refused too.
+    let cross_site = request
+        .headers()
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
+    if cross_site {
+        return ApiError::from(Error::PermissionDenied(
+            "Sec-Fetch-Site: cross-site: the API answers the dashboard's own page only".into(),
+        ))
+        .into_response();
     }
     if request.method() == Method::POST {
         let h = request.headers();

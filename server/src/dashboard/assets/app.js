@@ -186,6 +186,13 @@ async function api(path, body) {
 	try {
 		res = await fetch(`/api/v1/${path}`, init);
 	} catch (e) {
+		// A write whose connection broke may have been applied: say so, never "nothing written".
+		if (body !== undefined)
+			throw new ApiError(
+				0,
+				"DEADLINE_EXCEEDED",
+				`no answer from the node (${e.message}): the change may or may not have been made; reload to see, it is safe to repeat`,
+			);
 		throw new ApiError(0, "UNAVAILABLE", `the node did not answer (${e.message})`);
 	}
 	const text = await res.text();
@@ -349,7 +356,13 @@ function route() {
 	leave();
 	leave = () => {};
 	markNav();
-	const parts = (location.hash.replace(/^#\/?/, "") || "").split("/").map(decodeURIComponent);
+	const parts = (location.hash.replace(/^#\/?/, "") || "").split("/").map((p) => {
+		try {
+			return decodeURIComponent(p);
+		} catch {
+			return p; // a malformed escape (#/retry/%) is looked up as typed, not a dead page
+		}
+	});
 	const [page, a, b] = parts;
 	const main = $("#main");
 	const admin = session.admin;
@@ -1312,9 +1325,13 @@ function deadLettersPage(name) {
 			"data-action": "purge-dead-letters",
 			onclick: async () => {
 				const fl = filter ?? readFilter();
+				const range = fl.from || fl.to ? "in the chosen time range" : "of every day kept";
+				const ignored = fl.error_contains
+					? ` The error filter does not apply: every letter ${range} goes, whatever its error.`
+					: "";
 				const yes = await confirmTyped(
 					"Purge dead letters",
-					`Deletes the dead letters of ${name}${fl.from || fl.to ? " in the chosen time range" : ""}. This cannot be undone.`,
+					`Deletes every dead letter of ${name} ${range}, redriven ones included.${ignored} This cannot be undone.`,
 					name,
 				);
 				if (!yes) return;
