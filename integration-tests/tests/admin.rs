@@ -491,6 +491,20 @@ async fn purge_cancels_pending_retries_bucket_by_bucket_and_keeps_later_ones() {
         1,
         "only the later retry's pointer is left"
     );
+    // Buckets kept with nothing to cancel in them do not use up a call's budget: purging
+    // again over two of them (with one bucket a call) finishes at once, where it used to
+    // answer done = false for ever.
+    c.enqueue_retry(req("svc", "late2", 60_000)).await.unwrap();
+    let r = a
+        .purge_service(pb::PurgeServiceRequest {
+            service: "svc".into(),
+            before: Some(ts(before)),
+            max_buckets: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.done, r.cancelled, r.buckets_kept), (true, 0, 2), "{r:?}");
 
     // Nothing purged is delivered; the other service and the later retry are.
     let mut sub = subscribe(&n.channel, "svc", 10).await;

@@ -331,7 +331,10 @@ impl Admin {
                 let (cancelled, pointers, keep) =
                     self.purge_bucket(&r.service, &loc, before).await?;
                 resp.cancelled += cancelled;
-                if pointers > 0 {
+                // The budget counts buckets this call changed. A bucket kept with nothing
+                // left to cancel is passed again by every later call: counting it would let
+                // max_buckets such buckets stop every call before any progress.
+                if pointers > 0 && (cancelled > 0 || !keep) {
                     handled += 1;
                 }
                 if keep {
