@@ -41,6 +41,21 @@ impl Answer {
     }
 }
 
+/// A chunked body (`Transfer-Encoding: chunked`) put back together.
+pub fn unchunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
 /// One request on `s`: the method, path, headers and body; the connection closes after.
 pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     mut s: S,
@@ -80,17 +95,7 @@ pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         .iter()
         .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
     let body = if chunked {
-        let mut out = String::new();
-        let mut rest = body;
-        while let Some((size, after)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-            if n == 0 || after.len() < n {
-                break;
-            }
-            out.push_str(&after[..n]);
-            rest = after[n..].trim_start_matches("\r\n");
-        }
-        out
+        unchunk(body)
     } else {
         body.to_string()
     };

@@ -261,7 +261,6 @@ pub const DATA_TABLES: &[&str] = &[
     "dead_letters",
 ];
 
-/// Milliseconds of a UTC date-time written as `YYYY-MM-DD HH:MM:SS.mmm`.
 /// One HTTP/1.1 GET of `path` on `addr`: the status code and the body (tests of the metrics
 /// and probes listener; no HTTP client crate needed).
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
@@ -281,27 +280,18 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     // Bodies come chunked or whole; undo the chunking when there is some.
-    let body = if head
+    let chunked = head
         .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let mut out = String::new();
-        let mut rest = body;
-        while let Some((size, after)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-            if n == 0 || after.len() < n {
-                break;
-            }
-            out.push_str(&after[..n]);
-            rest = after[n..].trim_start_matches("\r\n");
-        }
-        out
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        http::unchunk(body)
     } else {
         body.to_string()
     };
     Ok((code, body))
 }
 
+/// Milliseconds of a UTC date-time written as `YYYY-MM-DD HH:MM:SS.mmm`.
 pub fn utc_ms(s: &str) -> i64 {
     use chrono::{NaiveDateTime, TimeZone, Utc};
     let t = NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.3f").expect("date-time");

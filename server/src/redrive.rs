@@ -46,16 +46,7 @@ impl Admin {
                 ),
             ));
         }
-        let rate = match max_per_second {
-            0 => 500,
-            n if n <= 100_000 => n,
-            n => {
-                return Err(Error::invalid(
-                    "max_per_second",
-                    format!("must be between 1 and 100000, got {n}"),
-                ))
-            }
-        };
+        let rate = validate::count("max_per_second", max_per_second, 500, 100_000)?;
         Ok((delay, rate))
     }
 
@@ -122,16 +113,7 @@ impl Admin {
         )?;
         self.existing(&r.service).await?;
         let (delay, rate) = self.pacing(r.delay.as_ref(), r.max_per_second)?;
-        let max_items = match r.max_items {
-            0 => 1000,
-            n if n <= 100_000 => n as usize,
-            n => {
-                return Err(Error::invalid(
-                    "max_items",
-                    format!("must be between 1 and 100000, got {n}"),
-                ))
-            }
-        };
+        let max_items = validate::count("max_items", r.max_items, 1000, 100_000)? as usize;
         // Collect one call's worth first (bounded by max_items), then move them at the rate.
         let mut batch = Vec::new();
         let exhausted = self

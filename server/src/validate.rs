@@ -111,6 +111,18 @@ pub fn duration(field: &str, d: &prost_types::Duration) -> Result<Duration, Erro
     Ok(Duration::new(d.seconds as u64, d.nanos as u32))
 }
 
+/// A count a request may leave unset (0): `default` then, else 1 to `max`.
+pub fn count(field: &str, n: u32, default: u32, max: u32) -> Result<u32, Error> {
+    match n {
+        0 => Ok(default),
+        n if n <= max => Ok(n),
+        n => Err(Error::invalid(
+            field,
+            format!("must be between 1 and {max}, got {n}"),
+        )),
+    }
+}
+
 pub fn timestamp_ms(field: &str, t: &prost_types::Timestamp) -> Result<i64, Error> {
     // 0001-01-01 .. 9999-12-31, as google.protobuf.Timestamp defines it.
     if !(-62_135_596_800..=253_402_300_799).contains(&t.seconds)
