@@ -1,0 +1,110 @@
+//! RetryService commands: enqueue, get and cancel.
+
+use std::{io::Read, path::Path};
+
+use rebound_proto::v1 as pb;
+use serde_json::json;
+
+use super::{Ctx, Out};
+use crate::{
+    args::EnqueueArgs,
+    error::CliError,
+    render::{self, duration_to_proto, time_cell, time_json, yes_no},
+    table::key_values,
+};
+
+fn read_payload(path: &Path) -> Result<Vec<u8>, CliError> {
+    let result = if path.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin().read_to_end(&mut buf).map(|_| buf)
+    } else {
+        std::fs::read(path)
+    };
+    result.map_err(|e| CliError::usage(format!("--payload-file {}: {e}", path.display())))
+}
+
+pub(super) async fn enqueue(ctx: &Ctx, a: &EnqueueArgs) -> Result<Out, CliError> {
+    let payload = match (&a.payload, &a.payload_file) {
+        (Some(p), _) => p.clone().into_bytes(),
+        (None, Some(path)) => read_payload(path)?,
+        (None, None) => Vec::new(),
+    };
+    let mut attributes = std::collections::HashMap::new();
+    for (k, v) in &a.attributes {
+        if attributes.insert(k.clone(), v.clone()).is_some() {
+            return Err(CliError::usage(format!("--attr {k}: given twice")));
+        }
+    }
+    let schedule = match (a.delay, a.due) {
+        (Some(d), _) => Some(pb::enqueue_retry_request::Schedule::Delay(
+            duration_to_proto(d),
+        )),
+        (None, Some(t)) => Some(pb::enqueue_retry_request::Schedule::DueTime(t)),
+        (None, None) => None,
+    };
+    let request = pb::EnqueueRetryRequest {
+        service: a.service.clone(),
+        transaction_id: a.transaction_id.clone(),
+        payload,
+        attributes,
+        schedule,
+        policy: (!a.policy.is_empty()).then(|| a.policy.to_proto()),
+        attempt: a.attempt,
+        last_error: a.last_error.clone().unwrap_or_default(),
+        trace_context: None,
+    };
+    let r = ctx
+        .call(ctx.retry().enqueue_retry(ctx.req(request)))
+        .await?;
+    let json = json!({
+        "service": a.service,
+        "transaction_id": r.transaction_id,
+        "due_time": time_json(r.due_time.as_ref()),
+        "generation": r.generation.to_string(),
+        "deduplicated": r.deduplicated,
+    });
+    let text = key_values(&[
+        ("service", a.service.clone()),
+        ("transaction_id", r.transaction_id.clone()),
+        ("due_time", time_cell(r.due_time.as_ref())),
+        ("generation", r.generation.to_string()),
+        ("deduplicated", yes_no(r.deduplicated)),
+    ]);
+    Ok(Out::new(json, text))
+}
+
+pub(super) async fn get(ctx: &Ctx, service: &str, transaction_id: &str) -> Result<Out, CliError> {
+    let request = pb::GetRetryRequest {
+        service: service.into(),
+        transaction_id: transaction_id.into(),
+    };
+    let r = ctx.call(ctx.retry().get_retry(ctx.req(request))).await?;
+    Ok(Out::new(render::retry_json(&r), render::retry_text(&r)))
+}
+
+pub(super) async fn cancel(
+    ctx: &Ctx,
+    service: &str,
+    transaction_id: &str,
+) -> Result<Out, CliError> {
+    let request = pb::CancelRetryRequest {
+        service: service.into(),
+        transaction_id: transaction_id.into(),
+    };
+    let r = ctx.call(ctx.retry().cancel_retry(ctx.req(request))).await?;
+    let status = render::status_name(r.status);
+    let text = if r.cancelled {
+        format!("cancelled {service} {transaction_id}: status {status}\n")
+    } else {
+        format!(
+            "nothing to cancel: {service} {transaction_id} had already finished with status {status}\n"
+        )
+    };
+    let json = json!({
+        "service": service,
+        "transaction_id": transaction_id,
+        "status": status,
+        "cancelled": r.cancelled,
+    });
+    Ok(Out::new(json, text))
+}
