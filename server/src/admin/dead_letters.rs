@@ -188,16 +188,7 @@ impl Admin {
             &r.error_contains,
         )?;
         self.existing(&r.service).await?;
-        let page_size = match r.page_size {
-            0 => 100,
-            n if n <= 1000 => n as usize,
-            n => {
-                return Err(Error::invalid(
-                    "page_size",
-                    format!("must be between 1 and 1000, got {n}"),
-                ))
-            }
-        };
+        let page_size = validate::count("page_size", r.page_size, 100, 1000)? as usize;
         let cursor = (!r.page_token.is_empty())
             .then(|| Cursor::decode(&r.page_token))
             .transpose()?;

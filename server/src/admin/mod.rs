@@ -223,16 +223,7 @@ impl Admin {
             Some(t) => validate::timestamp_ms("before", t)?,
             None => now,
         };
-        let max_buckets = match r.max_buckets {
-            0 => 100,
-            n if n <= 10_000 => n as u64,
-            n => {
-                return Err(Error::invalid(
-                    "max_buckets",
-                    format!("must be between 1 and 10000, got {n}"),
-                ))
-            }
-        };
+        let max_buckets = u64::from(validate::count("max_buckets", r.max_buckets, 100, 10_000)?);
         self.existing(&r.service).await?;
         let mut resp = pb::PurgeServiceResponse {
             done: true,
