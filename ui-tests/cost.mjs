@@ -7,13 +7,8 @@
 //   REBOUND_CHROMIUM (and REBOUND_COST_SECONDS, default 60, for a shorter run).
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { chromium } from "playwright-core";
+import { env, launchChromium } from "./browser.mjs";
 
-const env = (k) => {
-	const v = process.env[k];
-	if (!v) throw new Error(`${k} is not set: run this with scripts/test-ui --cost`);
-	return v;
-};
 const URL_ = env("REBOUND_UI_URL");
 const GRPC = env("REBOUND_UI_GRPC");
 const ADMIN = env("REBOUND_UI_ADMIN_TOKEN");
@@ -57,19 +52,7 @@ const results = [];
 const counter = { bytes: 0, on: false, firstLoad: [] };
 results.push(await phase("idle (no browser)", counter));
 
-const browser = await chromium.launch({
-	executablePath: env("REBOUND_CHROMIUM"),
-	headless: true,
-	args: [
-		"--no-sandbox",
-		"--disable-gpu",
-		"--disable-quic",
-		"--no-first-run",
-		"--disable-background-networking",
-		"--disable-component-update",
-		"--disable-sync",
-	],
-});
+const browser = await launchChromium();
 try {
 	const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
 	await context.addInitScript((t) => sessionStorage.setItem("rebound.token", t), ADMIN);

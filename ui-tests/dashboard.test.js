@@ -9,13 +9,8 @@ import { execFile } from "node:child_process";
 import { copyFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { chromium } from "playwright-core";
+import { env, launchChromium } from "./browser.mjs";
 
-const env = (k) => {
-	const v = process.env[k];
-	if (!v) throw new Error(`${k} is not set: run the tests with scripts/test-ui`);
-	return v;
-};
 const URL_ = env("REBOUND_UI_URL");
 const GRPC = env("REBOUND_UI_GRPC");
 const ADMIN = env("REBOUND_UI_ADMIN_TOKEN");
@@ -132,19 +127,7 @@ async function go(page, hash) {
 const DAY_MS = 86_400_000;
 
 before(async () => {
-	browser = await chromium.launch({
-		executablePath: env("REBOUND_CHROMIUM"),
-		headless: true,
-		args: [
-			"--no-sandbox",
-			"--disable-gpu",
-			"--disable-quic",
-			"--no-first-run",
-			"--disable-background-networking",
-			"--disable-component-update",
-			"--disable-sync",
-		],
-	});
+	browser = await launchChromium();
 	admin = await Client.connect(GRPC, { token: ADMIN });
 	mkdirSync(SHOTS, { recursive: true });
 });
