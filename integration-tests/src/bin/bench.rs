@@ -1021,6 +1021,7 @@ async fn costs(a: &Args) -> anyhow::Result<J> {
         cancelled_generation: None,
         succeeded_generation: None,
         trace: Default::default(),
+        written: Default::default(),
     };
     let mut fields = Vec::new();
     for (label, c) in [("one_at_a_time", 1usize), ("concurrent", conc)] {

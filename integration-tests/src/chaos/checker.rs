@@ -264,8 +264,24 @@ pub fn check(input: &Input) -> CheckResult {
                 Kind::Ack {
                     outcome: Outcome::Succeeded,
                     answer: Answer::Ok(_),
+                    delivery,
                     ..
                 } => {
+                    // A SUCCEEDED ack writes without reading the row again, just above the
+                    // row its delivery was read from: a cancel that may have taken effect
+                    // after that read wins over it (docs/architecture.md), and the retry
+                    // stays CANCELLED, so a later enqueue starts afresh.
+                    let read_at = sent_lb(*delivery);
+                    let cancelled_after_read = idx.iter().any(|&j| {
+                        matches!(
+                            &ev[j].kind,
+                            Kind::Cancel {
+                                answer: Answer::Ok((true, _)) | Answer::Unknown(_),
+                                ..
+                            }
+                        ) && ev[j].start_ms < e.end_ms
+                            && effect_end(&ev[j]) > read_at
+                    });
                     if let Some(&d) = deliveries.iter().find(|&&d| {
                         sent_lb(d) > e.end_ms && !enqueue_between(e.start_ms, ev[d].end_ms)
                     }) {
@@ -276,7 +292,8 @@ pub fn check(input: &Input) -> CheckResult {
                         );
                     }
                     if let Some(&x) = idx.iter().find(|&&x| {
-                        ev[x].start_ms > e.end_ms
+                        !cancelled_after_read
+                            && ev[x].start_ms > e.end_ms
                             && matches!(
                                 &ev[x].kind,
                                 Kind::Enqueue {
@@ -331,10 +348,20 @@ pub fn check(input: &Input) -> CheckResult {
                         // An ack that raced the cancel may answer OK either way: its write
                         // loses to the cancel cell (`TxState::apply_settled`), checked by the
                         // final status below. One that started after the cancel answered must
-                        // have found the retry cancelled.
+                        // have found the retry cancelled, except a SUCCEEDED ack: it does not
+                        // read the row again, answers OK (its executor did the work), and its
+                        // write, just above the row its delivery was read from, loses to the
+                        // cancel's; the final status below checks that.
                         let ack = &ev[k];
+                        let succeeded = matches!(
+                            ack.kind,
+                            Kind::Ack {
+                                outcome: Outcome::Succeeded,
+                                ..
+                            }
+                        );
                         let undone = match role(ack) {
-                            Role::End | Role::Schedule => ack.start_ms > ce,
+                            Role::End | Role::Schedule => ack.start_ms > ce && !succeeded,
                             _ => false,
                         };
                         if undone {
@@ -644,8 +671,71 @@ mod tests {
     }
 
     #[test]
-    fn an_ack_started_after_the_cancel_answered_must_not_succeed() {
+    fn a_succeeded_ack_after_the_cancel_answered_may_answer_ok_and_lose() {
         let h = race((3_010, 3_012), (3_000, 3_005));
+        assert_eq!(kinds(&h, pb::RetryStatus::Cancelled), Vec::<&str>::new());
+        assert_eq!(kinds(&h, pb::RetryStatus::Succeeded), vec!["cancel undone"]);
+    }
+
+    #[test]
+    fn a_retry_ack_started_after_the_cancel_answered_must_be_refused() {
+        let mut h = race((3_010, 3_012), (3_000, 3_005));
+        let Kind::Ack {
+            outcome, answer, ..
+        } = &mut h[2].kind
+        else {
+            unreachable!()
+        };
+        *outcome = Outcome::Retry;
+        *answer = Answer::Ok(AckOk {
+            next_due_ms: Some(9_000),
+            dead_lettered: false,
+            snoozed: false,
+        });
         assert!(kinds(&h, pb::RetryStatus::Cancelled).contains(&"cancel undone by an ack"));
+    }
+
+    /// A SUCCEEDED ack that lost to a cancel does not make a later enqueue (a fresh start
+    /// after the cancel) a violation; one that no cancel raced does.
+    #[test]
+    fn an_enqueue_after_a_succeeded_ack_is_refused_unless_a_cancel_won() {
+        let enqueue = at(
+            4_000,
+            4_005,
+            Kind::Enqueue {
+                node: 0,
+                service: SVC.into(),
+                tx: TX.into(),
+                asked: "delay=0ms".into(),
+                batch: false,
+                answer: Answer::Ok(EnqueueOk {
+                    due_ms: 5_000,
+                    generation: 2,
+                    deduplicated: false,
+                }),
+            },
+        );
+        let delivery_again = at(
+            6_000,
+            6_001,
+            Kind::Delivery {
+                node: 1,
+                service: SVC.into(),
+                tx: TX.into(),
+                delivery_id: "d2".into(),
+                attempt: 1,
+                due_ms: 5_000,
+                deadline_ms: 36_000,
+            },
+        );
+        let mut h = race((3_010, 3_012), (3_000, 3_005));
+        h.extend([enqueue.clone(), delivery_again.clone()]);
+        assert_eq!(kinds(&h, pb::RetryStatus::Cancelled), Vec::<&str>::new());
+        // No cancel: the SUCCEEDED ack stands, and a later enqueue must be refused.
+        let mut h = race((3_010, 3_012), (3_000, 3_005));
+        h.truncate(3);
+        h.extend([enqueue, delivery_again]);
+        assert!(kinds(&h, pb::RetryStatus::Scheduled)
+            .contains(&"SUCCEEDED undone (a later call was accepted)"));
     }
 }

@@ -64,6 +64,9 @@ impl Dispatcher {
         inflight: InFlight,
         outcome: AttemptOutcome,
     ) -> Result<Resolution, Error> {
+        if matches!(outcome, AttemptOutcome::Succeeded) && inflight.work.state.written.0.is_some() {
+            return self.settle_succeeded(delivery_id, inflight).await;
+        }
         let (service, txid) = (
             inflight.work.state.service.clone(),
             inflight.work.state.transaction_id.clone(),
@@ -97,6 +100,34 @@ impl Dispatcher {
             Ok(res) => {
                 inflight.work.resolve();
                 Ok(res)
+            }
+            Err(e) => {
+                if let Some(w) = self.hub.put_back(delivery_id.to_string(), inflight) {
+                    self.requeue(w, None);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// A SUCCEEDED ack: one write, no read. The state row is written as the feed read it,
+    /// SUCCEEDED, just above that read's write time, so whatever changed the row since (a
+    /// cancel, a new schedule, on any node) wins over it in every order of arrival; the
+    /// succeeded cell it carries makes a schedule derived from this generation read as
+    /// SUCCEEDED (`TxState::apply_settled`). When the write fails the delivery stays in
+    /// flight, to be acknowledged again.
+    async fn settle_succeeded(
+        self: &Arc<Self>,
+        delivery_id: &str,
+        inflight: InFlight,
+    ) -> Result<Resolution, Error> {
+        let mut state = (*inflight.work.state).clone();
+        let deliveries = inflight.work.deliveries.saturating_add(1);
+        state.delivery_count = state.delivery_count.saturating_add(deliveries);
+        match self.writer.settle_succeeded(state).await {
+            Ok(()) => {
+                inflight.work.resolve();
+                Ok(Resolution::Succeeded)
             }
             Err(e) => {
                 if let Some(w) = self.hub.put_back(delivery_id.to_string(), inflight) {

@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use prost::Message;
 
-use super::{Location, Status, StoreError, StoreResult, TxState};
+use super::{Location, Status, StoreError, StoreResult, TxState, WriteTime};
 use crate::{policy::RetryPolicy, telemetry::context::TextContext, window::WindowId};
 
 #[derive(Clone, PartialEq, Message)]
@@ -149,6 +149,8 @@ pub struct StateCells {
     pub payload: Vec<u8>,
     pub cancelled_generation: Option<i64>,
     pub succeeded_generation: Option<i64>,
+    /// When the main cells were written (`TxState::written`).
+    pub written: WriteTime,
 }
 
 impl Body {
@@ -200,6 +202,7 @@ impl Body {
                 traceparent: self.traceparent,
                 tracestate: self.tracestate,
             },
+            written: cells.written,
         }
         .apply_settled()
     }

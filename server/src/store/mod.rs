@@ -123,6 +123,22 @@ pub struct TxState {
     /// The trace context of the enqueue that started this retry (schema 0007's body; none
     /// in the layout before it), carried on every delivery.
     pub trace: TextContext,
+    /// When the row as read was written, on the store's write clock (Cassandra's
+    /// `WRITETIME`, microseconds); unknown for a row not read from the store. A settle
+    /// (`StateStore::settle_state`) goes just above it, so it loses to whatever was written
+    /// to the row after this read.
+    pub written: WriteTime,
+}
+
+/// The write time of a state row as read (`TxState::written`). It is not part of the retry's
+/// value: two reads of one row, or a row written and read back, compare equal whatever it is.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteTime(pub Option<i64>);
+
+impl PartialEq for WriteTime {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl TxState {
@@ -175,6 +191,7 @@ impl TxState {
             cancelled_generation: Some(generation),
             succeeded_generation: None,
             trace: TextContext::default(),
+            written: WriteTime::default(),
         }
     }
 
@@ -385,6 +402,12 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
     /// Writes many state rows in few requests; one result per row, in order (a request that
     /// fails fails the rows it carried). No transaction may appear twice.
     async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>>;
+    /// Writes the terminal `state` (with `ttl_seconds`, and the succeeded cell when it is
+    /// SUCCEEDED) just above the write time its row had when it was read (`state.written`),
+    /// without reading it again: whatever was written to the row after that read (a cancel,
+    /// a new schedule) wins over it, in any order of arrival. Coalesced with other writes
+    /// where the store can. Internal error when `state.written` is unknown.
+    async fn settle_state(&self, state: &TxState, ttl_seconds: u32) -> StoreResult<()>;
 }
 
 /// The lease ring and its members, and the database's clock. Lease changes are

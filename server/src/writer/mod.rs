@@ -344,6 +344,7 @@ impl Writer {
             cancelled_generation: existing_cancel,
             succeeded_generation: existing_success,
             trace: input.trace,
+            written: Default::default(),
         };
         if let Some(prev) = &previous {
             state.first_enqueued_at_ms = prev.first_enqueued_at_ms;
@@ -660,6 +661,20 @@ impl Writer {
             return Ok(());
         }
         self.store.put_state(&state, Some(ttl)).await?;
+        Ok(())
+    }
+
+    /// Writes SUCCEEDED for the generation of `state` as it was read when it was delivered,
+    /// with the terminal TTL, without reading the row again (`StateStore::settle_state`):
+    /// the write goes just above the row's write time as read, so a cancel or a new schedule
+    /// written since wins over it wherever it lands (docs/architecture.md "Guarantees across
+    /// nodes").
+    pub async fn settle_succeeded(&self, mut state: TxState) -> Result<(), Error> {
+        state.status = Status::Succeeded;
+        state.updated_at_ms = self.clock.now_ms();
+        self.store
+            .settle_state(&state, self.opts.terminal_ttl_seconds)
+            .await?;
         Ok(())
     }
 

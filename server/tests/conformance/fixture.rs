@@ -99,6 +99,7 @@ pub fn state(service: &str, id: &str, generation: i64) -> TxState {
             traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_string(),
             tracestate: "rojo=00f067aa0ba902b7".to_string(),
         },
+        written: Default::default(),
     }
 }
 

@@ -24,6 +24,9 @@
 //!   `cancel_state` sets `cancelled_generation`, and no other write clears either; each cell
 //!   expires with its own TTL, and a cancel cell that outlives its row reads as
 //!   `TxState::cancelled_ghost`;
+//! - a read state row carries its write time (`TxState::written`), and `settle_state` writes
+//!   just above it: it lands on a row nothing changed since the read, and loses to every write
+//!   made after the read (a cancel, a fresh start, a derived schedule) in any order;
 //! - a rejected `create_lease` carries the current owner, epoch, expiry and address; a
 //!   rejected `replace_lease` only its epoch (Cassandra answers nothing else), and one on a
 //!   slot never created carries None;
@@ -112,6 +115,8 @@ macro_rules! all_conformance_tests {
             a_succeeded_write_sets_the_success_cell,
             cancel_state_writes_the_row_and_the_cancel_cell,
             a_cancel_wins_over_an_ack_that_raced_it,
+            a_settle_lands_on_the_row_it_read,
+            a_settle_loses_to_every_write_after_its_read,
             terminal_state_rows_expire_with_their_ttl,
             a_row_rewritten_without_ttl_lives_on_and_its_cells_expire,
             a_cancel_cell_outlives_its_row_as_a_ghost,

@@ -351,3 +351,99 @@ pub async fn put_states_gives_one_result_per_row(f: &dyn Fixture) {
     let want: Vec<Option<TxState>> = rows.into_iter().map(|(r, _)| Some(r)).collect();
     assert_eq!(got, want);
 }
+
+/// A settle (`settle_state`, a SUCCEEDED ack that does not read the row again) of a row that
+/// nothing changed since it was read lands: SUCCEEDED, the success cell, the TTL. A row with
+/// no known write time cannot be settled, and that write changes nothing.
+pub async fn a_settle_lands_on_the_row_it_read(f: &dyn Fixture) {
+    let s = f.store();
+    let live = state(SVC, "t", 5);
+    s.put_state(&live, None).await.unwrap();
+    let read = s.get_state(SVC, "t").await.unwrap().unwrap();
+    assert!(
+        read.written.0.is_some(),
+        "a read row carries its write time"
+    );
+    let done = TxState {
+        status: Status::Succeeded,
+        delivery_count: 9,
+        ..read.clone()
+    };
+    // Whole seconds: 2 s is at least 1 s from now, enough to read it back.
+    s.settle_state(&done, 2).await.unwrap();
+    let after = s.get_state(SVC, "t").await.unwrap().unwrap();
+    assert_eq!(
+        after,
+        TxState {
+            succeeded_generation: Some(5),
+            ..done.clone()
+        }
+    );
+    // Without a known write time: refused, nothing written.
+    let other = state(SVC, "u", 5);
+    s.put_state(&other, None).await.unwrap();
+    let unknown = TxState {
+        status: Status::Succeeded,
+        ..other.clone()
+    };
+    assert!(s.settle_state(&unknown, 3600).await.is_err());
+    assert_eq!(s.get_state(SVC, "u").await.unwrap(), Some(other));
+    // The settle's TTL is the row's: it expires, so no state row outlives its retry.
+    f.advance(Duration::from_secs(3)).await;
+    assert_eq!(s.get_state(SVC, "t").await.unwrap(), None);
+}
+
+/// A settle loses to every write made after the read it settles, wherever it lands: a cancel
+/// stays CANCELLED, a fresh start after a cancel stays SCHEDULED (the settle must not write
+/// the old generation back over it), and a schedule derived from the settled generation reads
+/// as SUCCEEDED through the success cell the settle still sets.
+pub async fn a_settle_loses_to_every_write_after_its_read(f: &dyn Fixture) {
+    let s = f.store();
+    let settle = |read: &TxState| TxState {
+        status: Status::Succeeded,
+        ..read.clone()
+    };
+    let cancelled = |live: &TxState| TxState {
+        status: Status::Cancelled,
+        ..live.clone()
+    };
+    // A cancel after the read.
+    let live = state(SVC, "cancel", 5);
+    s.put_state(&live, None).await.unwrap();
+    let read = s.get_state(SVC, "cancel").await.unwrap().unwrap();
+    s.cancel_state(&cancelled(&live), 3600, 7200).await.unwrap();
+    s.settle_state(&settle(&read), 3600).await.unwrap();
+    let after = s.get_state(SVC, "cancel").await.unwrap().unwrap();
+    assert_eq!((after.status, after.generation), (Status::Cancelled, 5));
+
+    // A cancel, then a fresh start above it, both after the read.
+    let live = state(SVC, "fresh", 5);
+    s.put_state(&live, None).await.unwrap();
+    let read = s.get_state(SVC, "fresh").await.unwrap().unwrap();
+    s.cancel_state(&cancelled(&live), 3600, 7200).await.unwrap();
+    let fresh = state(SVC, "fresh", 9);
+    s.put_state(&fresh, None).await.unwrap();
+    s.settle_state(&settle(&read), 3600).await.unwrap();
+    let after = s.get_state(SVC, "fresh").await.unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.generation, after.payload.clone()),
+        (Status::Scheduled, 9, fresh.payload.clone()),
+        "a settle of the cancelled generation undid a fresh start"
+    );
+
+    // A new schedule derived from the read generation (an enqueue on another node).
+    let live = state(SVC, "derived", 5);
+    s.put_state(&live, None).await.unwrap();
+    let read = s.get_state(SVC, "derived").await.unwrap().unwrap();
+    let derived = TxState {
+        base_generation: 5,
+        ..state(SVC, "derived", 7)
+    };
+    s.put_state(&derived, None).await.unwrap();
+    s.settle_state(&settle(&read), 3600).await.unwrap();
+    let after = s.get_state(SVC, "derived").await.unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.generation, after.succeeded_generation),
+        (Status::Succeeded, 7, Some(5))
+    );
+}

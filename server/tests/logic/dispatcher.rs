@@ -474,3 +474,53 @@ async fn the_scanner_wakes_when_the_next_window_opens_not_a_whole_interval_later
         interval.min(Duration::from_millis(999 + 5))
     );
 }
+
+/// A SUCCEEDED ack does not read the state row again: it writes SUCCEEDED just above the row
+/// its delivery was read from. So a cancel made while the retry was being worked stays
+/// CANCELLED, and a new enqueue after that cancel (a fresh start) is neither undone nor
+/// taken for SUCCEEDED: it is delivered in its own window. With no cancel the ack finishes
+/// the retry, and an enqueue after it is refused.
+#[tokio::test]
+async fn a_succeeded_ack_loses_to_a_cancel_and_a_fresh_start_made_while_it_ran() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let w = next_window(&rig);
+    for t in ["cancelled", "fresh", "plain"] {
+        rig.enqueue("svc", t, 0).await;
+    }
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let got = deliveries(&mut sub, 3).await;
+    let of = |t: &str| got.iter().find(|d| d.transaction_id == t).unwrap().clone();
+    // While the executor works: a cancel of two, and a new enqueue of one of them.
+    rig.writer.cancel("svc", "cancelled").await.unwrap();
+    rig.writer.cancel("svc", "fresh").await.unwrap();
+    let fresh = rig.enqueue("svc", "fresh", 0).await;
+    assert!(!fresh.deduplicated);
+    for t in ["cancelled", "fresh", "plain"] {
+        let r = rig.ack(&of(t), pb::AckOutcome::Succeeded, None).await;
+        assert!(r.is_ok(), "{t}: {r:?}");
+    }
+    assert_eq!(
+        rig.state("svc", "cancelled").await.status,
+        Status::Cancelled
+    );
+    let s = rig.state("svc", "fresh").await;
+    assert_eq!(
+        (s.status, s.generation),
+        (Status::Scheduled, fresh.generation)
+    );
+    let s = rig.state("svc", "plain").await;
+    assert_eq!((s.status, s.delivery_count), (Status::Succeeded, 1));
+    assert!(rig.try_enqueue("svc", "plain", 0).await.is_err());
+    // The fresh start is delivered when its window is due.
+    let w2 = rig.grid.window_of(fresh.due_at_ms - 1);
+    rig.clock.set(readable_at(&rig, w2));
+    rig.scan().await;
+    let again = expect_delivery(&mut sub).await;
+    assert_eq!(again.transaction_id, "fresh");
+    rig.ack(&again, pb::AckOutcome::Succeeded, None)
+        .await
+        .unwrap();
+    assert_eq!(rig.state("svc", "fresh").await.status, Status::Succeeded);
+}

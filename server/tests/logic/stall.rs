@@ -215,4 +215,9 @@ impl StateStore for StallingStore {
         self.stall(&self.state_ms);
         r
     }
+    async fn settle_state(&self, state: &TxState, ttl_seconds: u32) -> StoreResult<()> {
+        let r = self.inner.settle_state(state, ttl_seconds).await;
+        self.stall(&self.state_ms);
+        r
+    }
 }

@@ -244,6 +244,8 @@ impl StateRow {
             cancelled_generation: self.cancelled_generation,
             succeeded_generation: self.succeeded_generation,
             trace: Default::default(),
+            // Settled after a read of their own (`StateStore::settle_state` is not for them).
+            written: Default::default(),
         }
         .apply_settled())
     }

@@ -22,7 +22,7 @@ use crate::{
     coalesce::{Coalescer, Counts, Limits},
     store::{
         body::{Body, StateCells},
-        StateStore, Status, StoreError, StoreResult, TxState,
+        StateStore, Status, StoreError, StoreResult, TxState, WriteTime,
     },
 };
 
@@ -66,8 +66,12 @@ fn state_write_weight(s: &TxState) -> usize {
     }
 }
 
+/// One state-row write: the row, its TTL, and the write timestamp of a settle (None: the
+/// coordinator's clock, as every other write).
+type StateWrite = (TxState, Option<u32>, Option<i64>);
+
 /// The coalescer of state-row writes.
-type StateWrites = Coalescer<(), (TxState, Option<u32>), (), StoreError>;
+type StateWrites = Coalescer<(), StateWrite, (), StoreError>;
 
 /// The state-row statements, and the coalescers that run them.
 pub(super) struct States {
@@ -90,6 +94,14 @@ impl States {
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
             ))
             .await?;
+        // A settle: the same row at a timestamp of its own (`StateStore::settle_state`).
+        let put_state_at = p
+            .prepare(format!(
+                "INSERT INTO {ks}.transactions (region, cluster, service, transaction_id, \
+             status, generation, payload, body, succeeded_generation) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?"
+            ))
+            .await?;
         let put_cancel = p
             .prepare(format!(
                 "UPDATE {ks}.transactions USING TTL ? SET cancelled_generation = ? \
@@ -99,7 +111,7 @@ impl States {
         let get_states = p
             .prepare(format!(
                 "SELECT transaction_id, status, generation, payload, body, cancelled_generation, \
-             succeeded_generation FROM {ks}.transactions \
+             succeeded_generation, WRITETIME(status) AS written FROM {ks}.transactions \
              WHERE region = ? AND cluster = ? AND service = ? AND transaction_id IN ?"
             ))
             .await?;
@@ -108,6 +120,7 @@ impl States {
             region: region.to_string(),
             cluster: cluster.to_string(),
             put: put_state,
+            put_at: put_state_at,
             get: get_states,
             legacy: legacy::Statements::prepare(p).await?,
         });
@@ -131,7 +144,7 @@ impl States {
                 max_weight: STATE_WRITE_BATCH_BYTES,
                 parallel: STATE_WRITES_PARALLEL,
             },
-            Arc::new(move |(), rows: Vec<(TxState, Option<u32>)>| {
+            Arc::new(move |(), rows: Vec<StateWrite>| {
                 crate::metrics::global().coalesced("state_writes", rows.len());
                 let io = io.clone();
                 Box::pin(async move { io.put(rows).await })
@@ -164,6 +177,7 @@ struct StateIo {
     region: String,
     cluster: String,
     put: PreparedStatement,
+    put_at: PreparedStatement,
     get: PreparedStatement,
     legacy: legacy::Statements,
 }
@@ -197,15 +211,16 @@ impl StateIo {
         legacy::values(&self.region, &self.cluster, s, ttl_seconds)
     }
 
-    /// Writes the rows: one statement, or one unlogged batch (each row its own partition).
-    /// Two writes of one transaction never share a batch (see `batchable`).
-    async fn put(&self, rows: Vec<(TxState, Option<u32>)>) -> StoreResult<Vec<()>> {
+    /// Writes the rows: the plain ones and the settles (each at its own timestamp) as one
+    /// statement or one unlogged batch each (each row its own partition). Two writes of one
+    /// transaction never share a batch (see `batchable`).
+    async fn put(&self, rows: Vec<StateWrite>) -> StoreResult<Vec<()>> {
         let n = rows.len();
         // Rows in the layout of before 0007 (rare: live when the node was upgraded) go one by
         // one, the rest together.
         let (legacy, rows): (Vec<_>, Vec<_>) =
-            rows.into_iter().partition(|(s, _)| s.legacy_columns);
-        for (s, ttl) in &legacy {
+            rows.into_iter().partition(|(s, _, _)| s.legacy_columns);
+        for (s, ttl, _) in &legacy {
             observed(
                 self.legacy.put.get_statement(),
                 self.session
@@ -214,37 +229,46 @@ impl StateIo {
             .await
             .map_err(|e| map_execution_error(&e))?;
         }
-        let result = if !batchable(rows.iter().map(|(s, _)| (&s.service, &s.transaction_id))) {
-            let mut result = Ok(());
-            for (s, ttl) in &rows {
-                result = observed(
-                    self.put.get_statement(),
-                    self.session
-                        .execute_unpaged(&self.put, self.values(s, *ttl)),
-                )
-                .await
-                .map(|_| ());
-                if result.is_err() {
-                    break;
-                }
-            }
-            result
-        } else {
-            let mut batch = Batch::new(BatchType::Unlogged);
-            batch.set_is_idempotent(true);
-            let values: Vec<BodyValues<'_>> = rows
-                .iter()
-                .map(|(s, ttl)| {
-                    batch.append_statement(self.put.clone());
-                    self.values(s, *ttl)
-                })
-                .collect();
-            observed(self.put.get_statement(), self.session.batch(&batch, values))
-                .await
-                .map(|_| ())
-        };
-        result.map_err(|e| map_execution_error(&e))?;
+        let (at, plain): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, _, ts)| ts.is_some());
+        let plain: Vec<BodyValues<'_>> = plain
+            .iter()
+            .map(|(s, ttl, _)| self.values(s, *ttl))
+            .collect();
+        let at: Vec<AtValues<'_>> = at
+            .iter()
+            .map(|(s, ttl, ts)| AtValues {
+                row: self.values(s, *ttl),
+                timestamp: ts.unwrap_or_default(),
+            })
+            .collect();
+        let (a, b) = futures::join!(self.write(&self.put, plain), self.write(&self.put_at, at));
+        a.and(b).map_err(|e| map_execution_error(&e))?;
         Ok(vec![(); n])
+    }
+
+    /// Runs `ps` once per row: one unlogged batch when the rows are batchable, else one after
+    /// the other, in order.
+    async fn write<V: scylla::serialize::row::SerializeRow + Keyed>(
+        &self,
+        ps: &PreparedStatement,
+        rows: Vec<V>,
+    ) -> Result<(), scylla::errors::ExecutionError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if !batchable(rows.iter().map(Keyed::key)) {
+            for row in &rows {
+                observed(ps.get_statement(), self.session.execute_unpaged(ps, row)).await?;
+            }
+            return Ok(());
+        }
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_is_idempotent(true);
+        for _ in &rows {
+            batch.append_statement(ps.clone());
+        }
+        observed(ps.get_statement(), self.session.batch(&batch, rows)).await?;
+        Ok(())
     }
 
     /// Reads the rows of `ids` (of one service) in one query; None where there is none.
@@ -339,6 +363,32 @@ struct BodyValues<'a> {
     ttl: i32,
 }
 
+/// Bind values of a settle: the upsert's, then its write timestamp (microseconds).
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct AtValues<'a> {
+    #[scylla(flatten)]
+    row: BodyValues<'a>,
+    timestamp: i64,
+}
+
+/// The transaction a write's values are for (`batchable`).
+trait Keyed {
+    fn key(&self) -> (&str, &str);
+}
+
+impl Keyed for BodyValues<'_> {
+    fn key(&self) -> (&str, &str) {
+        (self.service, self.transaction_id)
+    }
+}
+
+impl Keyed for AtValues<'_> {
+    fn key(&self) -> (&str, &str) {
+        self.row.key()
+    }
+}
+
 /// TTL 0 means "no TTL": live rows are kept until they reach a terminal state.
 pub(super) fn ttl_of(ttl_seconds: Option<u32>) -> i32 {
     ttl_seconds.map_or(0, |t| t.min(i32::MAX as u32) as i32)
@@ -353,6 +403,7 @@ struct BodyRow {
     body: Option<Vec<u8>>,
     cancelled_generation: Option<i64>,
     succeeded_generation: Option<i64>,
+    written: Option<i64>,
 }
 
 impl BodyRow {
@@ -369,6 +420,7 @@ impl BodyRow {
                 payload: self.payload.unwrap_or_default(),
                 cancelled_generation: self.cancelled_generation,
                 succeeded_generation: self.succeeded_generation,
+                written: WriteTime(self.written),
             },
         ))
     }
@@ -392,7 +444,25 @@ impl StateStore for CassandraStore {
     async fn put_state(&self, s: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {
         self.state
             .writes
-            .submit((), (s.clone(), ttl_seconds), state_write_weight(s))
+            .submit((), (s.clone(), ttl_seconds, None), state_write_weight(s))
+            .await
+    }
+
+    async fn settle_state(&self, s: &TxState, ttl_seconds: u32) -> StoreResult<()> {
+        let Some(read) = s.written.0.filter(|_| !s.legacy_columns) else {
+            return Err(StoreError::Internal(format!(
+                "state row {}/{} has no known write time to settle above",
+                s.service, s.transaction_id
+            )));
+        };
+        let at = read.saturating_add(1);
+        self.state
+            .writes
+            .submit(
+                (),
+                (s.clone(), Some(ttl_seconds), Some(at)),
+                state_write_weight(s),
+            )
             .await
     }
 
@@ -465,9 +535,10 @@ impl StateStore for CassandraStore {
     async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>> {
         // The same limits as coalesced writes: at most STATE_WRITE_BATCH rows and
         // STATE_WRITE_BATCH_BYTES per batch; a heavier row goes alone.
-        let mut chunks: Vec<Vec<(TxState, Option<u32>)>> = Vec::new();
+        let mut chunks: Vec<Vec<StateWrite>> = Vec::new();
         let mut weight = 0;
-        for row in rows {
+        for (state, ttl) in rows {
+            let row = (state, ttl, None);
             let w = state_write_weight(&row.0);
             match chunks.last_mut() {
                 Some(last)

@@ -248,6 +248,10 @@ impl<'a> Dec<'a> {
     pub fn str(&mut self) -> StoreResult<String> {
         String::from_utf8(self.bytes()?).map_err(|_| bad("value string"))
     }
+    /// Whether everything has been read (a value of an older layout may end early).
+    pub fn is_empty(&self) -> bool {
+        self.rest.is_empty()
+    }
 }
 
 #[cfg(test)]

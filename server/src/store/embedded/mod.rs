@@ -63,6 +63,9 @@ struct Inner {
     region: String,
     cluster: String,
     clock: SharedClock,
+    /// The write time of the last write transaction (microseconds): each one gets a later
+    /// one, even on a manual clock that stands still (`Writer::written`).
+    last_write_us: std::sync::atomic::AtomicI64,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -109,6 +112,7 @@ impl EmbeddedStore {
             region: region.to_string(),
             cluster: cluster.to_string(),
             clock,
+            last_write_us: std::sync::atomic::AtomicI64::new(0),
         });
         Ok(EmbeddedStore { inner })
     }
@@ -172,6 +176,9 @@ struct Writer<'t> {
     rows: redb::Table<'t, &'static [u8], &'static [u8]>,
     expiry: redb::Table<'t, &'static [u8], ()>,
     now_ms: i64,
+    /// This transaction's write time (microseconds), later than every earlier one's: what
+    /// Cassandra's `WRITETIME` is to a row (state rows keep it, see `state`).
+    written: i64,
 }
 
 fn envelope(expires_at: i64, payload: &[u8]) -> Vec<u8> {
@@ -277,10 +284,19 @@ impl Inner {
     fn write<T>(&self, f: impl FnOnce(&mut Writer<'_>) -> StoreResult<T>) -> StoreResult<T> {
         let tx = self.db.begin_write().map_err(internal)?;
         let out = {
+            let now_ms = self.clock.now_ms();
+            // redb runs one write transaction at a time, so this is the next write time.
+            let last = self
+                .last_write_us
+                .load(std::sync::atomic::Ordering::Relaxed);
+            let written = now_ms.saturating_mul(1000).max(last.saturating_add(1));
+            self.last_write_us
+                .store(written, std::sync::atomic::Ordering::Relaxed);
             let mut w = Writer {
                 rows: tx.open_table(ROWS).map_err(internal)?,
                 expiry: tx.open_table(EXPIRY).map_err(internal)?,
-                now_ms: self.clock.now_ms(),
+                now_ms,
+                written,
             };
             f(&mut w)?
         };

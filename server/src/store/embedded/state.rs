@@ -13,7 +13,7 @@ use super::{
 };
 use crate::store::{
     body::{Body, StateCells},
-    StateStore, Status, StoreError, StoreResult, TxState,
+    StateStore, Status, StoreError, StoreResult, TxState, WriteTime,
 };
 
 /// The three keys of one transaction's state: main row, cancel cell, succeeded cell.
@@ -34,26 +34,77 @@ impl EmbeddedStore {
     }
 }
 
-fn main_payload(s: &TxState) -> Vec<u8> {
+/// The main row: status, generation, payload, body, then its write time (rows written
+/// before write times were kept end after the body).
+fn main_payload(s: &TxState, written: i64) -> Vec<u8> {
     Enc::new()
         .str(s.status.as_str())
         .i64(s.generation)
         .bytes(&s.payload)
         .bytes(&Body::of_state(s).encode_to_vec())
+        .i64(written)
         .into_bytes()
 }
 
+/// The cancel cell: the generation.
 fn generation_cell(g: i64) -> Vec<u8> {
     Enc::new().i64(g).into_bytes()
 }
 
+/// The write time a stored main row or succeeded cell ends with, None when it has none.
+fn written_of(d: &mut Dec<'_>) -> StoreResult<Option<i64>> {
+    if d.is_empty() {
+        Ok(None)
+    } else {
+        d.i64().map(Some)
+    }
+}
+
+/// Writes `payload` at `key` (a main row, or else the succeeded cell) unless the live row
+/// there was written at or after `at`, as a Cassandra cell written `USING TIMESTAMP at` loses
+/// to a later one. A row without a write time is older than any.
+fn put_at(
+    w: &mut Writer<'_>,
+    (key, main): (&Key, bool),
+    payload: &[u8],
+    exp: i64,
+    at: i64,
+) -> StoreResult<()> {
+    if let Some(stored) = w.get(key.as_bytes())? {
+        // Past the fixed fields of a main row or a cell: status, generation, payload, body
+        // for the one, the generation for the other.
+        let mut d = Dec::new(&stored);
+        if main {
+            d.str()?;
+            d.i64()?;
+            d.bytes()?;
+            d.bytes()?;
+        } else {
+            d.i64()?;
+        }
+        if written_of(&mut d)?.is_some_and(|t| t >= at) {
+            return Ok(());
+        }
+    }
+    w.put(key.as_bytes(), payload, exp)
+}
+
 /// Writes `s` as the Cassandra INSERT does: the main row with `ttl_seconds`, and the
-/// succeeded cell (same TTL) when `s` is SUCCEEDED; the cancel cell is left as it is.
-fn put_state(w: &mut Writer<'_>, k: &StateKeys, s: &TxState, ttl: Option<u32>) -> StoreResult<()> {
+/// succeeded cell (same TTL) when `s` is SUCCEEDED; the cancel cell is left as it is. A
+/// settle (`at`: its write time) loses to whatever was written at or after it.
+fn put_state(
+    w: &mut Writer<'_>,
+    k: &StateKeys,
+    s: &TxState,
+    ttl: Option<u32>,
+    at: Option<i64>,
+) -> StoreResult<()> {
     let exp = expiry(w.now_ms, ttl);
-    w.put(k.main.as_bytes(), &main_payload(s), exp)?;
+    let at = at.unwrap_or(w.written);
+    put_at(w, (&k.main, true), &main_payload(s, at), exp, at)?;
     if s.status == Status::Succeeded {
-        w.put(k.succeeded.as_bytes(), &generation_cell(s.generation), exp)?;
+        let cell = Enc::new().i64(s.generation).i64(at).into_bytes();
+        put_at(w, (&k.succeeded, false), &cell, exp, at)?;
     }
     Ok(())
 }
@@ -85,6 +136,7 @@ fn read_state(
     let generation = d.i64()?;
     let payload = d.bytes()?;
     let body = Body::decode_stored(&d.bytes()?, &format!("{service}/{id}"))?;
+    let written = written_of(&mut d)?;
     Ok(Some(body.into_state(
         service,
         id,
@@ -94,6 +146,7 @@ fn read_state(
             payload,
             cancelled_generation: cancelled,
             succeeded_generation: cell(&k.succeeded)?,
+            written: WriteTime(written),
         },
     )))
 }
@@ -103,7 +156,21 @@ impl StateStore for EmbeddedStore {
     async fn put_state(&self, s: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {
         let k = self.state_keys(&s.service, &s.transaction_id);
         let s = s.clone();
-        self.blocking(move |i| i.write(|w| put_state(w, &k, &s, ttl_seconds)))
+        self.blocking(move |i| i.write(|w| put_state(w, &k, &s, ttl_seconds, None)))
+            .await
+    }
+
+    async fn settle_state(&self, s: &TxState, ttl_seconds: u32) -> StoreResult<()> {
+        let Some(read) = s.written.0 else {
+            return Err(StoreError::Internal(format!(
+                "state row {}/{} has no known write time to settle above",
+                s.service, s.transaction_id
+            )));
+        };
+        let k = self.state_keys(&s.service, &s.transaction_id);
+        let s = s.clone();
+        let at = read.saturating_add(1);
+        self.blocking(move |i| i.write(|w| put_state(w, &k, &s, Some(ttl_seconds), Some(at))))
             .await
     }
 
@@ -117,7 +184,7 @@ impl StateStore for EmbeddedStore {
         let s = s.clone();
         self.blocking(move |i| {
             i.write(|w| {
-                put_state(w, &k, &s, Some(ttl_seconds))?;
+                put_state(w, &k, &s, Some(ttl_seconds), None)?;
                 let exp = expiry(w.now_ms, Some(cancel_ttl_seconds));
                 w.put(k.cancel.as_bytes(), &generation_cell(s.generation), exp)
             })
@@ -159,7 +226,7 @@ impl StateStore for EmbeddedStore {
             .blocking(move |i| {
                 i.write(|w| {
                     for (k, s, ttl) in &keyed {
-                        put_state(w, k, s, *ttl)?;
+                        put_state(w, k, s, *ttl, None)?;
                     }
                     Ok(())
                 })
