@@ -20,7 +20,7 @@ pub mod hub;
 use std::{
     collections::HashSet,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex,
     },
     time::Duration,
@@ -30,7 +30,7 @@ use futures::{
     stream::{self, FuturesUnordered},
     FutureExt, StreamExt,
 };
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, watch, Notify};
 
 pub use crate::outcome::{AttemptOutcome, Resolution};
 use crate::{
@@ -86,6 +86,11 @@ pub struct Dispatcher {
     years: Mutex<Option<(i64, Vec<i32>)>>,
     instance_rows_read: AtomicU64,
     scans: AtomicU64,
+    /// Set when a scan held a due instance back (`Start::Waiting`: the per-service worker
+    /// limit, or an older day still feeding); the worker that stops feeding next then wakes
+    /// the scanner (`rescan`) instead of leaving that work to the next scan interval.
+    held_back: AtomicBool,
+    rescan: Notify,
     /// Instance workers and redeliveries.
     tasks: Tasks,
 }
@@ -126,6 +131,8 @@ impl Dispatcher {
             years: Mutex::new(None),
             instance_rows_read: AtomicU64::new(0),
             scans: AtomicU64::new(0),
+            held_back: AtomicBool::new(false),
+            rescan: Notify::new(),
             tasks: Tasks::new("dispatcher"),
         }
     }
@@ -198,7 +205,8 @@ impl Dispatcher {
                 .still_holds(lease.range, self.clock.now_ms() + self.opts.fence_margin_ms)
     }
 
-    /// Scans for due work every `scan_interval` until the node stops.
+    /// Scans for due work every `scan_interval`, as a window opens, and as soon as a worker
+    /// stops feeding while a scan held due work back, until the node stops.
     pub async fn run_scanner(self: Arc<Self>) {
         let mut stop = self.stopping.clone();
         loop {
@@ -207,8 +215,17 @@ impl Dispatcher {
             }
             tokio::select! {
                 _ = tokio::time::sleep(self.next_scan_in()) => {}
+                _ = self.rescan.notified() => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
+        }
+    }
+
+    /// A worker stopped feeding: if the last scan held due work back, scan again now.
+    fn fed(&self, key: &(WindowId, String, String)) {
+        self.feeding.lock().expect("feeding lock").remove(key);
+        if self.held_back.swap(false, Ordering::Relaxed) {
+            self.rescan.notify_one();
         }
     }
 
@@ -323,8 +340,14 @@ impl Dispatcher {
                             continue;
                         }
                         let service = row.service.clone();
-                        if self.maybe_start(window, row, *lease) != Start::AlreadyActive {
-                            held_at.entry(service).or_insert(day);
+                        match self.maybe_start(window, row, *lease) {
+                            Start::AlreadyActive => {}
+                            start => {
+                                if start == Start::Waiting {
+                                    self.held_back.store(true, Ordering::Relaxed);
+                                }
+                                held_at.entry(service).or_insert(day);
+                            }
                         }
                     }
                 }
@@ -387,7 +410,7 @@ impl Dispatcher {
                 if let Err(e) = this.work_instance(window, &row, &lease).await {
                     tracing::warn!(error = %e, service = %row.service, instance = %row.instance, "instance worker stopped, will resume on a later scan");
                 }
-                this.feeding.lock().expect("feeding lock").remove(&key);
+                this.fed(&key);
                 this.active.lock().expect("active lock").remove(&key);
             }
         };
@@ -446,11 +469,7 @@ impl Dispatcher {
             }
         }
         // Fed: let another instance of this service start while these acks come in.
-        self.feeding.lock().expect("feeding lock").remove(&(
-            window,
-            row.service.clone(),
-            row.instance.clone(),
-        ));
+        self.fed(&(window, row.service.clone(), row.instance.clone()));
         while let Some((loc, ok)) = draining.next().await {
             all_done &= self.finish_bucket(&row.service, &loc, ok, lease).await;
         }

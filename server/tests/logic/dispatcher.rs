@@ -524,3 +524,51 @@ async fn a_succeeded_ack_loses_to_a_cancel_and_a_fresh_start_made_while_it_ran()
         .unwrap();
     assert_eq!(rig.state("svc", "fresh").await.status, Status::Succeeded);
 }
+
+/// A window with more due instances of one service than it may feed at once
+/// (`workers_per_service`, 4): the rest start as soon as a worker has fed its instance, not
+/// at the next scan. Windows of a minute and a scan interval of a minute leave the scanner
+/// nothing else to wake for, so every delivery within seconds shows the early rescan.
+#[tokio::test]
+async fn instances_held_back_by_the_worker_limit_start_when_a_worker_has_fed() {
+    use std::sync::Arc;
+
+    use rebound_server::{clock::ManualClock, store::ScheduleStore};
+
+    let clock = ManualClock::new(utc_ms(START));
+    let (store, dir) = crate::open_store(&clock).await;
+    let config = rebound_server::config::Config {
+        window_seconds: 60,
+        scan_interval_ms: 60_000,
+        lanes: 8,
+        bucket_size: 1_000,
+        ..crate::config()
+    };
+    let writer_store: Arc<dyn ScheduleStore> = store.clone();
+    let rig = Rig::build(
+        config,
+        clock,
+        store,
+        dir,
+        writer_store,
+        Arc::new(rebound_server::ownership::WholeRing),
+    )
+    .await;
+    let w = next_window(&rig);
+    const N: usize = 64;
+    for i in 0..N {
+        rig.enqueue("svc", &format!("t{i}"), 0).await;
+    }
+    let instances = rig.window_rows(w).await.0;
+    assert!(
+        instances > 4,
+        "{instances} instances: not enough to hold any back"
+    );
+    let mut sub = rig.subscribe("svc", N as u32).await;
+    rig.clock.set(readable_at(&rig, w));
+    tokio::spawn(rig.dispatcher.clone().run_scanner());
+    let got = tokio::time::timeout(Duration::from_secs(20), deliveries(&mut sub, N))
+        .await
+        .expect("every instance delivered long before the next scan (a minute away)");
+    assert_eq!(got.len(), N);
+}
