@@ -147,13 +147,17 @@ impl TxState {
     /// concurrent writer on another node put in its status afterwards: a schedule, a
     /// SUCCEEDED ack or a dead letter. So a cancel that wrote its cell is never undone, and
     /// the ack that raced it (answered OK, its write landing on either side of the cancel)
-    /// loses. Otherwise a schedule derived from a generation acknowledged SUCCEEDED is
-    /// SUCCEEDED.
+    /// loses. Otherwise a schedule, or a dead letter, derived from a generation acknowledged
+    /// SUCCEEDED is SUCCEEDED: a schedule written by a writer that read the row before the
+    /// ack, or a dead letter of a second delivery of the same attempt (one executor reported
+    /// the step done, and it was: its compensations must not run).
     pub fn apply_settled(mut self) -> Self {
         let covers = |cell: Option<i64>| cell.is_some_and(|g| g >= self.base_generation);
         if covers(self.cancelled_generation) && self.status != Status::Cancelled {
             self.status = Status::Cancelled;
-        } else if self.status == Status::Scheduled && covers(self.succeeded_generation) {
+        } else if matches!(self.status, Status::Scheduled | Status::Dead)
+            && covers(self.succeeded_generation)
+        {
             self.status = Status::Succeeded;
         }
         self
