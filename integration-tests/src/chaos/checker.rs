@@ -575,24 +575,29 @@ mod tests {
 
     /// An enqueue, its delivery on node 1, a SUCCEEDED ack on node 1 over [`ack`] and a
     /// cancel on node 2 over [`cancel`] that answered `cancelled = true`.
+    /// An enqueue on node 0 over [start, end] answered OK with `due_ms` and `generation`.
+    fn enqueue(start_ms: i64, end_ms: i64, due_ms: i64, generation: i64) -> Event {
+        at(
+            start_ms,
+            end_ms,
+            Kind::Enqueue {
+                node: 0,
+                service: SVC.into(),
+                tx: TX.into(),
+                asked: "delay=0ms".into(),
+                batch: false,
+                answer: Answer::Ok(EnqueueOk {
+                    due_ms,
+                    generation,
+                    deduplicated: false,
+                }),
+            },
+        )
+    }
+
     fn race(ack: (i64, i64), cancel: (i64, i64)) -> Vec<Event> {
         vec![
-            at(
-                0,
-                5,
-                Kind::Enqueue {
-                    node: 0,
-                    service: SVC.into(),
-                    tx: TX.into(),
-                    asked: "delay=0ms".into(),
-                    batch: false,
-                    answer: Answer::Ok(EnqueueOk {
-                        due_ms: 1_000,
-                        generation: 1,
-                        deduplicated: false,
-                    }),
-                },
-            ),
+            enqueue(0, 5, 1_000, 1),
             at(
                 2_000,
                 2_001,
@@ -699,22 +704,7 @@ mod tests {
     /// after the cancel) a violation; one that no cancel raced does.
     #[test]
     fn an_enqueue_after_a_succeeded_ack_is_refused_unless_a_cancel_won() {
-        let enqueue = at(
-            4_000,
-            4_005,
-            Kind::Enqueue {
-                node: 0,
-                service: SVC.into(),
-                tx: TX.into(),
-                asked: "delay=0ms".into(),
-                batch: false,
-                answer: Answer::Ok(EnqueueOk {
-                    due_ms: 5_000,
-                    generation: 2,
-                    deduplicated: false,
-                }),
-            },
-        );
+        let enqueue = enqueue(4_000, 4_005, 5_000, 2);
         let delivery_again = at(
             6_000,
             6_001,
