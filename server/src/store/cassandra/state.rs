@@ -213,9 +213,19 @@ impl StateIo {
 
     /// Writes the rows: the plain ones and the settles (each at its own timestamp) as one
     /// statement or one unlogged batch each (each row its own partition). Two writes of one
-    /// transaction never share a batch (see `batchable`).
+    /// transaction never share a batch (see `batchable`). A failure after some of the rows
+    /// may have been written is an unknown outcome, never "nothing written".
     async fn put(&self, rows: Vec<StateWrite>) -> StoreResult<Vec<()>> {
         let n = rows.len();
+        // Whether any row of this call may have been written before a failure.
+        let mut written = false;
+        let failed =
+            |e: &scylla::errors::ExecutionError, written: bool| match map_execution_error(e) {
+                StoreError::Unavailable(m) if written => StoreError::Timeout(format!(
+                    "part of a state write may have been made before: {m}"
+                )),
+                other => other,
+            };
         // Rows in the layout of before 0007 (rare: live when the node was upgraded) go one by
         // one, the rest together.
         let (legacy, rows): (Vec<_>, Vec<_>) =
@@ -227,7 +237,8 @@ impl StateIo {
                     .execute_unpaged(&self.legacy.put, self.legacy_values(s, *ttl)),
             )
             .await
-            .map_err(|e| map_execution_error(&e))?;
+            .map_err(|e| failed(&e, written))?;
+            written = true;
         }
         let (at, plain): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, _, ts)| ts.is_some());
         let plain: Vec<BodyValues<'_>> = plain
@@ -242,33 +253,51 @@ impl StateIo {
             })
             .collect();
         let (a, b) = futures::join!(self.write(&self.put, plain), self.write(&self.put_at, at));
-        a.and(b).map_err(|e| map_execution_error(&e))?;
-        Ok(vec![(); n])
+        let mut error = None;
+        for r in [a, b] {
+            match r {
+                Ok(rows) => written |= rows > 0,
+                Err((e, partly)) => {
+                    written |= partly;
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        match error {
+            Some(e) => Err(failed(&e, written)),
+            None => Ok(vec![(); n]),
+        }
     }
 
     /// Runs `ps` once per row: one unlogged batch when the rows are batchable, else one after
-    /// the other, in order.
+    /// the other, in order. Returns how many rows were written; an error says whether some
+    /// may have been written before it.
     async fn write<V: scylla::serialize::row::SerializeRow + Keyed>(
         &self,
         ps: &PreparedStatement,
         rows: Vec<V>,
-    ) -> Result<(), scylla::errors::ExecutionError> {
+    ) -> Result<usize, (scylla::errors::ExecutionError, bool)> {
         if rows.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
+        let n = rows.len();
         if !batchable(rows.iter().map(Keyed::key)) {
-            for row in &rows {
-                observed(ps.get_statement(), self.session.execute_unpaged(ps, row)).await?;
+            for (i, row) in rows.iter().enumerate() {
+                observed(ps.get_statement(), self.session.execute_unpaged(ps, row))
+                    .await
+                    .map_err(|e| (e, i > 0))?;
             }
-            return Ok(());
+            return Ok(n);
         }
         let mut batch = Batch::new(BatchType::Unlogged);
         batch.set_is_idempotent(true);
         for _ in &rows {
             batch.append_statement(ps.clone());
         }
-        observed(ps.get_statement(), self.session.batch(&batch, rows)).await?;
-        Ok(())
+        observed(ps.get_statement(), self.session.batch(&batch, rows))
+            .await
+            .map_err(|e| (e, false))?;
+        Ok(n)
     }
 
     /// Reads the rows of `ids` (of one service) in one query; None where there is none.
