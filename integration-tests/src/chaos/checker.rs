@@ -576,7 +576,7 @@ mod tests {
     /// An enqueue, its delivery on node 1, a SUCCEEDED ack on node 1 over [`ack`] and a
     /// cancel on node 2 over [`cancel`] that answered `cancelled = true`.
     /// An enqueue on node 0 over [start, end] answered OK with `due_ms` and `generation`.
-    fn enqueue(start_ms: i64, end_ms: i64, due_ms: i64, generation: i64) -> Event {
+    fn enqueue(start_ms: i64, end_ms: i64, due_ms: i64, generation: u64) -> Event {
         at(
             start_ms,
             end_ms,
