@@ -240,7 +240,7 @@ impl TestNode {
     }
 }
 
-/// The five tiers of the directory, top down (DESIGN.md "Data model").
+/// The five tiers of the directory, top down (docs/architecture.md "Data model").
 pub const DIRECTORY_TABLES: &[&str] = &[
     "days_by_year",
     "windows_by_day",

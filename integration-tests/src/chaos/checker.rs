@@ -1,5 +1,5 @@
-//! Checks a chaos history against the contract (DESIGN.md "Dispatch", "Guarantees across
-//! nodes", "Bad input and overload").
+//! Checks a chaos history against the contract (docs/architecture.md "Dispatch" and
+//! "Guarantees across nodes").
 //!
 //! The history is a set of intervals on Cassandra's clock: a call may have taken effect at
 //! any point between its start and its end, and a call whose outcome is unknown (deadline,

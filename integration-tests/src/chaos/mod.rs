@@ -7,7 +7,7 @@
 //! past its lease, restarts a node with its clock off, and SIGSTOPs Cassandra for longer than
 //! the request timeout. Every call, answer, delivery and fault is recorded ([`history`]), the
 //! directory is sampled every second, and at the end [`checker`] checks the history against
-//! the contract of DESIGN.md ("Dispatch", "Guarantees across nodes").
+//! the contract of docs/architecture.md ("Dispatch", "Guarantees across nodes").
 //!
 //! The random choices (workload, faults, executor outcomes) follow from the seed alone; the
 //! interleaving of real processes of course does not.
