@@ -77,9 +77,7 @@ impl Dispatcher {
         let current = match self.store.get_state(&service, &txid).await {
             Ok(s) => s,
             Err(e) => {
-                if let Some(w) = self.hub.put_back(delivery_id.to_string(), inflight) {
-                    self.requeue(w, None);
-                }
+                self.keep_in_flight(delivery_id, inflight);
                 return Err(e.into());
             }
         };
@@ -102,9 +100,7 @@ impl Dispatcher {
                 Ok(res)
             }
             Err(e) => {
-                if let Some(w) = self.hub.put_back(delivery_id.to_string(), inflight) {
-                    self.requeue(w, None);
-                }
+                self.keep_in_flight(delivery_id, inflight);
                 Err(e)
             }
         }
@@ -130,11 +126,17 @@ impl Dispatcher {
                 Ok(Resolution::Succeeded)
             }
             Err(e) => {
-                if let Some(w) = self.hub.put_back(delivery_id.to_string(), inflight) {
-                    self.requeue(w, None);
-                }
+                self.keep_in_flight(delivery_id, inflight);
                 Err(e)
             }
+        }
+    }
+
+    /// An ack whose outcome could not be stored: the delivery goes back in flight, to be
+    /// acknowledged again, or (its stream gone) is delivered again.
+    fn keep_in_flight(self: &Arc<Self>, delivery_id: &str, inflight: InFlight) {
+        if let Some(w) = self.hub.put_back(delivery_id.to_string(), inflight) {
+            self.requeue(w, None);
         }
     }
 

@@ -531,12 +531,6 @@ async fn a_succeeded_ack_loses_to_a_cancel_and_a_fresh_start_made_while_it_ran()
 /// nothing else to wake for, so every delivery within seconds shows the early rescan.
 #[tokio::test]
 async fn instances_held_back_by_the_worker_limit_start_when_a_worker_has_fed() {
-    use std::sync::Arc;
-
-    use rebound_server::{clock::ManualClock, store::ScheduleStore};
-
-    let clock = ManualClock::new(utc_ms(START));
-    let (store, dir) = crate::open_store(&clock).await;
     let config = rebound_server::config::Config {
         window_seconds: 60,
         scan_interval_ms: 60_000,
@@ -544,16 +538,7 @@ async fn instances_held_back_by_the_worker_limit_start_when_a_worker_has_fed() {
         bucket_size: 1_000,
         ..crate::config()
     };
-    let writer_store: Arc<dyn ScheduleStore> = store.clone();
-    let rig = Rig::build(
-        config,
-        clock,
-        store,
-        dir,
-        writer_store,
-        Arc::new(rebound_server::ownership::WholeRing),
-    )
-    .await;
+    let rig = Rig::with_config(utc_ms(START), config).await;
     let w = next_window(&rig);
     const N: usize = 64;
     for i in 0..N {

@@ -110,18 +110,15 @@ impl Drop for Rig {
 
 impl Rig {
     pub async fn new(start_ms: i64) -> Rig {
+        Rig::with_config(start_ms, config()).await
+    }
+
+    /// A rig on `config`, a fresh embedded store and the whole ring.
+    pub async fn with_config(start_ms: i64, config: Config) -> Rig {
         let clock = ManualClock::new(start_ms);
         let (store, dir) = open_store(&clock).await;
         let writer_store: Arc<dyn ScheduleStore> = store.clone();
-        Rig::build(
-            config(),
-            clock,
-            store,
-            dir,
-            writer_store,
-            Arc::new(WholeRing),
-        )
-        .await
+        Rig::build(config, clock, store, dir, writer_store, Arc::new(WholeRing)).await
     }
 
     /// A rig whose writer writes through `writer_store` (e.g. a `stall::StallingStore` over
