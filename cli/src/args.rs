@@ -116,6 +116,18 @@ Example:
   rebound cancel orders order-42/charge")]
     Cancel(TransactionArgs),
 
+    /// Receive a service's due retries, print each and acknowledge it (Subscribe, Ack).
+    #[command(after_help = "\
+A stand-in executor, for trying Rebound and for scripts: it opens a Subscribe stream to the
+node, prints each delivery as it arrives and acks it with --outcome. It stops after --count
+deliveries, after --wait without one, or on Ctrl-C. With several nodes, it receives only the
+retries of the node it talks to (an SDK executor subscribes to every node).
+
+Examples:
+  rebound subscribe orders --count 1 --wait 60s
+  rebound subscribe orders --outcome retry --retry-after 10s --error 'still down'")]
+    Subscribe(SubscribeArgs),
+
     /// Pending retries by due band, in-flight and dead-lettered counts, and the nodes (GetStats).
     #[command(after_help = "\
 Bands: OVERDUE (its window has closed: waiting for a subscriber, a limit or a resume), then due
@@ -191,6 +203,58 @@ Example:
         /// Window index within the day (0 .. 86400 / window seconds - 1).
         window: u32,
     },
+}
+
+#[derive(Args, Debug)]
+pub struct SubscribeArgs {
+    /// The service whose retries to receive.
+    pub service: String,
+
+    /// Stop after this many deliveries (0: until --wait or Ctrl-C).
+    #[arg(long, default_value_t = 0)]
+    pub count: u32,
+
+    /// Stop when no delivery has arrived for this long (with --count: an error, exit code 5).
+    #[arg(long, value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+
+    /// How to acknowledge each delivery.
+    #[arg(long, value_enum, default_value_t = AckOutcomeArg::Succeeded)]
+    pub outcome: AckOutcomeArg,
+
+    /// With --outcome retry: the delay before the next attempt (default: the policy's backoff).
+    #[arg(long, value_parser = parse_duration)]
+    pub retry_after: Option<Duration>,
+
+    /// With --outcome retry or failed: the error recorded with the retry.
+    #[arg(long, value_name = "TEXT")]
+    pub error: Option<String>,
+
+    /// Deliveries held unacknowledged at once (the stream's max_in_flight).
+    #[arg(long, default_value_t = 16)]
+    pub max_in_flight: u32,
+
+    /// The executor id the node sees (default: rebound-cli-<pid>).
+    #[arg(long)]
+    pub executor_id: Option<String>,
+}
+
+/// The outcome `rebound subscribe` acks with.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckOutcomeArg {
+    Succeeded,
+    Retry,
+    Failed,
+}
+
+impl AckOutcomeArg {
+    pub fn to_proto(self) -> pb::AckOutcome {
+        match self {
+            AckOutcomeArg::Succeeded => pb::AckOutcome::Succeeded,
+            AckOutcomeArg::Retry => pb::AckOutcome::Retry,
+            AckOutcomeArg::Failed => pb::AckOutcome::Failed,
+        }
+    }
 }
 
 #[derive(Args, Debug)]

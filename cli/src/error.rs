@@ -71,6 +71,12 @@ impl CliError {
         Self::new(code_name(code), exit_code(code), message)
     }
 
+    /// The same error, its message prefixed with what was being done.
+    pub fn context(mut self, what: &str) -> Self {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+
     pub fn exit_code(&self) -> u8 {
         self.exit
     }

@@ -3,10 +3,11 @@
 //! It talks gRPC to one Rebound node (`--addr`, `REBOUND_ADDR`, default
 //! `http://127.0.0.1:50051`; a bare `host:port` means plain-text HTTP/2) through the generated
 //! `rebound.v1` clients: `RetryService` for `enqueue`, `get` and `cancel`, `ExecutorService` for
-//! `ring`, and `AdminService` for everything else. Output is aligned tables by default; with
-//! `--json` every command prints exactly one JSON document on stdout (timestamps as RFC 3339
-//! strings, durations as seconds, enums by name such as `"SCHEDULED"`, 64-bit identifiers such
-//! as generations and tokens as decimal strings, counts as numbers, unset values as `null`).
+//! `subscribe` (a stand-in executor) and `ring`, and `AdminService` for everything else. Output
+//! is aligned tables by default; with `--json` every command prints exactly one JSON document on
+//! stdout (timestamps as RFC 3339 strings, durations as seconds, enums by name such as
+//! `"SCHEDULED"`, 64-bit identifiers such as generations and tokens as decimal strings, counts
+//! as numbers, unset values as `null`).
 //!
 //! # Exit codes
 //!

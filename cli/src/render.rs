@@ -73,7 +73,7 @@ pub fn yes_no(b: bool) -> String {
 }
 
 /// The payload as text when it is UTF-8, else as base64 (marked so).
-fn payload_text(p: &[u8]) -> String {
+pub fn payload_text(p: &[u8]) -> String {
     match std::str::from_utf8(p) {
         Ok(s) => s.to_string(),
         Err(_) => format!(

@@ -768,3 +768,88 @@ async fn token_from_the_flag_or_the_environment() {
     assert!(out.status.success(), "{out:?}");
     n.finish().await;
 }
+
+#[tokio::test]
+async fn subscribe_receives_prints_and_acks() {
+    let n = TestNode::with_system_clock(test_config("cli_subscribe")).await;
+    let a = addr(&n);
+    for (txid, payload) in [("order-1", "one"), ("order-2", "two")] {
+        rebound(
+            &a,
+            &[
+                "enqueue",
+                "orders",
+                txid,
+                "--payload",
+                payload,
+                "--delay",
+                "1s",
+            ],
+        )
+        .await
+        .ok();
+    }
+
+    // The first delivery acked SUCCEEDED, printed as it arrives.
+    let first = rebound(
+        &a,
+        &["subscribe", "orders", "--count", "1", "--wait", "60s"],
+    )
+    .await
+    .ok();
+    assert!(first.stdout.contains("-> acked SUCCEEDED\n"), "{first:#?}");
+    // The second one asked to retry, in --json: one document listing what arrived.
+    let second = rebound(
+        &a,
+        &[
+            "--json",
+            "subscribe",
+            "orders",
+            "--count",
+            "1",
+            "--wait",
+            "60s",
+            "--outcome",
+            "retry",
+            "--retry-after",
+            "1h",
+            "--error",
+            "still down",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    let got = &second["deliveries"][0];
+    assert_eq!(got["acked"], "RETRY", "{second:#}");
+    let retried = got["transaction_id"].as_str().expect("transaction_id");
+    let done = if retried == "order-1" {
+        "order-2"
+    } else {
+        "order-1"
+    };
+    assert!(
+        first.stdout.contains(&format!("orders {done} ")),
+        "{first:#?}"
+    );
+    assert_eq!(status_of(&a, "orders", done).await, "SUCCEEDED");
+    assert_eq!(status_of(&a, "orders", retried).await, "SCHEDULED");
+    let retry = rebound(&a, &["--json", "get", "orders", retried])
+        .await
+        .ok()
+        .json();
+    assert_eq!(retry["last_error"], "still down", "{retry:#}");
+
+    // Nothing more is due: --wait ends it, as an error when --count was not reached.
+    rebound(&a, &["subscribe", "orders", "--count", "1", "--wait", "1s"])
+        .await
+        .exits(5);
+    let idle = rebound(&a, &["subscribe", "orders", "--wait", "1s"])
+        .await
+        .ok();
+    assert!(idle.stdout.contains("no delivery"), "{idle:#?}");
+    // --retry-after belongs to --outcome retry: refused before anything is received.
+    rebound(&a, &["subscribe", "orders", "--retry-after", "1s"])
+        .await
+        .exits(2);
+}

@@ -123,6 +123,27 @@ pub fn retry_json(r: &pb::Retry) -> Value {
     })
 }
 
+pub fn delivery_json(d: &pb::Delivery) -> Value {
+    let attributes: Map<String, Value> = d
+        .attributes
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    json!({
+        "delivery_id": d.delivery_id,
+        "service": d.service,
+        "transaction_id": d.transaction_id,
+        "attempt": d.attempt,
+        "due_time": time_json(d.due_time.as_ref()),
+        "first_enqueued_at": time_json(d.first_enqueued_at.as_ref()),
+        "ack_deadline": time_json(d.ack_deadline.as_ref()),
+        "last_error": d.last_error,
+        "payload": std::str::from_utf8(&d.payload).ok(),
+        "payload_base64": base64::engine::general_purpose::STANDARD.encode(&d.payload),
+        "attributes": attributes,
+    })
+}
+
 pub fn dead_letter_json(d: &pb::DeadLetter) -> Value {
     json!({
         "service": d.service,

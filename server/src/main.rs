@@ -122,7 +122,12 @@ fn main() -> ExitCode {
     // The exporter's channel is made on the runtime.
     let telemetry = {
         let _on_runtime = runtime.enter();
-        match telemetry::init(config.log_format, &otel, &config.node_id) {
+        let logs = if dev.is_some() {
+            telemetry::Logs::Dev
+        } else {
+            telemetry::Logs::Node
+        };
+        match telemetry::init(config.log_format, logs, &otel, &config.node_id) {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("rebound-server: {e:#}");
@@ -271,8 +276,35 @@ async fn run_dev(
         started.elapsed().as_millis(),
         dir.display()
     );
-    println!("try: grpcurl -plaintext -d '{{\"service\": \"orders\", \"transaction_id\": \"order-42\", \"delay\": \"2s\"}}' {addr} rebound.v1.RetryService/EnqueueRetry");
+    let cli = cli_command(&addr.to_string());
+    println!("try: {cli} enqueue orders order-42 --delay 2s && {cli} subscribe orders --count 1");
+    println!(" or: grpcurl -plaintext -d '{{\"service\": \"orders\", \"transaction_id\": \"order-42\", \"delay\": \"2s\"}}' {addr} rebound.v1.RetryService/EnqueueRetry");
     serve_node(node).await
+}
+
+/// How to call the `rebound` CLI at `addr`: the binary beside this one when it is there (as
+/// in `target/release` and the image), by its path relative to the working directory.
+fn cli_command(addr: &str) -> String {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("rebound")))
+        .filter(|p| p.is_file());
+    let path = match beside {
+        Some(p) => {
+            let cwd = std::env::current_dir().unwrap_or_default();
+            match p.strip_prefix(&cwd) {
+                Ok(rel) if rel.components().count() == 1 => format!("./{}", rel.display()),
+                Ok(rel) => rel.display().to_string(),
+                Err(_) => p.display().to_string(),
+            }
+        }
+        None => "rebound".into(),
+    };
+    if addr == "127.0.0.1:50051" {
+        path
+    } else {
+        format!("{path} --addr {addr}")
+    }
 }
 
 async fn shutdown_signal() {

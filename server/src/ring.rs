@@ -1,6 +1,6 @@
-//! The lease ring (DESIGN.md "The lease ring"): nodes share the token space through leases in
-//! Cassandra, taken and renewed with lightweight transactions, so there is no coordinator to
-//! deploy and no single point of failure.
+//! The lease ring (docs/architecture.md, "The ring"): nodes share the token space through leases in
+//! Cassandra, taken and renewed with lightweight transactions, so there is no coordinator to deploy
+//! and no single point of failure.
 //!
 //! The token space is cut into `slots` equal ranges, each with a lease row; slot -1 is the
 //! compactor (Node-0) lease. Every `lease_ttl / 3` a node heartbeats into `ring_members`,
@@ -15,7 +15,7 @@
 //!   consistency and counted as held only if the row shows this node and the new epoch.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -115,15 +115,51 @@ impl LeaseRing {
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let period = Duration::from_millis((self.opts.lease_ttl_ms / 3).max(100) as u64);
         loop {
+            let before = self.held_slots();
             if let Err(e) = self.cycle().await {
                 tracing::warn!(error = %e, "lease ring cycle failed, will retry");
             }
+            self.log_changes(&before);
             tokio::select! {
                 _ = tokio::time::sleep(period) => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
         }
         self.release_all().await;
+    }
+
+    /// The slots held now (the compactor's included).
+    fn held_slots(&self) -> BTreeSet<i32> {
+        self.lock().slots.keys().copied().collect()
+    }
+
+    /// One info line per round that changed what this node holds (each slot's change is at
+    /// debug level): a node that starts alone takes 65 leases in its first round.
+    fn log_changes(&self, before: &BTreeSet<i32>) {
+        let after = self.held_slots();
+        if after == *before {
+            return;
+        }
+        let ranges = |set: BTreeSet<i32>| slot_ranges(set.into_iter().filter(|s| *s >= 0));
+        let taken: BTreeSet<i32> = after.difference(before).copied().collect();
+        let gone: BTreeSet<i32> = before.difference(&after).copied().collect();
+        let compactor = match (
+            before.contains(&COMPACTOR_SLOT),
+            after.contains(&COMPACTOR_SLOT),
+        ) {
+            (false, true) => "taken",
+            (true, false) => "given up",
+            (true, true) => "held",
+            (false, false) => "not held",
+        };
+        let held = after.iter().filter(|s| **s >= 0).count();
+        tracing::info!(
+            held = %format!("{held}/{}", self.opts.slots),
+            taken = %ranges(taken),
+            given_up = %ranges(gone),
+            compactor,
+            "lease ring changed"
+        );
     }
 
     /// Writes this node's heartbeat (membership, and its clock for `peers`).
@@ -180,7 +216,7 @@ impl LeaseRing {
                     self.lock().slots.insert(slot, (epoch, now + ttl));
                 }
                 Ok(false) => {
-                    tracing::info!(slot, "lease lost");
+                    tracing::debug!(slot, "lease lost");
                     self.lock().slots.remove(&slot);
                 }
                 Err(e) => {
@@ -204,7 +240,7 @@ impl LeaseRing {
             if let Err(e) = self.cas(&row, Some(epoch), LeaseChange::Release).await {
                 tracing::warn!(slot, error = %e, "cannot hand a lease back; it will expire");
             } else {
-                tracing::info!(slot, "lease handed back");
+                tracing::debug!(slot, "lease handed back");
             }
         }
 
@@ -324,7 +360,7 @@ impl LeaseRing {
         let row = self.row(slot, epoch, now + self.opts.lease_ttl_ms);
         match self.cas(&row, expected, LeaseChange::Take).await {
             Ok(true) => {
-                tracing::info!(slot, epoch, "lease taken");
+                tracing::debug!(slot, epoch, "lease taken");
                 self.lock().slots.insert(slot, (epoch, row.expires_at_ms));
                 Ok(true)
             }
@@ -472,9 +508,47 @@ impl Ownership for LeaseRing {
     }
 }
 
+/// Slots as ranges, `0-14,16-63`; `-` when there are none.
+fn slot_ranges(slots: impl Iterator<Item = i32>) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut run: Option<(i32, i32)> = None;
+    for s in slots {
+        run = match run {
+            Some((first, last)) if s == last + 1 => Some((first, s)),
+            Some(done) => {
+                out.push(range_text(done));
+                Some((s, s))
+            }
+            None => Some((s, s)),
+        };
+    }
+    out.extend(run.map(range_text));
+    if out.is_empty() {
+        "-".into()
+    } else {
+        out.join(",")
+    }
+}
+
+fn range_text((first, last): (i32, i32)) -> String {
+    if first == last {
+        first.to_string()
+    } else {
+        format!("{first}-{last}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_are_logged_as_ranges() {
+        assert_eq!(slot_ranges([].into_iter()), "-");
+        assert_eq!(slot_ranges([5].into_iter()), "5");
+        assert_eq!(slot_ranges(0..64), "0-63");
+        assert_eq!(slot_ranges([0, 1, 2, 4, 7, 8].into_iter()), "0-2,4,7-8");
+    }
 
     #[test]
     fn slots_cover_the_token_space_without_gaps() {

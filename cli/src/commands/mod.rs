@@ -3,6 +3,7 @@
 //!
 //! - `conn`: the connection and the per-call context;
 //! - `retry`: enqueue, get, cancel (RetryService);
+//! - `subscribe`: a stand-in executor (ExecutorService Subscribe and Ack);
 //! - `service`: stats, services, pause/resume, policy, limits, purge;
 //! - `dlq`: dead letters (list, redrive, purge);
 //! - `cluster`: the ring and window inspection.
@@ -22,12 +23,14 @@ mod conn;
 mod dlq;
 mod retry;
 mod service;
+mod subscribe;
 
 use cluster::{inspect_window, ring};
 use conn::{connect, tls, Ctx};
 use dlq::{dlq_list, dlq_purge, dlq_redrive};
 use retry::{cancel, enqueue, get};
 use service::{limits_get, limits_set, pause, policy_get, policy_set, purge, services, stats};
+use subscribe::subscribe;
 
 /// What a command prints: the JSON document for `--json`, the text otherwise.
 struct Out {
@@ -68,6 +71,7 @@ pub async fn run(cli: &Cli) -> Result<(), CliError> {
         Command::Enqueue(a) => enqueue(&ctx, a).await?,
         Command::Get(a) => get(&ctx, &a.service, &a.transaction_id).await?,
         Command::Cancel(a) => cancel(&ctx, &a.service, &a.transaction_id).await?,
+        Command::Subscribe(a) => subscribe(&ctx, a).await?,
         Command::Stats { service } => stats(&ctx, service.as_deref()).await?,
         Command::Services => services(&ctx).await?,
         Command::Pause { service } => pause(&ctx, service, true).await?,

@@ -1,5 +1,6 @@
 //! Logs and traces. Logs go through `tracing`: `RUST_LOG` filters (default `info`, driver at
-//! `warn`); `REBOUND_LOG_FORMAT=json` writes one JSON object per line, with `trace_id` and
+//! `warn`; `rebound-server dev` also keeps the start-up and ring lines at `warn`, so that its
+//! banner comes first); `REBOUND_LOG_FORMAT=json` writes one JSON object per line, with `trace_id` and
 //! `span_id` when a traced span is active. No log line carries a token, a payload or an
 //! attribute value (the handlers never log them).
 //!
@@ -48,15 +49,33 @@ impl Telemetry {
     }
 }
 
-fn log_filter() -> EnvFilter {
-    EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,scylla=warn,h2=warn,tower=warn"))
+/// What is logged when `RUST_LOG` is not set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logs {
+    /// A node: `info`.
+    Node,
+    /// `rebound-server dev`: one node alone, whose banner says what the start-up lines would
+    /// (the schema, the address) and whose lease ring never changes after its first round.
+    Dev,
+}
+
+fn log_filter(logs: Logs) -> EnvFilter {
+    let default = match logs {
+        Logs::Node => "info,scylla=warn,h2=warn,tower=warn",
+        Logs::Dev => "info,scylla=warn,h2=warn,tower=warn,rebound_server::node=warn,rebound_server::ring=warn",
+    };
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
 }
 
 /// Installs the log subscriber, and the trace pipeline when `otel` has an endpoint. Call
 /// inside a Tokio runtime (the exporter's channel needs one). A second call in the same
 /// process installs nothing and returns an empty `Telemetry`.
-pub fn init(format: LogFormat, otel: &OtelSettings, node_id: &str) -> anyhow::Result<Telemetry> {
+pub fn init(
+    format: LogFormat,
+    logs: Logs,
+    otel: &OtelSettings,
+    node_id: &str,
+) -> anyhow::Result<Telemetry> {
     let fmt_layer = match format {
         LogFormat::Json => fmt::layer()
             .with_writer(std::io::stderr)
@@ -67,7 +86,7 @@ pub fn init(format: LogFormat, otel: &OtelSettings, node_id: &str) -> anyhow::Re
             .with_target(true)
             .boxed(),
     }
-    .with_filter(log_filter());
+    .with_filter(log_filter(logs));
     let Some(_) = &otel.endpoint else {
         let _ = tracing_subscriber::registry().with(fmt_layer).try_init();
         return Ok(Telemetry::default());
