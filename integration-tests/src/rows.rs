@@ -1,5 +1,6 @@
-//! The directory and state rows of a test keyspace read back through CQL, for tests that
-//! check exactly what an enqueue wrote (DESIGN.md's five tiers and the `transactions` table).
+//! The directory and state rows of a test keyspace read back through CQL, for tests that check
+//! exactly what an enqueue wrote (the five tiers and the `transactions` table of
+//! docs/architecture.md, "Data model").
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
-//! Per-service credentials against a real node (DESIGN.md: a caller can enqueue to and
-//! subscribe on only its own services; admin calls need admin credentials). Every refused
-//! call is refused before anything is written.
+//! Per-service credentials against a real node (server/src/auth.rs: a caller can enqueue to and
+//! subscribe on only its own services; admin calls need admin credentials). Every refused call is
+//! refused before anything is written.
 
 use std::time::Duration;
 

@@ -819,10 +819,10 @@ async fn a_cancel_racing_an_ack_is_never_undone() {
     n.finish().await;
 }
 
-/// DESIGN.md "Bad input and overload": memory stays bounded whatever executors ask for. A
-/// node refuses streams beyond `max_subscribers` with RESOURCE_EXHAUSTED, and holds at most
-/// `max_in_flight_bytes` of unacknowledged payload: further deliveries wait for acks even
-/// though the stream asked for more.
+/// Memory stays bounded whatever executors ask for (server/src/dispatch/hub.rs; docs/operations.md,
+/// "Memory per node"). A node refuses streams beyond `max_subscribers` with RESOURCE_EXHAUSTED, and
+/// holds at most `max_in_flight_bytes` of unacknowledged payload: further deliveries wait for acks
+/// even though the stream asked for more.
 #[tokio::test]
 async fn streams_and_bytes_in_flight_are_bounded_node_wide() {
     let mut cfg = dispatch_config("bounds");

@@ -1,5 +1,6 @@
-//! Per-service credentials (DESIGN.md "Bad input and overload": a caller can enqueue to and
-//! subscribe on only its own services; admin calls need admin credentials).
+//! Per-service credentials: a caller can enqueue to and subscribe on only its own services;
+//! admin calls need admin credentials. Certificates as credentials under mutual TLS:
+//! docs/operations.md, section 7 "TLS".
 //!
 //! Off unless `credentials_file` (`REBOUND_CREDENTIALS_FILE`) names a TOML file of
 //! credentials:

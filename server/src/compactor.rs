@@ -1,9 +1,9 @@
-//! Node-0's directory compaction (DESIGN.md "The lease ring", seed 000 section 9): only the
-//! holder of the compactor lease deletes Tier-2 and Tier-1 rows, and only behind both gates.
-//! Gate 1: the window has no live Tier-3 row, cluster-wide (no token filter), so no node still
-//! has work in it. Gate 2: the window has ended plus a margin, so no writer can add to it.
-//! Deleting a window that fails either gate would hide its remaining pointers from every
-//! traversal, which is the one way this layout can lose a retry.
+//! Node-0's directory compaction (docs/architecture.md, "The ring" and invariant 4, "Tree
+//! integrity"; seed 000 section 9): only the holder of the compactor lease deletes Tier-2 and
+//! Tier-1 rows, and only behind both gates. Gate 1: the window has no live Tier-3 row, cluster-wide
+//! (no token filter), so no node still has work in it. Gate 2: the window has ended plus a margin,
+//! so no writer can add to it. Deleting a window that fails either gate would hide its remaining
+//! pointers from every traversal, which is the one way this layout can lose a retry.
 
 use std::{sync::Arc, time::Duration};
 

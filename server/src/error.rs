@@ -119,10 +119,10 @@ impl From<Error> for tonic::Status {
     }
 }
 
-/// tonic refuses a request message over the node's decoding limit before any handler sees
-/// it, with OUT_OF_RANGE and a message that names no field. DESIGN.md asks for
-/// INVALID_ARGUMENT naming the field and the limit, so the server's one response layer turns
-/// that refusal into one (nothing was read, so nothing was written).
+/// tonic refuses a request message over the node's decoding limit before any handler sees it, with
+/// OUT_OF_RANGE and a message that names no field. Every other refusal of bad input is
+/// INVALID_ARGUMENT naming the field and the limit (`validate`), so the server's one response layer
+/// turns that refusal into one (nothing was read, so nothing was written).
 pub fn oversized_request(
     response: http::Response<tonic::body::Body>,
     max_payload_bytes: usize,

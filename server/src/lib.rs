@@ -1,5 +1,6 @@
-//! Rebound: retry-as-a-service over Apache Cassandra. See DESIGN.md for the architecture; each
-//! module says which part of it it owns.
+//! Rebound: retry-as-a-service over Apache Cassandra. See docs/architecture.md for the
+//! architecture (its "Module map" lists these modules); each module says which part of it it
+//! owns.
 
 pub mod admin;
 pub mod api;

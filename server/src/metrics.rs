@@ -1,5 +1,6 @@
-//! Every metric the node exports, its name and its help text, in one place (DESIGN.md
-//! "Observability"). Served at `/metrics` by `http` in the Prometheus text format.
+//! Every metric the node exports, its name and its help text, in one place (the alerts of
+//! deploy/prometheus/alerts.yml and docs/operations.md, section 8 "Alerts", use them).
+//! Served at `/metrics` by `http` in the Prometheus text format.
 //!
 //! The crate is `prometheus-client`, the Prometheus project's own Rust client: typed label
 //! sets checked at compile time, no global macros, no `unsafe`, one lock-free atomic per

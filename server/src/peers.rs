@@ -1,9 +1,8 @@
-//! The clocks of the other nodes, as seen through Cassandra (DESIGN.md "Guarantees across
-//! nodes"). Every heartbeat carries the writer's own clock (`heartbeat_at`) and gets
-//! Cassandra's write time; their difference is how far that node's clock lags Cassandra's,
-//! plus the one-way latency of the write. The smallest of a node's recent samples is kept
-//! (latency only ever adds), and a node's lag relative to this one is the difference of the
-//! two.
+//! The clocks of the other nodes, as seen through Cassandra (docs/architecture.md, "Guarantees
+//! across nodes"). Every heartbeat carries the writer's own clock (`heartbeat_at`) and gets
+//! Cassandra's write time; their difference is how far that node's clock lags Cassandra's, plus the
+//! one-way latency of the write. The smallest of a node's recent samples is kept (latency only ever
+//! adds), and a node's lag relative to this one is the difference of the two.
 //!
 //! Windows, leases and orphan grace are all judged in some node's clock: a lease expires at
 //! the time its holder wrote, in the holder's clock; a writer places a retry by the W+1 rule of

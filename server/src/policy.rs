@@ -1,6 +1,6 @@
-//! Retry policy (DESIGN.md "Retry policy", seed 001): exponential backoff with jitter, capped,
-//! and the two stopping rules. Retries stop at whichever of `max_attempts` and
-//! `max_retry_duration` is reached first.
+//! Retry policy (seed 001; RETRY acks apply it, docs/architecture.md, "Dispatch"): exponential
+//! backoff with jitter, capped, and the two stopping rules. Retries stop at whichever of
+//! `max_attempts` and `max_retry_duration` is reached first.
 
 use std::time::Duration;
 

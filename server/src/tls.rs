@@ -1,4 +1,4 @@
-//! TLS with rustls (DESIGN.md "Security").
+//! TLS with rustls (docs/operations.md, section 7 "TLS").
 //!
 //! - `REBOUND_TLS_CERT_FILE` and `REBOUND_TLS_KEY_FILE` (PEM: the chain, leaf first; a PKCS#8,
 //!   PKCS#1 or SEC1 key) turn on TLS on the gRPC port and on the HTTP listener.

@@ -1,5 +1,6 @@
-//! Request validation (DESIGN.md "Bad input and overload"): every rule runs before anything is
-//! written, and every refusal names the field and the limit.
+//! Request validation: every rule runs before anything is written, and every refusal names the
+//! field and the limit (`validate_tests.rs` and integration-tests/tests/enqueue_bad_input.rs
+//! hold it to that).
 
 use std::{collections::BTreeMap, time::Duration};
 

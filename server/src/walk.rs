@@ -1,9 +1,9 @@
-//! The one walk of the directory, years → days → windows → instances → buckets (DESIGN.md
-//! "Storage layout"), shared by the dispatcher's scan, the admin statistics and the compactor.
-//! Each level is listed here once, so the rules of the walk hold for all three: days are read
-//! from every year that holds one plus the years that must be read even when unlisted, and a
-//! day's windows from its low-water mark on, oldest first. Callers decide at each level
-//! whether to go deeper, skip or stop; the walk reads nothing they do not ask for.
+//! The one walk of the directory, years → days → windows → instances → buckets
+//! (docs/architecture.md, "Data model"), shared by the dispatcher's scan, the admin statistics and
+//! the compactor. Each level is listed here once, so the rules of the walk hold for all three: days
+//! are read from every year that holds one plus the years that must be read even when unlisted, and
+//! a day's windows from its low-water mark on, oldest first. Callers decide at each level whether
+//! to go deeper, skip or stop; the walk reads nothing they do not ask for.
 
 use crate::{
     store::{DirectoryStore, InstanceRow, StoreResult, TokenRange},

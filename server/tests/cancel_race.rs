@@ -1,9 +1,9 @@
 //! A cancel answered on one node is never undone by an ack on another (issue 14, defect 3;
-//! DESIGN.md "Guarantees across nodes"). Two `rebound-server` processes share a keyspace; 200
-//! retries are delivered, and for each one an `Ack(RETRY, retry_after = 0)` or an
-//! `Ack(SUCCEEDED)` on the node that delivered it races a `CancelRetry` on the other node. Every cancel that answered
-//! `cancelled = true` must stay cancelled: GetRetry says CANCELLED, and the retry is never
-//! delivered again. Needs the Cassandra of `scripts/cassandra start`.
+//! docs/architecture.md, "Guarantees across nodes"). Two `rebound-server` processes share a
+//! keyspace; 200 retries are delivered, and for each one an `Ack(RETRY, retry_after = 0)` or an
+//! `Ack(SUCCEEDED)` on the node that delivered it races a `CancelRetry` on the other node. Every
+//! cancel that answered `cancelled = true` must stay cancelled: GetRetry says CANCELLED, and the
+//! retry is never delivered again. Needs the Cassandra of `scripts/cassandra start`.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -157,8 +157,8 @@ async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
 }
 
 /// Two enqueues of one transaction on two nodes at once leave exactly one live retry
-/// (DESIGN.md "Guarantees across nodes"): 200 transactions are each enqueued on both nodes
-/// at the same moment (one due at once, one a second later); every one is delivered exactly
+/// (docs/architecture.md, "Guarantees across nodes"): 200 transactions are each enqueued on both
+/// nodes at the same moment (one due at once, one a second later); every one is delivered exactly
 /// once and then never again.
 #[tokio::test]
 async fn two_enqueues_of_one_transaction_on_two_nodes_leave_one_live_retry() {

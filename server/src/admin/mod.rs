@@ -89,9 +89,9 @@ impl Admin {
         validate::service("service", service)
     }
 
-    /// A valid name of a service that exists: one that was enqueued to or configured (it has
-    /// a row in `services`). DESIGN.md: an unknown service is NOT_FOUND, so a mistyped name
-    /// reads as a mistake rather than as an empty service.
+    /// A valid name of a service that exists: one that was enqueued to or configured (it has a row
+    /// in `services`). An unknown service is NOT_FOUND (proto/rebound/v1/admin.proto), so a
+    /// mistyped name reads as a mistake rather than as an empty service.
     pub(crate) async fn existing(&self, service: &str) -> Result<(), Error> {
         self.known(service)?;
         if self.services.get(service).is_some() || self.services.load(service).await?.is_some() {

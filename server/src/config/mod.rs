@@ -1,6 +1,6 @@
 //! Node configuration: defaults, then a TOML file, then the environment, then flags, then
 //! `validate()`. The environment is passed in as a map so tests control it; the names are part
-//! of the contract of DESIGN.md "Configuration".
+//! of the contract: docs/operations.md documents them, and deployments set them.
 
 use std::{collections::HashMap, net::SocketAddr, path::Path};
 

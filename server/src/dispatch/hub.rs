@@ -1,5 +1,5 @@
-//! Subscribers and in-flight deliveries of one node (DESIGN.md "Dispatch", flow control and
-//! ack deadlines).
+//! Subscribers and in-flight deliveries of one node (docs/architecture.md, "Dispatch": flow control
+//! and ack deadlines).
 //!
 //! Each `Subscribe` stream is a `Subscriber` with `max_in_flight` permits; a delivery holds a
 //! permit until it is acknowledged, expires or its stream closes, so a stream never has more
@@ -9,11 +9,11 @@
 //! resolved (acknowledged, rescheduled or dead-lettered), which is what lets it delete the
 //! bucket afterwards.
 //!
-//! Memory is bounded whatever executors ask for (DESIGN.md "Bad input and overload"): at most
-//! `max_subscribers` streams, and at most `max_in_flight_bytes` of payload, attributes and
-//! errors held by unacknowledged deliveries. At that budget a delivery waits for acks (its
-//! retry stays in Cassandra); one delivery always fits when nothing is in flight, so a payload
-//! larger than the budget still goes out.
+//! Memory is bounded whatever executors ask for (docs/operations.md, "Memory per node"): at most
+//! `max_subscribers` streams, and at most `max_in_flight_bytes` of payload, attributes and errors
+//! held by unacknowledged deliveries. At that budget a delivery waits for acks (its retry stays in
+//! Cassandra); one delivery always fits when nothing is in flight, so a payload larger than the
+//! budget still goes out.
 
 use std::{
     collections::{BTreeMap, HashMap},

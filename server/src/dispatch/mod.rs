@@ -1,7 +1,7 @@
-//! The retry-node half of the design (DESIGN.md "Dispatch", seed 000 sections 7-14): walk the
-//! directory oldest first within the held token ranges, deliver due retries to subscribers,
-//! resolve acknowledgements, and delete a bucket as one partition once every pointer in it is
-//! resolved and durable.
+//! The retry-node half of the design (docs/architecture.md, "Dispatch"; seed 000 sections 7-14):
+//! walk the directory oldest first within the held token ranges, deliver due retries to
+//! subscribers, resolve acknowledgements, and delete a bucket as one partition once every pointer
+//! in it is resolved and durable.
 //!
 //! Invariants kept here:
 //! - a pointer is delivered only when its generation equals the state row's and the status is

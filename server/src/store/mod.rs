@@ -36,7 +36,7 @@ pub const MAX_GROUPED_PARTITIONS: usize = 10;
 /// bytes towards `batch_size_warn_threshold` (5 KiB) for a batch across partitions.
 pub const MAX_GROUPED_POINTERS: usize = 32;
 
-/// The lifecycle of one retry (DESIGN.md "State row").
+/// The lifecycle of one retry (docs/architecture.md, "Data model": the state row).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     Scheduled,

@@ -1,5 +1,5 @@
 //! Murmur3 tokens as Cassandra computes them, so that `instance_token` splits the work exactly
-//! like the lease ring's token ranges (DESIGN.md "Instances and lanes").
+//! like the lease ring's token ranges (docs/architecture.md, "Data model": instances).
 
 use scylla::routing::partitioner::{Murmur3Partitioner, Partitioner, PartitionerHasher};
 

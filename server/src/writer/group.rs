@@ -96,12 +96,12 @@ pub(super) fn group_commit(writer: std::sync::Weak<Writer>) -> Arc<EnqueueGroup>
     )
 }
 
-/// Group commit: single enqueues (`EnqueueRetry`) that arrive while earlier ones are being
-/// written go out together through the batch path (`write_chunk`): one `IN` read of their
-/// state rows, one pointer batch per bucket, a few state-row batches. At low load a call goes
-/// out at once, alone; under load a call pays a share of a batch instead of three requests
-/// of its own. Each caller still returns only once its own state row is durable, and every
-/// item keeps the write order of DESIGN.md (directory, pointer, state row).
+/// Group commit: single enqueues (`EnqueueRetry`) that arrive while earlier ones are being written
+/// go out together through the batch path (`write_chunk`): one `IN` read of their state rows, one
+/// pointer batch per bucket, a few state-row batches. At low load a call goes out at once, alone;
+/// under load a call pays a share of a batch instead of three requests of its own. Each caller
+/// still returns only once its own state row is durable, and every item keeps the write order of
+/// docs/architecture.md, invariant 2 (directory, pointer, state row).
 pub(super) type EnqueueGroup =
     Coalescer<(), (EnqueueInput, tracing::Span), Result<EnqueueOutcome, Error>, Error>;
 

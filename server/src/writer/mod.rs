@@ -1,6 +1,7 @@
-//! The enqueue path (DESIGN.md "Storage layout", seed 000 section 5): choose the window by the
-//! W+1 rule, the lane by the transaction id, the bucket by an in-memory counter, write the
-//! directory rows once per key per process, then the Tier-5 pointer, then the state row.
+//! The enqueue path (docs/architecture.md, "Data model" and "Invariants"; seed 000 section 5):
+//! choose the window by the W+1 rule, the lane by the transaction id, the bucket by an in-memory
+//! counter, write the directory rows once per key per process, then the Tier-5 pointer, then the
+//! state row.
 //!
 //! Invariants kept here:
 //! - a pointer is written only after its directory rows are durable, and a state row only
@@ -701,13 +702,13 @@ impl Writer {
     /// Cancels a scheduled retry. Returns the status after the call and whether this call
     /// cancelled it (false when it had already finished).
     ///
-    /// Across nodes (DESIGN.md "Guarantees across nodes"): the CANCELLED row goes out with
-    /// the cancel cell (`cancelled_generation`, schema 0008), which no ack or enqueue writes.
-    /// An ack or enqueue elsewhere that read the retry before this write derives its schedule
-    /// from a generation the cell covers, so its write, landing before or after this one,
-    /// reads as CANCELLED and is never delivered; a SUCCEEDED ack or a dead letter written
-    /// that way reads as CANCELLED too (`TxState::apply_settled`). The row is read once more after the write,
-    /// and a schedule derived meanwhile from a newer generation is cancelled too.
+    /// Across nodes (docs/architecture.md, "Guarantees across nodes"): the CANCELLED row goes out
+    /// with the cancel cell (`cancelled_generation`, schema 0008), which no ack or enqueue writes.
+    /// An ack or enqueue elsewhere that read the retry before this write derives its schedule from
+    /// a generation the cell covers, so its write, landing before or after this one, reads as
+    /// CANCELLED and is never delivered; a SUCCEEDED ack or a dead letter written that way reads as
+    /// CANCELLED too (`TxState::apply_settled`). The row is read once more after the write, and a
+    /// schedule derived meanwhile from a newer generation is cancelled too.
     pub async fn cancel(
         &self,
         service: &str,

@@ -467,10 +467,10 @@ pub fn map_execution_error(e: &ExecutionError) -> StoreError {
 
 fn map_attempt_error(a: &RequestAttemptError, whole: &dyn std::fmt::Display) -> StoreError {
     match a {
-        // An unknown outcome (DESIGN.md "Guarantees across nodes"): the request reached the
-        // database, which may have applied it on some replicas (a timeout, a replica's write
-        // or read failure, an LWT whose outcome Paxos could not tell, 0x1700 CAS_WRITE_UNKNOWN),
-        // or the connection broke after it was sent. Never "nothing was written".
+        // An unknown outcome (docs/architecture.md, "Guarantees across nodes"): the request reached
+        // the database, which may have applied it on some replicas (a timeout, a replica's write or
+        // read failure, an LWT whose outcome Paxos could not tell, 0x1700 CAS_WRITE_UNKNOWN), or
+        // the connection broke after it was sent. Never "nothing was written".
         RequestAttemptError::DbError(db, _) => match db {
             DbError::ReadTimeout { .. }
             | DbError::WriteTimeout { .. }
