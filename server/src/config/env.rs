@@ -17,7 +17,7 @@ impl StoreKind {
     }
 }
 
-/// Every environment key the configuration reads (`apply_env`; README.md lists them).
+/// Every environment key the configuration reads (`apply_env`; docs/configuration.md lists them).
 pub const ENV_KEYS: &[&str] = &[
     "REBOUND_STORE",
     "REBOUND_DATA_DIR",

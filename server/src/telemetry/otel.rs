@@ -20,7 +20,7 @@ use tokio::{sync::mpsc, task::JoinHandle};
 
 use crate::{config::ConfigError, metrics};
 
-/// The variables read (README "Observe it").
+/// The variables read (docs/observability.md, "Traces").
 pub const OTEL_KEYS: &[&str] = &[
     "OTEL_SDK_DISABLED",
     "OTEL_TRACES_EXPORTER",
