@@ -91,9 +91,13 @@ async fn deliver_and_ack(ch: &Channel, id: &str, within: Duration) {
 async fn dev_serves_without_cassandra_and_keeps_its_data_across_a_kill() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
+    // With RUST_LOG unset, as a newcomer runs it: the banner and the line to try come first,
+    // with no start-up or per-slot lease lines before them.
     let mut first = Proc(
         dev(dir.path(), port)
+            .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
@@ -120,8 +124,13 @@ async fn dev_serves_without_cassandra_and_keeps_its_data_across_a_kill() {
     first.0.kill().unwrap();
     first.0.wait().unwrap();
     let stdout = std::io::read_to_string(first.0.stdout.take().unwrap()).unwrap();
-    assert!(stdout.contains("rebound dev: serving on"), "{stdout}");
+    assert!(stdout.starts_with("rebound dev: serving on"), "{stdout}");
+    assert!(stdout.contains("\ntry: "), "{stdout}");
+    assert!(stdout.contains("subscribe orders --count 1"), "{stdout}");
     assert!(stdout.contains("grpcurl -plaintext"), "{stdout}");
+    let stderr = std::io::read_to_string(first.0.stderr.take().unwrap()).unwrap();
+    assert!(!stderr.contains("lease"), "{stderr}");
+    assert!(!stderr.contains("schema migrated"), "{stderr}");
     drop(first);
 
     let port = free_port();
