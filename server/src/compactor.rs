@@ -1,8 +1,8 @@
 //! Node-0's directory compaction (docs/architecture.md, "The ring" and invariant 4, "Tree
-//! integrity"; seed 000 section 9): only the holder of the compactor lease deletes Tier-2 and
-//! Tier-1 rows, and only behind both gates. Gate 1: the window has no live Tier-3 row, cluster-wide
-//! (no token filter), so no node still has work in it. Gate 2: the window has ended plus a margin,
-//! so no writer can add to it. Deleting a window that fails either gate would hide its remaining
+//! integrity"): only the holder of the compactor lease deletes Tier-2 and Tier-1 rows, and only
+//! behind both gates. Gate 1: the window has no live Tier-3 row, cluster-wide (no token
+//! filter), so no node still has work in it. Gate 2: the window has ended plus a margin, so no
+//! writer can add to it. Deleting a window that fails either gate would hide its remaining
 //! pointers from every traversal, which is the one way this layout can lose a retry.
 
 use std::{sync::Arc, time::Duration};
@@ -18,7 +18,7 @@ use crate::{
     window::{WindowGrid, WindowId},
 };
 
-/// Node-0: deletes Tier-2 and Tier-1 rows behind both gates of the seed, and moves the
+/// Node-0: deletes Tier-2 and Tier-1 rows behind both gates (above), and moves the
 /// per-day low-water mark past compacted windows so no scan re-reads their tombstones.
 #[derive(Debug)]
 pub struct Compactor {

@@ -1,8 +1,8 @@
 //! Which token ranges this node may dispatch, and whether it is Node-0 (the compactor). The
 //! lease ring feeds this interface; a single node holds the whole ring for ever.
 //!
-//! Fencing (the seed's TimeWindowGuard): every dispatch step and every delete done for a range
-//! calls `still_holds` first, with a safety margin, and stops at once when it says no.
+//! Fencing (docs/architecture.md, invariant 6): every dispatch step and every delete done for a
+//! range calls `still_holds` first, with a safety margin, and stops at once when it says no.
 
 use std::fmt::Debug;
 

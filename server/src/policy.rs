@@ -1,4 +1,4 @@
-//! Retry policy (seed 001; RETRY acks apply it, docs/architecture.md, "Dispatch"): exponential
+//! Retry policy (RETRY acks apply it, docs/architecture.md, "Dispatch"): exponential
 //! backoff with jitter, capped, and the two stopping rules. Retries stop at whichever of
 //! `max_attempts` and `max_retry_duration` is reached first.
 

@@ -1,4 +1,4 @@
-//! Window math (docs/architecture.md, "Data model" and invariant 1, "W+1"; seed 000 sections 5-6).
+//! Window math (docs/architecture.md, "Data model" and invariant 1, "W+1").
 //!
 //! A UTC day is cut into `86400 / window_seconds` windows. An item due at `t` goes into
 //! `max(window_of(t), current + 1)`: never the current or a past window (the W+1 rule), so a

@@ -1,7 +1,7 @@
 //! The Rust half of `scripts/bench` (issue 6): Rebound through its gRPC API, and two
 //! baselines straight on Cassandra with the same driver: raw inserts of Rebound's pointer row
-//! (the ceiling of the write path) and the naive single-table queue the seed warns against.
-//! Each writes one JSON result in the shape `bench/report.py` reads.
+//! (the ceiling of the write path) and the naive single-table queue that Rebound's layout
+//! avoids. Each writes one JSON result in the shape `bench/report.py` reads.
 //!
 //! usage:
 //!   bench rebound --addr http://127.0.0.1:50090 --pid PID --keyspace KS --n N --out F
@@ -690,8 +690,9 @@ async fn raw(a: &Args) -> anyhow::Result<J> {
     ]))
 }
 
-/// The naive design the seed warns against: one table read by status and due time, with a row
-/// delete per finished job. Its drain polls the head of the partition, where the deleted rows'
+/// The naive design that Rebound's directory avoids (docs/architecture.md, invariant 5,
+/// "Tombstones stay bounded"): one table read by status and due time, with a row delete per
+/// finished job. Its drain polls the head of the partition, where the deleted rows'
 /// tombstones pile up.
 async fn naive(a: &Args) -> anyhow::Result<J> {
     let n: usize = a.get("n", 100_000)?;

@@ -1,4 +1,4 @@
-//! The retry-node half of the design (docs/architecture.md, "Dispatch"; seed 000 sections 7-14):
+//! The retry-node half of the design (docs/architecture.md, "Dispatch" and "Invariants"):
 //! walk the directory oldest first within the held token ranges, deliver due retries to
 //! subscribers, resolve acknowledgements, and delete a bucket as one partition once every pointer
 //! in it is resolved and durable.

@@ -75,14 +75,58 @@ pub fn statements(cql: &str) -> Vec<String> {
         .collect()
 }
 
-/// FNV-1a of the file, recorded so that an edited, already-applied migration is noticed.
-fn checksum(cql: &str) -> String {
+/// FNV-1a of `text`, as 16 hex digits.
+fn checksum(text: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in cql.bytes() {
+    for b in text.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{h:016x}")
+}
+
+/// The checksum recorded in `schema_migrations`, so that an edited, already-applied migration
+/// is noticed: FNV-1a of the file's statements only (`statements`, without blank lines or
+/// trailing spaces), so a comment of an applied migration can be edited safely.
+fn statement_checksum(cql: &str) -> String {
+    let stmts: Vec<String> = statements(cql)
+        .iter()
+        .map(|s| {
+            s.lines()
+                .map(str::trim_end)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    checksum(&stmts.join(";\n"))
+}
+
+/// The checksums that earlier releases recorded: `checksum` over the whole file, comments
+/// included, of each migration as it was when statement checksums replaced them. A version
+/// applied by such a release carries this value in `schema_migrations`, and is accepted as
+/// unchanged, so that editing the file's comments since raises no warning. (On such a keyspace
+/// an edit of the version's statements would go unnoticed too; migrations are append-only.)
+/// Never change these values.
+const LEGACY_FILE_CHECKSUMS: &[(i32, &str)] = &[
+    (1, "ba78089fbf792e66"),
+    (2, "98ed67caf27dbd30"),
+    (3, "8d3f9c04dac890ee"),
+    (4, "6956697bbaa60e5a"),
+    (5, "bc3d2957758f27d6"),
+    (6, "f69d093a2b3956c6"),
+    (7, "64732f74370abb83"),
+    (8, "8333e29f6e2ec408"),
+];
+
+/// Whether `recorded`, the checksum in `schema_migrations` for `m`'s version, says the applied
+/// migration is the embedded one: its statement checksum, or the full-file checksum an earlier
+/// release recorded for that version.
+fn matches_applied(m: &Migration, recorded: &str) -> bool {
+    recorded == statement_checksum(m.cql)
+        || LEGACY_FILE_CHECKSUMS
+            .iter()
+            .any(|&(v, sum)| v == m.version && sum == recorded)
 }
 
 /// Brings `keyspace` up to date; returns the versions applied by this call.
@@ -135,7 +179,7 @@ pub async fn migrate(
     let mut done = Vec::new();
     for m in MIGRATIONS {
         if let Some(sum) = applied.get(&m.version) {
-            if *sum != checksum(m.cql) {
+            if !matches_applied(m, sum) {
                 tracing::warn!(
                     version = m.version,
                     name = m.name,
@@ -162,7 +206,7 @@ pub async fn migrate(
              VALUES ({}, '{}', '{}', {now_ms})",
             m.version,
             m.name.replace('\'', "''"),
-            checksum(m.cql),
+            statement_checksum(m.cql),
         ))
         .await?;
         done.push(m.version);
@@ -228,5 +272,57 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(versions, sorted);
+    }
+
+    #[test]
+    fn legacy_checksums_are_the_full_file_checksums_of_unedited_files() {
+        let legacy: Vec<i32> = LEGACY_FILE_CHECKSUMS.iter().map(|&(v, _)| v).collect();
+        assert_eq!(legacy, (1..=8).collect::<Vec<_>>());
+        // 0001-0004 had their first comment line edited since; 0005-0008 are as they were.
+        for m in MIGRATIONS.iter().filter(|m| (5..=8).contains(&m.version)) {
+            let (_, sum) = LEGACY_FILE_CHECKSUMS
+                .iter()
+                .find(|&&(v, _)| v == m.version)
+                .unwrap();
+            assert_eq!(checksum(m.cql), *sum, "{}", m.name);
+            assert!(matches_applied(m, sum), "{}", m.name);
+        }
+        for m in MIGRATIONS {
+            assert!(matches_applied(m, &statement_checksum(m.cql)), "{}", m.name);
+            assert!(!matches_applied(m, "0000000000000000"), "{}", m.name);
+        }
+        // A legacy value is accepted for its own version only.
+        let (_, one) = LEGACY_FILE_CHECKSUMS[0];
+        assert!(!matches_applied(&MIGRATIONS[1], one));
+    }
+
+    #[test]
+    fn statement_checksum_ignores_comments_and_blank_lines() {
+        let a = "-- The lease ring (an old citation).\n--\nCREATE TABLE IF NOT EXISTS t (\n    k int PRIMARY KEY\n);\n";
+        let b = "-- The lease ring (docs/architecture.md, \"The ring\").\n\n-- A new note.\nCREATE TABLE IF NOT EXISTS t (\n\n    k int PRIMARY KEY\n);\n\n";
+        assert_ne!(checksum(a), checksum(b));
+        assert_eq!(statement_checksum(a), statement_checksum(b));
+        let c = "-- The lease ring (an old citation).\nCREATE TABLE IF NOT EXISTS t (\n    k bigint PRIMARY KEY\n);\n";
+        assert_ne!(statement_checksum(a), statement_checksum(c));
+        // Every embedded file: dropping or changing its comments keeps its statement checksum.
+        for m in MIGRATIONS {
+            let edited: String = m
+                .cql
+                .lines()
+                .map(|l| {
+                    if l.trim_start().starts_with("--") {
+                        "-- (edited)\n".to_string()
+                    } else {
+                        format!("{l}\n")
+                    }
+                })
+                .collect();
+            assert_eq!(
+                statement_checksum(&edited),
+                statement_checksum(m.cql),
+                "{}",
+                m.name
+            );
+        }
     }
 }

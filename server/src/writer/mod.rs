@@ -1,4 +1,4 @@
-//! The enqueue path (docs/architecture.md, "Data model" and "Invariants"; seed 000 section 5):
+//! The enqueue path (docs/architecture.md, "Data model" and "Invariants"):
 //! choose the window by the W+1 rule, the lane by the transaction id, the bucket by an in-memory
 //! counter, write the directory rows once per key per process, then the Tier-5 pointer, then the
 //! state row.
