@@ -352,3 +352,70 @@ async fn the_write_limit_counts_a_batch_chunk_once_and_refuses_cleanly() {
     assert_eq!(pointed, accepted);
     n.finish().await;
 }
+
+/// `REBOUND_MAX_INFLIGHT_BYTES` bounds the request bytes a node holds at once: batches that
+/// arrive while it is full are refused whole with RESOURCE_EXHAUSTED, naming the setting and
+/// carrying a `grpc-retry-pushback-ms` hint, before anything of them is written; accepted
+/// ones are written, and the node serves as before once the load is gone.
+#[tokio::test]
+async fn the_request_byte_budget_sheds_whole_requests_with_a_retry_hint() {
+    let mut cfg = test_config("bytebudget");
+    cfg.max_payload_bytes = 16 << 10;
+    // Room for two of the ~0.9 MiB batches below at once (a request alone always fits).
+    cfg.max_inflight_bytes = 2 << 20;
+    let (n, _clock) = TestNode::with_manual_clock(cfg, utc_ms("2026-11-30 09:55:00.000")).await;
+    let batch = |b: usize| pb::EnqueueRetryBatchRequest {
+        requests: (0..56)
+            .map(|i| {
+                let mut r = req("svc", &format!("w{b}-{i}"), 0);
+                r.payload = vec![b'x'; 16 << 10];
+                r
+            })
+            .collect(),
+    };
+    let outs = futures::future::join_all((0..24).map(|b| {
+        let mut c = n.client.clone();
+        let request = batch(b);
+        async move { (b, c.enqueue_retry_batch(request).await) }
+    }))
+    .await;
+    let mut accepted = BTreeSet::new();
+    let mut shed = 0;
+    for (b, out) in outs {
+        match out {
+            Ok(out) => {
+                for (i, r) in batch_outcomes(out.into_inner()).into_iter().enumerate() {
+                    assert!(r.is_ok(), "{r:?}");
+                    accepted.insert(format!("w{b}-{i}"));
+                }
+            }
+            Err(e) => {
+                assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+                assert!(
+                    e.message().contains("REBOUND_MAX_INFLIGHT_BYTES"),
+                    "{}",
+                    e.message()
+                );
+                assert_eq!(
+                    e.metadata().get("grpc-retry-pushback-ms").unwrap(),
+                    "250",
+                    "{e:?}"
+                );
+                shed += 1;
+            }
+        }
+    }
+    assert!(
+        shed > 0,
+        "24 batches of 0.9 MiB at once against 2 MiB: some are shed"
+    );
+    assert!(!accepted.is_empty());
+    // Written exactly when accepted.
+    let written: BTreeSet<String> = states(&n).await.keys().map(|(_, t)| t.clone()).collect();
+    assert_eq!(written, accepted);
+    // The budget was given back: one more batch alone goes through.
+    let mut c = n.client.clone();
+    let again = batch_outcomes(c.enqueue_retry_batch(batch(99)).await.unwrap().into_inner());
+    assert!(again.iter().all(Result::is_ok));
+    n.finish().await;
+}

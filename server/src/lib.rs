@@ -6,6 +6,7 @@ pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod backlog;
+pub mod budget;
 pub mod clock;
 pub mod coalesce;
 pub mod compactor;

@@ -53,6 +53,8 @@ pub mod names {
     pub const SUBSCRIBERS: &str = "rebound_subscribers";
     pub const SPANS_DROPPED: &str = "rebound_spans_dropped";
     pub const READY: &str = "rebound_ready";
+    pub const INFLIGHT_REQUEST_BYTES: &str = "rebound_inflight_request_bytes";
+    pub const REQUESTS_SHED: &str = "rebound_requests_shed";
 }
 
 /// The label a service stands under when the cap on labelled services is reached.
@@ -122,7 +124,7 @@ pub struct BatchLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    /// `queue_full` or `export_failed`.
+    /// Spans: `queue_full` or `export_failed`; shed requests: `inflight_bytes`.
     pub reason: &'static str,
 }
 
@@ -168,6 +170,8 @@ pub struct Metrics {
     pub subscribers: Family<ServiceLabel, Gauge>,
     pub spans_dropped: Family<ReasonLabels, Counter>,
     pub ready: Gauge,
+    pub inflight_request_bytes: Gauge,
+    pub requests_shed: Family<ReasonLabels, Counter>,
     services: ServiceNames,
 }
 
@@ -277,6 +281,8 @@ impl Metrics {
             subscribers: Family::default(),
             spans_dropped: Family::default(),
             ready: Gauge::default(),
+            inflight_request_bytes: Gauge::default(),
+            requests_shed: Family::default(),
             services: ServiceNames {
                 cap: AtomicUsize::new(DEFAULT_MAX_SERVICES),
                 known: RwLock::default(),
@@ -383,6 +389,16 @@ impl Metrics {
             READY,
             "1 when /readyz answers 200, as of the last probe",
             m.ready.clone(),
+        );
+        r.register(
+            INFLIGHT_REQUEST_BYTES,
+            "Request bytes this node holds now, against REBOUND_MAX_INFLIGHT_BYTES",
+            m.inflight_request_bytes.clone(),
+        );
+        r.register(
+            REQUESTS_SHED,
+            "Requests refused with RESOURCE_EXHAUSTED to shed load, by reason (inflight_bytes: the request byte budget was full)",
+            m.requests_shed.clone(),
         );
         Metrics { registry: r, ..m }
     }

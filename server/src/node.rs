@@ -47,9 +47,6 @@ use crate::{
 /// How often the embedded store deletes its expired rows (reads skip them regardless).
 const EMBEDDED_SWEEP_EVERY: Duration = Duration::from_secs(10);
 
-/// Room on top of the payload cap for the rest of a message (ids, attributes, batch framing).
-const MESSAGE_OVERHEAD: usize = 1 << 20;
-
 /// An offset change smaller than this is measurement noise and is not applied, so the
 /// node's clock does not wobble back and forth by a millisecond or two at every sync.
 const CLOCK_SYNC_DEADBAND_MS: i64 = 50;
@@ -567,7 +564,7 @@ impl Node {
         if !auth.is_on() && !addr.ip().is_loopback() {
             tracing::warn!(%addr, "no credentials file (REBOUND_CREDENTIALS_FILE): anyone who can reach this address can call every method, AdminService included");
         }
-        let max_message = config.max_payload_bytes.saturating_mul(4) + MESSAGE_OVERHEAD;
+        let max_message = config.max_message_bytes();
         let api = Api {
             auth: auth.clone(),
             writer: writer.clone(),
@@ -610,8 +607,10 @@ impl Node {
             peer_tls: tls.clone(),
         });
         let max_payload_bytes = config.max_payload_bytes;
+        let request_budget = crate::budget::RequestBudget::new(config.max_inflight_bytes);
         let router = tonic::transport::Server::builder()
             .layer(crate::telemetry::rpc::RpcLayer)
+            .layer(crate::budget::BudgetLayer::new(request_budget))
             .layer(tower::util::MapResponseLayer::new(
                 move |r: http::Response<tonic::body::Body>| {
                     crate::error::oversized_request(r, max_payload_bytes)

@@ -47,6 +47,7 @@ pub const ENV_KEYS: &[&str] = &[
     "REBOUND_MAX_CONCURRENT_WRITES",
     "REBOUND_MAX_SUBSCRIBERS",
     "REBOUND_MAX_IN_FLIGHT_BYTES",
+    "REBOUND_MAX_INFLIGHT_BYTES",
     "REBOUND_CLOCK_SYNC",
     "REBOUND_CLOCK_SYNC_INTERVAL_MS",
     "REBOUND_TEST_CLOCK_SKEW_MS",
@@ -103,6 +104,7 @@ struct FileConfig {
     max_concurrent_writes: Option<usize>,
     max_subscribers: Option<usize>,
     max_in_flight_bytes: Option<usize>,
+    max_inflight_bytes: Option<usize>,
     clock_sync: Option<bool>,
     clock_sync_interval_ms: Option<u64>,
     credentials_file: Option<std::path::PathBuf>,
@@ -199,6 +201,7 @@ impl Config {
         set(&mut self.max_concurrent_writes, f.max_concurrent_writes);
         set(&mut self.max_subscribers, f.max_subscribers);
         set(&mut self.max_in_flight_bytes, f.max_in_flight_bytes);
+        set(&mut self.max_inflight_bytes, f.max_inflight_bytes);
         set(&mut self.clock_sync, f.clock_sync);
         set(&mut self.clock_sync_interval_ms, f.clock_sync_interval_ms);
         if f.credentials_file.is_some() {
@@ -331,6 +334,7 @@ impl Config {
         num!("REBOUND_MAX_CONCURRENT_WRITES", max_concurrent_writes);
         num!("REBOUND_MAX_SUBSCRIBERS", max_subscribers);
         num!("REBOUND_MAX_IN_FLIGHT_BYTES", max_in_flight_bytes);
+        num!("REBOUND_MAX_INFLIGHT_BYTES", max_inflight_bytes);
         if let Some(v) = get("REBOUND_CLOCK_SYNC") {
             self.clock_sync = match v.to_ascii_lowercase().as_str() {
                 "true" | "1" | "yes" | "on" => true,
@@ -556,6 +560,7 @@ mod tests {
             "max_concurrent_writes",
             "max_subscribers",
             "max_in_flight_bytes",
+            "max_inflight_bytes",
             "clock_sync",
             "clock_sync_interval_ms",
             "credentials_file",

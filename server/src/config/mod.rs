@@ -54,6 +54,11 @@ pub struct Config {
     /// Payload, attribute and error bytes of this node's unacknowledged deliveries; at the
     /// budget, further deliveries wait (in Cassandra) for acks.
     pub max_in_flight_bytes: usize,
+    /// Request bytes (enqueues, batches, acks: every call but the streams) this node holds at
+    /// once, counted as they arrive; a request that would pass it is shed with
+    /// RESOURCE_EXHAUSTED and a `grpc-retry-pushback-ms` hint. Not to be confused with
+    /// `max_in_flight_bytes`, the deliveries' budget.
+    pub max_inflight_bytes: usize,
     /// Run on Cassandra's clock: measure this node's offset from the coordinators'
     /// `currentTimestamp()` at start and every `clock_sync_interval_ms`, and apply it.
     pub clock_sync: bool,
@@ -134,6 +139,12 @@ pub const MAX_TEST_CLOCK_SKEW_MS: i64 = 365 * 86_400_000;
 
 /// A trace link template: an `http://` or `https://` URL with `{trace_id}` in it, and no
 /// whitespace, control characters or quotes (it becomes a link in the dashboard).
+/// The default of `max_inflight_bytes`: 64 MiB of requests held at once.
+pub const DEFAULT_MAX_INFLIGHT_BYTES: usize = 64 << 20;
+
+/// What a request may carry beyond its payloads (ids, attributes, errors, framing).
+pub const MESSAGE_OVERHEAD: usize = 1 << 20;
+
 pub fn check_trace_url_template(t: &str) -> Result<(), String> {
     let rest = t
         .strip_prefix("http://")
@@ -191,6 +202,7 @@ impl Default for Config {
             max_concurrent_writes: 4_096,
             max_subscribers: 1_024,
             max_in_flight_bytes: 256 << 20,
+            max_inflight_bytes: DEFAULT_MAX_INFLIGHT_BYTES,
             clock_sync: true,
             clock_sync_interval_ms: 10_000,
             test_clock_skew_ms: 0,
@@ -295,6 +307,13 @@ impl Config {
 
     /// Checks every value, and that the credentials file reads; the error names the
     /// environment key (the TOML key is the same name in lower case without the prefix).
+    /// The largest gRPC message a node accepts: four payloads' worth plus the overhead.
+    pub fn max_message_bytes(&self) -> usize {
+        self.max_payload_bytes
+            .saturating_mul(4)
+            .saturating_add(MESSAGE_OVERHEAD)
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.check_values()?;
         self.check_credentials_file()
@@ -471,6 +490,23 @@ impl Config {
             1 << 40,
         )?;
         range(
+            "REBOUND_MAX_INFLIGHT_BYTES",
+            self.max_inflight_bytes as u64,
+            1 << 20,
+            1 << 40,
+        )?;
+        let largest = self.max_message_bytes();
+        if self.max_inflight_bytes < largest {
+            return Err(bad(
+                "REBOUND_MAX_INFLIGHT_BYTES",
+                format!(
+                    "{} is below the largest request a node accepts, {largest} bytes (4 x \
+                     REBOUND_MAX_PAYLOAD_BYTES + 1 MiB), which could then never be taken",
+                    self.max_inflight_bytes
+                ),
+            ));
+        }
+        range(
             "REBOUND_DEAD_LETTER_RETENTION_SECONDS",
             u64::from(self.dead_letter_retention_seconds),
             60,
@@ -606,6 +642,7 @@ mod tests {
             ("REBOUND_CONSISTENCY", "SOMETIMES"),
             ("REBOUND_MAX_SUBSCRIBERS", "0"),
             ("REBOUND_MAX_IN_FLIGHT_BYTES", "1000"),
+            ("REBOUND_MAX_INFLIGHT_BYTES", "1000"),
             ("REBOUND_CLOCK_SYNC", "maybe"),
             ("REBOUND_CLOCK_SYNC_INTERVAL_MS", "5"),
             ("REBOUND_CREDENTIALS_FILE", "/nonexistent/credentials.toml"),
