@@ -225,3 +225,51 @@ async fn the_sdk_sends_its_token_to_every_node_it_talks_to() {
     assert_eq!(handled.len(), 5, "{handled:?}");
     n.finish().await;
 }
+
+/// `overload_is_shed_and_retried` (client-sdk/CONFORMANCE.md): a node whose request byte
+/// budget holds about one of these batches at a time sheds the others with
+/// RESOURCE_EXHAUSTED and a retry hint; the client waits the hint and calls again, so every
+/// batch is accepted in the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_is_shed_and_retried() {
+    let mut cfg = dispatch_config("sdk_overload");
+    cfg.max_payload_bytes = 16 << 10;
+    cfg.max_inflight_bytes = 1_200_000;
+    let n = TestNode::with_system_clock(cfg).await;
+    let addr = format!("http://{}", n.node.as_ref().unwrap().local_addr());
+    let client = Client::connect(&addr).await.unwrap();
+    let shed = || {
+        rebound_server::metrics::global()
+            .requests_shed
+            .get_or_create(&rebound_server::metrics::ReasonLabels {
+                reason: "inflight_bytes",
+            })
+            .get()
+    };
+    let before = shed();
+    for round in 0..5 {
+        let batches = (0..8).map(|b| {
+            let client = client.clone();
+            async move {
+                let items = (0..50).map(|i| {
+                    client
+                        .enqueue("bulk", format!("r{round}-b{b}-{i}"))
+                        .payload(vec![b'x'; 16 << 10])
+                        .delay(Duration::from_secs(3600))
+                });
+                client.enqueue_batch(items).await
+            }
+        });
+        for out in futures::future::join_all(batches).await {
+            let out = out.expect("every batch is accepted in the end");
+            assert!(out.iter().all(Result::is_ok), "{out:?}");
+        }
+        let retry = client.get("bulk", format!("r{round}-b7-49")).await.unwrap();
+        assert_eq!(retry.status, RetryStatus::Scheduled);
+        if shed() > before {
+            break;
+        }
+    }
+    assert!(shed() > before, "the node shed some of the batches");
+    n.finish().await;
+}

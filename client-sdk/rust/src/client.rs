@@ -10,6 +10,7 @@ use crate::{
     enqueue::{batch_item, EnqueueBuilder, Enqueued, ItemError},
     error::{malformed, Error},
     executor::{Executor, ExecutorBuilder, Target},
+    overload::shed_aware,
     retry::{Cancelled, Retry},
     transport::{endpoint, Credentials, Transport},
 };
@@ -139,12 +140,15 @@ impl Client {
             return Ok(Vec::new());
         }
         let sent = requests.len();
-        let results = self
-            .retry_service()
-            .enqueue_retry_batch(pb::EnqueueRetryBatchRequest { requests })
-            .await?
-            .into_inner()
-            .results;
+        let request = pb::EnqueueRetryBatchRequest { requests };
+        let results = shed_aware(|| {
+            let mut c = self.retry_service();
+            let r = request.clone();
+            async move { c.enqueue_retry_batch(r).await }
+        })
+        .await?
+        .into_inner()
+        .results;
         // Results are matched to items by position, so a short or long answer cannot be used.
         if results.len() != sent {
             return Err(malformed(format_args!(
@@ -165,7 +169,13 @@ impl Client {
             service: service.into(),
             transaction_id: transaction_id.into(),
         };
-        let retry = self.retry_service().get_retry(request).await?.into_inner();
+        let retry = shed_aware(|| {
+            let mut c = self.retry_service();
+            let r = request.clone();
+            async move { c.get_retry(r).await }
+        })
+        .await?
+        .into_inner();
         Retry::try_from(retry)
     }
 
@@ -181,11 +191,13 @@ impl Client {
             service: service.into(),
             transaction_id: transaction_id.into(),
         };
-        let response = self
-            .retry_service()
-            .cancel_retry(request)
-            .await?
-            .into_inner();
+        let response = shed_aware(|| {
+            let mut c = self.retry_service();
+            let r = request.clone();
+            async move { c.cancel_retry(r).await }
+        })
+        .await?
+        .into_inner();
         Cancelled::try_from(response)
     }
 }

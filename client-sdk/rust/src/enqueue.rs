@@ -7,6 +7,7 @@ use tonic::Code;
 
 use crate::{
     error::{is_retryable_code, Error},
+    overload::shed_aware,
     policy::RetryPolicy,
     time::{duration_to_proto, required_time, time_to_proto},
     transport::Transport,
@@ -108,8 +109,15 @@ impl EnqueueBuilder {
     /// [retryable](Error::is_retryable) error is safe. Fails with [`Error::AlreadyExists`] when
     /// the transaction already succeeded.
     pub async fn send(self) -> Result<Enqueued, Error> {
-        let mut client = self.client;
-        let response = client.enqueue_retry(self.request).await?.into_inner();
+        let client = self.client;
+        let request = self.request;
+        let response = shed_aware(|| {
+            let mut c = client.clone();
+            let r = request.clone();
+            async move { c.enqueue_retry(r).await }
+        })
+        .await?
+        .into_inner();
         Enqueued::try_from(response)
     }
 }

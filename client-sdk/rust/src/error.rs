@@ -31,7 +31,10 @@ pub enum Error {
     /// No answer in time; the call may or may not have taken effect. Retryable.
     #[error("deadline exceeded: {0}")]
     DeadlineExceeded(String),
-    /// The node is at a concurrency or rate limit. Retryable, with backoff.
+    /// The node is at a concurrency or rate limit, or shed the call under load. The client has
+    /// already called again after the node's retry hint, up to
+    /// [`OVERLOAD_ATTEMPTS`](crate::OVERLOAD_ATTEMPTS) calls within
+    /// [`OVERLOAD_WAIT`](crate::OVERLOAD_WAIT); retryable, with backoff.
     #[error("resource exhausted: {0}")]
     ResourceExhausted(String),
     /// Establishing the connection failed (only [`Client::connect`](crate::Client::connect)

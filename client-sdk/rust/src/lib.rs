@@ -87,6 +87,12 @@
 //! schedules it twice. [`Client::enqueue_batch`] reports each item separately, so one bad item
 //! does not fail the others.
 //!
+//! A node under load sheds calls with `RESOURCE_EXHAUSTED` and a `grpc-retry-pushback-ms`
+//! hint before it reads them. The client's calls (enqueue, batch, get, cancel) and the
+//! executor's acks make such a call again after the hint (up to half again, so callers shed
+//! together do not return together; without a hint, 100 ms doubling to 5 s), at most
+//! [`OVERLOAD_ATTEMPTS`] times within [`OVERLOAD_WAIT`], and only then return the error.
+//!
 //! # Raw API
 //!
 //! The generated types are re-exported as [`proto`]; [`Client::retry_service`] gives the
@@ -97,6 +103,7 @@ mod client;
 mod enqueue;
 mod error;
 pub mod executor;
+mod overload;
 mod policy;
 mod retry;
 mod time;
@@ -107,6 +114,7 @@ pub use client::Client;
 pub use enqueue::{EnqueueBuilder, Enqueued, ItemError};
 pub use error::Error;
 pub use executor::{Executor, ExecutorBuilder, HandlerError, Job, Outcome};
+pub use overload::{OVERLOAD_ATTEMPTS, OVERLOAD_WAIT};
 pub use policy::RetryPolicy;
 pub use retry::{Cancelled, Retry, RetryStatus};
 pub use transport::{Credentials, Transport, CONNECT_TIMEOUT};

@@ -14,6 +14,7 @@ use tokio::{
 use tonic::{Code, Status};
 
 use super::{ExecClient, RPC_TIMEOUT};
+use crate::overload::shed_aware;
 
 /// Acks in one `AckBatch` at most (the server's limit is 1,000).
 const MAX_BATCH: usize = 500;
@@ -76,22 +77,40 @@ async fn run(
     while calls.join_next().await.is_some() {}
 }
 
+/// One `Ack`, made again while the node sheds it (`overload`), within `RPC_TIMEOUT`.
+async fn ack(client: &ExecClient, request: pb::AckRequest) -> Answer {
+    let call = shed_aware(|| {
+        let mut c = client.clone();
+        let r = request.clone();
+        async move { c.ack(r).await }
+    });
+    match timeout(RPC_TIMEOUT, call).await {
+        Ok(r) => r.map(tonic::Response::into_inner),
+        Err(_) => Err(Status::deadline_exceeded("Ack did not answer in time")),
+    }
+}
+
 /// One `Ack` or `AckBatch` call for `batch`, each ack answered.
-async fn call(mut client: ExecClient, batch: Vec<(pb::AckRequest, oneshot::Sender<Answer>)>) {
+async fn call(client: ExecClient, batch: Vec<(pb::AckRequest, oneshot::Sender<Answer>)>) {
     if batch.len() == 1 {
         let (request, done) = batch.into_iter().next().expect("one");
-        let answer = match timeout(RPC_TIMEOUT, client.ack(request)).await {
-            Ok(r) => r.map(tonic::Response::into_inner),
-            Err(_) => Err(Status::deadline_exceeded("Ack did not answer in time")),
-        };
-        let _ = done.send(answer);
+        let _ = done.send(ack(&client, request).await);
         return;
     }
     let (acks, waiting): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
     let n = acks.len();
     // Kept to send one by one should the node not know AckBatch.
     let unbatched = acks.clone();
-    let answer = timeout(RPC_TIMEOUT, client.ack_batch(pb::AckBatchRequest { acks })).await;
+    let request = pb::AckBatchRequest { acks };
+    let answer = timeout(
+        RPC_TIMEOUT,
+        shed_aware(|| {
+            let mut c = client.clone();
+            let r = request.clone();
+            async move { c.ack_batch(r).await }
+        }),
+    )
+    .await;
     match answer {
         Ok(Ok(r)) => {
             let results = r.into_inner().results;
@@ -117,12 +136,8 @@ async fn call(mut client: ExecClient, batch: Vec<(pb::AckRequest, oneshot::Sende
         }
         // A node without AckBatch: the acks one by one.
         Ok(Err(status)) if status.code() == Code::Unimplemented => {
-            for (ack, done) in unbatched.into_iter().zip(waiting) {
-                let answer = match timeout(RPC_TIMEOUT, client.ack(ack)).await {
-                    Ok(r) => r.map(tonic::Response::into_inner),
-                    Err(_) => Err(Status::deadline_exceeded("Ack did not answer in time")),
-                };
-                let _ = done.send(answer);
+            for (request, done) in unbatched.into_iter().zip(waiting) {
+                let _ = done.send(ack(&client, request).await);
             }
         }
         Ok(Err(status)) => {

@@ -122,7 +122,7 @@
 //! [`tracing`]: https://docs.rs/tracing
 
 mod acks;
-mod backoff;
+pub(crate) mod backoff;
 mod deadline;
 mod job;
 mod ring;
