@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import grpc
 import pytest
-from conftest import Cluster, Node, credentials_file, make_certs
+from conftest import Cluster, Node, credentials_file, free_port, make_certs
 
 from rebound_client import (
     Client,
@@ -317,3 +320,49 @@ async def test_tls_mutual_auth(cluster: Cluster, tmp_path: Path) -> None:
         with Client(node.address, tls=refused) as c, pytest.raises(ReboundError) as e:
             c.enqueue(SERVICE, "tx-tls-refused", delay=0)
         assert e.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def shed_total(http: str) -> float:
+    """``rebound_requests_shed_total{reason="inflight_bytes"}`` on a node's ``/metrics``."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://{http}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    m = re.search(r'^rebound_requests_shed_total\{reason="inflight_bytes"\} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_overload_is_shed_and_retried(cluster: Cluster) -> None:
+    http = f"127.0.0.1:{free_port()}"
+    # Room for about one of the 0.85 MiB batches below at a time: the others are shed.
+    node = cluster.start(
+        REBOUND_MAX_PAYLOAD_BYTES="16384",
+        REBOUND_MAX_INFLIGHT_BYTES="1200000",
+        REBOUND_HTTP_LISTEN=http,
+    )
+    payload = b"x" * 16384
+    with Client(node.address) as c, ThreadPoolExecutor(8) as pool:
+        for round in range(5):
+            batches = [
+                [
+                    EnqueueRequest(SERVICE, f"tx-{round}-{b}-{i}", payload, delay=600)
+                    for i in range(50)
+                ]
+                for b in range(8)
+            ]
+            # Every batch goes through, the shed ones made again by the client.
+            for results in pool.map(c.enqueue_batch, batches):
+                assert len(results) == 50
+                assert not [r for r in results if isinstance(r, ItemError)]
+            if shed_total(http) > 0:
+                break
+        assert shed_total(http) > 0, "8 batches at once against room for one: some were shed"
+        for tx in (f"tx-{round}-0-0", f"tx-{round}-7-49"):
+            r = c.get(SERVICE, tx)
+            assert r.status == RetryStatus.SCHEDULED and r.payload == payload

@@ -1,7 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs, durationMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { createClient, type Client as ConnectClient } from "@connectrpc/connect";
+import { createClient, type CallOptions, type Client as ConnectClient } from "@connectrpc/connect";
 import {
+  EnqueueRetryBatchRequestSchema,
   EnqueueRetryRequestSchema,
   RetryService,
   type EnqueueRetryRequest,
@@ -16,8 +17,9 @@ import {
 import { ExecutorService } from "./gen/rebound/v1/executor_pb.js";
 import { ItemError, ReboundError } from "./errors.js";
 import { jobOf, type Job, type Outcome } from "./job.js";
+import { shedAware } from "./overload.js";
 import { dateOf } from "./time.js";
-import { Channel, type ConnectionOptions } from "./transport.js";
+import { Channel, overloadRetries, type ConnectionOptions } from "./transport.js";
 
 export { RetryStatus };
 
@@ -152,24 +154,46 @@ export interface Retry {
   raw: RetryMessage;
 }
 
-/** A client of a node's RetryService (or of a load balancer in front of several). */
+/**
+ * A client of a node's RetryService (or of a load balancer in front of several). A call the
+ * node sheds under load (RESOURCE_EXHAUSTED) is made again after the node's hint, up to
+ * `overloadRetries` times and within the call's `timeoutMs` (see {@link ConnectionOptions}).
+ */
 export class Client {
   private constructor(
     private readonly channel: Channel,
     private readonly retry: ConnectClient<typeof RetryService>,
     private readonly executor: ConnectClient<typeof ExecutorService>,
     private readonly address: string,
+    private readonly timeoutMs: number,
+    private readonly overloadRetries: number,
   ) {}
 
   /** Connects to `address` (`host:port`, `http://` or `https://`). */
   static async connect(address: string, options: ConnectionOptions = {}): Promise<Client> {
+    const retries = overloadRetries(options);
     const channel = await Channel.open(address, options, true);
     return new Client(
       channel,
       createClient(RetryService, channel.transport),
       createClient(ExecutorService, channel.transport),
       address,
+      options.timeoutMs ?? 30_000,
+      retries,
     );
+  }
+
+  /** `call(options)`, made again while the node sheds it, within the timeout; throws ReboundError. */
+  private async call<T>(call: (options: CallOptions) => Promise<T>): Promise<T> {
+    // A timeout of 0 or less: none (as Connect has it).
+    const deadline = this.timeoutMs > 0 ? Date.now() + this.timeoutMs : undefined;
+    const options = (): CallOptions =>
+      deadline === undefined ? {} : { timeoutMs: Math.max(1, deadline - Date.now()) };
+    try {
+      return await shedAware(() => call(options()), { retries: this.overloadRetries, deadline });
+    } catch (e) {
+      throw ReboundError.from(e);
+    }
   }
 
   /**
@@ -200,11 +224,8 @@ export class Client {
 
   /** Acknowledges a delivery of {@link Client.deliveries} with its outcome. */
   async ack(job: Job, outcome: Outcome): Promise<void> {
-    try {
-      await this.executor.ack(outcome.toAck(job.deliveryId));
-    } catch (e) {
-      throw ReboundError.from(e);
-    }
+    const ack = outcome.toAck(job.deliveryId);
+    await this.call((o) => this.executor.ack(ack, o));
   }
 
   /** Ends the connection. */
@@ -218,22 +239,14 @@ export class Client {
    */
   async enqueue(request: EnqueueRequest): Promise<Enqueued> {
     const message = enqueueToProto(request);
-    try {
-      return enqueued(await this.retry.enqueueRetry(message));
-    } catch (e) {
-      throw ReboundError.from(e);
-    }
+    return enqueued(await this.call((o) => this.retry.enqueueRetry(message, o)));
   }
 
   /** Many enqueues in one call: one result per item, in order; a bad item fails alone. */
   async enqueueBatch(requests: EnqueueRequest[]): Promise<(Enqueued | ItemError)[]> {
     const messages = requests.map(enqueueToProto);
-    let results;
-    try {
-      results = (await this.retry.enqueueRetryBatch({ requests: messages })).results;
-    } catch (e) {
-      throw ReboundError.from(e);
-    }
+    const batch = create(EnqueueRetryBatchRequestSchema, { requests: messages });
+    const { results } = await this.call((o) => this.retry.enqueueRetryBatch(batch, o));
     if (results.length !== messages.length) {
       throw new ReboundError(13, `${results.length} results for ${messages.length} batch items`);
     }
@@ -246,12 +259,7 @@ export class Client {
 
   /** The state of a retry; NOT_FOUND when there is none (or it expired). */
   async get(service: string, transactionId: string): Promise<Retry> {
-    let r;
-    try {
-      r = await this.retry.getRetry({ service, transactionId });
-    } catch (e) {
-      throw ReboundError.from(e);
-    }
+    const r = await this.call((o) => this.retry.getRetry({ service, transactionId }, o));
     return {
       service: r.service,
       transactionId: r.transactionId,
@@ -274,11 +282,7 @@ export class Client {
 
   /** Stops a pending retry; `cancelled` is false when it had already finished. */
   async cancel(service: string, transactionId: string): Promise<{ status: RetryStatus; cancelled: boolean }> {
-    try {
-      const r = await this.retry.cancelRetry({ service, transactionId });
-      return { status: r.status, cancelled: r.cancelled };
-    } catch (e) {
-      throw ReboundError.from(e);
-    }
+    const r = await this.call((o) => this.retry.cancelRetry({ service, transactionId }, o));
+    return { status: r.status, cancelled: r.cancelled };
   }
 }

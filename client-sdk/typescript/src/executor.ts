@@ -5,7 +5,8 @@ import { ExecutorService, type AckRequest } from "./gen/rebound/v1/executor_pb.j
 import { dateOf } from "./time.js";
 import { jobOf, Outcome, type Job } from "./job.js";
 import { Code, ReboundError, isRetryableCode } from "./errors.js";
-import { Channel, type ConnectionOptions } from "./transport.js";
+import { shedAware } from "./overload.js";
+import { Channel, overloadRetries, type ConnectionOptions } from "./transport.js";
 
 /** Subscribe failures that retrying cannot fix: `run()` rejects with them. */
 const FATAL = new Set([
@@ -82,7 +83,10 @@ class Acker {
   acked = 0;
   refused = 0;
 
-  constructor(private readonly client: ExecutorClient) {}
+  constructor(
+    private readonly client: ExecutorClient,
+    private readonly overloadRetries: number,
+  ) {}
 
   put(ack: AckRequest): void {
     if (this.closed) return; // after the drain: the node redelivers it
@@ -105,13 +109,17 @@ class Acker {
   }
 
   private async send(batch: AckRequest[]): Promise<void> {
+    const bound = { retries: this.overloadRetries };
     for (let attempt = 0; ; attempt++) {
       try {
         if (batch.length === 1) {
-          await this.client.ack(batch[0]!, { timeoutMs: RPC_TIMEOUT_MS });
+          await shedAware(() => this.client.ack(batch[0]!, { timeoutMs: RPC_TIMEOUT_MS }), bound);
           this.acked++;
         } else {
-          const r = await this.client.ackBatch({ acks: batch }, { timeoutMs: RPC_TIMEOUT_MS });
+          const r = await shedAware(
+            () => this.client.ackBatch({ acks: batch }, { timeoutMs: RPC_TIMEOUT_MS }),
+            bound,
+          );
           for (const item of r.results) {
             if (item.result.case === "response") this.acked++;
             else this.refused++;
@@ -120,7 +128,8 @@ class Acker {
         return;
       } catch (e) {
         const err = ReboundError.from(e);
-        if (isRetryableCode(err.code) && attempt < 5) {
+        // A shed ack (RESOURCE_EXHAUSTED) was already made again after the node's hint.
+        if (isRetryableCode(err.code) && err.code !== Code.ResourceExhausted && attempt < 5) {
           await sleep(backoffMs(attempt));
           continue;
         }
@@ -151,9 +160,10 @@ class NodeSubscription {
   constructor(
     readonly address: string,
     readonly channel: Channel,
+    overloadRetries: number,
   ) {
     this.client = createClient(ExecutorService, channel.transport);
-    this.acker = new Acker(this.client);
+    this.acker = new Acker(this.client, overloadRetries);
   }
 
   take(): void {
@@ -177,6 +187,7 @@ class NodeSubscription {
 export class Executor {
   readonly executorId: string;
   private readonly concurrency: number;
+  private readonly overloadRetries: number;
   private readonly nodesByAddress = new Map<string, NodeSubscription>();
   private readonly handlers = new Set<Promise<void>>();
   private readonly stopping = new AbortController();
@@ -196,6 +207,7 @@ export class Executor {
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1) {
       throw new RangeError("executor concurrency must be at least 1");
     }
+    this.overloadRetries = overloadRetries(options);
     this.executorId =
       options.executorId ??
       `${hostname()}-${process.pid}-${Math.floor(Math.random() * 0x10000).toString(16)}`;
@@ -291,7 +303,7 @@ export class Executor {
 
   private async subscribe(address: string): Promise<void> {
     const channel = await Channel.open(address, this.options, false);
-    const node = new NodeSubscription(address, channel);
+    const node = new NodeSubscription(address, channel, this.overloadRetries);
     this.nodesByAddress.set(address, node);
     node.task = this.subscription(node);
   }
@@ -381,9 +393,14 @@ export class Executor {
       await sleep(Math.max(50, (deadline - Date.now()) / 2), signal);
       if (signal.aborted) return;
       try {
-        const r = await node.client.extendDeadline(
-          { deliveryId: job.deliveryId, extension: durationFromMs(span) },
-          { timeoutMs: RPC_TIMEOUT_MS },
+        // A shed extension is made again, but not past the deadline it would extend.
+        const r = await shedAware(
+          () =>
+            node.client.extendDeadline(
+              { deliveryId: job.deliveryId, extension: durationFromMs(span) },
+              { timeoutMs: RPC_TIMEOUT_MS },
+            ),
+          { retries: this.overloadRetries, deadline, signal },
         );
         const next = dateOf(r.ackDeadline);
         if (next) deadline = next.getTime();

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import type { Interceptor, Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { DEFAULT_OVERLOAD_RETRIES } from "./overload.js";
 
 /** TLS for a node's gRPC port: trusted roots, and a client certificate for mutual TLS. */
 export interface TlsOptions {
@@ -18,8 +19,27 @@ export interface ConnectionOptions {
   token?: string;
   /** TLS options; an https:// address implies TLS with Node's roots. */
   tls?: TlsOptions;
-  /** Milliseconds per unary call (default 30 000). */
+  /**
+   * Milliseconds per unary call (default 30 000); a client call's retries under overload are
+   * included (see `overloadRetries`).
+   */
   timeoutMs?: number;
+  /**
+   * How many times a unary call the node sheds under load (RESOURCE_EXHAUSTED: it did nothing)
+   * is made again: the client's enqueue, enqueueBatch, get, cancel and ack, the executor's acks,
+   * ack batches and deadline extensions. Each after the node's `grpc-retry-pushback-ms` hint
+   * times [1, 1.5) (without one: 100 ms, x2 per retry, capped at 5 s, +/-20 %), within 30 s of
+   * waiting and the call's timeout (an extension: the delivery's deadline); then the call
+   * rejects with RESOURCE_EXHAUSTED. Default 9 (ten calls in all); 0 turns it off.
+   */
+  overloadRetries?: number;
+}
+
+/** `overloadRetries`, checked (default 9). */
+export function overloadRetries(o: ConnectionOptions): number {
+  const n = o.overloadRetries ?? DEFAULT_OVERLOAD_RETRIES;
+  if (!Number.isInteger(n) || n < 0) throw new RangeError("overloadRetries must be an integer of at least 0");
+  return n;
 }
 
 /** `host:port`, `http://host:port` or `https://host:port` as a base URL. */

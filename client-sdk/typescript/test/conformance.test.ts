@@ -14,7 +14,7 @@ import {
 } from "../src/index.js";
 import { join } from "node:path";
 import { writeFileSync } from "node:fs";
-import { Cluster, testCerts } from "./node.js";
+import { Cluster, freePort, testCerts } from "./node.js";
 
 const SERVICE = "tssdk";
 let cluster: Cluster | undefined;
@@ -377,5 +377,58 @@ test("tls mutual auth", async () => {
       [Code.Unavailable, Code.Internal].includes(e.code),
       `trusting ${ca}, without a client certificate: ${Code[e.code]} ${e.message}`,
     );
+  }
+});
+
+/** `rebound_requests_shed_total{reason="inflight_bytes"}` on a node's /metrics. */
+async function shedTotal(http: string): Promise<number> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    try {
+      const text = await (await fetch(`http://${http}/metrics`)).text();
+      const m = /^rebound_requests_shed_total\{reason="inflight_bytes"\} (\S+)$/m.exec(text);
+      return m ? Number(m[1]) : 0;
+    } catch (e) {
+      if (Date.now() > deadline) throw e;
+      await new Promise((ok) => setTimeout(ok, 100));
+    }
+  }
+}
+
+test("overload is shed and retried", async () => {
+  const http = `127.0.0.1:${await freePort()}`;
+  // Room for about one of the 0.85 MiB batches below at a time: the others are shed.
+  const node = await start({
+    REBOUND_MAX_PAYLOAD_BYTES: "16384",
+    REBOUND_MAX_INFLIGHT_BYTES: "1200000",
+    REBOUND_HTTP_LISTEN: http,
+  });
+  const c = await connect(node.address);
+  const payload = new Uint8Array(16384).fill(120);
+  let round = 0;
+  for (; round < 5; round++) {
+    const batches = Array.from({ length: 8 }, (_, b) =>
+      Array.from({ length: 50 }, (_, i) => ({
+        service: SERVICE,
+        transactionId: `tx-${round}-${b}-${i}`,
+        payload,
+        delayMs: 600_000,
+      })),
+    );
+    // Every batch goes through, the shed ones made again by the client.
+    for (const results of await Promise.all(batches.map((b) => c.enqueueBatch(b)))) {
+      assert.equal(results.length, 50);
+      assert.deepEqual(
+        results.filter((r) => r instanceof ItemError),
+        [],
+      );
+    }
+    if ((await shedTotal(http)) > 0) break;
+  }
+  assert.ok((await shedTotal(http)) > 0, "8 batches at once against room for one: some were shed");
+  for (const tx of [`tx-${round}-0-0`, `tx-${round}-7-49`]) {
+    const r = await c.get(SERVICE, tx);
+    assert.equal(r.status, RetryStatus.SCHEDULED);
+    assert.deepEqual(r.payload, payload);
   }
 });

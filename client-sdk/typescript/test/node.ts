@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 const here = fileURLToPath(new URL(".", import.meta.url));
 const SERVER = process.env.REBOUND_SERVER_BIN ?? resolve(here, "../../../../target/debug/rebound-server");
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
     const s = createServer();
     s.once("error", fail);

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
+from typing import TypeVar
 
 import grpc
 
 from rebound.v1 import retry_pb2, retry_pb2_grpc, types_pb2
 
+from . import _overload
 from ._errors import ItemError, ReboundError, code_of
 from ._policy import RetryPolicy
 from ._time import from_timestamp, to_duration, to_timestamp
 from ._transport import Tls, auth_metadata, sync_channel, trace_metadata
+
+T = TypeVar("T")
 
 
 class RetryStatus(enum.Enum):
@@ -139,7 +144,14 @@ class Client:
 
     ``address``: ``host:port``, ``http://host:port`` or ``https://host:port``. ``token``: the
     bearer token when the node has credentials. ``tls``: TLS options (https implies TLS).
-    ``timeout``: seconds per call. Thread-safe; one per process is enough.
+    ``timeout``: seconds per call, its retries under overload included. Thread-safe; one per
+    process is enough.
+
+    A call the node sheds under load (RESOURCE_EXHAUSTED: it did nothing) is made again after
+    the node's ``grpc-retry-pushback-ms`` hint times [1, 1.5) (without a hint: 100 ms, x2 per
+    retry, capped at 5 s, +/-20 %), up to ``max_overload_retries`` times (default 9: ten calls
+    in all), 30 s of waiting and the call's ``timeout``; then it raises RESOURCE_EXHAUSTED.
+    ``max_overload_retries=0`` turns this off. No other code is retried.
     """
 
     def __init__(
@@ -149,10 +161,14 @@ class Client:
         token: str | None = None,
         tls: Tls | None = None,
         timeout: float = 30.0,
+        max_overload_retries: int = _overload.DEFAULT_RETRIES,
     ) -> None:
+        if max_overload_retries < 0:
+            raise ValueError("max_overload_retries cannot be negative")
         self.address = address
         self._token = token
         self._timeout = timeout
+        self._overload_retries = max_overload_retries
         self._channel = sync_channel(address, tls)
         self._stub = retry_pb2_grpc.RetryServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
@@ -172,6 +188,19 @@ class Client:
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         return auth_metadata(self._token) + trace_metadata()
+
+    def _call(self, fn: Callable[[float], T]) -> T:
+        """``fn(timeout)``, again while the node sheds it, within the client's timeout; a
+        failure raises :class:`ReboundError`."""
+        end = time.monotonic() + self._timeout
+        try:
+            return _overload.call(
+                lambda: fn(max(0.001, end - time.monotonic())),
+                retries=self._overload_retries,
+                deadline=end,
+            )
+        except grpc.RpcError as e:
+            raise ReboundError.from_rpc(e) from None
 
     def enqueue(
         self,
@@ -200,24 +229,16 @@ class Client:
             attempt=attempt,
             last_error=last_error,
         )
-        try:
-            r = self._stub.EnqueueRetry(
-                request.to_proto(), timeout=self._timeout, metadata=self._metadata()
-            )
-        except grpc.RpcError as e:
-            raise ReboundError.from_rpc(e) from None
+        message, metadata = request.to_proto(), self._metadata()
+        r = self._call(lambda t: self._stub.EnqueueRetry(message, timeout=t, metadata=metadata))
         return Enqueued.from_proto(r)
 
     def enqueue_batch(self, requests: Sequence[EnqueueRequest]) -> list[Enqueued | ItemError]:
         """Many enqueues in one call; each item gets its own result, in order, and a bad item
         fails alone (its :class:`ItemError` is returned, not raised)."""
         batch = retry_pb2.EnqueueRetryBatchRequest(requests=[r.to_proto() for r in requests])
-        try:
-            r = self._stub.EnqueueRetryBatch(
-                batch, timeout=self._timeout, metadata=self._metadata()
-            )
-        except grpc.RpcError as e:
-            raise ReboundError.from_rpc(e) from None
+        metadata = self._metadata()
+        r = self._call(lambda t: self._stub.EnqueueRetryBatch(batch, timeout=t, metadata=metadata))
         out: list[Enqueued | ItemError] = []
         for item in r.results:
             if item.HasField("response"):
@@ -228,24 +249,14 @@ class Client:
 
     def get(self, service: str, transaction_id: str) -> Retry:
         """The state of a retry; NOT_FOUND when there is none (or it expired)."""
-        try:
-            r = self._stub.GetRetry(
-                retry_pb2.GetRetryRequest(service=service, transaction_id=transaction_id),
-                timeout=self._timeout,
-                metadata=self._metadata(),
-            )
-        except grpc.RpcError as e:
-            raise ReboundError.from_rpc(e) from None
+        message = retry_pb2.GetRetryRequest(service=service, transaction_id=transaction_id)
+        metadata = self._metadata()
+        r = self._call(lambda t: self._stub.GetRetry(message, timeout=t, metadata=metadata))
         return Retry.from_proto(r)
 
     def cancel(self, service: str, transaction_id: str) -> Cancelled:
         """Stops a pending retry; a finished one keeps its status (``cancelled`` False)."""
-        try:
-            r = self._stub.CancelRetry(
-                retry_pb2.CancelRetryRequest(service=service, transaction_id=transaction_id),
-                timeout=self._timeout,
-                metadata=self._metadata(),
-            )
-        except grpc.RpcError as e:
-            raise ReboundError.from_rpc(e) from None
+        message = retry_pb2.CancelRetryRequest(service=service, transaction_id=transaction_id)
+        metadata = self._metadata()
+        r = self._call(lambda t: self._stub.CancelRetry(message, timeout=t, metadata=metadata))
         return Cancelled(RetryStatus(r.status), r.cancelled)

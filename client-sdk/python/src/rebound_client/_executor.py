@@ -21,6 +21,7 @@ import grpc.aio
 
 from rebound.v1 import executor_pb2, executor_pb2_grpc
 
+from . import _overload
 from ._errors import RETRYABLE_CODES, ReboundError
 from ._time import from_timestamp, to_duration
 from ._transport import Tls, aio_channel, auth_metadata
@@ -42,6 +43,9 @@ MAX_ERROR_BYTES = 8192
 MAX_ACK_BATCH = 500
 ACK_CALLS = 4
 RPC_TIMEOUT = 10.0
+#: Codes after which an ack is sent again (a few times, with backoff). RESOURCE_EXHAUSTED is
+#: not among them: a shed ack is already made again after the node's hint (``_overload``).
+ACK_AGAIN_CODES = RETRYABLE_CODES - {grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
 @dataclass(frozen=True)
@@ -148,10 +152,14 @@ class _Acker:
     """Sends one node's acks: one Ack when alone, AckBatch for those that queued meanwhile."""
 
     def __init__(
-        self, stub: executor_pb2_grpc.ExecutorServiceStub, metadata: tuple[tuple[str, str], ...]
+        self,
+        stub: executor_pb2_grpc.ExecutorServiceStub,
+        metadata: tuple[tuple[str, str], ...],
+        overload_retries: int,
     ) -> None:
         self._stub = stub
         self._metadata = metadata
+        self._overload_retries = overload_retries
         self._queue: deque[executor_pb2.AckRequest] = deque()
         self._wake = asyncio.Event()
         self._calls: set[asyncio.Task[None]] = set()
@@ -179,16 +187,20 @@ class _Acker:
             t.add_done_callback(self._calls.discard)
 
     async def _send(self, batch: list[executor_pb2.AckRequest]) -> None:
+        md, retries = self._metadata, self._overload_retries
+        acks = executor_pb2.AckBatchRequest(acks=batch)
         for attempt in range(6):
             try:
                 if len(batch) == 1:
-                    await self._stub.Ack(batch[0], timeout=RPC_TIMEOUT, metadata=self._metadata)
+                    await _overload.acall(
+                        lambda: self._stub.Ack(batch[0], timeout=RPC_TIMEOUT, metadata=md),
+                        retries=retries,
+                    )
                     self.acked += 1
                 else:
-                    r = await self._stub.AckBatch(
-                        executor_pb2.AckBatchRequest(acks=batch),
-                        timeout=RPC_TIMEOUT,
-                        metadata=self._metadata,
+                    r = await _overload.acall(
+                        lambda: self._stub.AckBatch(acks, timeout=RPC_TIMEOUT, metadata=md),
+                        retries=retries,
                     )
                     for item in r.results:
                         if item.HasField("response"):
@@ -198,7 +210,7 @@ class _Acker:
                             log.info("ack refused: %s", item.error.message)
                 return
             except grpc.aio.AioRpcError as e:
-                if e.code() in RETRYABLE_CODES and attempt < 5:
+                if e.code() in ACK_AGAIN_CODES and attempt < 5:
                     await asyncio.sleep(backoff(attempt))
                     continue
                 # NOT_FOUND / FAILED_PRECONDITION: already handed to another executor.
@@ -223,12 +235,16 @@ class _Node:
     """One subscription, over a channel of its own, to one node of the ring."""
 
     def __init__(
-        self, address: str, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]
+        self,
+        address: str,
+        channel: grpc.aio.Channel,
+        metadata: tuple[tuple[str, str], ...],
+        overload_retries: int,
     ) -> None:
         self.address = address
         self.channel = channel
         self.stub = executor_pb2_grpc.ExecutorServiceStub(channel)  # type: ignore[no-untyped-call]
-        self.acker = _Acker(self.stub, metadata)
+        self.acker = _Acker(self.stub, metadata, overload_retries)
         self.call: grpc.aio.UnaryStreamCall | None = None  # type: ignore[type-arg]
         self.task: asyncio.Task[None] | None = None
         self.retiring = False
@@ -256,6 +272,10 @@ class Executor:
     nodes (also each stream's ``max_in_flight``). A handler returns an :class:`Outcome`
     (``None`` means success); an exception it raises becomes RETRY with its message.
     ``drain_timeout``: how long :meth:`stop` lets running handlers finish and ack.
+    ``max_overload_retries``: how many times an ack, ack batch or deadline extension the node
+    sheds under load (RESOURCE_EXHAUSTED) is sent again, after the node's
+    ``grpc-retry-pushback-ms`` hint times [1, 1.5) (without one: 100 ms, x2, capped at 5 s,
+    +/-20 %), within 30 s of waiting (an extension: within the delivery's deadline); default 9.
     """
 
     def __init__(
@@ -271,9 +291,12 @@ class Executor:
         follow_ring: bool = True,
         ring_refresh: float = 5.0,
         drain_timeout: float = 30.0,
+        max_overload_retries: int = _overload.DEFAULT_RETRIES,
     ) -> None:
         if concurrency < 1:
             raise ValueError("executor concurrency must be at least 1")
+        if max_overload_retries < 0:
+            raise ValueError("max_overload_retries cannot be negative")
         self.address = address
         self.service = service
         self.handler = handler
@@ -284,6 +307,7 @@ class Executor:
         self.follow_ring = follow_ring
         self.ring_refresh = ring_refresh
         self.drain_timeout = drain_timeout
+        self.max_overload_retries = max_overload_retries
         self._tls = tls
         self._metadata = auth_metadata(token)
         self._nodes: dict[str, _Node] = {}
@@ -370,7 +394,9 @@ class Executor:
             await self._refresh(seed_stub)
 
     def _subscribe(self, address: str) -> None:
-        node = _Node(address, aio_channel(address, self._tls), self._metadata)
+        node = _Node(
+            address, aio_channel(address, self._tls), self._metadata, self.max_overload_retries
+        )
         self._nodes[address] = node
         node.task = asyncio.create_task(self._subscription(node))
 
@@ -458,15 +484,19 @@ class Executor:
             return
         deadline = job.ack_deadline.timestamp()
         span = max(1.0, deadline - received)
+        extend = executor_pb2.ExtendDeadlineRequest(
+            delivery_id=job.delivery_id, extension=to_duration(span)
+        )
         while True:
             await asyncio.sleep(max(0.05, (deadline - time.time()) / 2))
             try:
-                r = await node.stub.ExtendDeadline(
-                    executor_pb2.ExtendDeadlineRequest(
-                        delivery_id=job.delivery_id, extension=to_duration(span)
+                # Shed extensions are sent again, but not past the deadline they would extend.
+                r = await _overload.acall(
+                    lambda: node.stub.ExtendDeadline(
+                        extend, timeout=RPC_TIMEOUT, metadata=self._metadata
                     ),
-                    timeout=RPC_TIMEOUT,
-                    metadata=self._metadata,
+                    retries=self.max_overload_retries,
+                    deadline=time.monotonic() + (deadline - time.time()),
                 )
                 new = from_timestamp(r.ack_deadline)
                 if new is not None:
