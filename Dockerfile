@@ -7,6 +7,12 @@
 #   docker run --rm -p 127.0.0.1:50051:50051 -p 127.0.0.1:9464:9464 rebound:local dev
 #   docker run --rm --entrypoint rebound rebound:local --help
 #
+# The same runtime with the two binaries built on the host instead (a glibc no newer than the
+# runtime's Debian): the `prebuilt` target. scripts/image builds and tests it with podman.
+#
+#   cargo build --release --locked -p rebound-server -p rebound-cli
+#   docker build --target prebuilt -t rebound:local .
+#
 # docker-compose.yml builds it for the migrate job and the three nodes; see deploy/README.md.
 
 ARG RUST_VERSION=1.95
@@ -16,7 +22,9 @@ ARG DEBIAN_RELEASE=bookworm
 FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS builder
 WORKDIR /src
 # The whole workspace: cargo reads every member's manifest, even for the two packages built.
-# .dockerignore keeps target/, the other SDKs, caches and .git out of the context.
+# .dockerignore keeps target/, the other SDKs, caches and .git out of the context, all but
+# the two binaries of the `prebuilt` target where the host has built them: those land in
+# /src/target, under the cache mount below, and go unused.
 COPY . .
 # Cache mounts keep the registry and target/ between builds (BuildKit); the binaries are
 # copied out of the cached target/ so that the stage's image holds them.
@@ -27,8 +35,9 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && install -D -m 0755 target/release/rebound-server /out/rebound-server \
     && install -D -m 0755 target/release/rebound /out/rebound
 
-# --- runtime -----------------------------------------------------------------------------
-FROM debian:${DEBIAN_RELEASE}-slim AS runtime
+# --- runtime-base: the runtime image but for its two binaries ------------------------------
+# Shared by the two images below, which differ only in where the binaries come from.
+FROM debian:${DEBIAN_RELEASE}-slim AS runtime-base
 # ca-certificates: TLS to Cassandra and to an OTLP collector over https. curl: the
 # HEALTHCHECK below (neither binary has a subcommand that probes /readyz). With TLS on
 # (REBOUND_TLS_CERT_FILE) the probe speaks HTTPS to loopback without verifying the
@@ -41,7 +50,6 @@ RUN groupadd --system --gid 10001 rebound \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/rebound \
         --shell /usr/sbin/nologin rebound \
     && install -d -m 0750 -o 10001 -g 10001 /var/lib/rebound
-COPY --from=builder /out/rebound-server /out/rebound /usr/local/bin/
 
 # Listen on every interface inside the container (the binary's defaults are 127.0.0.1,
 # which nothing outside the container can reach). JSON log lines for log collectors.
@@ -66,3 +74,12 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
 
 ENTRYPOINT ["rebound-server"]
 CMD ["serve"]
+
+# --- prebuilt (--target prebuilt): with the host's `cargo build --release` ------------------
+# .dockerignore lets exactly these two files of target/ into the context.
+FROM runtime-base AS prebuilt
+COPY --chmod=0755 target/release/rebound-server target/release/rebound /usr/local/bin/
+
+# --- runtime (the default target, the last stage): with the builder stage's binaries --------
+FROM runtime-base AS runtime
+COPY --from=builder /out/rebound-server /out/rebound /usr/local/bin/
