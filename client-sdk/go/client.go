@@ -76,10 +76,11 @@ func (t TLS) config() (*tls.Config, error) {
 }
 
 type options struct {
-	token   string
-	tls     *TLS
-	timeout time.Duration
-	dial    []grpc.DialOption
+	token    string
+	tls      *TLS
+	timeout  time.Duration
+	dial     []grpc.DialOption
+	overload overloadRetry
 }
 
 // Option configures a Client or an Executor.
@@ -91,7 +92,8 @@ func WithToken(token string) Option { return func(o *options) { o.token = token 
 // WithTLS uses a TLS channel (an https:// address implies TLS with the system's roots).
 func WithTLS(t TLS) Option { return func(o *options) { o.tls = &t } }
 
-// WithTimeout bounds each unary call whose context has no deadline (default 30 s).
+// WithTimeout bounds each unary call whose context has no deadline (default 30 s), its
+// retries after RESOURCE_EXHAUSTED (WithOverloadRetry) included.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // WithDialOptions adds gRPC dial options.
@@ -100,7 +102,7 @@ func WithDialOptions(d ...grpc.DialOption) Option {
 }
 
 func collect(opts []Option) options {
-	o := options{timeout: 30 * time.Second}
+	o := options{timeout: 30 * time.Second, overload: defaultOverloadRetry()}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -156,6 +158,9 @@ func outgoing(ctx context.Context, token string) context.Context {
 }
 
 // Client calls a node's RetryService. Safe for concurrent use; one per process is enough.
+// A call the node answers RESOURCE_EXHAUSTED (it is overloaded: it shed the request before
+// doing anything) is tried again after the node's `grpc-retry-pushback-ms` hint, within the
+// bound of WithOverloadRetry (default 10 attempts, 30 s) and the call's deadline.
 type Client struct {
 	conn  *grpc.ClientConn
 	retry pb.RetryServiceClient
@@ -275,7 +280,12 @@ func timeOf(t *timestamppb.Timestamp) time.Time {
 func (c *Client) Enqueue(ctx context.Context, service, transactionID string, opts ...EnqueueOption) (*Enqueued, error) {
 	ctx, cancel := c.call(ctx)
 	defer cancel()
-	r, err := c.retry.EnqueueRetry(ctx, NewEnqueueRequest(service, transactionID, opts...))
+	req := NewEnqueueRequest(service, transactionID, opts...)
+	var r *pb.EnqueueRetryResponse
+	err := c.o.overload.do(ctx, func(o ...grpc.CallOption) (err error) {
+		r, err = c.retry.EnqueueRetry(ctx, req, o...)
+		return err
+	})
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -293,7 +303,12 @@ type BatchResult struct {
 func (c *Client) EnqueueBatch(ctx context.Context, requests []*pb.EnqueueRetryRequest) ([]BatchResult, error) {
 	ctx, cancel := c.call(ctx)
 	defer cancel()
-	r, err := c.retry.EnqueueRetryBatch(ctx, &pb.EnqueueRetryBatchRequest{Requests: requests})
+	req := &pb.EnqueueRetryBatchRequest{Requests: requests}
+	var r *pb.EnqueueRetryBatchResponse
+	err := c.o.overload.do(ctx, func(o ...grpc.CallOption) (err error) {
+		r, err = c.retry.EnqueueRetryBatch(ctx, req, o...)
+		return err
+	})
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -326,8 +341,16 @@ const (
 func (c *Client) Get(ctx context.Context, service, transactionID string) (*pb.Retry, error) {
 	ctx, cancel := c.call(ctx)
 	defer cancel()
-	r, err := c.retry.GetRetry(ctx, &pb.GetRetryRequest{Service: service, TransactionId: transactionID})
-	return r, wrap(err)
+	req := &pb.GetRetryRequest{Service: service, TransactionId: transactionID}
+	var r *pb.Retry
+	err := c.o.overload.do(ctx, func(o ...grpc.CallOption) (err error) {
+		r, err = c.retry.GetRetry(ctx, req, o...)
+		return err
+	})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return r, nil
 }
 
 // Cancel stops a pending retry; it returns the status after the call and whether this call
@@ -335,7 +358,12 @@ func (c *Client) Get(ctx context.Context, service, transactionID string) (*pb.Re
 func (c *Client) Cancel(ctx context.Context, service, transactionID string) (RetryStatus, bool, error) {
 	ctx, cancel := c.call(ctx)
 	defer cancel()
-	r, err := c.retry.CancelRetry(ctx, &pb.CancelRetryRequest{Service: service, TransactionId: transactionID})
+	req := &pb.CancelRetryRequest{Service: service, TransactionId: transactionID}
+	var r *pb.CancelRetryResponse
+	err := c.o.overload.do(ctx, func(o ...grpc.CallOption) (err error) {
+		r, err = c.retry.CancelRetry(ctx, req, o...)
+		return err
+	})
 	if err != nil {
 		return 0, false, wrap(err)
 	}

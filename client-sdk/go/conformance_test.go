@@ -6,8 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -404,4 +407,89 @@ func TestTLSMutualAuth(t *testing.T) {
 			t.Fatalf("trusting %s, without a client certificate: %v", ca, err)
 		}
 	}
+}
+
+func TestOverloadIsShedAndRetried(t *testing.T) {
+	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	// Room for about one 0.85 MiB batch at a time (the node's minimum is 4 x 16 KiB + 1 MiB).
+	n := newCluster(t).start("REBOUND_MAX_PAYLOAD_BYTES=16384", "REBOUND_MAX_INFLIGHT_BYTES=1200000",
+		"REBOUND_HTTP_LISTEN="+metrics)
+	// Eight batches contend for room for one: the last through may be refused about once per
+	// batch ahead of it, and more on a slow machine, so a bound above the default 10 attempts
+	// (the call's 30 s deadline still bounds it).
+	c := client(t, n.Address, rebound.WithOverloadRetry(50, 30*time.Second))
+	payload := []byte(strings.Repeat("x", 16<<10))
+	const batches, items = 8, 50
+	// Eight batches at once shed some of them; the client's retries get every one through.
+	// Rounds until the node has counted a shed request (the first one nearly always does).
+	for round := 0; ; round++ {
+		var wg sync.WaitGroup
+		errs := make([]error, batches)
+		for b := 0; b < batches; b++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				reqs := make([]*pb.EnqueueRetryRequest, items)
+				for i := range reqs {
+					reqs[i] = rebound.NewEnqueueRequest(service, fmt.Sprintf("tx-%d-%d-%d", round, b, i),
+						rebound.Payload(payload), rebound.Delay(10*time.Minute))
+				}
+				results, err := c.EnqueueBatch(context.Background(), reqs)
+				if err == nil {
+					for i, r := range results {
+						if r.Err != nil {
+							err = fmt.Errorf("item %d: %v", i, r.Err)
+							break
+						}
+					}
+				}
+				errs[b] = err
+			}()
+		}
+		wg.Wait()
+		for b, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, batch %d: %v", round, b, err)
+			}
+		}
+		for _, tx := range []string{"tx-%d-0-0", "tx-%d-3-17", "tx-%d-7-49"} {
+			if r := status(t, c, fmt.Sprintf(tx, round)); r.GetStatus() != rebound.Scheduled || len(r.GetPayload()) != 16<<10 {
+				t.Fatalf("%s: %v", fmt.Sprintf(tx, round), r.GetStatus())
+			}
+		}
+		shed := shedRequests(t, metrics)
+		t.Logf("round %d: %v requests shed so far", round, shed)
+		if shed > 0 {
+			return
+		}
+		if round == 4 {
+			t.Fatalf("%d rounds of %d batches at once, and the node shed none", round+1, batches)
+		}
+	}
+}
+
+// shedRequests reads rebound_requests_shed_total{reason="inflight_bytes"} from a node's
+// /metrics (0 when absent).
+func shedRequests(t *testing.T, addr string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "rebound_requests_shed_total{") && strings.Contains(line, `reason="inflight_bytes"`) {
+			fields := strings.Fields(line)
+			v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			return v
+		}
+	}
+	return 0
 }

@@ -119,7 +119,9 @@ func RingRefresh(d time.Duration) ExecutorOption { return func(e *Executor) { e.
 // DrainTimeout: how long a stop lets running handlers finish and ack (default 30 s).
 func DrainTimeout(d time.Duration) ExecutorOption { return func(e *Executor) { e.drainTimeout = d } }
 
-// ClientOptions: the token, TLS and dial options of the executor's channels.
+// ClientOptions: the token, TLS and dial options of the executor's channels, and the bound
+// of the retries of acks and deadline extensions the node answers RESOURCE_EXHAUSTED
+// (WithOverloadRetry; default 10 attempts, 30 s).
 func ClientOptions(opts ...Option) ExecutorOption {
 	return func(e *Executor) { e.clientOpts = append(e.clientOpts, opts...) }
 }
@@ -374,7 +376,7 @@ func (e *Executor) subscribe(address string) (*node, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &node{address: address, conn: conn, client: pb.NewExecutorServiceClient(conn), cancel: cancel, done: make(chan struct{})}
-	n.acks = newAcker(n.client, e.o.token)
+	n.acks = newAcker(n.client, e.o.token, e.o.overload)
 	go e.subscription(ctx, n)
 	return n, nil
 }
@@ -506,9 +508,17 @@ func (e *Executor) keepExtended(ctx context.Context, n *node, job *Job, received
 			return
 		case <-time.After(max(minExtendPause, time.Until(deadline)/2)):
 		}
-		cctx, cancel := context.WithTimeout(outgoing(ctx, e.o.token), rpcTimeout)
-		r, err := n.client.ExtendDeadline(cctx, &pb.ExtendDeadlineRequest{DeliveryId: job.DeliveryID, Extension: durationpb.New(span)})
-		cancel()
+		// Overload retries stop at the ack deadline: an extension after it is of no use.
+		wctx, wcancel := context.WithDeadline(ctx, deadline)
+		req := &pb.ExtendDeadlineRequest{DeliveryId: job.DeliveryID, Extension: durationpb.New(span)}
+		var r *pb.ExtendDeadlineResponse
+		err := e.o.overload.do(wctx, func(o ...grpc.CallOption) (err error) {
+			cctx, cancel := context.WithTimeout(outgoing(ctx, e.o.token), rpcTimeout)
+			defer cancel()
+			r, err = n.client.ExtendDeadline(cctx, req, o...)
+			return err
+		})
+		wcancel()
 		if err != nil {
 			if !retryableCode(status.Code(err)) || time.Now().After(deadline) {
 				return
@@ -523,21 +533,22 @@ func (e *Executor) keepExtended(ctx context.Context, n *node, job *Job, received
 
 // acker sends one node's acks: one Ack when alone, AckBatch for those that queued meanwhile.
 type acker struct {
-	client  pb.ExecutorServiceClient
-	token   string
-	mu      sync.Mutex
-	queue   []*pb.AckRequest
-	closed  bool
-	wake    chan struct{}
-	calls   chan struct{}
-	wg      sync.WaitGroup
-	done    chan struct{}
-	acked   atomic.Int64
-	refused atomic.Int64
+	client   pb.ExecutorServiceClient
+	token    string
+	overload overloadRetry
+	mu       sync.Mutex
+	queue    []*pb.AckRequest
+	closed   bool
+	wake     chan struct{}
+	calls    chan struct{}
+	wg       sync.WaitGroup
+	done     chan struct{}
+	acked    atomic.Int64
+	refused  atomic.Int64
 }
 
-func newAcker(c pb.ExecutorServiceClient, token string) *acker {
-	a := &acker{client: c, token: token, wake: make(chan struct{}, 1), calls: make(chan struct{}, ackCalls), done: make(chan struct{})}
+func newAcker(c pb.ExecutorServiceClient, token string, overload overloadRetry) *acker {
+	a := &acker{client: c, token: token, overload: overload, wake: make(chan struct{}, 1), calls: make(chan struct{}, ackCalls), done: make(chan struct{})}
 	go a.run()
 	return a
 }
@@ -585,32 +596,36 @@ func (a *acker) run() {
 
 func (a *acker) send(batch []*pb.AckRequest) {
 	for attempt := 0; ; attempt++ {
-		ctx, cancel := context.WithTimeout(outgoing(context.Background(), a.token), rpcTimeout)
-		var err error
-		if len(batch) == 1 {
-			_, err = a.client.Ack(ctx, batch[0])
-			if err == nil {
-				a.acked.Add(1)
+		// RESOURCE_EXHAUSTED is retried here, after the node's hint, up to the overload bound.
+		var r *pb.AckBatchResponse
+		err := a.overload.do(context.Background(), func(o ...grpc.CallOption) (err error) {
+			ctx, cancel := context.WithTimeout(outgoing(context.Background(), a.token), rpcTimeout)
+			defer cancel()
+			if len(batch) == 1 {
+				_, err = a.client.Ack(ctx, batch[0], o...)
+			} else {
+				r, err = a.client.AckBatch(ctx, &pb.AckBatchRequest{Acks: batch}, o...)
 			}
-		} else {
-			var r *pb.AckBatchResponse
-			r, err = a.client.AckBatch(ctx, &pb.AckBatchRequest{Acks: batch})
-			if err == nil {
-				for _, item := range r.GetResults() {
-					if item.GetError() != nil {
-						a.refused.Add(1)
-						slog.Info("rebound: ack refused", "error", item.GetError().GetMessage())
-					} else {
-						a.acked.Add(1)
-					}
+			return err
+		})
+		if err == nil {
+			if len(batch) == 1 {
+				a.acked.Add(1)
+				return
+			}
+			for _, item := range r.GetResults() {
+				if item.GetError() != nil {
+					a.refused.Add(1)
+					slog.Info("rebound: ack refused", "error", item.GetError().GetMessage())
+				} else {
+					a.acked.Add(1)
 				}
 			}
-		}
-		cancel()
-		if err == nil {
 			return
 		}
-		if retryableCode(status.Code(err)) && attempt < 5 {
+		// UNAVAILABLE and DEADLINE_EXCEEDED: a few more tries; RESOURCE_EXHAUSTED has had its
+		// retries (within the overload bound) already.
+		if code := status.Code(err); retryableCode(code) && code != codes.ResourceExhausted && attempt < 5 {
 			time.Sleep(backoff(attempt))
 			continue
 		}

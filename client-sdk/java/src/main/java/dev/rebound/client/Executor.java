@@ -42,7 +42,9 @@ import java.util.logging.Logger;
  * Runs a handler for every due retry of a service: subscribes to every node of the ring (and
  * follows joins and leaves), runs at most {@code concurrency} handlers at once, extends long
  * handlers' deadlines, acknowledges with {@code AckBatch} when acks queue up, reconnects with
- * jittered backoff, and on {@link #stop()} lets running handlers finish and ack.
+ * jittered backoff, and on {@link #stop()} lets running handlers finish and ack. An ack, ack batch
+ * or deadline extension the node answers RESOURCE_EXHAUSTED is tried again after the node's {@code
+ * grpc-retry-pushback-ms} hint, within {@link Builder#overloadRetry} (default 10 attempts, 30 s).
  *
  * <pre>{@code
  * Executor executor = Executor.builder("127.0.0.1:50051", "payments", job -> Outcome.success())
@@ -72,6 +74,7 @@ public final class Executor implements AutoCloseable {
   private final boolean followRing;
   private final Duration ringRefresh;
   private final Duration drainTimeout;
+  private final OverloadRetry overload;
 
   private final Map<String, Node> nodes = new ConcurrentHashMap<>();
   private final Semaphore permits;
@@ -99,6 +102,7 @@ public final class Executor implements AutoCloseable {
     this.followRing = b.followRing;
     this.ringRefresh = b.ringRefresh;
     this.drainTimeout = b.drainTimeout;
+    this.overload = b.overload;
     this.permits = new Semaphore(concurrency);
     this.handlers = Executors.newFixedThreadPool(concurrency, daemon("rebound-handler"));
     this.timers = Executors.newScheduledThreadPool(2, daemon("rebound-timer"));
@@ -399,12 +403,22 @@ public final class Executor implements AutoCloseable {
     void send(List<AckRequest> batch) {
       for (int attempt = 0; ; attempt++) {
         try {
-          var s = stub.withDeadlineAfter(RPC_TIMEOUT_MS, TimeUnit.MILLISECONDS);
+          // RESOURCE_EXHAUSTED is retried here, after the node's hint, up to the overload bound.
           if (batch.size() == 1) {
-            s.ack(batch.get(0));
+            overload.call(
+                null,
+                () ->
+                    stub.withDeadlineAfter(RPC_TIMEOUT_MS, TimeUnit.MILLISECONDS)
+                        .ack(batch.get(0)));
             acked.incrementAndGet();
           } else {
-            AckBatchResponse r = s.ackBatch(AckBatchRequest.newBuilder().addAllAcks(batch).build());
+            AckBatchRequest request = AckBatchRequest.newBuilder().addAllAcks(batch).build();
+            AckBatchResponse r =
+                overload.call(
+                    null,
+                    () ->
+                        stub.withDeadlineAfter(RPC_TIMEOUT_MS, TimeUnit.MILLISECONDS)
+                            .ackBatch(request));
             for (AckBatchResult item : r.getResultsList()) {
               if (item.hasResponse()) {
                 acked.incrementAndGet();
@@ -413,7 +427,12 @@ public final class Executor implements AutoCloseable {
           }
           return;
         } catch (StatusRuntimeException e) {
-          if (ReboundException.isRetryable(e.getStatus().getCode()) && attempt < 5) {
+          // UNAVAILABLE and DEADLINE_EXCEEDED: a few more tries; RESOURCE_EXHAUSTED has had its
+          // retries (within the overload bound) already.
+          Status.Code code = e.getStatus().getCode();
+          if (ReboundException.isRetryable(code)
+              && code != Status.Code.RESOURCE_EXHAUSTED
+              && attempt < 5) {
             try {
               Thread.sleep(backoffMs(attempt));
             } catch (InterruptedException ie) {
@@ -482,38 +501,74 @@ public final class Executor implements AutoCloseable {
   private void scheduleExtension(
       Node node, Job job, long deadline, long span, ScheduledFuture<?>[] slot) {
     long wait = Math.max(50, (deadline - System.currentTimeMillis()) / 2);
+    scheduleExtension(node, job, deadline, span, slot, wait, 1, 0);
+  }
+
+  /**
+   * One ExtendDeadline after {@code wait} ms: {@code attempt} counts the attempts refused with
+   * RESOURCE_EXHAUSTED in a row (from 1), which are retried on the timer (no thread waits) after
+   * the node's hint, within the overload bound and before the ack deadline.
+   */
+  private void scheduleExtension(
+      Node node,
+      Job job,
+      long deadline,
+      long span,
+      ScheduledFuture<?>[] slot,
+      long wait,
+      int attempt,
+      long firstNanos) {
     synchronized (slot) {
       slot[0] =
           timers.schedule(
-              () -> {
-                long next = deadline;
-                try {
-                  ExtendDeadlineResponse r =
-                      node.stub
-                          .withDeadlineAfter(RPC_TIMEOUT_MS, TimeUnit.MILLISECONDS)
-                          .extendDeadline(
-                              ExtendDeadlineRequest.newBuilder()
-                                  .setDeliveryId(job.deliveryId())
-                                  .setExtension(Times.duration(Duration.ofMillis(span)))
-                                  .build());
-                  Instant t = Times.instant(r.getAckDeadline());
-                  if (t != null) {
-                    next = t.toEpochMilli();
-                  }
-                } catch (StatusRuntimeException e) {
-                  if (!ReboundException.isRetryable(e.getStatus().getCode())
-                      || System.currentTimeMillis() > deadline) {
-                    return;
-                  }
-                }
-                synchronized (slot) {
-                  if (slot[0] != null) {
-                    scheduleExtension(node, job, next, span, slot);
-                  }
-                }
-              },
+              () -> extend(node, job, deadline, span, slot, attempt, firstNanos),
               wait,
               TimeUnit.MILLISECONDS);
+    }
+  }
+
+  private void extend(
+      Node node,
+      Job job,
+      long deadline,
+      long span,
+      ScheduledFuture<?>[] slot,
+      int attempt,
+      long firstNanos) {
+    long first = attempt == 1 ? System.nanoTime() : firstNanos;
+    long next = deadline;
+    try {
+      ExtendDeadlineResponse r =
+          node.stub
+              .withDeadlineAfter(RPC_TIMEOUT_MS, TimeUnit.MILLISECONDS)
+              .extendDeadline(
+                  ExtendDeadlineRequest.newBuilder()
+                      .setDeliveryId(job.deliveryId())
+                      .setExtension(Times.duration(Duration.ofMillis(span)))
+                      .build());
+      Instant t = Times.instant(r.getAckDeadline());
+      if (t != null) {
+        next = t.toEpochMilli();
+      }
+    } catch (StatusRuntimeException e) {
+      long left = deadline - System.currentTimeMillis();
+      if (!ReboundException.isRetryable(e.getStatus().getCode()) || left < 0) {
+        return;
+      }
+      long pause = overload.pause(attempt, first, e, left);
+      if (pause >= 0) {
+        synchronized (slot) {
+          if (slot[0] != null) {
+            scheduleExtension(node, job, deadline, span, slot, pause, attempt + 1, first);
+          }
+        }
+        return;
+      }
+    }
+    synchronized (slot) {
+      if (slot[0] != null) {
+        scheduleExtension(node, job, next, span, slot);
+      }
     }
   }
 
@@ -601,6 +656,7 @@ public final class Executor implements AutoCloseable {
     private boolean followRing = true;
     private Duration ringRefresh = Duration.ofSeconds(5);
     private Duration drainTimeout = Duration.ofSeconds(30);
+    private OverloadRetry overload = OverloadRetry.DEFAULT;
 
     private Builder(String address, String service, Handler handler) {
       this.connection = new Connection(address);
@@ -643,6 +699,19 @@ public final class Executor implements AutoCloseable {
     /** How long stop() lets running handlers finish and ack (default 30 s). */
     public Builder drainTimeout(Duration d) {
       this.drainTimeout = d;
+      return this;
+    }
+
+    /**
+     * Bounds the retries of an ack, ack batch or deadline extension the node answered
+     * RESOURCE_EXHAUSTED: at most {@code maxAttempts} attempts in all (default 10; 1 turns the
+     * retries off), none starting later than {@code maxTotal} after the first (default 30 s; zero:
+     * no bound but the attempts); an extension's retries also stop at the ack deadline. The wait is
+     * the node's {@code grpc-retry-pushback-ms} hint times a random factor in [1, 1.5), or without
+     * a usable hint exponential backoff from 100 ms, doubling up to 5 s, ±20 % jitter.
+     */
+    public Builder overloadRetry(int maxAttempts, Duration maxTotal) {
+      this.overload = new OverloadRetry(maxAttempts, maxTotal);
       return this;
     }
 

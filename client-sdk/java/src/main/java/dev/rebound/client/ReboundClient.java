@@ -9,6 +9,7 @@ import dev.rebound.v1.EnqueueRetryResult;
 import dev.rebound.v1.GetRetryRequest;
 import dev.rebound.v1.Retry;
 import dev.rebound.v1.RetryServiceGrpc;
+import io.grpc.Deadline;
 import io.grpc.ManagedChannel;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
@@ -18,11 +19,19 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.function.BiConsumer;
+import java.util.function.Function;
 
 /**
  * A client of a node's RetryService (or of a load balancer in front of several): blocking methods,
  * and {@code *Async} ones that return a {@link CompletableFuture}. Thread-safe; one per process is
  * enough; {@link #close()} ends it.
+ *
+ * <p>A call the node answers RESOURCE_EXHAUSTED (it is overloaded: it shed the request before doing
+ * anything) is tried again after the node's {@code grpc-retry-pushback-ms} hint, within the bound
+ * of {@link Builder#overloadRetry} (default 10 attempts, 30 s) and the call's deadline ({@link
+ * Builder#timeout}); then it throws (or fails with) the RESOURCE_EXHAUSTED {@link ReboundException}
+ * as before.
  *
  * <pre>{@code
  * try (ReboundClient client = ReboundClient.builder("127.0.0.1:50051").build()) {
@@ -34,26 +43,51 @@ import java.util.concurrent.TimeUnit;
 public final class ReboundClient implements AutoCloseable {
   private final ManagedChannel channel;
   private final Duration timeout;
+  private final OverloadRetry overload;
 
-  private ReboundClient(ManagedChannel channel, Duration timeout) {
+  private ReboundClient(ManagedChannel channel, Duration timeout, OverloadRetry overload) {
     this.channel = channel;
     this.timeout = timeout;
+    this.overload = overload;
   }
 
   public static Builder builder(String address) {
     return new Builder(address);
   }
 
-  private RetryServiceGrpc.RetryServiceBlockingStub blocking() {
-    return RetryServiceGrpc.newBlockingStub(channel)
-        .withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS);
+  /** The deadline of one call of this client, its overload retries included. */
+  private Deadline deadline() {
+    return Deadline.after(timeout.toMillis(), TimeUnit.MILLISECONDS);
   }
 
-  private RetryServiceGrpc.RetryServiceStub async() {
-    return RetryServiceGrpc.newStub(channel)
-        .withDeadlineAfter(timeout.toMillis(), TimeUnit.MILLISECONDS);
+  /** One blocking call (retried while overloaded); a failure throws a ReboundException. */
+  private <T> T blocking(Function<RetryServiceGrpc.RetryServiceBlockingStub, T> call) {
+    Deadline deadline = deadline();
+    RetryServiceGrpc.RetryServiceBlockingStub stub =
+        RetryServiceGrpc.newBlockingStub(channel).withDeadline(deadline);
+    try {
+      return overload.call(deadline, () -> call.apply(stub));
+    } catch (StatusRuntimeException e) {
+      throw ReboundException.of(e);
+    }
   }
 
+  /** One asynchronous call (retried while overloaded); a failure is a ReboundException. */
+  private <T> CompletableFuture<T> async(
+      BiConsumer<RetryServiceGrpc.RetryServiceStub, StreamObserver<T>> call) {
+    Deadline deadline = deadline();
+    RetryServiceGrpc.RetryServiceStub stub =
+        RetryServiceGrpc.newStub(channel).withDeadline(deadline);
+    return overload.callAsync(
+        deadline,
+        () -> {
+          CompletableFuture<T> f = new CompletableFuture<>();
+          call.accept(stub, into(f));
+          return f;
+        });
+  }
+
+  /** Completes f with the answer, or with the gRPC error as it came (trailers included). */
   private static <T> StreamObserver<T> into(CompletableFuture<T> f) {
     return new StreamObserver<>() {
       @Override
@@ -63,7 +97,7 @@ public final class ReboundClient implements AutoCloseable {
 
       @Override
       public void onError(Throwable t) {
-        f.completeExceptionally(ReboundException.from(t));
+        f.completeExceptionally(t);
       }
 
       @Override
@@ -76,31 +110,25 @@ public final class ReboundClient implements AutoCloseable {
    * the pending retry ({@code deduplicated}) and never doubles it, so re-sending is safe.
    */
   public Enqueued enqueue(EnqueueRequest request) {
-    try {
-      return Enqueued.of(blocking().enqueueRetry(request.toProto()));
-    } catch (StatusRuntimeException e) {
-      throw ReboundException.of(e);
-    }
+    var proto = request.toProto();
+    return Enqueued.of(blocking(s -> s.enqueueRetry(proto)));
   }
 
   public CompletableFuture<Enqueued> enqueueAsync(EnqueueRequest request) {
-    CompletableFuture<EnqueueRetryResponse> f = new CompletableFuture<>();
-    async().enqueueRetry(request.toProto(), into(f));
+    var proto = request.toProto();
+    CompletableFuture<EnqueueRetryResponse> f = async((s, o) -> s.enqueueRetry(proto, o));
     return f.thenApply(Enqueued::of);
   }
 
   /** Many enqueues in one call: one result per item, in order; a bad item fails alone. */
   public List<BatchResult> enqueueBatch(List<EnqueueRequest> requests) {
-    try {
-      return results(blocking().enqueueRetryBatch(batch(requests)), requests.size());
-    } catch (StatusRuntimeException e) {
-      throw ReboundException.of(e);
-    }
+    EnqueueRetryBatchRequest proto = batch(requests);
+    return results(blocking(s -> s.enqueueRetryBatch(proto)), requests.size());
   }
 
   public CompletableFuture<List<BatchResult>> enqueueBatchAsync(List<EnqueueRequest> requests) {
-    CompletableFuture<EnqueueRetryBatchResponse> f = new CompletableFuture<>();
-    async().enqueueRetryBatch(batch(requests), into(f));
+    EnqueueRetryBatchRequest proto = batch(requests);
+    CompletableFuture<EnqueueRetryBatchResponse> f = async((s, o) -> s.enqueueRetryBatch(proto, o));
     return f.thenApply(r -> results(r, requests.size()));
   }
 
@@ -131,17 +159,13 @@ public final class ReboundClient implements AutoCloseable {
 
   /** The state of a retry; NOT_FOUND when there is none (or it expired). */
   public Retry get(String service, String transactionId) {
-    try {
-      return blocking().getRetry(request(service, transactionId));
-    } catch (StatusRuntimeException e) {
-      throw ReboundException.of(e);
-    }
+    GetRetryRequest proto = request(service, transactionId);
+    return blocking(s -> s.getRetry(proto));
   }
 
   public CompletableFuture<Retry> getAsync(String service, String transactionId) {
-    CompletableFuture<Retry> f = new CompletableFuture<>();
-    async().getRetry(request(service, transactionId), into(f));
-    return f;
+    GetRetryRequest proto = request(service, transactionId);
+    return async((s, o) -> s.getRetry(proto, o));
   }
 
   private static GetRetryRequest request(String service, String transactionId) {
@@ -150,17 +174,14 @@ public final class ReboundClient implements AutoCloseable {
 
   /** Stops a pending retry; {@code cancelled} is false when it had already finished. */
   public Cancelled cancel(String service, String transactionId) {
-    try {
-      CancelRetryResponse r = blocking().cancelRetry(cancelRequest(service, transactionId));
-      return new Cancelled(r.getStatus(), r.getCancelled());
-    } catch (StatusRuntimeException e) {
-      throw ReboundException.of(e);
-    }
+    CancelRetryRequest proto = cancelRequest(service, transactionId);
+    CancelRetryResponse r = blocking(s -> s.cancelRetry(proto));
+    return new Cancelled(r.getStatus(), r.getCancelled());
   }
 
   public CompletableFuture<Cancelled> cancelAsync(String service, String transactionId) {
-    CompletableFuture<CancelRetryResponse> f = new CompletableFuture<>();
-    async().cancelRetry(cancelRequest(service, transactionId), into(f));
+    CancelRetryRequest proto = cancelRequest(service, transactionId);
+    CompletableFuture<CancelRetryResponse> f = async((s, o) -> s.cancelRetry(proto, o));
     return f.thenApply(r -> new Cancelled(r.getStatus(), r.getCancelled()));
   }
 
@@ -188,6 +209,7 @@ public final class ReboundClient implements AutoCloseable {
   public static final class Builder {
     private final Connection connection;
     private Duration timeout = Duration.ofSeconds(30);
+    private OverloadRetry overload = OverloadRetry.DEFAULT;
 
     private Builder(String address) {
       this.connection = new Connection(address);
@@ -214,14 +236,27 @@ public final class ReboundClient implements AutoCloseable {
       return this;
     }
 
-    /** The deadline of each call (default 30 s). */
+    /** The deadline of each call, its retries after RESOURCE_EXHAUSTED included (default 30 s). */
     public Builder timeout(Duration timeout) {
       this.timeout = timeout;
       return this;
     }
 
+    /**
+     * Bounds the retries of a call the node answered RESOURCE_EXHAUSTED: at most {@code
+     * maxAttempts} attempts in all, the first included (default 10; 1 turns the retries off), and
+     * no retry that would start later than {@code maxTotal} after the first attempt (default 30 s;
+     * zero: no bound but the attempts). The wait before a retry is the node's {@code
+     * grpc-retry-pushback-ms} hint times a random factor in [1, 1.5), or without a usable hint
+     * exponential backoff from 100 ms, doubling up to 5 s, ±20 % jitter. No other code is retried.
+     */
+    public Builder overloadRetry(int maxAttempts, Duration maxTotal) {
+      this.overload = new OverloadRetry(maxAttempts, maxTotal);
+      return this;
+    }
+
     public ReboundClient build() {
-      return new ReboundClient(connection.open(), timeout);
+      return new ReboundClient(connection.open(), timeout, overload);
     }
 
     Connection connection() {

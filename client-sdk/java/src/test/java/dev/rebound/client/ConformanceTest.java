@@ -11,6 +11,10 @@ import static org.junit.jupiter.api.Assertions.fail;
 import dev.rebound.v1.Retry;
 import dev.rebound.v1.RetryStatus;
 import io.grpc.Status;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -21,6 +25,7 @@ import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BooleanSupplier;
@@ -444,5 +449,77 @@ class ConformanceTest {
               "trusting " + trusted + " without a client certificate");
       assertEquals(Status.Code.UNAVAILABLE, e.code(), trusted + ": " + e.getMessage());
     }
+  }
+
+  @Test
+  void overloadIsShedAndRetried() throws Exception {
+    String metrics = "127.0.0.1:" + TestCluster.freePort();
+    // Room for about one 0.85 MiB batch at a time (the node's minimum is 4 x 16 KiB + 1 MiB).
+    String node =
+        cluster.start(
+            Map.of(
+                "REBOUND_MAX_PAYLOAD_BYTES", "16384",
+                "REBOUND_MAX_INFLIGHT_BYTES", "1200000",
+                "REBOUND_HTTP_LISTEN", metrics));
+    // Eight batches contend for room for one: the last through may be refused about once per
+    // batch ahead of it, and more on a slow machine, so a bound above the default 10 attempts
+    // (the call's 30 s deadline still bounds it).
+    ReboundClient c = ReboundClient.builder(node).overloadRetry(50, Duration.ofSeconds(30)).build();
+    closing.add(c);
+    byte[] payload = "x".repeat(16 << 10).getBytes(StandardCharsets.UTF_8);
+    int batches = 8;
+    int items = 50;
+    // Eight batches at once shed some of them; the client's retries get every one through.
+    // Rounds until the node has counted a shed request (the first one nearly always does).
+    for (int round = 0; ; round++) {
+      List<CompletableFuture<List<BatchResult>>> sent = new ArrayList<>();
+      for (int b = 0; b < batches; b++) {
+        List<EnqueueRequest> batch = new ArrayList<>();
+        for (int i = 0; i < items; i++) {
+          batch.add(
+              req("tx-" + round + "-" + b + "-" + i)
+                  .payload(payload)
+                  .delay(Duration.ofMinutes(10))
+                  .build());
+        }
+        sent.add(c.enqueueBatchAsync(batch));
+      }
+      for (int b = 0; b < batches; b++) {
+        List<BatchResult> results = sent.get(b).get();
+        assertEquals(items, results.size());
+        for (BatchResult r : results) {
+          assertTrue(r.ok(), "round " + round + ", batch " + b + ": " + r.error());
+        }
+      }
+      for (String tx : new String[] {"tx-%d-0-0", "tx-%d-3-17", "tx-%d-7-49"}) {
+        Retry r = c.get(SERVICE, String.format(tx, round));
+        assertEquals(RetryStatus.RETRY_STATUS_SCHEDULED, r.getStatus(), String.format(tx, round));
+        assertEquals(16 << 10, r.getPayload().size());
+      }
+      double shed = shedRequests(metrics);
+      if (shed > 0) {
+        return;
+      }
+      assertTrue(
+          round < 4, (round + 1) + " rounds of " + batches + " batches at once, and none was shed");
+    }
+  }
+
+  /** rebound_requests_shed_total{reason="inflight_bytes"} from a node's /metrics (0: absent). */
+  private static double shedRequests(String address) throws Exception {
+    HttpResponse<String> r =
+        HttpClient.newHttpClient()
+            .send(
+                HttpRequest.newBuilder(URI.create("http://" + address + "/metrics")).build(),
+                HttpResponse.BodyHandlers.ofString());
+    assertEquals(200, r.statusCode(), r.body());
+    for (String line : r.body().split("\n")) {
+      if (line.startsWith("rebound_requests_shed_total{")
+          && line.contains("reason=\"inflight_bytes\"")) {
+        String[] fields = line.trim().split("\\s+");
+        return Double.parseDouble(fields[fields.length - 1]);
+      }
+    }
+    return 0;
   }
 }
