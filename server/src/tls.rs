@@ -428,6 +428,7 @@ pub async fn accept<IO, W, A>(
         let _ = stop.wait_for(|s| *s).await;
     }
     let mut handshakes = JoinSet::new();
+    let refusals = Arc::new(Refusals::default());
     loop {
         tokio::select! {
             _ = stopped(&mut stop) => break,
@@ -446,18 +447,18 @@ pub async fn accept<IO, W, A>(
                     }
                     let io = wrap(tcp);
                     let acceptor = acceptor();
+                    let refusals = refusals.clone();
                     handshakes.spawn(async move {
-                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
-                            Ok(Ok(s)) => Some((s, peer)),
-                            Ok(Err(e)) => {
-                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                                None
-                            }
-                            Err(_) => {
-                                tracing::debug!(%peer, "TLS handshake timed out");
-                                None
-                            }
-                        }
+                        let reason = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
+                            Ok(Ok(s)) => return Some((s, peer)),
+                            Ok(Err(e)) => refusal_reason(&e),
+                            Err(_) => format!(
+                                "the client did not finish the handshake within {} s",
+                                HANDSHAKE_TIMEOUT.as_secs()
+                            ),
+                        };
+                        refusals.refused(peer, reason, std::time::Instant::now());
+                        None
                     });
                 }
                 Err(e) => {
@@ -467,6 +468,100 @@ pub async fn accept<IO, W, A>(
                 }
             },
         }
+    }
+}
+
+/// How often one peer's handshakes refused for one reason are logged.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
+/// Most (peer, reason) pairs remembered; past it the memory is cleared.
+const REFUSALS_REMEMBERED: usize = 4096;
+
+/// The log of refused handshakes: each one is logged once per peer address and reason per
+/// `REFUSAL_LOG_EVERY`, with how many more were refused since, so an operator sees why a
+/// client's handshake fails without a flood from a client that keeps retrying.
+#[derive(Debug, Default)]
+struct Refusals {
+    seen: std::sync::Mutex<
+        std::collections::HashMap<(std::net::IpAddr, String), (std::time::Instant, u64)>,
+    >,
+}
+
+impl Refusals {
+    /// Records a refusal; true when it was logged.
+    fn refused(&self, peer: SocketAddr, reason: String, now: std::time::Instant) -> bool {
+        let key = (peer.ip(), reason);
+        let mut seen = self.seen.lock().expect("refusals lock");
+        if seen.len() >= REFUSALS_REMEMBERED && !seen.contains_key(&key) {
+            seen.clear();
+        }
+        let unlogged = match seen.get_mut(&key) {
+            Some((logged_at, since)) if now.duration_since(*logged_at) < REFUSAL_LOG_EVERY => {
+                *since += 1;
+                return false;
+            }
+            Some((logged_at, since)) => {
+                *logged_at = now;
+                std::mem::take(since)
+            }
+            None => {
+                seen.insert(key.clone(), (now, 0));
+                0
+            }
+        };
+        tracing::warn!(
+            peer = %key.0,
+            reason = %key.1,
+            also_refused_since_last_logged = unlogged,
+            "TLS handshake refused"
+        );
+        true
+    }
+}
+
+/// Why a handshake was refused, in words an operator can act on.
+fn refusal_reason(e: &std::io::Error) -> String {
+    use rustls::{CertificateError as C, Error as E};
+    let Some(tls) = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    else {
+        return format!("the connection failed during the handshake: {e}");
+    };
+    match tls {
+        E::NoCertificatesPresented => "the client sent no certificate, and mutual TLS \
+            (REBOUND_TLS_CLIENT_CA_FILE) requires one"
+            .into(),
+        E::InvalidCertificate(C::UnknownIssuer) => "the client's certificate is not issued by \
+            a CA of REBOUND_TLS_CLIENT_CA_FILE"
+            .into(),
+        E::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => {
+            "the client's certificate has expired".into()
+        }
+        E::InvalidCertificate(C::NotValidYet | C::NotValidYetContext { .. }) => {
+            "the client's certificate is not valid yet (check the clocks)".into()
+        }
+        E::InvalidCertificate(C::BadEncoding) => {
+            "the client's certificate cannot be parsed (bad DER encoding)".into()
+        }
+        E::InvalidCertificate(other) if format!("{other:?}").contains("UnsupportedCertVersion") => {
+            "the client's certificate is X.509 v1 (or v2); only X.509 v3 certificates are \
+             accepted: issue it with v3 extensions (openssl x509 -req ... -extfile)"
+                .into()
+        }
+        E::InvalidCertificate(other) => format!("the client's certificate was refused: {other}"),
+        E::AlertReceived(alert) => format!(
+            "the client ended the handshake with the alert {alert:?}: it most likely does not \
+             trust this node's certificate (REBOUND_TLS_CERT_FILE)"
+        ),
+        E::InvalidMessage(_)
+        | E::InappropriateHandshakeMessage { .. }
+        | E::InappropriateMessage { .. } => {
+            "the client does not speak TLS (plain text to a TLS port?)".into()
+        }
+        E::PeerIncompatible(p) => {
+            format!("the client shares no TLS version or cipher suite with the node ({p:?})")
+        }
+        other => format!("the handshake failed: {other}"),
     }
 }
 
@@ -497,6 +592,49 @@ impl axum::serve::Listener for TlsListener {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_handshake_is_logged_once_per_peer_and_reason_a_minute() {
+        let log = Refusals::default();
+        let t0 = std::time::Instant::now();
+        let a: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        let a_again: SocketAddr = "10.0.0.1:5001".parse().unwrap();
+        let b: SocketAddr = "10.0.0.2:5000".parse().unwrap();
+        assert!(log.refused(a, "v1".into(), t0));
+        // The same address (another port) and reason: counted, not logged.
+        assert!(!log.refused(a_again, "v1".into(), t0 + Duration::from_secs(1)));
+        assert!(!log.refused(a, "v1".into(), t0 + Duration::from_secs(59)));
+        // Another reason or another peer: logged.
+        assert!(log.refused(a, "expired".into(), t0 + Duration::from_secs(2)));
+        assert!(log.refused(b, "v1".into(), t0 + Duration::from_secs(3)));
+        // A minute later: logged again.
+        assert!(log.refused(a, "v1".into(), t0 + REFUSAL_LOG_EVERY));
+        // Memory stays bounded whatever the peers.
+        for i in 0..(REFUSALS_REMEMBERED as u32 + 10) {
+            let p = SocketAddr::from((std::net::Ipv4Addr::from(i), 1));
+            log.refused(p, "x".into(), t0);
+        }
+        assert!(log.seen.lock().unwrap().len() <= REFUSALS_REMEMBERED);
+    }
+
+    #[test]
+    fn refusal_reasons_are_in_words() {
+        let io = |e: rustls::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        assert!(refusal_reason(&io(rustls::Error::NoCertificatesPresented))
+            .contains("sent no certificate"));
+        assert!(refusal_reason(&io(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::UnknownIssuer
+        )))
+        .contains("REBOUND_TLS_CLIENT_CA_FILE"));
+        let v1 = rustls::CertificateError::Other(rustls::OtherError(Arc::new(
+            webpki::Error::UnsupportedCertVersion,
+        )));
+        assert!(refusal_reason(&io(rustls::Error::InvalidCertificate(v1))).contains("X.509 v1"));
+        assert!(
+            refusal_reason(&std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+                .contains("failed during the handshake")
+        );
+    }
 
     #[test]
     fn common_names_are_read_and_junk_is_none() {
