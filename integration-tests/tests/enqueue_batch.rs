@@ -361,8 +361,9 @@ async fn the_write_limit_counts_a_batch_chunk_once_and_refuses_cleanly() {
 async fn the_request_byte_budget_sheds_whole_requests_with_a_retry_hint() {
     let mut cfg = test_config("bytebudget");
     cfg.max_payload_bytes = 16 << 10;
-    // Room for two of the ~0.9 MiB batches below at once (a request alone always fits).
-    cfg.max_inflight_bytes = 2 << 20;
+    // Room for two of the ~0.9 MiB batches below at once, each byte counted six times (a
+    // request alone always fits).
+    cfg.max_inflight_bytes = 12 << 20;
     let (n, _clock) = TestNode::with_manual_clock(cfg, utc_ms("2026-11-30 09:55:00.000")).await;
     let batch = |b: usize| pb::EnqueueRetryBatchRequest {
         requests: (0..56)
@@ -407,7 +408,7 @@ async fn the_request_byte_budget_sheds_whole_requests_with_a_retry_hint() {
     }
     assert!(
         shed > 0,
-        "24 batches of 0.9 MiB at once against 2 MiB: some are shed"
+        "24 batches of 0.9 MiB at once against room for two: some are shed"
     );
     assert!(!accepted.is_empty());
     // Written exactly when accepted.

@@ -234,7 +234,7 @@ async fn the_sdk_sends_its_token_to_every_node_it_talks_to() {
 async fn overload_is_shed_and_retried() {
     let mut cfg = dispatch_config("sdk_overload");
     cfg.max_payload_bytes = 16 << 10;
-    cfg.max_inflight_bytes = 1_200_000;
+    cfg.max_inflight_bytes = 7_200_000;
     let n = TestNode::with_system_clock(cfg).await;
     let addr = format!("http://{}", n.node.as_ref().unwrap().local_addr());
     let client = Client::connect(&addr).await.unwrap();

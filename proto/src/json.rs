@@ -91,12 +91,16 @@ pub fn service_info_json(s: &pb::ServiceInfo) -> Value {
     })
 }
 
-pub fn retry_json(r: &pb::Retry) -> Value {
-    let attributes: Map<String, Value> = r
-        .attributes
+/// Attributes as a JSON object of strings.
+fn attributes_json(attributes: &std::collections::HashMap<String, String>) -> Map<String, Value> {
+    attributes
         .iter()
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect();
+        .collect()
+}
+
+pub fn retry_json(r: &pb::Retry) -> Value {
+    let attributes = attributes_json(&r.attributes);
     json!({
         "service": r.service,
         "transaction_id": r.transaction_id,
@@ -124,11 +128,7 @@ pub fn retry_json(r: &pb::Retry) -> Value {
 }
 
 pub fn delivery_json(d: &pb::Delivery) -> Value {
-    let attributes: Map<String, Value> = d
-        .attributes
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect();
+    let attributes = attributes_json(&d.attributes);
     json!({
         "delivery_id": d.delivery_id,
         "service": d.service,

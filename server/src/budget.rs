@@ -10,8 +10,9 @@
 //! small and live as long as the stream; what a stream holds is bounded by
 //! `REBOUND_MAX_IN_FLIGHT_BYTES` and `REBOUND_MAX_SUBSCRIBERS`.
 //!
-//! The budget is at least the largest request a node accepts (checked at start), so a
-//! request alone always fits.
+//! Each byte is counted `REQUEST_COPIES` times, for the copies a request lives in while it is
+//! served, so that the budget bounds memory. The budget is at least that many times the
+//! largest request a node accepts (checked at start), so a request alone always fits.
 
 use std::{
     future::Future,
@@ -29,6 +30,12 @@ use crate::metrics;
 /// takes milliseconds, a paused database up to the request timeout), short enough that a
 /// client comes back while the node has room.
 pub const PUSHBACK_MS: u64 = 250;
+
+/// Each request byte is counted this many times: a request is in memory as its body, the
+/// decoder's buffer (which grows by doubling), its decoded message, the rows made of it and
+/// the database requests that carry them, so the budget bounds the memory requests take, not
+/// only their bodies (`scripts/overload` measures it).
+pub const REQUEST_COPIES: usize = 6;
 
 /// Requests that are not counted: the long-lived streams.
 fn counted(path: &str) -> bool {
@@ -72,7 +79,7 @@ impl RequestBudget {
             })
             .inc();
         let mut status = tonic::Status::resource_exhausted(format!(
-            "the node is holding {} of its {} bytes of requests (REBOUND_MAX_INFLIGHT_BYTES); \
+            "the requests this node holds take {} of its {} bytes (REBOUND_MAX_INFLIGHT_BYTES); \
              nothing was done: retry after {PUSHBACK_MS} ms",
             self.held(),
             self.total
@@ -196,7 +203,7 @@ impl http_body::Body for Counted {
             other => return other,
         };
         if let Some(data) = frame.data_ref() {
-            match self.budget.take(data.len()) {
+            match self.budget.take(data.len().saturating_mul(REQUEST_COPIES)) {
                 Some(permit) => {
                     self.held.add(permit);
                     self.budget.observe();

@@ -343,7 +343,7 @@ def test_overload_is_shed_and_retried(cluster: Cluster) -> None:
     # Room for about one of the 0.85 MiB batches below at a time: the others are shed.
     node = cluster.start(
         REBOUND_MAX_PAYLOAD_BYTES="16384",
-        REBOUND_MAX_INFLIGHT_BYTES="1200000",
+        REBOUND_MAX_INFLIGHT_BYTES="7200000",
         REBOUND_HTTP_LISTEN=http,
     )
     payload = b"x" * 16384

@@ -400,7 +400,7 @@ test("overload is shed and retried", async () => {
   // Room for about one of the 0.85 MiB batches below at a time: the others are shed.
   const node = await start({
     REBOUND_MAX_PAYLOAD_BYTES: "16384",
-    REBOUND_MAX_INFLIGHT_BYTES: "1200000",
+    REBOUND_MAX_INFLIGHT_BYTES: "7200000",
     REBOUND_HTTP_LISTEN: http,
   });
   const c = await connect(node.address);

@@ -54,8 +54,8 @@ pub struct Config {
     /// Payload, attribute and error bytes of this node's unacknowledged deliveries; at the
     /// budget, further deliveries wait (in Cassandra) for acks.
     pub max_in_flight_bytes: usize,
-    /// Request bytes (enqueues, batches, acks: every call but the streams) this node holds at
-    /// once, counted as they arrive; a request that would pass it is shed with
+    /// Memory for requests (enqueues, batches, acks: every call but the streams): each byte
+    /// is counted as it arrives, `budget::REQUEST_COPIES` times; a request that would pass it is shed with
     /// RESOURCE_EXHAUSTED and a `grpc-retry-pushback-ms` hint. Not to be confused with
     /// `max_in_flight_bytes`, the deliveries' budget.
     pub max_inflight_bytes: usize,
@@ -496,13 +496,16 @@ impl Config {
             1 << 40,
         )?;
         let largest = self.max_message_bytes();
-        if self.max_inflight_bytes < largest {
+        let least = largest.saturating_mul(crate::budget::REQUEST_COPIES);
+        if self.max_inflight_bytes < least {
             return Err(bad(
                 "REBOUND_MAX_INFLIGHT_BYTES",
                 format!(
-                    "{} is below the largest request a node accepts, {largest} bytes (4 x \
-                     REBOUND_MAX_PAYLOAD_BYTES + 1 MiB), which could then never be taken",
-                    self.max_inflight_bytes
+                    "{} is below {least} bytes: the largest request a node accepts, {largest} \
+                     bytes (4 x REBOUND_MAX_PAYLOAD_BYTES + 1 MiB), counted {} times (its \
+                     copies while it is served), could then never be taken",
+                    self.max_inflight_bytes,
+                    crate::budget::REQUEST_COPIES
                 ),
             ));
         }

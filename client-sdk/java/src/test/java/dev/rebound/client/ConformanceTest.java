@@ -454,12 +454,13 @@ class ConformanceTest {
   @Test
   void overloadIsShedAndRetried() throws Exception {
     String metrics = "127.0.0.1:" + TestCluster.freePort();
-    // Room for about one 0.85 MiB batch at a time (the node's minimum is 4 x 16 KiB + 1 MiB).
+    // Room for about one 0.85 MiB batch at a time, each byte counted six times (the node's
+    // minimum is 6 x (4 x 16 KiB + 1 MiB)).
     String node =
         cluster.start(
             Map.of(
                 "REBOUND_MAX_PAYLOAD_BYTES", "16384",
-                "REBOUND_MAX_INFLIGHT_BYTES", "1200000",
+                "REBOUND_MAX_INFLIGHT_BYTES", "7200000",
                 "REBOUND_HTTP_LISTEN", metrics));
     // Eight batches contend for room for one: the last through may be refused about once per
     // batch ahead of it, and more on a slow machine, so a bound above the default 10 attempts
