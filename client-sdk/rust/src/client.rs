@@ -10,7 +10,7 @@ use crate::{
     enqueue::{batch_item, EnqueueBuilder, Enqueued, ItemError},
     error::{malformed, Error},
     executor::{Executor, ExecutorBuilder, Target},
-    overload::shed_aware,
+    overload::call_shed_aware,
     retry::{Cancelled, Retry},
     transport::{endpoint, Credentials, Transport},
 };
@@ -141,10 +141,8 @@ impl Client {
         }
         let sent = requests.len();
         let request = pb::EnqueueRetryBatchRequest { requests };
-        let results = shed_aware(|| {
-            let mut c = self.retry_service();
-            let r = request.clone();
-            async move { c.enqueue_retry_batch(r).await }
+        let results = call_shed_aware(&self.retry, &request, |mut c, r| async move {
+            c.enqueue_retry_batch(r).await
         })
         .await?
         .into_inner()
@@ -169,10 +167,8 @@ impl Client {
             service: service.into(),
             transaction_id: transaction_id.into(),
         };
-        let retry = shed_aware(|| {
-            let mut c = self.retry_service();
-            let r = request.clone();
-            async move { c.get_retry(r).await }
+        let retry = call_shed_aware(&self.retry, &request, |mut c, r| async move {
+            c.get_retry(r).await
         })
         .await?
         .into_inner();
@@ -191,10 +187,8 @@ impl Client {
             service: service.into(),
             transaction_id: transaction_id.into(),
         };
-        let response = shed_aware(|| {
-            let mut c = self.retry_service();
-            let r = request.clone();
-            async move { c.cancel_retry(r).await }
+        let response = call_shed_aware(&self.retry, &request, |mut c, r| async move {
+            c.cancel_retry(r).await
         })
         .await?
         .into_inner();

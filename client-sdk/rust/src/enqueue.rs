@@ -7,7 +7,7 @@ use tonic::Code;
 
 use crate::{
     error::{is_retryable_code, Error},
-    overload::shed_aware,
+    overload::call_shed_aware,
     policy::RetryPolicy,
     time::{duration_to_proto, required_time, time_to_proto},
     transport::Transport,
@@ -111,10 +111,8 @@ impl EnqueueBuilder {
     pub async fn send(self) -> Result<Enqueued, Error> {
         let client = self.client;
         let request = self.request;
-        let response = shed_aware(|| {
-            let mut c = client.clone();
-            let r = request.clone();
-            async move { c.enqueue_retry(r).await }
+        let response = call_shed_aware(&client, &request, |mut c, r| async move {
+            c.enqueue_retry(r).await
         })
         .await?
         .into_inner();

@@ -72,6 +72,22 @@ where
     }
 }
 
+/// [`shed_aware`] for a generated client's call: each call gets its own clone of `client`
+/// and of `request` (tonic's calls take both by value or `&mut`).
+pub(crate) async fn call_shed_aware<C, R, T, F, Fut>(
+    client: &C,
+    request: &R,
+    call: F,
+) -> Result<T, Status>
+where
+    C: Clone,
+    R: Clone,
+    F: Fn(C, R) -> Fut,
+    Fut: Future<Output = Result<T, Status>>,
+{
+    shed_aware(|| call(client.clone(), request.clone())).await
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};

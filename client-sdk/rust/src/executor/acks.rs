@@ -14,7 +14,7 @@ use tokio::{
 use tonic::{Code, Status};
 
 use super::{ExecClient, RPC_TIMEOUT};
-use crate::overload::shed_aware;
+use crate::overload::call_shed_aware;
 
 /// Acks in one `AckBatch` at most (the server's limit is 1,000).
 const MAX_BATCH: usize = 500;
@@ -79,11 +79,7 @@ async fn run(
 
 /// One `Ack`, made again while the node sheds it (`overload`), within `RPC_TIMEOUT`.
 async fn ack(client: &ExecClient, request: pb::AckRequest) -> Answer {
-    let call = shed_aware(|| {
-        let mut c = client.clone();
-        let r = request.clone();
-        async move { c.ack(r).await }
-    });
+    let call = call_shed_aware(client, &request, |mut c, r| async move { c.ack(r).await });
     match timeout(RPC_TIMEOUT, call).await {
         Ok(r) => r.map(tonic::Response::into_inner),
         Err(_) => Err(Status::deadline_exceeded("Ack did not answer in time")),
@@ -104,11 +100,11 @@ async fn call(client: ExecClient, batch: Vec<(pb::AckRequest, oneshot::Sender<An
     let request = pb::AckBatchRequest { acks };
     let answer = timeout(
         RPC_TIMEOUT,
-        shed_aware(|| {
-            let mut c = client.clone();
-            let r = request.clone();
-            async move { c.ack_batch(r).await }
-        }),
+        call_shed_aware(
+            &client,
+            &request,
+            |mut c, r| async move { c.ack_batch(r).await },
+        ),
     )
     .await;
     match answer {
