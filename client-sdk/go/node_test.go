@@ -21,6 +21,7 @@ import (
 type testNode struct {
 	Address string
 	cmd     *exec.Cmd
+	exited  chan struct{} // closed once the process has exited
 }
 
 type cluster struct {
@@ -65,9 +66,25 @@ func freePort(t *testing.T) int {
 func (c *cluster) start(env ...string) *testNode {
 	t := c.t
 	t.Helper()
-	port := freePort(t)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	id := fmt.Sprintf("go-%d", len(c.nodes))
+	logName := filepath.Join(t.TempDir(), id+".log")
+	// A port found free can be taken before the node binds it (by any outgoing connection,
+	// which draws from the same range): start again on another one.
+	for try := 0; try < 5; try++ {
+		if n := c.startOn(freePort(t), id, logName, env); n != nil {
+			return n
+		}
+	}
+	out, _ := os.ReadFile(logName)
+	t.Fatalf("rebound-server found no free port: %s", out)
+	return nil
+}
+
+// startOn starts a node on port and waits until it listens; nil when the port was taken.
+func (c *cluster) startOn(port int, id, logName string, env []string) *testNode {
+	t := c.t
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command(serverBin(t))
 	cmd.Env = append(os.Environ(),
 		"REBOUND_LISTEN="+addr, "REBOUND_KEYSPACE="+c.keyspace, "REBOUND_NODE_ID="+id,
@@ -75,25 +92,37 @@ func (c *cluster) start(env ...string) *testNode {
 		"REBOUND_COMPACTION_INTERVAL_MS=200", "REBOUND_SLOTS=8", "REBOUND_LEASE_TTL_MS=3000",
 		"REBOUND_LANES=2", "REBOUND_SHUTDOWN_GRACE_MS=1000", "RUST_LOG=warn")
 	cmd.Env = append(cmd.Env, env...)
-	log, err := os.Create(filepath.Join(t.TempDir(), id+".log"))
+	log, err := os.Create(logName)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer log.Close()
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	n := &testNode{Address: addr, cmd: cmd}
-	c.nodes = append(c.nodes, n)
+	n := &testNode{Address: addr, cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(n.exited) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
+		select {
+		case <-n.exited:
+			out, _ := os.ReadFile(logName)
+			if strings.Contains(string(out), "Address already in use") {
+				return nil
+			}
+			t.Fatalf("rebound-server exited: %s", out)
+		default:
+		}
 		if conn, err := net.DialTimeout("tcp", addr, 500*time.Millisecond); err == nil {
 			conn.Close()
+			c.nodes = append(c.nodes, n)
 			return n
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	out, _ := os.ReadFile(log.Name())
+	c.nodes = append(c.nodes, n)
+	out, _ := os.ReadFile(logName)
 	t.Fatalf("rebound-server did not listen on %s: %s", addr, out)
 	return nil
 }
@@ -103,13 +132,11 @@ func (n *testNode) stop() {
 		return
 	}
 	_ = n.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = n.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-n.exited:
 	case <-time.After(10 * time.Second):
 		_ = n.cmd.Process.Kill()
-		<-done
+		<-n.exited
 	}
 }
 

@@ -12,13 +12,28 @@ use tonic::transport::Channel;
 
 use crate::contact_point;
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now, below Linux's range of ephemeral ports (32768-60999),
+/// so no outgoing connection (each node holds several to Cassandra) can take it between this
+/// call and the node's bind, nor while a killed node waits to be started again on it. Ports
+/// are handed out in turn from a per-process start, so two tests of one binary never get the
+/// same one; each is checked free by binding it.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    if NEXT.load(Ordering::Relaxed) == u32::MAX {
+        // A start that differs between the test binaries that cargo runs one after another.
+        let seed = std::process::id().wrapping_mul(2_654_435_761) % SPAN;
+        let _ = NEXT.compare_exchange(u32::MAX, seed, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
 /// A node process, killed (SIGKILL) and reaped when dropped.

@@ -29,14 +29,22 @@ class Node:
     """One rebound-server process. Several nodes share a keyspace to form one ring."""
 
     def __init__(self, keyspace: str, node_id: str, tmp: Path, **env: str) -> None:
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
         self.keyspace = keyspace
         self.log = tmp / f"{node_id}.log"
+        # A port found free can be taken before the node binds it (by any outgoing
+        # connection, which draws from the same range): start again on another one.
+        for _ in range(5):
+            if self._start(node_id, env):
+                return
+        raise RuntimeError(f"rebound-server found no free port: {self.log.read_text()[-2000:]}")
+
+    def _start(self, node_id: str, env: dict[str, str]) -> bool:
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
         full = {
             **os.environ,
             "REBOUND_LISTEN": self.address,
-            "REBOUND_KEYSPACE": keyspace,
+            "REBOUND_KEYSPACE": self.keyspace,
             "REBOUND_NODE_ID": node_id,
             "REBOUND_WINDOW_SECONDS": "1",
             "REBOUND_SKEW_MARGIN_MS": "200",
@@ -54,10 +62,13 @@ class Node:
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"rebound-server exited: {self.log.read_text()[-2000:]}")
+                text = self.log.read_text()
+                if "Address already in use" in text:
+                    return False
+                raise RuntimeError(f"rebound-server exited: {text[-2000:]}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
+                return True
             except OSError:
                 time.sleep(0.1)
         raise RuntimeError(f"rebound-server did not listen on {self.address}")

@@ -3,7 +3,7 @@
 // keyspace of its own, with 1 s windows.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtempSync, openSync, readFileSync, writeFileSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { createConnection, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -54,9 +54,24 @@ export class Cluster {
   readonly nodes: TestNode[] = [];
 
   async start(env: Record<string, string> = {}): Promise<TestNode> {
-    const port = await freePort();
     const id = `ts-${this.nodes.length}`;
     const log = join(this.dir, `${id}.log`);
+    // A port found free can be taken before the node binds it (by any outgoing connection,
+    // which draws from the same range): start again on another one.
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const node = await this.startOn(await freePort(), id, log, env);
+      if (node) return node;
+    }
+    throw new Error(`rebound-server found no free port: ${readFileSync(log, "utf8").slice(-2000)}`);
+  }
+
+  /** Starts a node on `port` and waits until it listens; undefined when the port was taken. */
+  private async startOn(
+    port: number,
+    id: string,
+    log: string,
+    env: Record<string, string>,
+  ): Promise<TestNode | undefined> {
     const out = openSync(log, "w");
     const proc = spawn(SERVER, [], {
       stdio: ["ignore", out, out],
@@ -77,15 +92,22 @@ export class Cluster {
         ...env,
       },
     });
+    closeSync(out);
     const node = new TestNode(`127.0.0.1:${port}`, proc);
-    this.nodes.push(node);
     const deadline = Date.now() + 60_000;
     while (Date.now() < deadline) {
-      if (proc.exitCode !== null)
-        throw new Error(`rebound-server exited: ${readFileSync(log, "utf8").slice(-2000)}`);
-      if (await canConnect(port)) return node;
+      if (proc.exitCode !== null) {
+        const text = readFileSync(log, "utf8");
+        if (text.includes("Address already in use")) return undefined;
+        throw new Error(`rebound-server exited: ${text.slice(-2000)}`);
+      }
+      if (await canConnect(port)) {
+        this.nodes.push(node);
+        return node;
+      }
       await new Promise((ok) => setTimeout(ok, 100));
     }
+    this.nodes.push(node);
     throw new Error(`rebound-server did not listen on ${node.address}`);
   }
 

@@ -289,10 +289,4 @@ impl Drop for Node {
     }
 }
 
-/// A port nobody listens on now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+pub use crate::process::free_port;

@@ -45,9 +45,26 @@ final class TestCluster implements AutoCloseable {
 
   /** Starts a node and returns its address once it listens. */
   String start(Map<String, String> env) throws IOException, InterruptedException {
-    int port = freePort();
-    String address = "127.0.0.1:" + port;
     String id = "java-" + processes.size();
+    File log = dir.resolve(id + ".log").toFile();
+    // A port found free can be taken before the node binds it (by any outgoing connection,
+    // which draws from the same range): start again on another one.
+    for (int attempt = 0; attempt < 5; attempt++) {
+      String address = startOn(freePort(), id, log, env);
+      if (address != null) {
+        return address;
+      }
+    }
+    throw new IllegalStateException(
+        "rebound-server found no free port: " + Files.readString(log.toPath()));
+  }
+
+  /**
+   * Starts a node on port and returns its address once it listens; null when the port was taken.
+   */
+  private String startOn(int port, String id, File log, Map<String, String> env)
+      throws IOException, InterruptedException {
+    String address = "127.0.0.1:" + port;
     ProcessBuilder pb = new ProcessBuilder(serverBin());
     Map<String, String> e = pb.environment();
     e.put("REBOUND_LISTEN", address);
@@ -63,22 +80,26 @@ final class TestCluster implements AutoCloseable {
     e.put("REBOUND_SHUTDOWN_GRACE_MS", "1000");
     e.putIfAbsent("RUST_LOG", "warn");
     e.putAll(env);
-    File log = dir.resolve(id + ".log").toFile();
     pb.redirectErrorStream(true).redirectOutput(log);
     Process p = pb.start();
-    processes.add(p);
     long deadline = System.currentTimeMillis() + 60_000;
     while (System.currentTimeMillis() < deadline) {
       if (!p.isAlive()) {
-        throw new IllegalStateException("rebound-server exited: " + Files.readString(log.toPath()));
+        String text = Files.readString(log.toPath());
+        if (text.contains("Address already in use")) {
+          return null;
+        }
+        throw new IllegalStateException("rebound-server exited: " + text);
       }
       try (Socket s = new Socket()) {
         s.connect(new InetSocketAddress("127.0.0.1", port), 500);
+        processes.add(p);
         return address;
       } catch (IOException notYet) {
         Thread.sleep(100);
       }
     }
+    processes.add(p);
     throw new IllegalStateException("rebound-server did not listen on " + address);
   }
 
