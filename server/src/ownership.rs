@@ -27,6 +27,12 @@ pub trait Ownership: Send + Sync + Debug {
     fn writer_lag_ms(&self, _node_id: &str, _boot_epoch: i64) -> i64 {
         0
     }
+    /// How much later than its end plus the margin, in this node's clock, a window of the
+    /// writer `(node_id, boot_epoch)` may be read (see `peers::PeerClocks::read_lag_ms`):
+    /// never before the due times that writer answered, on Cassandra's clock. 0 when unknown.
+    fn writer_read_lag_ms(&self, _node_id: &str, _boot_epoch: i64) -> i64 {
+        0
+    }
     /// The largest lag of any live writer: no window is closed to every writer before
     /// `now - max_writer_lag_ms` has passed its end.
     fn max_writer_lag_ms(&self) -> i64 {

@@ -29,6 +29,10 @@ struct Inner {
     /// node_id -> lag relative to this node (ms; positive: its clock is behind).
     by_node: HashMap<String, i64>,
     by_writer: HashMap<(String, i64), i64>,
+    /// (node_id, boot_epoch) -> lag behind Cassandra's clock (ms; negative: ahead).
+    behind_cassandra: HashMap<(String, i64), i64>,
+    /// This node's own lag behind Cassandra's clock.
+    mine: i64,
     max_lag: i64,
 }
 
@@ -98,20 +102,20 @@ impl PeerClocks {
             // Without our own sample there is nothing to compare with.
             g.by_node.clear();
             g.by_writer.clear();
+            g.behind_cassandra.clear();
+            g.mine = 0;
             g.max_lag = 0;
             return;
         };
+        let band = |l: i64| if l.abs() <= self.deadband_ms { 0 } else { l };
         let mut by_writer = HashMap::new();
+        let mut behind_cassandra = HashMap::new();
         let mut by_node: HashMap<String, (i64, i64)> = HashMap::new();
         for (k, q) in &g.samples {
             let Some(l) = lag(q) else { continue };
-            let rel = l - mine;
-            let rel = if rel.abs() <= self.deadband_ms {
-                0
-            } else {
-                rel
-            };
+            let rel = band(l - mine);
             by_writer.insert(k.clone(), rel);
+            behind_cassandra.insert(k.clone(), band(l));
             // A node's newest boot speaks for its leases.
             let e = by_node.entry(k.0.clone()).or_insert((k.1, rel));
             if k.1 >= e.0 {
@@ -124,6 +128,8 @@ impl PeerClocks {
             tracing::debug!(?lagging, "nodes whose clocks differ from this one's");
         }
         g.by_writer = by_writer;
+        g.behind_cassandra = behind_cassandra;
+        g.mine = band(mine);
         g.by_node = by_node.into_iter().map(|(k, (_, l))| (k, l)).collect();
     }
 
@@ -138,6 +144,25 @@ impl PeerClocks {
             .copied()
             .unwrap_or(0)
             .max(0)
+    }
+
+    /// How much later than its end (plus the margin), in this node's clock, a window of the
+    /// writer `(node_id, boot_epoch)` is read: once Cassandra's clock has passed the end in
+    /// the writer's clock, or in Cassandra's own when the writer runs ahead, never earlier
+    /// than this node's clock says. That is `max(lag(writer), 0) - lag(this node)`, lags
+    /// against Cassandra's clock, floored at 0. A writer whose clock runs ahead answered due
+    /// times in its future; read on Cassandra's time, its windows are never delivered before
+    /// them, even by itself (a reader ahead of Cassandra waits its own lead). An unknown
+    /// writer counts as on time. Readability only: the orphan grace keeps `writer_lag_ms`,
+    /// and the compactor's Gate 2 `max_lag_ms`, both relative to this node.
+    /// It is never less than `writer_lag_ms` (lags within the deadband of each other count
+    /// there, so a window is never read earlier than by the relative rule).
+    pub fn read_lag_ms(&self, node_id: &str, boot_epoch: i64) -> i64 {
+        let g = self.lock();
+        let key = (node_id.to_string(), boot_epoch);
+        let writer = g.behind_cassandra.get(&key).copied().unwrap_or(0);
+        let relative = g.by_writer.get(&key).copied().unwrap_or(0);
+        (writer.max(0) - g.mine).max(relative).max(0)
     }
 
     /// How far the clock of node `node_id` (its newest boot) lags this node's; negative
@@ -212,6 +237,53 @@ mod tests {
         p.update(&[m("b", 7, 4_000, 4_005), m("c", 2, 4_000, 4_001)]);
         p.update(&[m("b", 7, 4_500, 4_505), m("c", 3, 4_500, 4_501)]);
         assert_eq!(p.writer_lag_ms("c", 2), 0);
+    }
+
+    #[test]
+    fn windows_are_read_on_cassandras_clock_when_a_clock_runs_ahead() {
+        // f is 2.5 s ahead of Cassandra (5 ms latency), b on time, a 3 s behind; the
+        // deadband is 1 s (half a 2 s margin).
+        let members = [
+            m("f", 1, 3_500, 1_005),
+            m("b", 7, 1_000, 1_002),
+            m("a", 4, -2_000, 1_003),
+        ];
+        let f = PeerClocks::new("f".into(), 1, 1_000, 10_000);
+        f.update(&members);
+        // f reads its own windows once Cassandra's clock has passed their end: 2,495 ms
+        // later than its own clock says (before: on its own clock, 2.5 s early); b's as before
+        // (b's latency was 3 ms less than f's).
+        assert_eq!(f.writer_lag_ms("f", 1), 0);
+        assert_eq!(f.read_lag_ms("f", 1), 2_495);
+        assert_eq!(f.read_lag_ms("b", 7), 2_497);
+        // a's once a's own clock has passed it, in f's clock (unchanged).
+        assert_eq!(f.read_lag_ms("a", 4), 5_498);
+        assert_eq!(f.read_lag_ms("a", 4), f.writer_lag_ms("a", 4));
+        // An unknown writer counts as on time.
+        assert_eq!(f.read_lag_ms("gone", 1), 2_495);
+        // Gate 2 is unchanged: the writer furthest behind f.
+        assert_eq!(f.max_lag_ms(), 5_498);
+
+        // Seen from b (on time): f's windows on Cassandra's (= b's) clock, a's 3 s late.
+        let b = PeerClocks::new("b".into(), 7, 1_000, 10_000);
+        b.update(&members);
+        assert_eq!(b.read_lag_ms("f", 1), 0);
+        assert_eq!(b.read_lag_ms("b", 7), 0);
+        assert_eq!(b.read_lag_ms("a", 4), 3_003);
+        // Seen from a (behind): never earlier than its own clock says.
+        let a = PeerClocks::new("a".into(), 4, 1_000, 10_000);
+        a.update(&members);
+        assert_eq!(a.read_lag_ms("f", 1), 0);
+        assert_eq!(a.read_lag_ms("b", 7), 0);
+        assert_eq!(a.read_lag_ms("a", 4), 0);
+
+        // Within the deadband of Cassandra each, but a margin apart: read as the relative rule
+        // says, never earlier.
+        let x = PeerClocks::new("x".into(), 1, 1_000, 10_000);
+        x.update(&[m("x", 1, 1_900, 1_000), m("y", 2, 100, 1_000)]);
+        assert_eq!(x.writer_lag_ms("y", 2), 1_800);
+        assert_eq!(x.read_lag_ms("y", 2), 1_800);
+        assert_eq!(x.read_lag_ms("x", 1), 0);
     }
 
     #[test]

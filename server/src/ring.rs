@@ -487,6 +487,10 @@ impl Ownership for LeaseRing {
         self.peers.writer_lag_ms(node_id, boot_epoch)
     }
 
+    fn writer_read_lag_ms(&self, node_id: &str, boot_epoch: i64) -> i64 {
+        self.peers.read_lag_ms(node_id, boot_epoch)
+    }
+
     fn max_writer_lag_ms(&self) -> i64 {
         self.peers.max_lag_ms()
     }

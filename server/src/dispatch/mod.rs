@@ -362,13 +362,15 @@ impl Dispatcher {
             .map_or(0, |(node, epoch)| self.ownership.writer_lag_ms(node, epoch))
     }
 
-    /// Whether the writer of `instance` has closed `window` by its own clock, plus the margin.
+    /// Whether `window` of the writer of `instance` may be read: its writer has closed it by
+    /// its own clock, plus the margin, and Cassandra's clock has passed the due times it
+    /// answered (`Ownership::writer_read_lag_ms`).
     fn due_for_writer(&self, window: WindowId, instance: &str, now: i64) -> bool {
-        self.grid.is_readable(
-            window,
-            now - self.writer_lag(instance),
-            self.opts.skew_margin_ms,
-        )
+        let lag = crate::peers::writer_of(instance).map_or(0, |(node, epoch)| {
+            self.ownership.writer_read_lag_ms(node, epoch)
+        });
+        self.grid
+            .is_readable(window, now - lag, self.opts.skew_margin_ms)
     }
 
     fn maybe_start(self: &Arc<Self>, window: WindowId, row: InstanceRow, lease: Lease) -> Start {
