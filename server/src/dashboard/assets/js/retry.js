@@ -1,0 +1,127 @@
+// Retry lookup (#/retry, #/retry/{service}/{id}): the form and one retry.
+
+import { api, enc } from "./api.js";
+import { append, clear, errorBox, h, kvList, loading } from "./dom.js";
+import { num, timeEl } from "./format.js";
+
+export function retryPage(service, id) {
+	const svc = h("input", {
+		id: "retry-service",
+		name: "service",
+		required: true,
+		autocomplete: "off",
+		value: service ?? "",
+	});
+	const tx = h("input", {
+		id: "retry-id",
+		name: "transaction_id",
+		required: true,
+		autocomplete: "off",
+		value: id ?? "",
+	});
+	const box = errorBox();
+	const out = h("div", { class: "retry-body" });
+	const form = h(
+		"form",
+		{
+			class: "fields",
+			"data-form": "retry",
+			onsubmit: (ev) => {
+				ev.preventDefault();
+				if (!svc.value.trim() || !tx.value.trim())
+					return box.show(new Error("Enter a service and a transaction id."));
+				location.hash = `#/retry/${enc(svc.value.trim())}/${enc(tx.value.trim())}`;
+			},
+		},
+		h(
+			"div",
+			{ class: "grid" },
+			h("div", { class: "field" }, h("label", { for: "retry-service" }, "Service"), svc),
+			h("div", { class: "field" }, h("label", { for: "retry-id" }, "Transaction id"), tx),
+		),
+		h("div", { class: "actions" }, h("button", { type: "submit" }, "Look up")),
+	);
+	if (service && id) {
+		append(out, loading());
+		api(`services/${enc(service)}/retries/${enc(id)}`)
+			.then((r) => clear(out, retryView(r)))
+			.catch((e) => {
+				clear(out);
+				if (e.status === 404)
+					box.show(new Error(`No retry ${id} in service ${service}. ${e.message ? `(${e.message})` : ""}`));
+				else box.show(e);
+			});
+	}
+	return h(
+		"div",
+		{ class: "page", "data-page": "retry" },
+		h("h1", {}, "Retry lookup"),
+		h("section", { class: "card" }, form, box),
+		out,
+	);
+}
+
+function retryView(r) {
+	const payload =
+		r.payload != null
+			? h("pre", { class: "payload", "data-field": "payload" }, r.payload === "" ? "(empty)" : r.payload)
+			: h("pre", { class: "payload", "data-field": "payload" }, `base64: ${r.payload_base64 ?? ""}`);
+	const attrs = Object.entries(r.attributes ?? {}).sort(([a], [b]) => a.localeCompare(b));
+	const trace = r.trace_id
+		? r.trace_url
+			? h(
+					"a",
+					{ href: r.trace_url, target: "_blank", rel: "noopener noreferrer", "data-field": "trace" },
+					r.trace_id,
+				)
+			: h("code", { "data-field": "trace" }, r.trace_id)
+		: "–";
+	const loc = r.location;
+	const rows = [
+		["Service", r.service],
+		["Transaction id", h("code", {}, r.transaction_id)],
+		[
+			"State",
+			h("span", { class: `badge s-${String(r.status).toLowerCase()}`, "data-field": "status" }, r.status),
+		],
+		["Attempt", h("span", { "data-field": "attempt" }, num(r.attempt))],
+		["Due", timeEl(r.due_time)],
+		[
+			"Last error",
+			r.last_error ? h("span", { class: "err-text", "data-field": "last_error" }, r.last_error) : "–",
+		],
+		["Enqueue count", h("span", { "data-field": "enqueue_count" }, num(r.enqueue_count))],
+		["Delivery count", h("span", { "data-field": "delivery_count" }, num(r.delivery_count))],
+		["First enqueued", timeEl(r.first_enqueued_at)],
+		["Last enqueued", timeEl(r.last_enqueued_at)],
+		["Updated", timeEl(r.updated_at)],
+		[
+			"Location",
+			loc
+				? [
+						h("a", { href: `#/window/${enc(loc.day)}/${loc.window}` }, `${loc.day} window ${loc.window}`),
+						`, instance ${loc.instance}, bucket ${loc.bucket}`,
+					]
+				: "–",
+		],
+		["Generation", h("code", {}, r.generation ?? "–")],
+		["Trace", trace],
+		[
+			"Attributes",
+			attrs.length
+				? h(
+						"dl",
+						{ class: "attrs" },
+						attrs.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
+					)
+				: h("span", { class: "muted" }, "none"),
+		],
+		["Payload", payload],
+	];
+	return h(
+		"section",
+		{ class: "card", "data-retry": r.transaction_id },
+		h("h2", {}, r.transaction_id),
+		kvList(rows),
+	);
+}
