@@ -36,6 +36,8 @@ impl EnqueueBuilder {
             request: pb::EnqueueRetryRequest {
                 service,
                 transaction_id,
+                // The call that just failed, as in every other SDK.
+                attempt: 1,
                 ..Default::default()
             },
         }
@@ -78,8 +80,8 @@ impl EnqueueBuilder {
         self
     }
 
-    /// Attempts the caller already made before enqueueing; usually 1 (the call that just
-    /// failed). Must be below the policy's `max_attempts`. Defaults to 0, as on the wire.
+    /// Attempts the caller already made before enqueueing (default 1: the call that just
+    /// failed). Must be below the policy's `max_attempts`.
     pub fn attempt(mut self, attempt: u32) -> Self {
         self.request.attempt = attempt;
         self
@@ -228,6 +230,8 @@ mod tests {
             pb::EnqueueRetryRequest {
                 service: "payments".into(),
                 transaction_id: "tx-1".into(),
+                // The call that just failed, as in every SDK.
+                attempt: 1,
                 ..Default::default()
             }
         );
