@@ -11,6 +11,7 @@ pub mod clock;
 pub mod coalesce;
 pub mod compactor;
 pub mod config;
+pub mod connections;
 pub mod dashboard;
 pub mod dispatch;
 pub mod error;

@@ -55,6 +55,9 @@ pub mod names {
     pub const READY: &str = "rebound_ready";
     pub const INFLIGHT_REQUEST_BYTES: &str = "rebound_inflight_request_bytes";
     pub const REQUESTS_SHED: &str = "rebound_requests_shed";
+    pub const CONNECTIONS: &str = "rebound_connections";
+    pub const CONNECTIONS_CLOSED: &str = "rebound_connections_closed";
+    pub const TASKS: &str = "rebound_tasks";
 }
 
 /// The label a service stands under when the cap on labelled services is reached.
@@ -124,8 +127,16 @@ pub struct BatchLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    /// Spans: `queue_full` or `export_failed`; shed requests: `inflight_bytes`.
+    /// Spans: `queue_full` or `export_failed`; shed requests: `inflight_bytes`; closed
+    /// connections: `limit`, `header_timeout`.
     pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OwnerLabels {
+    /// The component that spawned the tasks (`tasks::Tasks::new`): `node`, `ring`,
+    /// `server`, `dispatcher`, `coalescer`.
+    pub owner: &'static str,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -172,6 +183,9 @@ pub struct Metrics {
     pub ready: Gauge,
     pub inflight_request_bytes: Gauge,
     pub requests_shed: Family<ReasonLabels, Counter>,
+    pub connections: Gauge,
+    pub connections_closed: Family<ReasonLabels, Counter>,
+    pub tasks: Family<OwnerLabels, Gauge>,
     services: ServiceNames,
 }
 
@@ -283,6 +297,9 @@ impl Metrics {
             ready: Gauge::default(),
             inflight_request_bytes: Gauge::default(),
             requests_shed: Family::default(),
+            connections: Gauge::default(),
+            connections_closed: Family::default(),
+            tasks: Family::default(),
             services: ServiceNames {
                 cap: AtomicUsize::new(DEFAULT_MAX_SERVICES),
                 known: RwLock::default(),
@@ -400,6 +417,21 @@ impl Metrics {
             "Requests refused with RESOURCE_EXHAUSTED to shed load, by reason (inflight_bytes: the request byte budget was full)",
             m.requests_shed.clone(),
         );
+        r.register(
+            CONNECTIONS,
+            "Open connections on the gRPC port, TLS handshakes included, against REBOUND_MAX_CONNECTIONS",
+            m.connections.clone(),
+        );
+        r.register(
+            CONNECTIONS_CLOSED,
+            "gRPC connections the node closed, by reason (limit: refused at accept, REBOUND_MAX_CONNECTIONS was reached; header_timeout: no complete request headers within REBOUND_REQUEST_HEADER_TIMEOUT_MS)",
+            m.connections_closed.clone(),
+        );
+        r.register(
+            TASKS,
+            "Tasks the node's components spawned that have not finished yet, by owner (node, ring, server, dispatcher, coalescer); a count that only grows is a leak",
+            m.tasks.clone(),
+        );
         Metrics { registry: r, ..m }
     }
 
@@ -483,6 +515,12 @@ impl Metrics {
         self.spans_dropped
             .get_or_create(&ReasonLabels { reason })
             .inc_by(n);
+    }
+
+    pub fn connection_closed(&self, reason: &'static str) {
+        self.connections_closed
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 }
 

@@ -18,7 +18,7 @@ use tokio::{
     sync::{oneshot, watch},
     time::Instant,
 };
-use tokio_stream::{wrappers::TcpListenerStream, StreamExt};
+use tokio_stream::StreamExt;
 
 use crate::{
     admin::Admin,
@@ -608,7 +608,14 @@ impl Node {
         });
         let max_payload_bytes = config.max_payload_bytes;
         let request_budget = crate::budget::RequestBudget::new(config.max_inflight_bytes);
+        // What bounds the connections (`connections`): how many, how fast a request's
+        // headers must come, keep-alive, streams per connection, header size.
+        let limits = crate::connections::Limits::of(&config);
         let router = tonic::transport::Server::builder()
+            .max_concurrent_streams(limits.max_concurrent_streams)
+            .http2_keepalive_interval(Some(limits.keepalive_interval))
+            .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+            .http2_max_header_list_size(crate::connections::MAX_HEADER_LIST_BYTES)
             .layer(crate::telemetry::rpc::RpcLayer)
             .layer(crate::budget::BudgetLayer::new(request_budget))
             .layer(tower::util::MapResponseLayer::new(
@@ -688,8 +695,9 @@ impl Node {
                     own(
                         &tasks.server,
                         crate::tls::accept(
-                            l,
-                            |c| c,
+                            tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)),
+                            crate::tls::HANDSHAKE_TIMEOUT,
+                            Some,
                             move || tls.http_acceptor(),
                             tx,
                             shutdown.subscribe(),
@@ -712,44 +720,54 @@ impl Node {
         let mut serve_stop = shutdown.subscribe();
         let serve_hub = hub.clone();
         let grace = Duration::from_millis(config.shutdown_grace_ms);
-        // tonic sets TCP_NODELAY only on connections it accepts itself, not on a stream of
-        // them: without it Nagle's algorithm meets the client's delayed ACK and a small
-        // response can wait 40 ms (`bench rebound`: single enqueue p99 48 ms without, 11 ms
-        // with).
-        let connections = tasks.connections.clone();
+        // TCP_NODELAY (`bench rebound`: single enqueue p99 48 ms without, 11 ms with) and
+        // TCP keep-alive on every accepted connection; the gate closes those past
+        // REBOUND_MAX_CONNECTIONS, and `HeaderWatch` those whose requests' headers are late.
+        let tcp = crate::connections::tcp_incoming(listener, &limits);
+        let gate = Arc::new(crate::connections::Gate::new(
+            tasks.connections.clone(),
+            limits.max_connections,
+        ));
+        let header_timeout = limits.request_header_timeout;
         type Incoming = std::pin::Pin<
             Box<
                 dyn futures::Stream<
-                        Item = std::io::Result<MaybeTls<crate::tasks::Connection<TcpStream>>>,
+                        Item = std::io::Result<
+                            crate::connections::HeaderWatch<
+                                MaybeTls<crate::tasks::Connection<TcpStream>>,
+                            >,
+                        >,
                     > + Send,
             >,
         >;
         let incoming: Incoming = match &tls {
-            None => Box::pin(TcpListenerStream::new(listener).map(move |conn| {
-                if let Ok(c) = &conn {
-                    if let Err(e) = c.set_nodelay(true) {
-                        tracing::warn!(error = %e, "could not set TCP_NODELAY on a connection");
-                    }
-                }
-                conn.map(|c| MaybeTls::Plain(connections.wrap(c)))
-            })),
+            None => Box::pin(crate::connections::plain(tcp, gate, header_timeout)),
             Some(tls) => {
-                // Handshakes run beside the server (`tls::accept`); it sees finished ones.
+                // Handshakes run beside the server (`tls::accept`), within the header timeout;
+                // it sees finished ones, whose first request is then due that long after
+                // their accept.
                 let (tx, rx) = tokio::sync::mpsc::channel(16);
                 let tls = tls.clone();
                 own(
                     &tasks.server,
                     crate::tls::accept(
-                        listener,
-                        move |c| connections.wrap(c),
+                        tcp,
+                        header_timeout,
+                        move |c| gate.admit(c),
                         move || tls.grpc_acceptor(),
                         tx,
                         shutdown.subscribe(),
                     ),
                 );
                 Box::pin(
-                    tokio_stream::wrappers::ReceiverStream::new(rx)
-                        .map(|(s, _)| Ok(MaybeTls::Tls(Box::new(s)))),
+                    tokio_stream::wrappers::ReceiverStream::new(rx).map(move |(s, _)| {
+                        let opened = s.get_ref().0.opened();
+                        Ok(crate::connections::HeaderWatch::new(
+                            MaybeTls::Tls(Box::new(s)),
+                            opened,
+                            header_timeout,
+                        ))
+                    }),
                 )
             }
         };

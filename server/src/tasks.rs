@@ -32,6 +32,17 @@ pub struct Tasks {
     name: &'static str,
     inner: Mutex<Inner>,
     live: Arc<Live>,
+    /// `rebound_tasks{owner = name}`: this owner's live tasks, summed over its `Tasks`.
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+/// Counts a task in its owner's `rebound_tasks` gauge until its future is dropped.
+struct GaugeGuard(prometheus_client::metrics::gauge::Gauge);
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 #[derive(Debug, Default)]
@@ -96,6 +107,10 @@ impl Tasks {
             name,
             inner: Mutex::default(),
             live: Arc::default(),
+            gauge: crate::metrics::global()
+                .tasks
+                .get_or_create(&crate::metrics::OwnerLabels { owner: name })
+                .clone(),
         }
     }
 
@@ -119,8 +134,11 @@ impl Tasks {
             self.report(done);
         }
         let guard = LiveGuard::new(self.live.clone());
+        self.gauge.inc();
+        let gauged = GaugeGuard(self.gauge.clone());
         inner.set.spawn(async move {
             let _live = guard;
+            let _gauged = gauged;
             task.await
         });
         Ok(())
@@ -185,6 +203,7 @@ impl Default for Connections {
 
 impl Connections {
     /// Counts `io` as open until it is dropped; once cut, its reads and writes fail.
+    /// It is counted in `rebound_connections` too.
     pub fn wrap<T>(&self, io: T) -> Connection<T> {
         let mut cut = self.cut.subscribe();
         Connection {
@@ -192,7 +211,9 @@ impl Connections {
             cut: Box::pin(async move {
                 let _ = cut.wait_for(|c| *c).await;
             }),
+            opened: Instant::now(),
             _live: LiveGuard::new(self.live.clone()),
+            _gauge: crate::connections::OpenGauge::new(),
         }
     }
 
@@ -218,10 +239,17 @@ impl Connections {
 pub struct Connection<T> {
     io: T,
     cut: BoxFuture<'static, ()>,
+    opened: Instant,
     _live: LiveGuard,
+    _gauge: crate::connections::OpenGauge,
 }
 
 impl<T> Connection<T> {
+    /// When it was wrapped (accepted).
+    pub fn opened(&self) -> Instant {
+        self.opened
+    }
+
     fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         match self.cut.as_mut().poll(cx) {
             Poll::Ready(()) => Err(io::Error::new(
@@ -316,6 +344,27 @@ mod tests {
         assert_eq!(tasks.live(), 0);
         // Closed: a task is given back.
         assert!(tasks.spawn(async {}).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_tasks_gauge_counts_live_tasks_by_owner() {
+        let gauge = || {
+            crate::metrics::global()
+                .tasks
+                .get_or_create(&crate::metrics::OwnerLabels {
+                    owner: "gauge-test",
+                })
+                .get()
+        };
+        let tasks = Tasks::new("gauge-test");
+        tasks.spawn(async {}).unwrap_or_else(|_| panic!("open"));
+        tasks
+            .spawn(std::future::pending())
+            .unwrap_or_else(|_| panic!("open"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(gauge(), 1, "the finished task is no longer counted");
+        tasks.shutdown(Instant::now()).await;
+        assert_eq!(gauge(), 0, "nor the aborted one");
     }
 
     #[tokio::test]

@@ -31,7 +31,7 @@ use rustls::{
 };
 use tokio::{
     io::{AsyncRead, AsyncWrite},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     sync::{mpsc, watch},
     task::JoinSet,
 };
@@ -39,8 +39,9 @@ use tokio_rustls::{server::TlsStream, TlsAcceptor};
 
 /// Handshakes in progress at once per listener; more connections wait in the accept queue.
 const MAX_HANDSHAKES: usize = 256;
-/// A client that has not finished its handshake by then is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A client of the HTTP listener that has not finished its handshake by then is dropped (the
+/// gRPC port's is `REBOUND_REQUEST_HEADER_TIMEOUT_MS`).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The files of the listeners' TLS (paths as configured).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -408,22 +409,25 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTls<T> {
     }
 }
 
-/// Accepts connections on `listener` and sends on those whose TLS handshake completes, at most
-/// `MAX_HANDSHAKES` at a time, each within `HANDSHAKE_TIMEOUT`; a failed handshake is logged
-/// and dropped. `wrap` is applied to each TCP connection first (TCP_NODELAY is set here).
-/// Returns when `stop` turns true or the receiver is gone; the handshakes in progress end
-/// with it.
-pub async fn accept<IO, W, A>(
-    listener: TcpListener,
+/// Takes the TCP connections of `incoming` (a listener's, with its socket options set) and
+/// sends on those whose TLS handshake completes, at most `MAX_HANDSHAKES` at a time, each
+/// within `handshake_timeout`; a failed handshake is logged and dropped. `wrap` is applied to
+/// each TCP connection first; when it gives None the connection is closed at once. Returns
+/// when `stop` turns true or the receiver is gone; the handshakes in progress end with it.
+pub async fn accept<S, IO, W, A>(
+    mut incoming: S,
+    handshake_timeout: Duration,
     mut wrap: W,
     acceptor: A,
     tx: mpsc::Sender<(TlsStream<IO>, SocketAddr)>,
     mut stop: watch::Receiver<bool>,
 ) where
+    S: futures::Stream<Item = std::io::Result<TcpStream>> + Unpin,
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    W: FnMut(TcpStream) -> IO,
+    W: FnMut(TcpStream) -> Option<IO>,
     A: Fn() -> TlsAcceptor,
 {
+    use futures::StreamExt;
     async fn stopped(stop: &mut watch::Receiver<bool>) {
         let _ = stop.wait_for(|s| *s).await;
     }
@@ -440,32 +444,33 @@ pub async fn accept<IO, W, A>(
                     }
                 }
             }
-            accepted = listener.accept(), if handshakes.len() < MAX_HANDSHAKES => match accepted {
-                Ok((tcp, peer)) => {
-                    if let Err(e) = tcp.set_nodelay(true) {
-                        tracing::warn!(error = %e, "could not set TCP_NODELAY on a connection");
+            accepted = incoming.next(), if handshakes.len() < MAX_HANDSHAKES => match accepted {
+                // A peer already gone has no address; one over the limit is closed.
+                Some(Ok(tcp)) => match tcp.peer_addr().ok().and_then(|peer| Some((wrap(tcp)?, peer))) {
+                    None => {}
+                    Some((io, peer)) => {
+                        let acceptor = acceptor();
+                        let refusals = refusals.clone();
+                        handshakes.spawn(async move {
+                            let reason = match tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await {
+                                Ok(Ok(s)) => return Some((s, peer)),
+                                Ok(Err(e)) => refusal_reason(&e),
+                                Err(_) => format!(
+                                    "the client did not finish the handshake within {} ms",
+                                    handshake_timeout.as_millis()
+                                ),
+                            };
+                            refusals.refused(peer, reason, std::time::Instant::now());
+                            None
+                        });
                     }
-                    let io = wrap(tcp);
-                    let acceptor = acceptor();
-                    let refusals = refusals.clone();
-                    handshakes.spawn(async move {
-                        let reason = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
-                            Ok(Ok(s)) => return Some((s, peer)),
-                            Ok(Err(e)) => refusal_reason(&e),
-                            Err(_) => format!(
-                                "the client did not finish the handshake within {} s",
-                                HANDSHAKE_TIMEOUT.as_secs()
-                            ),
-                        };
-                        refusals.refused(peer, reason, std::time::Instant::now());
-                        None
-                    });
-                }
-                Err(e) => {
+                },
+                Some(Err(e)) => {
                     // Out of file descriptors, typically: back off instead of spinning.
                     tracing::warn!(error = %e, "accepting a connection failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
+                None => break,
             },
         }
     }

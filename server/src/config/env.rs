@@ -46,6 +46,11 @@ pub const ENV_KEYS: &[&str] = &[
     "REBOUND_MAX_BATCH_ITEMS",
     "REBOUND_MAX_CONCURRENT_WRITES",
     "REBOUND_MAX_SUBSCRIBERS",
+    "REBOUND_MAX_CONNECTIONS",
+    "REBOUND_MAX_CONCURRENT_STREAMS",
+    "REBOUND_REQUEST_HEADER_TIMEOUT_MS",
+    "REBOUND_KEEPALIVE_INTERVAL_MS",
+    "REBOUND_KEEPALIVE_TIMEOUT_MS",
     "REBOUND_MAX_IN_FLIGHT_BYTES",
     "REBOUND_MAX_INFLIGHT_BYTES",
     "REBOUND_CLOCK_SYNC",
@@ -103,6 +108,11 @@ struct FileConfig {
     max_batch_items: Option<usize>,
     max_concurrent_writes: Option<usize>,
     max_subscribers: Option<usize>,
+    max_connections: Option<usize>,
+    max_concurrent_streams: Option<u32>,
+    request_header_timeout_ms: Option<u64>,
+    keepalive_interval_ms: Option<u64>,
+    keepalive_timeout_ms: Option<u64>,
     max_in_flight_bytes: Option<usize>,
     max_inflight_bytes: Option<usize>,
     clock_sync: Option<bool>,
@@ -200,6 +210,14 @@ impl Config {
         set(&mut self.max_batch_items, f.max_batch_items);
         set(&mut self.max_concurrent_writes, f.max_concurrent_writes);
         set(&mut self.max_subscribers, f.max_subscribers);
+        set(&mut self.max_connections, f.max_connections);
+        set(&mut self.max_concurrent_streams, f.max_concurrent_streams);
+        set(
+            &mut self.request_header_timeout_ms,
+            f.request_header_timeout_ms,
+        );
+        set(&mut self.keepalive_interval_ms, f.keepalive_interval_ms);
+        set(&mut self.keepalive_timeout_ms, f.keepalive_timeout_ms);
         set(&mut self.max_in_flight_bytes, f.max_in_flight_bytes);
         set(&mut self.max_inflight_bytes, f.max_inflight_bytes);
         set(&mut self.clock_sync, f.clock_sync);
@@ -333,6 +351,14 @@ impl Config {
         num!("REBOUND_MAX_BATCH_ITEMS", max_batch_items);
         num!("REBOUND_MAX_CONCURRENT_WRITES", max_concurrent_writes);
         num!("REBOUND_MAX_SUBSCRIBERS", max_subscribers);
+        num!("REBOUND_MAX_CONNECTIONS", max_connections);
+        num!("REBOUND_MAX_CONCURRENT_STREAMS", max_concurrent_streams);
+        num!(
+            "REBOUND_REQUEST_HEADER_TIMEOUT_MS",
+            request_header_timeout_ms
+        );
+        num!("REBOUND_KEEPALIVE_INTERVAL_MS", keepalive_interval_ms);
+        num!("REBOUND_KEEPALIVE_TIMEOUT_MS", keepalive_timeout_ms);
         num!("REBOUND_MAX_IN_FLIGHT_BYTES", max_in_flight_bytes);
         num!("REBOUND_MAX_INFLIGHT_BYTES", max_inflight_bytes);
         if let Some(v) = get("REBOUND_CLOCK_SYNC") {
@@ -559,6 +585,11 @@ mod tests {
             "max_batch_items",
             "max_concurrent_writes",
             "max_subscribers",
+            "max_connections",
+            "max_concurrent_streams",
+            "request_header_timeout_ms",
+            "keepalive_interval_ms",
+            "keepalive_timeout_ms",
             "max_in_flight_bytes",
             "max_inflight_bytes",
             "clock_sync",

@@ -51,6 +51,23 @@ pub struct Config {
     pub max_concurrent_writes: usize,
     /// Open `Subscribe` streams on this node; more are refused with RESOURCE_EXHAUSTED.
     pub max_subscribers: usize,
+    /// Connections open at once on the gRPC port, TLS handshakes included
+    /// (`REBOUND_MAX_CONNECTIONS`); one more is closed as soon as it is accepted.
+    pub max_connections: usize,
+    /// Streams (calls) open at once on one gRPC connection (`REBOUND_MAX_CONCURRENT_STREAMS`,
+    /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub max_concurrent_streams: u32,
+    /// A new connection must have sent the complete headers of its first request this long
+    /// after it was accepted (TLS handshake included), and a request's headers must be
+    /// complete this long after their first frame; else the connection is closed
+    /// (`REBOUND_REQUEST_HEADER_TIMEOUT_MS`).
+    pub request_header_timeout_ms: u64,
+    /// HTTP/2 PING (and TCP keep-alive) on a connection quiet for this long
+    /// (`REBOUND_KEEPALIVE_INTERVAL_MS`).
+    pub keepalive_interval_ms: u64,
+    /// A connection whose peer does not answer a PING within this is closed
+    /// (`REBOUND_KEEPALIVE_TIMEOUT_MS`).
+    pub keepalive_timeout_ms: u64,
     /// Payload, attribute and error bytes of this node's unacknowledged deliveries; at the
     /// budget, further deliveries wait (in Cassandra) for acks.
     pub max_in_flight_bytes: usize,
@@ -145,6 +162,9 @@ pub const DEFAULT_MAX_INFLIGHT_BYTES: usize = 64 << 20;
 /// What a request may carry beyond its payloads (ids, attributes, errors, framing).
 pub const MESSAGE_OVERHEAD: usize = 1 << 20;
 
+/// The default of `max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4_096;
+
 pub fn check_trace_url_template(t: &str) -> Result<(), String> {
     let rest = t
         .strip_prefix("http://")
@@ -201,6 +221,11 @@ impl Default for Config {
             max_batch_items: 1_000,
             max_concurrent_writes: 4_096,
             max_subscribers: 1_024,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_concurrent_streams: 1_024,
+            request_header_timeout_ms: 10_000,
+            keepalive_interval_ms: 60_000,
+            keepalive_timeout_ms: 20_000,
             max_in_flight_bytes: 256 << 20,
             max_inflight_bytes: DEFAULT_MAX_INFLIGHT_BYTES,
             clock_sync: true,
@@ -478,6 +503,36 @@ impl Config {
             1_000_000,
         )?;
         range(
+            "REBOUND_MAX_CONNECTIONS",
+            self.max_connections as u64,
+            1,
+            1_000_000,
+        )?;
+        range(
+            "REBOUND_MAX_CONCURRENT_STREAMS",
+            u64::from(self.max_concurrent_streams),
+            1,
+            1_000_000,
+        )?;
+        range(
+            "REBOUND_REQUEST_HEADER_TIMEOUT_MS",
+            self.request_header_timeout_ms,
+            100,
+            600_000,
+        )?;
+        range(
+            "REBOUND_KEEPALIVE_INTERVAL_MS",
+            self.keepalive_interval_ms,
+            1_000,
+            86_400_000,
+        )?;
+        range(
+            "REBOUND_KEEPALIVE_TIMEOUT_MS",
+            self.keepalive_timeout_ms,
+            1_000,
+            600_000,
+        )?;
+        range(
             "REBOUND_CLOCK_SYNC_INTERVAL_MS",
             self.clock_sync_interval_ms,
             100,
@@ -597,6 +652,18 @@ mod tests {
             (1_024, 268_435_456)
         );
         assert_eq!(
+            (c.max_connections, c.max_concurrent_streams),
+            (4_096, 1_024)
+        );
+        assert_eq!(
+            (
+                c.request_header_timeout_ms,
+                c.keepalive_interval_ms,
+                c.keepalive_timeout_ms
+            ),
+            (10_000, 60_000, 20_000)
+        );
+        assert_eq!(
             (c.region.as_str(), c.cluster.as_str()),
             ("local", "default")
         );
@@ -644,6 +711,12 @@ mod tests {
             ("REBOUND_REGION", "a b"),
             ("REBOUND_CONSISTENCY", "SOMETIMES"),
             ("REBOUND_MAX_SUBSCRIBERS", "0"),
+            ("REBOUND_MAX_CONNECTIONS", "0"),
+            ("REBOUND_MAX_CONCURRENT_STREAMS", "0"),
+            ("REBOUND_MAX_CONCURRENT_STREAMS", "4294967296"),
+            ("REBOUND_REQUEST_HEADER_TIMEOUT_MS", "10"),
+            ("REBOUND_KEEPALIVE_INTERVAL_MS", "0"),
+            ("REBOUND_KEEPALIVE_TIMEOUT_MS", "999999999"),
             ("REBOUND_MAX_IN_FLIGHT_BYTES", "1000"),
             ("REBOUND_MAX_INFLIGHT_BYTES", "1000"),
             ("REBOUND_CLOCK_SYNC", "maybe"),

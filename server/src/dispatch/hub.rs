@@ -14,11 +14,18 @@
 //! held by unacknowledged deliveries. At that budget a delivery waits for acks (its retry stays in
 //! Cassandra); one delivery always fits when nothing is in flight, so a payload larger than the
 //! budget still goes out.
+//!
+//! A delivery waits in its stream's channel until the stream takes it to send it. When it
+//! leaves flight first (its ack deadline passed, its stream closed) the hub empties its place
+//! in the channel, so a stream whose client does not read (HTTP/2 flow control stops the
+//! stream from taking more) holds no copy of work that is no longer in flight: every copy the
+//! channels hold counts against `max_in_flight_bytes`. Such a stream is stalled: it gets no
+//! new delivery until it takes one again, so its work goes to the executors that read.
 
 use std::{
     collections::{BTreeMap, HashMap},
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex,
     },
     time::Duration,
@@ -87,9 +94,16 @@ impl Work {
 #[derive(Debug)]
 struct Subscriber {
     id: u64,
-    tx: mpsc::Sender<Delivery>,
+    tx: mpsc::Sender<Handed>,
     slots: Arc<Semaphore>,
+    /// A delivery of this stream passed its deadline before the stream took it out of its
+    /// channel: the client does not read. Cleared when the stream takes one again.
+    stalled: Arc<AtomicBool>,
 }
+
+/// A delivery's place in its stream's channel: the stream takes the delivery out to send it,
+/// or the hub does when the delivery leaves flight before that (`InFlight::withdraw`).
+type Handed = Arc<Mutex<Option<Box<Delivery>>>>;
 
 /// A delivery waiting for its ack.
 #[derive(Debug)]
@@ -98,6 +112,16 @@ pub struct InFlight {
     pub subscriber: u64,
     pub deadline_ms: i64,
     _permit: OwnedSemaphorePermit,
+    handed: Handed,
+    stalled: Arc<AtomicBool>,
+}
+
+impl InFlight {
+    /// Empties the delivery's place in its stream's channel; true when the stream had not
+    /// taken it yet.
+    fn withdraw(&self) -> bool {
+        self.handed.lock().expect("handed lock").take().is_some()
+    }
 }
 
 /// The id of one delivery: the node's boot epoch, a sequence number and a random nonce. At
@@ -137,10 +161,13 @@ impl Inner {
         self.inflight.insert(delivery_id, f);
     }
 
-    fn remove_inflight(&mut self, delivery_id: &str) -> Option<InFlight> {
+    /// Takes a delivery out of flight, and its copy out of its stream's channel if the
+    /// stream has not taken it (then the flag is true): its bytes are no longer held.
+    fn remove_inflight(&mut self, delivery_id: &str) -> Option<(InFlight, bool)> {
         let f = self.inflight.remove(delivery_id)?;
         self.inflight_bytes -= held_bytes(&f.work.state);
-        Some(f)
+        let untaken = f.withdraw();
+        Some((f, untaken))
     }
 }
 
@@ -162,7 +189,31 @@ pub struct Hub {
 }
 
 /// The receiving end of one stream's deliveries.
-pub type Deliveries = mpsc::Receiver<Delivery>;
+#[derive(Debug)]
+pub struct Deliveries {
+    rx: mpsc::Receiver<Handed>,
+    stalled: Arc<AtomicBool>,
+}
+
+impl Deliveries {
+    /// The next delivery still in flight; None once the stream is closed.
+    pub fn poll_recv(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Delivery>> {
+        loop {
+            let Some(handed) = std::task::ready!(self.rx.poll_recv(cx)) else {
+                return std::task::Poll::Ready(None);
+            };
+            self.stalled.store(false, Ordering::Relaxed);
+            // Empty: withdrawn by the hub (expired, or acknowledged) before the stream got to it.
+            let taken = handed.lock().expect("handed lock").take();
+            if let Some(d) = taken {
+                return std::task::Poll::Ready(Some(*d));
+            }
+        }
+    }
+}
 
 impl Hub {
     pub fn new(clock: SharedClock, boot_epoch: i64, limits: HubLimits) -> Self {
@@ -193,10 +244,12 @@ impl Hub {
         }
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(max_in_flight as usize + 1);
+        let stalled = Arc::new(AtomicBool::new(false));
         let sub = Arc::new(Subscriber {
             id,
             tx,
             slots: Arc::new(Semaphore::new(max_in_flight as usize)),
+            stalled: stalled.clone(),
         });
         inner
             .services
@@ -206,7 +259,7 @@ impl Hub {
         inner.streams += 1;
         drop(inner);
         self.changed.notify_waiters();
-        Ok((id, rx))
+        Ok((id, Deliveries { rx, stalled }))
     }
 
     /// Removes a closed stream and returns its unacknowledged work for redelivery.
@@ -235,7 +288,7 @@ impl Hub {
             .collect();
         let mut out = Vec::new();
         for k in ids {
-            if let Some(f) = inner.remove_inflight(&k) {
+            if let Some((f, _)) = inner.remove_inflight(&k) {
                 let mut w = f.work;
                 w.deliveries += 1;
                 out.push(w);
@@ -287,6 +340,9 @@ impl Hub {
         }
         for i in order {
             let sub = &subs[i];
+            if sub.stalled.load(Ordering::Relaxed) {
+                continue;
+            }
             let Ok(permit) = sub.slots.clone().try_acquire_owned() else {
                 continue;
             };
@@ -297,8 +353,12 @@ impl Hub {
                 self.ids.fetch_add(1, Ordering::Relaxed),
                 rand::random::<u32>(),
             );
-            let delivery = Delivery::of(&delivery_id, &work.state, deadline_ms);
-            if let Err(e) = sub.tx.try_send(delivery) {
+            let handed: Handed = Arc::new(Mutex::new(Some(Box::new(Delivery::of(
+                &delivery_id,
+                &work.state,
+                deadline_ms,
+            )))));
+            if let Err(e) = sub.tx.try_send(handed.clone()) {
                 tracing::debug!(subscriber = sub.id, error = %e, "subscriber channel refused a delivery");
                 continue;
             }
@@ -315,6 +375,8 @@ impl Hub {
                     subscriber: sub.id,
                     deadline_ms,
                     _permit: permit,
+                    handed,
+                    stalled: sub.stalled.clone(),
                 },
             );
             return Ok(());
@@ -352,7 +414,7 @@ impl Hub {
 
     /// Takes a delivery out of flight (for an ack). Its slot is freed.
     pub fn take(&self, delivery_id: &str) -> Option<InFlight> {
-        let f = self.lock().remove_inflight(delivery_id);
+        let f = self.lock().remove_inflight(delivery_id).map(|(f, _)| f);
         if f.is_some() {
             self.changed.notify_waiters();
         }
@@ -397,7 +459,11 @@ impl Hub {
         let out: Vec<(u64, Work)> = ids
             .into_iter()
             .filter_map(|k| inner.remove_inflight(&k))
-            .map(|f| {
+            .map(|(f, untaken)| {
+                if untaken {
+                    // Its stream never took it out of the channel: the client does not read.
+                    f.stalled.store(true, Ordering::Relaxed);
+                }
                 let mut w = f.work;
                 w.deliveries += 1;
                 (f.subscriber, w)
@@ -431,6 +497,75 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    fn work(txid: &str, payload_bytes: usize) -> Work {
+        let mut state = TxState::cancelled_ghost("svc", txid, 1);
+        state.payload = vec![7; payload_bytes];
+        Work {
+            state: Box::new(state),
+            deliveries: 0,
+            done: None,
+            slot: None,
+        }
+    }
+
+    fn poll(d: &mut Deliveries) -> std::task::Poll<Option<Delivery>> {
+        d.poll_recv(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    }
+
+    /// A stream whose client does not read keeps no copy of work that left flight, and gets
+    /// no more work until it reads again; a reading stream gets the redelivery.
+    #[test]
+    fn a_stream_that_does_not_read_holds_no_expired_copy_and_is_skipped() {
+        let clock = crate::clock::ManualClock::new(1_000_000);
+        let hub = Hub::new(
+            Arc::new(clock.clone()),
+            1,
+            HubLimits {
+                max_subscribers: 10,
+                max_in_flight_bytes: 1 << 20,
+            },
+        );
+        let (deaf_id, mut deaf) = hub.subscribe("svc", 4).unwrap();
+        for t in ["a", "b"] {
+            hub.try_deliver(work(t, 100_000), None).unwrap();
+        }
+        assert_eq!(hub.lock().inflight_bytes, 200_000);
+        // The copies wait in the channel, counted as in flight.
+        let queued: Vec<Handed> = std::iter::from_fn(|| deaf.rx.try_recv().ok()).collect();
+        assert_eq!(queued.len(), 2);
+        assert!(queued.iter().all(|h| h.lock().unwrap().is_some()));
+
+        clock.advance(31_000);
+        let expired = hub.expired();
+        assert_eq!(expired.len(), 2);
+        assert!(expired.iter().all(|(sub, _)| *sub == deaf_id));
+        // Out of flight: no copy left anywhere in the hub.
+        assert_eq!(hub.lock().inflight_bytes, 0);
+        assert!(queued.iter().all(|h| h.lock().unwrap().is_none()));
+
+        // The stalled stream has free slots but gets nothing; a reading one does.
+        let mut works = expired.into_iter().map(|(_, w)| w);
+        let w = hub.try_deliver(works.next().unwrap(), None).unwrap_err();
+        let (_, mut reader) = hub.subscribe("svc", 4).unwrap();
+        hub.try_deliver(w, Some(deaf_id)).unwrap();
+        hub.try_deliver(works.next().unwrap(), None).unwrap();
+        for t in ["a", "b"] {
+            let std::task::Poll::Ready(Some(d)) = poll(&mut reader) else {
+                panic!("the reader gets {t}");
+            };
+            assert_eq!(d.payload.len(), 100_000);
+        }
+
+        // Once it takes from its channel again (here: a withdrawn copy), it is served again.
+        let (tx_back, rx_back) = mpsc::channel(4);
+        for h in queued {
+            tx_back.try_send(h).unwrap();
+        }
+        deaf.rx = rx_back;
+        assert!(poll(&mut deaf).is_pending(), "withdrawn copies are skipped");
+        assert!(!deaf.stalled.load(Ordering::Relaxed));
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
