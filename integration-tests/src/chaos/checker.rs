@@ -58,7 +58,8 @@ struct Fault {
 /// What one event means for its transaction.
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Role {
-    /// Acknowledged scheduling (enqueue OK, RETRY ack OK with a next due time).
+    /// Acknowledged scheduling (enqueue OK, RETRY ack OK with a next due time, a redrive
+    /// that started the retry again).
     Schedule,
     /// An outcome that ends the retry (SUCCEEDED / FAILED / dead-lettering ack OK, any
     /// cancel OK).
@@ -97,6 +98,13 @@ fn role(e: &Event) -> Role {
             }
             Answer::Unknown(_) => Role::Unknown,
             Answer::Refused(_) => Role::None,
+        },
+        // A redrive starts only a DEAD retry again, under a new generation, with its attempts
+        // reset: the same attempt may be delivered again after it.
+        Kind::Redrive { answer, .. } => match answer {
+            Answer::Ok(true) => Role::Schedule,
+            Answer::Unknown(_) => Role::Unknown,
+            Answer::Ok(false) | Answer::Refused(_) => Role::None,
         },
         Kind::Delivery { .. } => Role::Delivery,
         Kind::Fault { .. } => Role::None,
@@ -698,6 +706,100 @@ mod tests {
             snoozed: false,
         });
         assert!(kinds(&h, pb::RetryStatus::Cancelled).contains(&"cancel undone by an ack"));
+    }
+
+    fn delivery(at_ms: i64, id: &str, due_ms: i64) -> Event {
+        at(
+            at_ms,
+            at_ms,
+            Kind::Delivery {
+                node: 1,
+                service: SVC.into(),
+                tx: TX.into(),
+                delivery_id: id.into(),
+                attempt: 1,
+                due_ms,
+                deadline_ms: at_ms + 3_000,
+            },
+        )
+    }
+
+    fn ack(at_ms: i64, delivery: usize, outcome: Outcome, dead: bool) -> Event {
+        at(
+            at_ms,
+            at_ms + 5,
+            Kind::Ack {
+                node: 1,
+                service: SVC.into(),
+                tx: TX.into(),
+                delivery_id: format!("d{delivery}"),
+                delivery,
+                attempt: 1,
+                outcome,
+                retry_after_ms: None,
+                error: format!("chaos-{outcome:?}-#{delivery}"),
+                answer: Answer::Ok(AckOk {
+                    next_due_ms: None,
+                    dead_lettered: dead,
+                    snoozed: false,
+                }),
+            },
+        )
+    }
+
+    /// A redrive starts a dead retry again with its attempts reset: the same attempt is
+    /// delivered again, which is no duplicate.
+    #[test]
+    fn a_redriven_retry_is_delivered_again_from_its_first_attempt() {
+        let mut h = vec![
+            enqueue(0, 5, 1_000, 1),
+            delivery(1_500, "d1", 1_000),
+            ack(1_600, 1, Outcome::Failed, true),
+            at(
+                3_000,
+                3_010,
+                Kind::Redrive {
+                    node: 0,
+                    service: SVC.into(),
+                    tx: TX.into(),
+                    dead_at_ms: 1_605,
+                    answer: Answer::Ok(true),
+                },
+            ),
+            delivery(5_500, "d4", 5_000),
+            ack(5_600, 4, Outcome::Succeeded, false),
+        ];
+        let finals = BTreeMap::from([(
+            (SVC.to_string(), TX.to_string()),
+            Answer::Ok(pb::Retry {
+                status: pb::RetryStatus::Succeeded as i32,
+                ..Default::default()
+            }),
+        )]);
+        let letters = HashMap::from([(
+            (SVC.to_string(), TX.to_string()),
+            vec!["chaos-Failed-#1".to_string()],
+        )]);
+        let check_h = |h: &[Event]| {
+            check(&Input {
+                events: h,
+                finals: &finals,
+                letters: &letters,
+                clock_err_ms: 0,
+                t0: 0,
+            })
+        };
+        let r = check_h(&h);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.duplicates, 0);
+        // A redrive that skipped the letter started nothing: the same attempt again is a
+        // duplicate.
+        let Kind::Redrive { answer, .. } = &mut h[3].kind else {
+            unreachable!()
+        };
+        *answer = Answer::Ok(false);
+        let kinds: Vec<&str> = check_h(&h).violations.iter().map(|v| v.kind).collect();
+        assert_eq!(kinds, vec!["duplicate delivery without a fault"]);
     }
 
     /// A SUCCEEDED ack that lost to a cancel does not make a later enqueue (a fresh start

@@ -132,6 +132,8 @@ pub struct Node {
     pub index: usize,
     pub id: String,
     pub port: u16,
+    /// The port of `/metrics` (REBOUND_HTTP_LISTEN); None: the listener is off.
+    pub http_port: Option<u16>,
     pub channel: Channel,
     child: Option<Child>,
     /// The clock offset the running process was started with (0: none, clock sync on).
@@ -151,6 +153,7 @@ impl Node {
             index,
             id: format!("n{}", index + 1),
             port,
+            http_port: None,
             channel,
             child: None,
             skew_ms: 0,
@@ -178,7 +181,12 @@ impl Node {
         let mut cmd = Command::new(&s.bin);
         cmd.envs([
             ("REBOUND_LISTEN", format!("127.0.0.1:{}", self.port)),
-            ("REBOUND_HTTP_LISTEN", String::new()),
+            (
+                "REBOUND_HTTP_LISTEN",
+                self.http_port
+                    .map(|p| format!("127.0.0.1:{p}"))
+                    .unwrap_or_default(),
+            ),
             ("REBOUND_CASSANDRA_CONTACT_POINTS", s.contact_point.clone()),
             ("REBOUND_KEYSPACE", s.keyspace.clone()),
             ("REBOUND_NODE_ID", self.id.clone()),

@@ -1,6 +1,8 @@
 //! The directory as CQL sees it: samples of the five tiers during the run (children read
 //! first, parents after, since parents are deleted after their children), the orphans that
-//! persist, and the end state.
+//! persist, and the end state. A short run reads each table whole ([`Scan::Whole`]); a long
+//! one in slices ([`Scan::Sliced`]), since a read that walks more row tombstones than
+//! Cassandra's warning threshold is logged as a tombstone warning of the keyspace.
 
 use std::{
     collections::BTreeSet,
@@ -80,38 +82,213 @@ where
     Ok(out)
 }
 
+/// Every row of `q`, prepared once and run with each of `values`.
+async fn rows_each<R, V>(cql: &Session, q: String, values: Vec<V>) -> anyhow::Result<Vec<R>>
+where
+    R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
+    V: scylla::serialize::row::SerializeRow,
+{
+    use futures::StreamExt;
+    let p = cql.prepare(q).await?;
+    let mut out = Vec::new();
+    for v in values {
+        let mut stream = cql.execute_iter(p.clone(), v).await?.rows_stream::<R>()?;
+        while let Some(r) = stream.next().await {
+            out.push(r?);
+        }
+    }
+    Ok(out)
+}
+
+/// How [`read_with`] reads the tiers.
+#[derive(Clone, Copy, Debug)]
+pub enum Scan {
+    /// One range scan per table: few enough row tombstones in a run of a few minutes.
+    Whole,
+    /// The tables of many partitions (tiers 3-5) in `token_slices` token ranges, and Tier 2
+    /// (one partition per day) in runs of at most [`WINDOW_CHUNK`] windows of
+    /// `window_seconds`, from `since_ms` until an hour from now on the days that span covers
+    /// (whole on any other day Tier 1 or Tier 3 names): rows deleted during a long run stay
+    /// tombstones for gc_grace_seconds (3 h), and no read may walk as many as Cassandra warns
+    /// about (`tombstone_warn_threshold`, 1,000 here). A fresh keyspace has no Tier-2 row
+    /// outside that span unless one was written to a wrong day.
+    Sliced {
+        token_slices: u32,
+        window_seconds: u32,
+        since_ms: i64,
+    },
+}
+
+/// Tier-2 windows read at once by [`Scan::Sliced`].
+pub const WINDOW_CHUNK: i32 = 500;
+
+/// `n` token ranges (lo, hi] covering the Murmur3 ring.
+pub fn token_ranges(n: u32) -> Vec<(i64, i64)> {
+    let n = i128::from(n.max(1));
+    let (min, max) = (i128::from(i64::MIN), i128::from(i64::MAX));
+    (0..n)
+        .map(|k| {
+            let lo = min + (max - min) * k / n;
+            let hi = if k + 1 == n {
+                max
+            } else {
+                min + (max - min) * (k + 1) / n
+            };
+            (lo as i64, hi as i64)
+        })
+        .collect()
+}
+
+/// `cols` of every row of `ks.table`, whose partition key is `pk`, as `scan` says.
+async fn table<R>(
+    cql: &Session,
+    ks: &str,
+    table: &str,
+    cols: &str,
+    pk: &str,
+    scan: &Scan,
+) -> anyhow::Result<Vec<R>>
+where
+    R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
+{
+    match scan {
+        Scan::Whole => rows(cql, format!("SELECT {cols} FROM {ks}.{table}")).await,
+        Scan::Sliced { token_slices, .. } => {
+            rows_each(
+                cql,
+                format!(
+                    "SELECT {cols} FROM {ks}.{table} WHERE token({pk}) > ? AND token({pk}) <= ?"
+                ),
+                token_ranges(*token_slices),
+            )
+            .await
+        }
+    }
+}
+
+/// The (day, first window, end window) runs of Tier 2 that [`Scan::Sliced`] reads: the
+/// windows from `since_ms` to `until_ms` on the days they span, every window of any other
+/// of `days`, at most [`WINDOW_CHUNK`] at a time.
+pub fn window_runs(
+    window_seconds: u32,
+    since_ms: i64,
+    until_ms: i64,
+    days: &BTreeSet<Day>,
+) -> Vec<(Day, i32, i32)> {
+    let w = i64::from(window_seconds.max(1)) * 1000;
+    let per_day = (86_400_000 / w) as i32;
+    let day_of = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .expect("a time")
+            .date_naive()
+    };
+    let window_of = |ms: i64| (ms.rem_euclid(86_400_000) / w) as i32;
+    let (first, last) = (day_of(since_ms), day_of(until_ms));
+    let mut spans: std::collections::BTreeMap<Day, (i32, i32)> = Default::default();
+    let mut d = first;
+    while d <= last {
+        let lo = if d == first { window_of(since_ms) } else { 0 };
+        let hi = if d == last {
+            window_of(until_ms) + 1
+        } else {
+            per_day
+        };
+        spans.insert(d, (lo, hi));
+        d = d.succ_opt().expect("a next day");
+    }
+    for d in days {
+        spans.entry(*d).or_insert((0, per_day));
+    }
+    let mut out = Vec::new();
+    for (d, (lo, hi)) in spans {
+        let mut a = lo;
+        while a < hi {
+            let b = (a + WINDOW_CHUNK).min(hi);
+            out.push((d, a, b));
+            a = b;
+        }
+    }
+    out
+}
+
+/// Reads the tiers children first (Tier 5 → Tier 1), each table whole.
+pub async fn read(cql: &Session, ks: &str) -> anyhow::Result<Tiers> {
+    read_with(cql, ks, &Scan::Whole).await
+}
+
 /// Reads the tiers children first (Tier 5 → Tier 1): a parent deleted after its children can
 /// then not look like an orphan.
-pub async fn read(cql: &Session, ks: &str) -> anyhow::Result<Tiers> {
+pub async fn read_with(cql: &Session, ks: &str, scan: &Scan) -> anyhow::Result<Tiers> {
     let mut t = Tiers::default();
-    for (day, window, service, instance, bucket) in rows::<BucketKey>(
+    const DAY_WINDOW: &str = "region, cluster, day, window";
+    for (day, window, service, instance, bucket) in table::<BucketKey>(
         cql,
-        format!(
-            "SELECT day, window, service, instance, bucket FROM {ks}.retry_transactions_by_bucket"
-        ),
+        ks,
+        "retry_transactions_by_bucket",
+        "day, window, service, instance, bucket",
+        &format!("{DAY_WINDOW}, service, instance, bucket"),
+        scan,
     )
     .await?
     {
         t.pointers.insert((day, window, service, instance, bucket));
     }
-    t.buckets = rows::<BucketKey>(
+    t.buckets = table::<BucketKey>(
         cql,
-        format!("SELECT day, window, service, instance, bucket FROM {ks}.buckets_by_instance"),
+        ks,
+        "buckets_by_instance",
+        "day, window, service, instance, bucket",
+        &format!("{DAY_WINDOW}, service, instance"),
+        scan,
     )
     .await?
     .into_iter()
     .collect();
-    t.instances = rows::<InstanceKey>(
+    t.instances = table::<InstanceKey>(
         cql,
-        format!("SELECT day, window, service, instance FROM {ks}.instances_by_window"),
+        ks,
+        "instances_by_window",
+        "day, window, service, instance",
+        DAY_WINDOW,
+        scan,
     )
     .await?
     .into_iter()
     .collect();
-    t.windows = rows::<(Day, i32)>(cql, format!("SELECT day, window FROM {ks}.windows_by_day"))
-        .await?
-        .into_iter()
-        .collect();
+    // Tiers 2 and 1 in turn, Tier 1 (a row per day, a partition per year) whole.
+    t.windows = match scan {
+        Scan::Whole => {
+            rows::<(Day, i32)>(cql, format!("SELECT day, window FROM {ks}.windows_by_day"))
+                .await?
+                .into_iter()
+                .collect()
+        }
+        Scan::Sliced {
+            window_seconds,
+            since_ms,
+            ..
+        } => {
+            let mut days: BTreeSet<Day> = t.instances.iter().map(|i| i.0).collect();
+            days.extend(
+                rows::<(i32, Day)>(cql, format!("SELECT year, day FROM {ks}.days_by_year"))
+                    .await?
+                    .into_iter()
+                    .map(|d| d.1),
+            );
+            let until = super::history::now_ms() + 3_600_000;
+            rows_each::<(Day, i32), _>(
+                cql,
+                format!(
+                    "SELECT day, window FROM {ks}.windows_by_day WHERE region = 'local' \
+                     AND cluster = 'default' AND day = ? AND window >= ? AND window < ?"
+                ),
+                window_runs(*window_seconds, *since_ms, until, &days),
+            )
+            .await?
+            .into_iter()
+            .collect()
+        }
+    };
     t.days = rows::<(i32, Day)>(cql, format!("SELECT year, day FROM {ks}.days_by_year"))
         .await?
         .into_iter()
@@ -177,14 +354,25 @@ pub fn orphans(t: &Tiers) -> BTreeSet<(String, String)> {
 
 pub struct Samples {
     pub samples: usize,
-    /// Orphans seen in one sample and still orphans in the next one, ~1.5 s later, with the
-    /// time of the first of those samples.
+    /// Orphans seen in one sample and still orphans in the next one, with the time of the
+    /// first of those samples.
     pub orphans: Vec<(i64, String)>,
 }
 
-/// Samples every second until `stop`; an orphan counts only if the next sample still has the
-/// child without its parent.
+/// Samples every 1.5 s until `stop`, each table whole (see [`sampler_with`]).
 pub async fn sampler(cql: Session, ks: String, stop: Arc<AtomicBool>) -> Samples {
+    sampler_with(cql, ks, stop, Scan::Whole, Duration::from_millis(1_500)).await
+}
+
+/// Samples every `every` until `stop`; an orphan counts only if the next sample still has
+/// the child without its parent.
+pub async fn sampler_with(
+    cql: Session,
+    ks: String,
+    stop: Arc<AtomicBool>,
+    scan: Scan,
+    every: Duration,
+) -> Samples {
     let mut samples = 0;
     let mut last: BTreeSet<(String, String)> = BTreeSet::new();
     let mut last_at = 0;
@@ -193,7 +381,7 @@ pub async fn sampler(cql: Session, ks: String, stop: Arc<AtomicBool>) -> Samples
     while !stop.load(Ordering::SeqCst) {
         let started = Instant::now();
         let at = super::history::now_ms();
-        if let Ok(t) = read(&cql, &ks).await {
+        if let Ok(t) = read_with(&cql, &ks, &scan).await {
             samples += 1;
             let now = orphans(&t);
             for o in now.intersection(&last) {
@@ -207,8 +395,18 @@ pub async fn sampler(cql: Session, ks: String, stop: Arc<AtomicBool>) -> Samples
             // A failed read (Cassandra paused) proves nothing either way.
             last.clear();
         }
-        let pause = Duration::from_millis(1_500).saturating_sub(started.elapsed());
-        tokio::time::sleep(pause.max(Duration::from_millis(200))).await;
+        // At least 200 ms apart; in short sleeps, so that a stop is seen soon.
+        let pause = every
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(200));
+        let until = Instant::now() + pause;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() || stop.load(Ordering::SeqCst) {
+                break;
+            }
+            tokio::time::sleep(left.min(Duration::from_millis(200))).await;
+        }
     }
     Samples {
         samples,
@@ -217,12 +415,22 @@ pub async fn sampler(cql: Session, ks: String, stop: Arc<AtomicBool>) -> Samples
 }
 
 /// Waits for tiers 2-5 to be empty and Tier 1 (and the low-water marks) to hold at most
-/// today's day; returns what is left otherwise.
+/// today's day; returns what is left otherwise. Each table is read whole.
 pub async fn wait_end_state(cql: &Session, ks: &str, within: Duration) -> Vec<String> {
+    wait_end_state_with(cql, ks, within, &Scan::Whole).await
+}
+
+/// [`wait_end_state`], reading as `scan` says.
+pub async fn wait_end_state_with(
+    cql: &Session,
+    ks: &str,
+    within: Duration,
+    scan: &Scan,
+) -> Vec<String> {
     let started = Instant::now();
     loop {
         let mut left = Vec::new();
-        match read(cql, ks).await {
+        match read_with(cql, ks, scan).await {
             Ok(t) => {
                 let today = chrono::DateTime::from_timestamp_millis(super::history::now_ms())
                     .expect("now")
@@ -309,4 +517,54 @@ pub async fn leftover_pointers(cql: &Session, ks: &str) -> Vec<(String, String, 
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_ranges_cover_the_ring_without_overlap() {
+        let r = token_ranges(64);
+        assert_eq!(r.len(), 64);
+        assert_eq!(r[0].0, i64::MIN);
+        assert_eq!(r[63].1, i64::MAX);
+        for w in r.windows(2) {
+            assert_eq!(w[0].1, w[1].0, "each range starts where the last ended");
+            assert!(w[0].0 < w[0].1);
+        }
+        assert_eq!(token_ranges(1), vec![(i64::MIN, i64::MAX)]);
+    }
+
+    #[test]
+    fn tier_two_is_read_over_the_span_of_the_run_in_chunks() {
+        let ms = |s: &str| crate::utc_ms(s);
+        let day = |s: &str| NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap();
+        // 1 s windows from 00:10:00 to 01:00:00 of one day: windows 600..=3600.
+        let runs = window_runs(
+            1,
+            ms("2026-12-02 00:10:00.000"),
+            ms("2026-12-02 01:00:00.500"),
+            &BTreeSet::from([day("2026-12-02")]),
+        );
+        assert_eq!(runs.first(), Some(&(day("2026-12-02"), 600, 1100)));
+        assert_eq!(runs.last(), Some(&(day("2026-12-02"), 3600, 3601)));
+        assert_eq!(runs.len(), 7);
+        assert!(runs.windows(2).all(|w| w[0].2 == w[1].1));
+        // Across midnight: the end of one day, the start of the next; another day named by
+        // Tier 1 whole (86,400 windows of 1 s in chunks of 500).
+        let runs = window_runs(
+            1,
+            ms("2026-12-02 23:59:00.000"),
+            ms("2026-12-03 00:01:00.000"),
+            &BTreeSet::from([day("2026-11-30")]),
+        );
+        let of = |d: &str| runs.iter().filter(|r| r.0 == day(d)).count();
+        assert_eq!(
+            (of("2026-11-30"), of("2026-12-02"), of("2026-12-03")),
+            (173, 1, 1)
+        );
+        assert!(runs.contains(&(day("2026-12-02"), 86_340, 86_400)));
+        assert!(runs.contains(&(day("2026-12-03"), 0, 61)));
+    }
 }

@@ -138,6 +138,16 @@ pub enum Kind {
         error: String,
         answer: Answer<AckOk>,
     },
+    /// RedriveDeadLetters of the one dead letter of `tx` that died at `dead_at_ms`: Ok(true)
+    /// when it started the retry again, Ok(false) when it skipped the letter (the retry was
+    /// no longer that DEAD generation) or found none.
+    Redrive {
+        node: usize,
+        service: String,
+        tx: String,
+        dead_at_ms: i64,
+        answer: Answer<bool>,
+    },
     Fault {
         kind: FaultKind,
         /// None: Cassandra.
@@ -159,7 +169,8 @@ impl Event {
             Kind::Enqueue { service, tx, .. }
             | Kind::Cancel { service, tx, .. }
             | Kind::Delivery { service, tx, .. }
-            | Kind::Ack { service, tx, .. } => Some((service, tx)),
+            | Kind::Ack { service, tx, .. }
+            | Kind::Redrive { service, tx, .. } => Some((service, tx)),
             Kind::Fault { .. } => None,
         }
     }
@@ -261,6 +272,25 @@ impl fmt::Display for Line<'_> {
                         o.dead_lettered,
                         o.snoozed
                     ),
+                    Answer::Refused(m) => write!(f, "refused {m}"),
+                    Answer::Unknown(m) => write!(f, "UNKNOWN {m}"),
+                }
+            }
+            Kind::Redrive {
+                node,
+                service,
+                tx,
+                dead_at_ms,
+                answer,
+            } => {
+                write!(
+                    f,
+                    "redrive n{} {service}/{tx} letter of {} -> ",
+                    node + 1,
+                    rel(*dead_at_ms)
+                )?;
+                match answer {
+                    Answer::Ok(r) => write!(f, "OK redriven={r}"),
                     Answer::Refused(m) => write!(f, "refused {m}"),
                     Answer::Unknown(m) => write!(f, "UNKNOWN {m}"),
                 }

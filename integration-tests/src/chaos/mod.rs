@@ -11,11 +11,16 @@
 //!
 //! The random choices (workload, faults, executor outcomes) follow from the seed alone; the
 //! interleaving of real processes of course does not.
+//!
+//! [`run`] is the chaos round; [`soak`] runs the same cluster, workload ([`OpGen`]), executors,
+//! fault injector and end ([`Started::finish`]: drain, end state, checker) at a steady rate
+//! for many minutes, and samples what must not grow.
 
 pub mod checker;
 pub mod cluster;
 pub mod directory;
 pub mod history;
+pub mod soak;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -181,52 +186,88 @@ pub fn plan(o: &Options) -> Plan {
     let mut rng = StdRng::seed_from_u64(o.seed);
     let span_ms = o.duration.as_millis() as i64;
     let n_ops = o.ops.unwrap_or((span_ms / 1000 * 6).max(10) as usize);
-    let mut recent: Vec<(String, String)> = Vec::new();
-    let mut next_id = 0u32;
-    let mut pick = |rng: &mut StdRng, recent: &mut Vec<(String, String)>| {
-        if recent.is_empty() || rng.random_bool(0.45) {
-            next_id += 1;
+    let mut draw = OpGen::new(o.nodes);
+    let mut ops = Vec::with_capacity(n_ops);
+    for i in 0..n_ops {
+        let at = (i as i64 * span_ms) / n_ops as i64;
+        ops.push((at, draw.next(&mut rng)));
+    }
+    let mut faults = Vec::new();
+    let every = o.fault_every.as_millis() as i64;
+    let mut at = 4_000 + rng.random_range(0..every);
+    while at < span_ms - 3_000 {
+        faults.push(draw_fault(&mut rng, at, o.nodes, o.max_skew_ms));
+        at += every / 2 + rng.random_range(0..every);
+    }
+    Plan { ops, faults }
+}
+
+/// The workload's operations, drawn one at a time from a seeded generator: enqueues (single
+/// and batched) of new ids and of ids used recently, and cancels. The chaos plan draws a fixed
+/// number of them spread over its run; the soak draws them at a steady rate.
+pub struct OpGen {
+    nodes: usize,
+    /// The ids used last, which re-enqueues and cancels pick from.
+    recent: Vec<(String, String)>,
+    next_id: u32,
+}
+
+impl OpGen {
+    pub fn new(nodes: usize) -> OpGen {
+        OpGen {
+            nodes,
+            recent: Vec::new(),
+            next_id: 0,
+        }
+    }
+
+    /// A new id (45 %) or one of the last 40.
+    fn pick(&mut self, rng: &mut StdRng) -> (String, String) {
+        if self.recent.is_empty() || rng.random_bool(0.45) {
+            self.next_id += 1;
             let svc = if rng.random_bool(0.7) {
                 SERVICES[0]
             } else {
                 SERVICES[1]
             };
-            let id = (svc.to_string(), format!("tx-{next_id:05}"));
-            recent.push(id.clone());
-            if recent.len() > 40 {
-                recent.remove(0);
+            let id = (svc.to_string(), format!("tx-{:05}", self.next_id));
+            self.recent.push(id.clone());
+            if self.recent.len() > 40 {
+                self.recent.remove(0);
             }
             id
         } else {
-            recent[rng.random_range(0..recent.len())].clone()
+            self.recent[rng.random_range(0..self.recent.len())].clone()
         }
-    };
-    let sched = |rng: &mut StdRng| {
+    }
+
+    fn sched(rng: &mut StdRng) -> Sched {
         if rng.random_bool(0.8) {
             Sched::Delay(rng.random_range(0..=3_000))
         } else {
             Sched::DueIn(rng.random_range(0..=3_000))
         }
-    };
-    let mut ops = Vec::with_capacity(n_ops);
-    for i in 0..n_ops {
-        let at = (i as i64 * span_ms) / n_ops as i64;
-        let node = rng.random_range(0..o.nodes);
+    }
+
+    /// The next operation: an enqueue (68 %), a batch of 2-5 (14 %) or a cancel (18 %), on a
+    /// random node.
+    pub fn next(&mut self, rng: &mut StdRng) -> Op {
+        let node = rng.random_range(0..self.nodes);
         let r: f64 = rng.random();
-        let op = if r < 0.68 {
-            let id = pick(&mut rng, &mut recent);
+        if r < 0.68 {
+            let id = self.pick(rng);
             Op::Enqueue {
                 node,
-                items: vec![(id.0, id.1, sched(&mut rng))],
+                items: vec![(id.0, id.1, Self::sched(rng))],
                 batch: false,
             }
         } else if r < 0.82 {
             let n = rng.random_range(2..=5);
             let mut items: Vec<(String, String, Sched)> = Vec::new();
             for _ in 0..n {
-                let id = pick(&mut rng, &mut recent);
+                let id = self.pick(rng);
                 if !items.iter().any(|(s, t, _)| *s == id.0 && *t == id.1) {
-                    items.push((id.0, id.1, sched(&mut rng)));
+                    items.push((id.0, id.1, Self::sched(rng)));
                 }
             }
             Op::Enqueue {
@@ -235,53 +276,51 @@ pub fn plan(o: &Options) -> Plan {
                 batch: true,
             }
         } else {
-            let id = pick(&mut rng, &mut recent);
+            let id = self.pick(rng);
             Op::Cancel {
                 node,
                 service: id.0,
                 tx: id.1,
             }
-        };
-        ops.push((at, op));
+        }
     }
-    let mut faults = Vec::new();
-    let every = o.fault_every.as_millis() as i64;
-    let mut at = 4_000 + rng.random_range(0..every);
+}
+
+/// A fault at `at_ms` of a random kind on a random node: a node down for 0.5-3 s (kill),
+/// stopped past its lease (stop), restarted with its clock off by up to `max_skew_ms` (skew),
+/// or Cassandra stopped past the request timeout.
+pub fn draw_fault(rng: &mut StdRng, at_ms: i64, nodes: usize, max_skew_ms: i64) -> PlannedFault {
     let kinds = [
         FaultKind::Kill,
         FaultKind::Stop,
         FaultKind::Skew,
         FaultKind::CassandraPause,
     ];
-    while at < span_ms - 3_000 {
-        let kind = kinds[rng.random_range(0..kinds.len())];
-        let node = rng.random_range(0..o.nodes);
-        let value = match kind {
-            FaultKind::Kill => rng.random_range(500..=3_000),
-            FaultKind::Stop => LEASE_TTL_MS as i64 + rng.random_range(500..=1_500),
-            FaultKind::Skew => {
-                if rng.random_bool(0.2) {
-                    0
+    let kind = kinds[rng.random_range(0..kinds.len())];
+    let node = rng.random_range(0..nodes);
+    let value = match kind {
+        FaultKind::Kill => rng.random_range(500..=3_000),
+        FaultKind::Stop => LEASE_TTL_MS as i64 + rng.random_range(500..=1_500),
+        FaultKind::Skew => {
+            if rng.random_bool(0.2) {
+                0
+            } else {
+                let m = rng.random_range(100..=max_skew_ms.max(100));
+                if rng.random_bool(0.5) {
+                    m
                 } else {
-                    let m = rng.random_range(100..=o.max_skew_ms.max(100));
-                    if rng.random_bool(0.5) {
-                        m
-                    } else {
-                        -m
-                    }
+                    -m
                 }
             }
-            FaultKind::CassandraPause => REQUEST_TIMEOUT_MS as i64 + rng.random_range(500..=2_000),
-        };
-        faults.push(PlannedFault {
-            at_ms: at,
-            kind,
-            node,
-            value,
-        });
-        at += every / 2 + rng.random_range(0..every);
+        }
+        FaultKind::CassandraPause => REQUEST_TIMEOUT_MS as i64 + rng.random_range(500..=2_000),
+    };
+    PlannedFault {
+        at_ms,
+        kind,
+        node,
+        value,
     }
-    Plan { ops, faults }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -295,6 +334,10 @@ pub struct Shared {
     pub draining: AtomicBool,
     pub stop: AtomicBool,
     pub seed: u64,
+    /// Whether executors leave some deliveries unanswered (their ack deadline then passes and
+    /// the node redelivers). The soak does not: a redelivery counts its lateness from the
+    /// same due time, past the ack deadline.
+    pub let_deadlines_pass: bool,
     /// How many times each executor saw (service, tx, attempt), for its deterministic choice.
     seen: Mutex<HashMap<(String, String, u32), u32>>,
     pub ignored: AtomicUsize,
@@ -306,16 +349,466 @@ pub struct Report {
     pub violations: usize,
 }
 
-pub async fn run(o: Options) -> anyhow::Result<Report> {
-    let started = Instant::now();
-    let keyspace = format!(
-        "chaos_{}_{}_{}",
-        o.seed,
+/// How to start the cluster of a run ([`start_cluster`]).
+pub struct Setup {
+    /// Prefix of the messages: "chaos", "soak".
+    pub name: &'static str,
+    pub keyspace: String,
+    /// Node logs and the history go here.
+    pub log_dir: PathBuf,
+    /// Each node serves /metrics on a port of its own (`Started::http_ports`).
+    pub http: bool,
+    pub let_deadlines_pass: bool,
+}
+
+/// A running cluster: every node ready, the ring settled.
+pub struct Started {
+    pub keyspace: String,
+    pub log_dir: PathBuf,
+    pub cql: scylla::client::session::Session,
+    /// Cassandra's clock minus ours, and the error of that measurement.
+    pub offset_ms: i64,
+    pub err_ms: i64,
+    pub settings: NodeSettings,
+    pub shared: Arc<Shared>,
+    /// The metrics port of each node (None without `Setup::http`).
+    pub http_ports: Vec<Option<u16>>,
+}
+
+/// A keyspace name for a run of `name` with `seed` that no other run uses.
+pub fn keyspace_name(name: &str, seed: u64) -> String {
+    format!(
+        "{name}_{seed}_{}_{}",
         std::process::id(),
         rand::random::<u16>()
-    );
+    )
+}
+
+/// Starts `o.nodes` nodes on a new keyspace (the first alone: it applies the schema) and
+/// waits for the ring to settle.
+pub async fn start_cluster(o: &Options, s: Setup) -> anyhow::Result<Started> {
+    std::fs::create_dir_all(&s.log_dir)?;
+    let name = s.name;
+    if o.cassandra_pid.is_none() {
+        println!("{name}: Cassandra's pid unknown: the Cassandra pause fault is skipped");
+    }
+    let cql = directory::session(&o.contact_point).await?;
+    let (offset, err) = directory::clock_offset(&cql).await?;
+    history::set_offset_ms(offset);
+    println!("{name}: Cassandra's clock - ours = {offset} ms (± {err} ms)");
+
+    let settings = NodeSettings {
+        bin: cluster::server_bin()?,
+        contact_point: o.contact_point.clone(),
+        keyspace: s.keyspace.clone(),
+        log_dir: s.log_dir.clone(),
+        window_seconds: WINDOW_SECONDS,
+        skew_margin_ms: SKEW_MARGIN_MS,
+        lease_ttl_ms: LEASE_TTL_MS,
+        request_timeout_ms: REQUEST_TIMEOUT_MS,
+    };
+    let mut nodes = Vec::new();
+    for i in 0..o.nodes {
+        let mut n = Node::new(i, cluster::free_port());
+        if s.http {
+            n.http_port = Some(cluster::free_port());
+        }
+        n.start(&settings, 0)?;
+        // The first node creates the keyspace and applies the schema alone.
+        if i == 0 && !n.wait_ready(Duration::from_secs(90)).await {
+            anyhow::bail!("node n1 did not start; see {}", s.log_dir.display());
+        }
+        nodes.push(n);
+    }
+    for n in &nodes {
+        if !n.wait_ready(Duration::from_secs(90)).await {
+            anyhow::bail!("node {} did not start; see {}", n.id, s.log_dir.display());
+        }
+    }
+    let channels = nodes.iter().map(|n| n.channel.clone()).collect();
+    let http_ports = nodes.iter().map(|n| n.http_port).collect();
+    let shared = Arc::new(Shared {
+        history: History::default(),
+        nodes: nodes
+            .into_iter()
+            .map(|n| Arc::new(AsyncMutex::new(n)))
+            .collect(),
+        channels,
+        draining: AtomicBool::new(false),
+        stop: AtomicBool::new(false),
+        seed: o.seed,
+        let_deadlines_pass: s.let_deadlines_pass,
+        seen: Mutex::new(HashMap::new()),
+        ignored: AtomicUsize::new(0),
+    });
+    // Let the ring settle: every node holds slots.
+    tokio::time::sleep(Duration::from_millis(2 * LEASE_TTL_MS)).await;
+    Ok(Started {
+        keyspace: s.keyspace,
+        log_dir: s.log_dir,
+        cql,
+        offset_ms: offset,
+        err_ms: err,
+        settings,
+        shared,
+        http_ports,
+    })
+}
+
+impl Started {
+    /// One executor per service on every node, each for the whole run (until `Shared::stop`).
+    pub fn spawn_executors(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut out = Vec::new();
+        for node in 0..self.shared.nodes.len() {
+            for svc in SERVICES {
+                out.push(tokio::spawn(executor(
+                    self.shared.clone(),
+                    node,
+                    svc.to_string(),
+                    format!("chaos-n{}-{svc}", node + 1),
+                )));
+            }
+        }
+        out
+    }
+
+    /// Samples the directory every `every` until [`Started::finish`] (see
+    /// `directory::sampler_with`).
+    pub async fn sample_directory(
+        &self,
+        contact_point: &str,
+        scan: directory::Scan,
+        every: Duration,
+    ) -> anyhow::Result<DirectorySampling> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(directory::sampler_with(
+            directory::session(contact_point).await?,
+            self.keyspace.clone(),
+            stop.clone(),
+            scan,
+            every,
+        ));
+        Ok(DirectorySampling { stop, task })
+    }
+
+    /// Runs `faults` one after the other from `t0`, each ending with its target running.
+    pub fn inject(
+        &self,
+        faults: Vec<PlannedFault>,
+        cassandra: Option<u32>,
+        t0: i64,
+    ) -> tokio::task::JoinHandle<anyhow::Result<BTreeMap<String, usize>>> {
+        tokio::spawn(inject(
+            self.shared.clone(),
+            self.settings.clone(),
+            faults,
+            cassandra,
+            t0,
+        ))
+    }
+
+    /// After the workload and the faults: the drain (every node up, executors ack SUCCEEDED,
+    /// until nothing is SCHEDULED), the directory's end state, the dead letters and the
+    /// checker. Stops the executors and the directory sampler; the nodes keep running until
+    /// [`Started::teardown`]. The text goes from the answers to the history file.
+    pub async fn finish(&self, f: Finish<'_>) -> anyhow::Result<Ending> {
+        let shared = &self.shared;
+        let (cql, keyspace) = (&self.cql, &self.keyspace);
+        let (finals, drain_s) = drain(shared, f.touched, f.drain_timeout).await;
+        // Compaction: tiers 2-5 empty, Tier 1 at most today's day.
+        let end_state =
+            directory::wait_end_state_with(cql, keyspace, Duration::from_secs(30), &f.scan).await;
+        let leftover = if end_state.is_empty() {
+            Vec::new()
+        } else {
+            directory::leftover_pointers(cql, keyspace).await
+        };
+        shared.stop.store(true, Ordering::SeqCst);
+        f.sampler.stop.store(true, Ordering::SeqCst);
+        let orphans = f.sampler.task.await?;
+        let letters = dead_letters(shared).await;
+        for e in f.executors {
+            e.abort();
+        }
+
+        let events = shared.history.snapshot();
+        let t0 = f.t0;
+        let input = checker::Input {
+            events: &events,
+            finals: &finals,
+            letters: &letters,
+            clock_err_ms: self.err_ms + 5,
+            t0,
+        };
+        let result = checker::check(&input);
+
+        let mut text = String::new();
+        use std::fmt::Write;
+        let mut answers: BTreeMap<String, usize> = BTreeMap::new();
+        for e in &events {
+            let (k, unknown, refused) = match &e.kind {
+                Kind::Enqueue { answer, .. } => (
+                    "enqueue item",
+                    answer.is_unknown(),
+                    matches!(answer, Answer::Refused(_)),
+                ),
+                Kind::Cancel { answer, .. } => (
+                    "cancel",
+                    answer.is_unknown(),
+                    matches!(answer, Answer::Refused(_)),
+                ),
+                Kind::Ack { answer, .. } => (
+                    "ack",
+                    answer.is_unknown(),
+                    matches!(answer, Answer::Refused(_)),
+                ),
+                Kind::Redrive { answer, .. } => (
+                    "redrive",
+                    answer.is_unknown(),
+                    matches!(answer, Answer::Refused(_)),
+                ),
+                _ => continue,
+            };
+            let tag = if unknown {
+                "unknown"
+            } else if refused {
+                "refused"
+            } else {
+                "ok"
+            };
+            *answers.entry(format!("{k} {tag}")).or_default() += 1;
+        }
+        let _ = writeln!(text, "answers: {}", fmt_counts(&answers));
+        let _ = writeln!(
+            text,
+            "faults: {} ({})",
+            f.fault_counts.values().sum::<usize>(),
+            fmt_counts(f.fault_counts)
+        );
+        let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+        for e in &events {
+            if let Kind::Ack { outcome, .. } = &e.kind {
+                *outcomes.entry(format!("{outcome:?}")).or_default() += 1;
+            }
+        }
+        let _ = writeln!(
+            text,
+            "deliveries: {} (acks: {}; ignored on purpose: {})",
+            result.deliveries,
+            fmt_counts(&outcomes),
+            shared.ignored.load(Ordering::SeqCst)
+        );
+        let _ = writeln!(
+            text,
+            "duplicates: {} (explained by a fault or an expired deadline: {}) against a bound of {}",
+            result.duplicates, result.explained_duplicates, result.duplicate_bound
+        );
+        let _ = writeln!(
+            text,
+            "directory: {} samples, {} persisting orphans; end state: {}",
+            orphans.samples,
+            orphans.orphans.len(),
+            if end_state.is_empty() {
+                "empty but for today's Tier-1 row".to_string()
+            } else {
+                end_state.join("; ")
+            }
+        );
+        let mut violations = result.violations;
+        for (at, o) in &orphans.orphans {
+            violations.push(checker::Violation {
+                kind: if o.contains("low_water") {
+                    "Tier-3 row below the low-water mark"
+                } else {
+                    "orphan directory row"
+                },
+                subject: format!("{o} (sampled at {} ms)", at - t0),
+                lines: vec![],
+            });
+        }
+        for e in &end_state {
+            violations.push(checker::Violation {
+                kind: "directory not empty at the end",
+                subject: e.clone(),
+                lines: vec![],
+            });
+        }
+        let mut tx_lines: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+        for (i, e) in events.iter().enumerate() {
+            if let Some(k) = e.tx() {
+                tx_lines.entry(k).or_default().push(i);
+            }
+        }
+        for (s, t, what) in &leftover {
+            let mut lines = tx_lines
+                .get(&(s.as_str(), t.as_str()))
+                .cloned()
+                .unwrap_or_default();
+            if lines.len() > 40 {
+                lines.drain(..lines.len() - 40);
+            }
+            violations.push(checker::Violation {
+                kind: "pointer left at the end",
+                subject: format!("{s}/{t}: {what}"),
+                lines,
+            });
+        }
+        let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+        for v in &violations {
+            *by_kind.entry(v.kind).or_default() += 1;
+        }
+        let _ = writeln!(
+            text,
+            "violations: {} (expected 0){}{}",
+            violations.len(),
+            if by_kind.is_empty() { "" } else { ": " },
+            fmt_counts(&by_kind)
+        );
+        const SHOWN: usize = 6;
+        let mut shown: BTreeMap<&str, usize> = BTreeMap::new();
+        for v in &violations {
+            let n = shown.entry(v.kind).or_default();
+            *n += 1;
+            if *n > SHOWN {
+                continue;
+            }
+            let _ = writeln!(text, "-- VIOLATION {}: {}", v.kind, v.subject);
+            for &i in &v.lines {
+                let _ = writeln!(
+                    text,
+                    "     {}",
+                    history::Line {
+                        index: i,
+                        event: &events[i],
+                        t0
+                    }
+                );
+            }
+        }
+        for (k, n) in &by_kind {
+            if *n > SHOWN {
+                let _ = writeln!(text, "-- ... and {} more of {k}", n - SHOWN);
+            }
+        }
+        // The full history, for diagnosis.
+        let hist_file = self.log_dir.join("history.txt");
+        let mut all = format!(
+            "# seed {}, keyspace {keyspace}, t0 = {} ({} ms since the epoch, Cassandra clock)\n",
+            shared.seed,
+            chrono::DateTime::from_timestamp_millis(t0).map_or(String::new(), |d| d.to_rfc3339()),
+            t0
+        );
+        for (i, e) in events.iter().enumerate() {
+            let _ = writeln!(
+                all,
+                "{}",
+                history::Line {
+                    index: i,
+                    event: e,
+                    t0
+                }
+            );
+        }
+        let _ = std::fs::write(&hist_file, all);
+        let _ = writeln!(
+            text,
+            "history: {} events in {} (times in ms from the start of the workload, Cassandra clock)",
+            events.len(),
+            hist_file.display()
+        );
+        Ok(Ending {
+            text,
+            violations: violations.len(),
+            end_state,
+            drain_s,
+            deliveries: result.deliveries,
+        })
+    }
+
+    /// Stops every node (SIGTERM, SIGKILL after 3 s) and drops the keyspace unless `keep`.
+    pub async fn teardown(&self, keep: bool) {
+        for n in &self.shared.nodes {
+            n.lock().await.terminate(Duration::from_secs(3)).await;
+        }
+        if !keep {
+            let _ = self
+                .cql
+                .query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", self.keyspace), ())
+                .await;
+        }
+    }
+}
+
+/// The directory sampler of a run, stopped by [`Started::finish`].
+pub struct DirectorySampling {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<directory::Samples>,
+}
+
+/// What [`Started::finish`] needs of the run.
+pub struct Finish<'a> {
+    /// When the workload started (the history's times are printed from it).
+    pub t0: i64,
+    /// Every transaction the workload touched.
+    pub touched: &'a BTreeSet<(String, String)>,
+    pub drain_timeout: Duration,
+    pub sampler: DirectorySampling,
+    /// Aborted once the drain is over.
+    pub executors: Vec<tokio::task::JoinHandle<()>>,
+    pub fault_counts: &'a BTreeMap<String, usize>,
+    /// How the end state is read.
+    pub scan: directory::Scan,
+}
+
+/// What the end of a run found.
+pub struct Ending {
+    /// From the answers to the history file, one line each.
+    pub text: String,
+    /// Of the checker, the directory samples, the end state and the pointers left.
+    pub violations: usize,
+    /// What is left in the directory beyond today's day (empty: nothing).
+    pub end_state: Vec<String>,
+    pub drain_s: f64,
+    pub deliveries: usize,
+}
+
+/// Executors answer SUCCEEDED from now on; waits until no transaction of `touched` is
+/// SCHEDULED (or `timeout`). Returns every final state (read again at the end) and the
+/// seconds it took.
+async fn drain(
+    shared: &Arc<Shared>,
+    touched: &BTreeSet<(String, String)>,
+    timeout: Duration,
+) -> (BTreeMap<(String, String), Answer<pb::Retry>>, f64) {
+    shared.draining.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let scheduled =
+        |finals: &BTreeMap<(String, String), Answer<pb::Retry>>| -> BTreeSet<(String, String)> {
+            finals
+            .iter()
+            .filter(|(_, r)| matches!(r, Answer::Ok(x) if x.status == pb::RetryStatus::Scheduled as i32))
+            .map(|(k, _)| k.clone())
+            .collect()
+        };
+    let mut finals = final_states(shared, touched).await;
+    // Only those still SCHEDULED are read again while waiting; every one at the end.
+    let mut pending = scheduled(&finals);
+    let mut waited = false;
+    while !pending.is_empty() && started.elapsed() <= timeout {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        pending = scheduled(&final_states(shared, &pending).await);
+        waited = true;
+    }
+    if waited {
+        finals = final_states(shared, touched).await;
+    }
+    (finals, started.elapsed().as_secs_f64())
+}
+
+pub async fn run(o: Options) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let keyspace = keyspace_name("chaos", o.seed);
     let log_dir = std::env::temp_dir().join(format!("rebound-{keyspace}"));
-    std::fs::create_dir_all(&log_dir)?;
     println!(
         "chaos: seed {} ({} s faulty phase, {} nodes), keyspace {keyspace}, node logs in {}",
         o.seed,
@@ -328,82 +821,30 @@ pub async fn run(o: Options) -> anyhow::Result<Report> {
         o.seed,
         o.duration.as_secs_f64() / 60.0
     );
-    if o.cassandra_pid.is_none() {
-        println!("chaos: Cassandra's pid unknown: the Cassandra pause fault is skipped");
-    }
-    let cql = directory::session(&o.contact_point).await?;
-    let (offset, err) = directory::clock_offset(&cql).await?;
-    history::set_offset_ms(offset);
-    println!("chaos: Cassandra's clock - ours = {offset} ms (± {err} ms)");
-    let clock_err = err + 5;
-
-    let settings = NodeSettings {
-        bin: cluster::server_bin()?,
-        contact_point: o.contact_point.clone(),
-        keyspace: keyspace.clone(),
-        log_dir: log_dir.clone(),
-        window_seconds: WINDOW_SECONDS,
-        skew_margin_ms: SKEW_MARGIN_MS,
-        lease_ttl_ms: LEASE_TTL_MS,
-        request_timeout_ms: REQUEST_TIMEOUT_MS,
-    };
-    let mut nodes = Vec::new();
-    for i in 0..o.nodes {
-        let mut n = Node::new(i, cluster::free_port());
-        n.start(&settings, 0)?;
-        // The first node creates the keyspace and applies the schema alone.
-        if i == 0 && !n.wait_ready(Duration::from_secs(90)).await {
-            anyhow::bail!("node n1 did not start; see {}", log_dir.display());
-        }
-        nodes.push(n);
-    }
-    for n in &nodes {
-        if !n.wait_ready(Duration::from_secs(90)).await {
-            anyhow::bail!("node {} did not start; see {}", n.id, log_dir.display());
-        }
-    }
-    let channels = nodes.iter().map(|n| n.channel.clone()).collect();
-    let shared = Arc::new(Shared {
-        history: History::default(),
-        nodes: nodes
-            .into_iter()
-            .map(|n| Arc::new(AsyncMutex::new(n)))
-            .collect(),
-        channels,
-        draining: AtomicBool::new(false),
-        stop: AtomicBool::new(false),
-        seed: o.seed,
-        seen: Mutex::new(HashMap::new()),
-        ignored: AtomicUsize::new(0),
-    });
-    // Let the ring settle: every node holds slots.
-    tokio::time::sleep(Duration::from_millis(2 * LEASE_TTL_MS)).await;
+    let cluster = start_cluster(
+        &o,
+        Setup {
+            name: "chaos",
+            keyspace,
+            log_dir,
+            http: false,
+            let_deadlines_pass: true,
+        },
+    )
+    .await?;
+    let shared = cluster.shared.clone();
     let t0 = now_ms();
     let plan = plan(&o);
 
-    let mut executors = Vec::new();
-    for node in 0..o.nodes {
-        for svc in SERVICES {
-            executors.push(tokio::spawn(executor(
-                shared.clone(),
-                node,
-                svc.to_string(),
-            )));
-        }
-    }
-    let sampler_stop = Arc::new(AtomicBool::new(false));
-    let sampler = tokio::spawn(directory::sampler(
-        directory::session(&o.contact_point).await?,
-        keyspace.clone(),
-        sampler_stop.clone(),
-    ));
-    let faults = tokio::spawn(inject(
-        shared.clone(),
-        settings.clone(),
-        plan.faults.clone(),
-        o.cassandra_pid,
-        t0,
-    ));
+    let executors = cluster.spawn_executors();
+    let sampler = cluster
+        .sample_directory(
+            &o.contact_point,
+            directory::Scan::Whole,
+            Duration::from_millis(1_500),
+        )
+        .await?;
+    let faults = cluster.inject(plan.faults.clone(), o.cassandra_pid, t0);
     // The workload: each operation at its planned time, concurrently.
     let mut calls = Vec::new();
     let mut op_counts: BTreeMap<&'static str, usize> = BTreeMap::new();
@@ -413,20 +854,7 @@ pub async fn run(o: Options) -> anyhow::Result<Report> {
         if wait > 0 {
             tokio::time::sleep(Duration::from_millis(wait as u64)).await;
         }
-        match &op {
-            Op::Enqueue { items, batch, .. } => {
-                *op_counts
-                    .entry(if *batch { "enqueue_batch" } else { "enqueue" })
-                    .or_default() += 1;
-                for (s, t, _) in items {
-                    touched.insert((s.clone(), t.clone()));
-                }
-            }
-            Op::Cancel { service, tx, .. } => {
-                *op_counts.entry("cancel").or_default() += 1;
-                touched.insert((service.clone(), tx.clone()));
-            }
-        }
+        op.count(&mut op_counts, &mut touched);
         calls.push(tokio::spawn(perform(shared.clone(), op)));
     }
     for c in calls {
@@ -439,56 +867,28 @@ pub async fn run(o: Options) -> anyhow::Result<Report> {
         started.elapsed().as_secs_f64()
     );
 
-    // Drain: every node up, executors ack SUCCEEDED, until nothing is SCHEDULED.
-    shared.draining.store(true, Ordering::SeqCst);
-    let drain_started = Instant::now();
-    let mut finals;
-    loop {
-        finals = final_states(&shared, &touched).await;
-        let pending = finals
-            .values()
-            .filter(|r| matches!(r, Answer::Ok(x) if x.status == pb::RetryStatus::Scheduled as i32))
-            .count();
-        if pending == 0 || drain_started.elapsed() > o.drain_timeout {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-    let drain_s = drain_started.elapsed().as_secs_f64();
-    // Compaction: tiers 2-5 empty, Tier 1 at most today's day.
-    let end_state = directory::wait_end_state(&cql, &keyspace, Duration::from_secs(30)).await;
-    let leftover = if end_state.is_empty() {
-        Vec::new()
-    } else {
-        directory::leftover_pointers(&cql, &keyspace).await
-    };
-    shared.stop.store(true, Ordering::SeqCst);
-    sampler_stop.store(true, Ordering::SeqCst);
-    let orphans = sampler.await?;
-    let letters = dead_letters(&shared).await;
-    for e in executors {
-        e.abort();
-    }
-
-    let events = shared.history.snapshot();
-    let input = checker::Input {
-        events: &events,
-        finals: &finals,
-        letters: &letters,
-        clock_err_ms: clock_err,
-        t0,
-    };
-    let result = checker::check(&input);
-
+    let end = cluster
+        .finish(Finish {
+            t0,
+            touched: &touched,
+            drain_timeout: o.drain_timeout,
+            sampler,
+            executors,
+            fault_counts: &fault_counts,
+            scan: directory::Scan::Whole,
+        })
+        .await?;
     let mut text = String::new();
     use std::fmt::Write;
     let _ = writeln!(text, "== chaos summary (seed {})", o.seed);
     let _ = writeln!(
         text,
-        "run: {:.0} s total, faulty phase {:.0} s, drain {:.1} s; clock offset {offset} ms ± {err}",
+        "run: {:.0} s total, faulty phase {:.0} s, drain {:.1} s; clock offset {} ms ± {}",
         started.elapsed().as_secs_f64(),
         (faulty_end - t0) as f64 / 1000.0,
-        drain_s
+        end.drain_s,
+        cluster.offset_ms,
+        cluster.err_ms
     );
     let ops_total: usize = op_counts.values().sum();
     let _ = writeln!(
@@ -497,189 +897,41 @@ pub async fn run(o: Options) -> anyhow::Result<Report> {
         fmt_counts(&op_counts),
         touched.len()
     );
-    let mut answers: BTreeMap<String, usize> = BTreeMap::new();
-    for e in &events {
-        let (k, unknown, refused) = match &e.kind {
-            Kind::Enqueue { answer, .. } => (
-                "enqueue item",
-                answer.is_unknown(),
-                matches!(answer, Answer::Refused(_)),
-            ),
-            Kind::Cancel { answer, .. } => (
-                "cancel",
-                answer.is_unknown(),
-                matches!(answer, Answer::Refused(_)),
-            ),
-            Kind::Ack { answer, .. } => (
-                "ack",
-                answer.is_unknown(),
-                matches!(answer, Answer::Refused(_)),
-            ),
-            _ => continue,
-        };
-        let tag = if unknown {
-            "unknown"
-        } else if refused {
-            "refused"
-        } else {
-            "ok"
-        };
-        *answers.entry(format!("{k} {tag}")).or_default() += 1;
-    }
-    let _ = writeln!(text, "answers: {}", fmt_counts(&answers));
-    let _ = writeln!(
-        text,
-        "faults: {} ({})",
-        fault_counts.values().sum::<usize>(),
-        fmt_counts(&fault_counts)
-    );
-    let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
-    for e in &events {
-        if let Kind::Ack { outcome, .. } = &e.kind {
-            *outcomes.entry(format!("{outcome:?}")).or_default() += 1;
-        }
-    }
-    let _ = writeln!(
-        text,
-        "deliveries: {} (acks: {}; ignored on purpose: {})",
-        result.deliveries,
-        fmt_counts(&outcomes),
-        shared.ignored.load(Ordering::SeqCst)
-    );
-    let _ = writeln!(
-        text,
-        "duplicates: {} (explained by a fault or an expired deadline: {}) against a bound of {}",
-        result.duplicates, result.explained_duplicates, result.duplicate_bound
-    );
-    let _ = writeln!(
-        text,
-        "directory: {} samples, {} persisting orphans; end state: {}",
-        orphans.samples,
-        orphans.orphans.len(),
-        if end_state.is_empty() {
-            "empty but for today's Tier-1 row".to_string()
-        } else {
-            end_state.join("; ")
-        }
-    );
-    let mut violations = result.violations;
-    for (at, o) in &orphans.orphans {
-        violations.push(checker::Violation {
-            kind: if o.contains("low_water") {
-                "Tier-3 row below the low-water mark"
-            } else {
-                "orphan directory row"
-            },
-            subject: format!("{o} (sampled at {} ms)", at - t0),
-            lines: vec![],
-        });
-    }
-    for e in &end_state {
-        violations.push(checker::Violation {
-            kind: "directory not empty at the end",
-            subject: e.clone(),
-            lines: vec![],
-        });
-    }
-    let mut tx_lines: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
-    for (i, e) in events.iter().enumerate() {
-        if let Some(k) = e.tx() {
-            tx_lines.entry(k).or_default().push(i);
-        }
-    }
-    for (s, t, what) in &leftover {
-        let mut lines = tx_lines
-            .get(&(s.as_str(), t.as_str()))
-            .cloned()
-            .unwrap_or_default();
-        if lines.len() > 40 {
-            lines.drain(..lines.len() - 40);
-        }
-        violations.push(checker::Violation {
-            kind: "pointer left at the end",
-            subject: format!("{s}/{t}: {what}"),
-            lines,
-        });
-    }
-    let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
-    for v in &violations {
-        *by_kind.entry(v.kind).or_default() += 1;
-    }
-    let _ = writeln!(
-        text,
-        "violations: {} (expected 0){}{}",
-        violations.len(),
-        if by_kind.is_empty() { "" } else { ": " },
-        fmt_counts(&by_kind)
-    );
-    const SHOWN: usize = 6;
-    let mut shown: BTreeMap<&str, usize> = BTreeMap::new();
-    for v in &violations {
-        let n = shown.entry(v.kind).or_default();
-        *n += 1;
-        if *n > SHOWN {
-            continue;
-        }
-        let _ = writeln!(text, "-- VIOLATION {}: {}", v.kind, v.subject);
-        for &i in &v.lines {
-            let _ = writeln!(
-                text,
-                "     {}",
-                history::Line {
-                    index: i,
-                    event: &events[i],
-                    t0
-                }
-            );
-        }
-    }
-    for (k, n) in &by_kind {
-        if *n > SHOWN {
-            let _ = writeln!(text, "-- ... and {} more of {k}", n - SHOWN);
-        }
-    }
-    // The full history, for diagnosis.
-    let hist_file = log_dir.join("history.txt");
-    let mut all = format!(
-        "# seed {}, keyspace {keyspace}, t0 = {} ({} ms since the epoch, Cassandra clock)\n",
-        o.seed,
-        chrono::DateTime::from_timestamp_millis(t0).map_or(String::new(), |d| d.to_rfc3339()),
-        t0
-    );
-    for (i, e) in events.iter().enumerate() {
-        let _ = writeln!(
-            all,
-            "{}",
-            history::Line {
-                index: i,
-                event: e,
-                t0
-            }
-        );
-    }
-    let _ = std::fs::write(&hist_file, all);
-    let _ = writeln!(
-        text,
-        "history: {} events in {} (times in ms from the start of the workload, Cassandra clock)",
-        events.len(),
-        hist_file.display()
-    );
-
-    for n in &shared.nodes {
-        n.lock().await.terminate(Duration::from_secs(3)).await;
-    }
-    if !o.keep_keyspace && violations.is_empty() {
-        let _ = cql
-            .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
-            .await;
-    }
+    text.push_str(&end.text);
+    cluster
+        .teardown(o.keep_keyspace || end.violations > 0)
+        .await;
     Ok(Report {
         text,
-        violations: violations.len(),
+        violations: end.violations,
     })
 }
 
-fn fmt_counts<K: std::fmt::Display>(m: &BTreeMap<K, usize>) -> String {
+impl Op {
+    /// Counts the operation by kind and adds the transactions it touches.
+    pub fn count(
+        &self,
+        counts: &mut BTreeMap<&'static str, usize>,
+        touched: &mut BTreeSet<(String, String)>,
+    ) {
+        match self {
+            Op::Enqueue { items, batch, .. } => {
+                *counts
+                    .entry(if *batch { "enqueue_batch" } else { "enqueue" })
+                    .or_default() += 1;
+                for (s, t, _) in items {
+                    touched.insert((s.clone(), t.clone()));
+                }
+            }
+            Op::Cancel { service, tx, .. } => {
+                *counts.entry("cancel").or_default() += 1;
+                touched.insert((service.clone(), tx.clone()));
+            }
+        }
+    }
+}
+
+pub fn fmt_counts<K: std::fmt::Display>(m: &BTreeMap<K, usize>) -> String {
     m.iter()
         .map(|(k, v)| format!("{k} {v}"))
         .collect::<Vec<_>>()
@@ -858,13 +1110,15 @@ pub async fn record_deliveries(
     }
 }
 
-/// The executor of one service on one node: subscribes (again after every break), answers
-/// each delivery with an outcome chosen from the seed, on the node that delivered it.
-async fn executor(shared: Arc<Shared>, node: usize, service: String) {
+/// The executor `executor_id` of one service on one node: subscribes (again after every
+/// break), answers each delivery with an outcome chosen from the seed, on the node that
+/// delivered it. Runs until `Shared::stop`; dropping it closes its stream (the node hands
+/// what it had in flight to other executors).
+pub async fn executor(shared: Arc<Shared>, node: usize, service: String, executor_id: String) {
     let spec = StreamSpec {
         node,
         service: &service,
-        executor_id: format!("chaos-n{}-{service}", node + 1),
+        executor_id,
         max_in_flight: 16,
         subscribe_timeout: Duration::from_secs(3),
     };
@@ -909,9 +1163,11 @@ fn choose(shared: &Shared, d: &pb::Delivery) -> (Option<Outcome>, Option<i64>, u
         (Some(Outcome::Failed), None)
     } else if r < 0.96 {
         (Some(Outcome::Snooze), Some(after))
-    } else {
+    } else if shared.let_deadlines_pass {
         // Never answered: the ack deadline passes and the node redelivers.
         (None, None)
+    } else {
+        (Some(Outcome::Succeeded), None)
     };
     (o, a, think)
 }
