@@ -373,8 +373,15 @@ impl Writer {
         // Above every generation seen, the cancelled one included, so that a fresh start after
         // a cancel is not taken for a schedule the cancel covers (whatever this node's clock).
         state.generation = new_generation(floor, now);
-        // A reschedule derives from the live generation it read; a fresh start from itself.
+        // A reschedule by an enqueue keeps the base of the live row it read: the generation
+        // its lineage was last delivered and acknowledged from. So a SUCCEEDED ack of a
+        // delivery that was in flight covers every schedule enqueues made after it (through
+        // the succeeded cell), however many: with the live generation as base, a second
+        // re-enqueue escaped the cell and the retry ran again after the ack had answered OK
+        // (found by scripts/soak). A fresh start derives from itself; a row written before
+        // schema 0007 has no base, and derives from its generation.
         state.base_generation = match &previous {
+            Some(prev) if prev.base_generation > 0 => prev.base_generation,
             Some(prev) => prev.generation,
             None => state.generation,
         };

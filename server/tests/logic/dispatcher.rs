@@ -525,6 +525,36 @@ async fn a_succeeded_ack_loses_to_a_cancel_and_a_fresh_start_made_while_it_ran()
     assert_eq!(rig.state("svc", "fresh").await.status, Status::Succeeded);
 }
 
+/// The history the soak found: while a delivery runs, the producer enqueues the transaction
+/// again twice (each a reschedule to a later window, so two new generations, the second
+/// derived from the first); then the executor acknowledges SUCCEEDED. The ack answered OK, so
+/// the retry is SUCCEEDED: a later enqueue is refused, and nothing is delivered again.
+#[tokio::test]
+async fn a_succeeded_ack_covers_every_reenqueue_made_while_it_ran() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let w = next_window(&rig);
+    rig.enqueue("svc", "twice", 0).await;
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let d = expect_delivery(&mut sub).await;
+    let first = rig.enqueue("svc", "twice", 3_000).await;
+    let second = rig.enqueue("svc", "twice", 6_000).await;
+    assert!(first.deduplicated && second.deduplicated);
+    assert!(second.generation > first.generation);
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    assert_eq!(rig.state("svc", "twice").await.status, Status::Succeeded);
+    assert!(rig.try_enqueue("svc", "twice", 0).await.is_err());
+    // Neither later window delivers it.
+    let last = rig.grid.window_of(second.due_at_ms - 1);
+    rig.clock.set(readable_at(&rig, last));
+    rig.scan().await;
+    assert!(
+        next_delivery(&mut sub, 300).await.is_none(),
+        "delivered again after a SUCCEEDED ack"
+    );
+}
+
 /// A window with more due instances of one service than it may feed at once
 /// (`workers_per_service`, 4): the rest start as soon as a worker has fed its instance, not
 /// at the next scan. Windows of a minute and a scan interval of a minute leave the scanner
