@@ -170,6 +170,10 @@ Examples:
     #[command(subcommand)]
     Limits(LimitsCommand),
 
+    /// Set, show or clear a service's push target: its retries POSTed to an HTTP endpoint.
+    #[command(subcommand)]
+    PushTarget(PushTargetCommand),
+
     /// Cancel every retry of a service scheduled before now and delete its buckets (PurgeService).
     #[command(after_help = "\
 Calls PurgeService in batches of --batch buckets, keeping the first call's cut-off time, until
@@ -434,6 +438,89 @@ Examples:
     },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum PushTargetCommand {
+    /// Replace the service's push target as a whole (SetPushTarget).
+    #[command(after_help = "\
+The service's retries are then POSTed to --url by the node that owns them, signed per Standard
+Webhooks, instead of going to Subscribe streams. A 2xx answer is SUCCEEDED; 408, 409, 429, 5xx, a
+timeout or a connection error RETRY (Retry-After sets the delay); a redirect or any other 4xx
+FAILED. Applies on every node within the settings refresh interval.
+
+A secret is whsec_ and the base64 of 24-64 random bytes; give two while rotating (each request
+is signed with both). The answer shows each secret masked. --request-timeout is how long one
+request may take (1s-30m, default 30s); --timeout stays the CLI's own call timeout.
+
+Examples:
+  rebound push-target set orders --url https://hooks.example.com/rebound \\
+      --secret whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw --header 'Authorization=Bearer abc'
+  rebound push-target set orders --url https://hooks.example.com/rebound \\
+      --secret whsec_NEW... --secret whsec_OLD... --request-timeout 2m --max-concurrent 16")]
+    Set(PushTargetArgs),
+    /// Show the service's push target, secrets masked (GetPushTarget).
+    #[command(after_help = "\
+Exit code 3 when the service has no push target.
+
+Example:
+  rebound push-target get orders")]
+    Get {
+        /// The service.
+        service: String,
+    },
+    /// Remove the service's push target: its retries go to Subscribe streams again
+    /// (ClearPushTarget).
+    #[command(after_help = "\
+Clearing a service that has no push target is not an error: the output says cleared: no.
+
+Example:
+  rebound push-target clear orders")]
+    Clear {
+        /// The service.
+        service: String,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct PushTargetArgs {
+    /// The service.
+    pub service: String,
+    /// Where requests go: http:// or https://, no user name or password.
+    #[arg(long)]
+    pub url: String,
+    /// How long one request may take, 1s-30m (default on the node: 30s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub request_timeout: Option<Duration>,
+    /// A header added to every request, repeatable: --header 'Authorization=Bearer abc'.
+    #[arg(long = "header", value_name = "NAME=VALUE", value_parser = parse_key_value)]
+    pub headers: Vec<(String, String)>,
+    /// A signing secret (whsec_...), required; repeat once to sign with two while rotating.
+    #[arg(long = "secret", value_name = "SECRET", required = true)]
+    pub secrets: Vec<String>,
+    /// Requests in flight at once to the target from one node, 1-1,000 (default on the node: 64).
+    #[arg(long, value_name = "N")]
+    pub max_concurrent: Option<u32>,
+}
+
+impl PushTargetArgs {
+    /// The target to send; a header given twice is a usage error.
+    pub fn to_proto(&self) -> Result<pb::PushTarget, String> {
+        let mut headers = std::collections::HashMap::new();
+        for (k, v) in &self.headers {
+            if headers.insert(k.clone(), v.clone()).is_some() {
+                return Err(format!("--header {k:?} is given twice"));
+            }
+        }
+        Ok(pb::PushTarget {
+            url: self.url.clone(),
+            timeout: self.request_timeout.map(duration_to_proto),
+            headers,
+            signing_secrets: self.secrets.clone(),
+            max_concurrent: self.max_concurrent,
+            updated_at: None,
+        })
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct PurgeArgs {
     /// The service to purge.
@@ -636,9 +723,133 @@ mod tests {
             &["rebound", "enqueue", "s", "t", "--delay", "soon"],
             &["rebound", "enqueue", "s", "t", "--attr", "novalue"],
             &["rebound", "get", "s", "t", "--timeout", "0s"],
+            // A push target needs a URL and a secret.
+            &["rebound", "push-target", "set", "s", "--secret", "whsec_x"],
+            &[
+                "rebound",
+                "push-target",
+                "set",
+                "s",
+                "--url",
+                "https://h.example/",
+            ],
+            &[
+                "rebound",
+                "push-target",
+                "set",
+                "s",
+                "--url",
+                "https://h.example/",
+                "--secret",
+                "whsec_x",
+                "--header",
+                "novalue",
+            ],
+            &["rebound", "push-target", "get"],
         ] {
             let e = Cli::try_parse_from(args).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn push_target_flags_build_the_message() {
+        let cli = Cli::try_parse_from([
+            "rebound",
+            "push-target",
+            "set",
+            "orders",
+            "--url",
+            "https://hooks.example.com/rebound",
+            "--request-timeout",
+            "2m",
+            "--header",
+            "Authorization=Bearer a=b",
+            "--header",
+            "X-Tenant=7",
+            "--secret",
+            "whsec_new",
+            "--secret",
+            "whsec_old",
+            "--max-concurrent",
+            "16",
+            // The global call timeout is another flag.
+            "--timeout",
+            "5s",
+        ])
+        .unwrap();
+        assert_eq!(cli.timeout, Duration::from_secs(5));
+        let Command::PushTarget(PushTargetCommand::Set(a)) = cli.command else {
+            panic!("parsed as {:?}", cli.command);
+        };
+        assert_eq!(a.service, "orders");
+        let t = a.to_proto().unwrap();
+        assert_eq!(t.url, "https://hooks.example.com/rebound");
+        assert_eq!(
+            t.timeout,
+            Some(prost_types::Duration {
+                seconds: 120,
+                nanos: 0
+            })
+        );
+        assert_eq!(t.headers.len(), 2);
+        assert_eq!(t.headers["Authorization"], "Bearer a=b");
+        assert_eq!(t.headers["X-Tenant"], "7");
+        assert_eq!(t.signing_secrets, ["whsec_new", "whsec_old"]);
+        assert_eq!(t.max_concurrent, Some(16));
+
+        // Unset: the node's defaults.
+        let cli = Cli::try_parse_from([
+            "rebound",
+            "push-target",
+            "set",
+            "orders",
+            "--url",
+            "http://h.example/",
+            "--secret",
+            "whsec_x",
+        ])
+        .unwrap();
+        let Command::PushTarget(PushTargetCommand::Set(a)) = cli.command else {
+            panic!("parsed as {:?}", cli.command);
+        };
+        let t = a.to_proto().unwrap();
+        assert_eq!((t.timeout, t.max_concurrent), (None, None));
+        assert!(t.headers.is_empty());
+
+        // A header twice is refused before anything is sent.
+        let cli = Cli::try_parse_from([
+            "rebound",
+            "push-target",
+            "set",
+            "orders",
+            "--url",
+            "http://h.example/",
+            "--secret",
+            "whsec_x",
+            "--header",
+            "X-A=1",
+            "--header",
+            "X-A=2",
+        ])
+        .unwrap();
+        let Command::PushTarget(PushTargetCommand::Set(a)) = cli.command else {
+            panic!("parsed as {:?}", cli.command);
+        };
+        assert!(a.to_proto().unwrap_err().contains("twice"));
+
+        for (args, want) in [
+            (["rebound", "push-target", "get", "orders"], "get"),
+            (["rebound", "push-target", "clear", "orders"], "clear"),
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            match (cli.command, want) {
+                (Command::PushTarget(PushTargetCommand::Get { service }), "get")
+                | (Command::PushTarget(PushTargetCommand::Clear { service }), "clear") => {
+                    assert_eq!(service, "orders")
+                }
+                (other, _) => panic!("{args:?} parsed as {other:?}"),
+            }
         }
     }
 }

@@ -7,10 +7,11 @@ use std::time::Duration;
 use base64::Engine as _;
 use chrono::Utc;
 pub use rebound_proto::json::{
-    dead_letter_json, inspect_json, limits_json, node_stats_json, policy_json, retry_json,
-    ring_json, service_info_json, service_stats_json, status_name, time_json, time_text,
+    dead_letter_json, duration_json, inspect_json, limits_json, node_stats_json, policy_json,
+    retry_json, ring_json, service_stats_json, status_name, time_json, time_text,
 };
 use rebound_proto::v1 as pb;
+use serde_json::{json, Value};
 
 // ---- parsing ----------------------------------------------------------------------------------
 
@@ -143,6 +144,43 @@ pub fn limits_summary(l: Option<&pb::ServiceLimits>) -> String {
     } else {
         parts.join(" ")
     }
+}
+
+/// A push target as JSON (null when there is none): timeout in seconds, headers as an
+/// object, secrets as the node answered them (masked).
+pub fn push_target_json(t: Option<&pb::PushTarget>) -> Value {
+    let Some(t) = t else { return Value::Null };
+    let sorted: std::collections::BTreeMap<&String, &String> = t.headers.iter().collect();
+    let headers: serde_json::Map<String, Value> = sorted
+        .into_iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    json!({
+        "url": t.url,
+        "timeout": duration_json(t.timeout.as_ref()),
+        "headers": headers,
+        "signing_secrets": t.signing_secrets,
+        "max_concurrent": t.max_concurrent,
+        "updated_at": time_json(t.updated_at.as_ref()),
+    })
+}
+
+/// `rebound_proto::json::service_info_json` with the service's push target
+/// (`push_target`, null when it has none).
+pub fn service_info_json(s: &pb::ServiceInfo) -> Value {
+    let mut v = rebound_proto::json::service_info_json(s);
+    if let Value::Object(m) = &mut v {
+        m.insert(
+            "push_target".into(),
+            push_target_json(s.push_target.as_ref()),
+        );
+    }
+    v
+}
+
+/// The push target's URL, or `-`.
+pub fn push_summary(t: Option<&pb::PushTarget>) -> String {
+    t.map_or_else(|| "-".to_string(), |t| t.url.clone())
 }
 
 pub fn retry_text(r: &pb::Retry) -> String {
@@ -280,6 +318,27 @@ mod tests {
         };
         assert_eq!(limits_summary(Some(&l)), "rate=100/s concurrent=50");
         assert_eq!(limits_json(Some(&l))["dispatch_burst"], Value::Null);
+    }
+
+    #[test]
+    fn service_json_carries_the_push_target() {
+        let mut s = pb::ServiceInfo {
+            service: "orders".into(),
+            ..Default::default()
+        };
+        assert_eq!(service_info_json(&s)["push_target"], Value::Null);
+        assert_eq!(service_info_json(&s)["service"], "orders");
+        assert_eq!(push_summary(None), "-");
+        s.push_target = Some(pb::PushTarget {
+            url: "https://h.example/".into(),
+            signing_secrets: vec!["whsec_…abcd".into()],
+            ..Default::default()
+        });
+        let j = service_info_json(&s);
+        assert_eq!(j["push_target"]["url"], "https://h.example/");
+        assert_eq!(j["push_target"]["timeout"], Value::Null);
+        assert_eq!(j["push_target"]["signing_secrets"][0], "whsec_…abcd");
+        assert_eq!(push_summary(s.push_target.as_ref()), "https://h.example/");
     }
 
     #[test]

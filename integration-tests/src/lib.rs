@@ -9,6 +9,7 @@ pub mod chaos;
 pub mod http;
 pub mod pki;
 pub mod process;
+pub mod receiver;
 pub mod rows;
 
 use std::{

@@ -448,3 +448,87 @@ async fn metrics_count_every_enqueue_delivery_and_ack() {
     node.kill();
     drop_keyspace(&ks).await;
 }
+
+/// A push request is a `POST` CLIENT span in the trace of the call that enqueued the retry,
+/// and the receiver gets that span as its `traceparent`; `rebound_push_requests_total`
+/// counts it.
+#[tokio::test]
+async fn a_push_request_is_a_client_span_in_the_enqueuers_trace() {
+    use rebound_integration_tests::receiver::{Answer, Receiver as Hooks};
+    use rebound_proto::v1::{self as pb, admin_service_client::AdminServiceClient};
+
+    let (receiver, otlp) = start_receiver().await;
+    let hooks = Hooks::start(|_| Answer::Status(200)).await;
+    let ks = unique_keyspace("obs_push");
+    let (port, http) = (free_port(), free_port());
+    let mut env = node_env(http, Some(format!("http://{otlp}")));
+    env.push(("REBOUND_PUSH_ALLOW", "127.0.0.1".to_string()));
+    let node = spawn_node_with(&ks, port, "obs-push", &env);
+    let ch = rebound_integration_tests::process::connect(port).await;
+    AdminServiceClient::new(ch.clone())
+        .set_push_target(pb::SetPushTargetRequest {
+            service: "obs-push".into(),
+            target: Some(pb::PushTarget {
+                url: hooks.url("/in"),
+                signing_secrets: vec!["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()],
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut req = rebound_integration_tests::enqueue_req("obs-push", "tx-push", 0);
+    req.trace_context = Some(pb::TraceContext {
+        traceparent: format!("00-{trace_id}-00f067aa0ba902b7-01"),
+        tracestate: String::new(),
+    });
+    pb::retry_service_client::RetryServiceClient::new(ch.clone())
+        .enqueue_retry(req)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), "the push to arrive", || {
+        let n = hooks.received().len();
+        async move { n >= 1 }
+    })
+    .await;
+    eventually(Duration::from_secs(20), "the POST span to arrive", || {
+        let spans = receiver.spans.lock().unwrap().clone();
+        async move { spans.iter().any(|s| s.name == "POST") }
+    })
+    .await;
+    let spans = receiver.spans.lock().unwrap().clone();
+    let post = spans.iter().find(|s| s.name == "POST").unwrap();
+    assert_eq!(hex(&post.trace_id), trace_id, "in the enqueuer's trace");
+    // Its parent is the enqueue's `send` span (the context stored with the retry), a child
+    // of the caller's span.
+    let send = spans
+        .iter()
+        .find(|s| s.span_id == post.parent_span_id)
+        .unwrap_or_else(|| panic!("the POST span's parent among {spans:#?}"));
+    assert_eq!(send.name, "send obs-push");
+    assert_eq!(hex(&send.parent_span_id), "00f067aa0ba902b7");
+    assert_eq!(post.kind, SpanKind::Client as i32);
+    assert_eq!(attr(post, "http.request.method").as_deref(), Some("POST"));
+    assert_eq!(
+        attr(post, "http.response.status_code").as_deref(),
+        Some("200")
+    );
+    let got = &hooks.received()[0];
+    let traceparent = got.header("traceparent");
+    assert_eq!(
+        traceparent,
+        format!("00-{trace_id}-{}-01", hex(&post.span_id)),
+        "the receiver's parent is the POST span"
+    );
+    let scraped = scrape(format!("127.0.0.1:{http}").parse().unwrap()).await;
+    assert_eq!(
+        value(
+            &scraped,
+            "rebound_push_requests_total",
+            &[("service", "obs-push"), ("result", "2xx")]
+        ),
+        1.0
+    );
+    drop(node);
+    drop_keyspace(&ks).await;
+}

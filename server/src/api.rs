@@ -393,6 +393,30 @@ impl pb::admin_service_server::AdminService for AdminApi {
     ) -> Result<Response<pb::SetServiceLimitsResponse>, Status> {
         Ok(Response::new(self.admin.set_limits(&r.into_inner()).await?))
     }
+    async fn set_push_target(
+        &self,
+        r: Request<pb::SetPushTargetRequest>,
+    ) -> Result<Response<pb::SetPushTargetResponse>, Status> {
+        Ok(Response::new(
+            self.admin.set_push_target(&r.into_inner()).await?,
+        ))
+    }
+    async fn get_push_target(
+        &self,
+        r: Request<pb::GetPushTargetRequest>,
+    ) -> Result<Response<pb::PushTarget>, Status> {
+        Ok(Response::new(
+            self.admin.get_push_target(&r.into_inner()).await?,
+        ))
+    }
+    async fn clear_push_target(
+        &self,
+        r: Request<pb::ClearPushTargetRequest>,
+    ) -> Result<Response<pb::ClearPushTargetResponse>, Status> {
+        Ok(Response::new(
+            self.admin.clear_push_target(&r.into_inner()).await?,
+        ))
+    }
     async fn purge_service(
         &self,
         r: Request<pb::PurgeServiceRequest>,

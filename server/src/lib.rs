@@ -23,6 +23,7 @@ pub mod outcome;
 pub mod ownership;
 pub mod peers;
 pub mod policy;
+pub mod push;
 pub mod redrive;
 pub mod ring;
 pub mod services;

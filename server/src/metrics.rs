@@ -58,6 +58,8 @@ pub mod names {
     pub const CONNECTIONS: &str = "rebound_connections";
     pub const CONNECTIONS_CLOSED: &str = "rebound_connections_closed";
     pub const TASKS: &str = "rebound_tasks";
+    pub const PUSH_REQUESTS: &str = "rebound_push_requests";
+    pub const PUSH_DURATION: &str = "rebound_push_request_duration_seconds";
 }
 
 /// The label a service stands under when the cap on labelled services is reached.
@@ -133,6 +135,13 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PushLabels {
+    pub service: Arc<str>,
+    /// `2xx`, `3xx`, `4xx`, `5xx`, `timeout`, `error`, `refused`.
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OwnerLabels {
     /// The component that spawned the tasks (`tasks::Tasks::new`): `node`, `ring`,
     /// `server`, `dispatcher`, `coalescer`.
@@ -144,6 +153,12 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 fn seconds_buckets() -> Histogram {
     Histogram::new([
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
+fn push_buckets() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
     ])
 }
 
@@ -186,6 +201,8 @@ pub struct Metrics {
     pub connections: Gauge,
     pub connections_closed: Family<ReasonLabels, Counter>,
     pub tasks: Family<OwnerLabels, Gauge>,
+    pub push_requests: Family<PushLabels, Counter>,
+    pub push_duration: Family<ServiceLabel, Histogram, fn() -> Histogram>,
     services: ServiceNames,
 }
 
@@ -300,6 +317,8 @@ impl Metrics {
             connections: Gauge::default(),
             connections_closed: Family::default(),
             tasks: Family::default(),
+            push_requests: Family::default(),
+            push_duration: Family::new_with_constructor(push_buckets),
             services: ServiceNames {
                 cap: AtomicUsize::new(DEFAULT_MAX_SERVICES),
                 known: RwLock::default(),
@@ -429,8 +448,18 @@ impl Metrics {
         );
         r.register(
             TASKS,
-            "Tasks the node's components spawned that have not finished yet, by owner (node, ring, server, dispatcher, coalescer); a count that only grows is a leak",
+            "Tasks the node's components spawned that have not finished yet, by owner (node, ring, server, dispatcher, push, coalescer); a count that only grows is a leak",
             m.tasks.clone(),
+        );
+        r.register(
+            PUSH_REQUESTS,
+            "Push requests by service and result (2xx, 3xx, 4xx, 5xx, timeout, error: no response, refused: the address guard)",
+            m.push_requests.clone(),
+        );
+        r.register(
+            PUSH_DURATION,
+            "Push requests' duration by service, from resolving the host to the response's head",
+            m.push_duration.clone(),
         );
         Metrics { registry: r, ..m }
     }
@@ -515,6 +544,19 @@ impl Metrics {
         self.spans_dropped
             .get_or_create(&ReasonLabels { reason })
             .inc_by(n);
+    }
+
+    /// One push request of `service` ended with `result` after `seconds`.
+    pub fn push(&self, service: &str, result: &'static str, seconds: f64) {
+        let service = self.service(service);
+        self.push_duration
+            .get_or_create(&ServiceLabel {
+                service: service.clone(),
+            })
+            .observe(seconds);
+        self.push_requests
+            .get_or_create(&PushLabels { service, result })
+            .inc();
     }
 
     pub fn connection_closed(&self, reason: &'static str) {

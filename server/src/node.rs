@@ -24,7 +24,10 @@ use crate::{
     admin::Admin,
     api::{AdminApi, Api, ExecutorApi},
     auth::{AdminGate, Auth},
-    clock::{offset_sample, Clock, ClusterClock, SharedClock},
+    clock::{
+        sync::{measure_offset, run_clock_sync, sync_clock},
+        ClusterClock, SharedClock,
+    },
     compactor::Compactor,
     config::{Config, StoreKind},
     dispatch::{
@@ -32,12 +35,13 @@ use crate::{
         DispatchOptions, Dispatcher,
     },
     ownership::Ownership,
+    push::{client::Client, guard::Allow, PushOptions, Pusher},
     ring::{LeaseRing, RingOptions},
     services::Services,
     store::{
         cassandra::{connect_with_wait, CassandraOptions, CassandraStore, Connection},
         embedded::EmbeddedStore,
-        LeaseStore, MigrationStore, RetryStore,
+        MigrationStore, RetryStore,
     },
     tasks::{Connections, Tasks},
     tls::{MaybeTls, ServerTls, TlsListener},
@@ -46,87 +50,6 @@ use crate::{
 
 /// How often the embedded store deletes its expired rows (reads skip them regardless).
 const EMBEDDED_SWEEP_EVERY: Duration = Duration::from_secs(10);
-
-/// An offset change smaller than this is measurement noise and is not applied, so the
-/// node's clock does not wobble back and forth by a millisecond or two at every sync.
-const CLOCK_SYNC_DEADBAND_MS: i64 = 50;
-
-/// Measures this node's clock against Cassandra's (`currentTimestamp()` of a coordinator):
-/// five samples, the one with the shortest round trip wins, and its offset is applied.
-pub async fn sync_clock(
-    store: &dyn LeaseStore,
-    clock: &ClusterClock,
-    skew_margin_ms: i64,
-) -> Result<i64, crate::store::StoreError> {
-    let mut best: Option<(i64, i64)> = None;
-    for _ in 0..5 {
-        let sent = clock.base_now_ms();
-        let server = store.server_time_ms().await?;
-        let (offset, rtt) = offset_sample(sent, server, clock.base_now_ms());
-        if best.is_none_or(|(_, r)| rtt < r) {
-            best = Some((offset, rtt));
-        }
-    }
-    let (offset, rtt) = best.expect("five samples");
-    let before = clock.offset_ms().unwrap_or(0);
-    if (offset - before).abs() >= CLOCK_SYNC_DEADBAND_MS {
-        clock.set_offset_ms(offset);
-        if offset.abs() * 2 > skew_margin_ms {
-            tracing::warn!(
-                offset_ms = offset,
-                rtt_ms = rtt,
-                skew_margin_ms,
-                "this node's clock differs from Cassandra's by more than half the skew margin \
-                 (REBOUND_SKEW_MARGIN_MS); the node runs on Cassandra's time, but check NTP"
-            );
-        } else {
-            tracing::info!(
-                offset_ms = offset,
-                rtt_ms = rtt,
-                "clock offset from Cassandra applied"
-            );
-        }
-    }
-    Ok(clock.offset_ms().unwrap_or(0))
-}
-
-/// This node's offset from Cassandra's clock (best of three by round trip), without applying
-/// it; None when the database cannot tell its time.
-async fn measure_offset(store: &dyn LeaseStore, clock: &dyn Clock) -> Option<i64> {
-    let mut best: Option<(i64, i64)> = None;
-    for _ in 0..3 {
-        let sent = clock.now_ms();
-        let server = store.server_time_ms().await.ok()?;
-        let (offset, rtt) = offset_sample(sent, server, clock.now_ms());
-        if best.is_none_or(|(_, r)| rtt < r) {
-            best = Some((offset, rtt));
-        }
-    }
-    best.map(|(o, _)| o)
-}
-
-async fn run_clock_sync(
-    store: Arc<dyn LeaseStore>,
-    clock: Arc<ClusterClock>,
-    every: Duration,
-    skew_margin_ms: i64,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        match sync_clock(store.as_ref(), &clock, skew_margin_ms).await {
-            Ok(_) => {}
-            // The database cannot report its clock at all: nothing to retry.
-            Err(crate::store::StoreError::Internal(_)) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read Cassandra's clock; keeping the last offset")
-            }
-        }
-    }
-}
 
 /// Spawns `task` under `owner`, which is new and so accepts it.
 fn own(owner: &Tasks, task: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -197,6 +120,8 @@ pub struct NodeTasks {
     ring: Arc<Tasks>,
     connections: Arc<Connections>,
     dispatcher: Arc<Dispatcher>,
+    /// The pushers' workers and requests.
+    push: Arc<Pusher>,
     /// The writer's coalescers (group commit, pointers).
     writer: Arc<Writer>,
     /// The Cassandra store's coalescers (none on the embedded store).
@@ -220,6 +145,7 @@ impl NodeTasks {
             ("background", self.background.live()),
             ("ring", self.ring.live()),
             ("dispatcher", self.dispatcher.tasks().live()),
+            ("push", self.push.tasks().live()),
             (
                 "writer",
                 self.writer.flush_tasks().iter().map(|t| t.live()).sum(),
@@ -499,12 +425,24 @@ impl Node {
                 tracing::warn!(error = %e, "first lease ring round failed, will retry");
             }
         }
+        let push_client =
+            Client::new(Allow::parse(&config.push_allow).map_err(|e| anyhow::anyhow!(e))?)
+                .map_err(|e| anyhow::anyhow!("push client: {e}"))?;
+        let pusher = Arc::new(Pusher::new(
+            dispatcher.clone(),
+            services.clone(),
+            clock.clone(),
+            PushOptions {
+                client: push_client,
+            },
+        ));
         let tasks = NodeTasks {
             server: Arc::new(Tasks::new("server")),
             background: Arc::new(Tasks::new("node")),
             ring: Arc::new(Tasks::new("ring")),
             connections: Arc::default(),
             dispatcher: dispatcher.clone(),
+            push: pusher.clone(),
             writer: writer.clone(),
             store: cassandra.clone(),
         };
@@ -519,6 +457,7 @@ impl Node {
             ),
         );
         own(&tasks.background, dispatcher.clone().run_scanner());
+        own(&tasks.background, pusher.run(shutdown.subscribe()));
         own(
             &tasks.background,
             dispatcher.clone().run_reaper(Duration::from_millis(100)),
@@ -884,6 +823,7 @@ impl Node {
         // The loops return on the stop signal; the workers and redeliveries once their lease
         // checks fail and their streams are closed (work dropped unresolved is replayed).
         tasks.background.shutdown(deadline).await;
+        tasks.push.tasks().shutdown(deadline).await;
         tasks.dispatcher.tasks().shutdown(deadline).await;
         for flushes in tasks.writer.flush_tasks() {
             flushes.shutdown(deadline).await;

@@ -1,4 +1,5 @@
-//! Per-service settings (issue 5): the stored default policy, pause, and dispatch limits.
+//! Per-service settings (issue 5): the stored default policy, pause, dispatch limits, and the
+//! push target (`push::target`).
 //!
 //! The `services` table is one small partition per namespace; every node reads it whole once
 //! per refresh interval and keeps it in memory, so the enqueue and dispatch paths never read
@@ -29,8 +30,10 @@ use crate::{
     clock::SharedClock,
     error::Error,
     policy::{PolicyOverrides, RetryPolicy},
+    push::target,
     store::{LeaseStore, ServiceRow, ServiceStore},
     validate,
+    wire::ts,
 };
 
 /// The stored settings of one service.
@@ -44,6 +47,9 @@ pub struct Settings {
     pub policy: pb::RetryPolicy,
     pub overrides: PolicyOverrides,
     pub limits: pb::ServiceLimits,
+    /// The push target as stored (secrets in clear, `updated_at` set), when the service has
+    /// one: its retries are then POSTed there instead of going to Subscribe streams.
+    pub push: Option<pb::PushTarget>,
 }
 
 impl Settings {
@@ -56,6 +62,7 @@ impl Settings {
             PolicyOverrides::default()
         });
         let limits = pb::ServiceLimits::decode(row.limits.as_slice()).unwrap_or_default();
+        let push = push_of(&row.service, &row.push);
         Self {
             service: row.service,
             paused: row.paused,
@@ -64,6 +71,33 @@ impl Settings {
             policy,
             overrides,
             limits,
+            push,
+        }
+    }
+}
+
+/// The stored push target of a row (None when empty). One that no longer decodes or
+/// validates is ignored with a warning: the service is then delivered to Subscribe streams,
+/// as without a target, rather than stopping the node.
+fn push_of(service: &str, bytes: &[u8]) -> Option<pb::PushTarget> {
+    if bytes.is_empty() {
+        return None;
+    }
+    let stored = match pb::PushTarget::decode(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(service = %service, error = %e, "stored push target does not decode; ignored");
+            return None;
+        }
+    };
+    match target::validate(Some(&stored)) {
+        Ok(mut t) => {
+            t.updated_at = stored.updated_at;
+            Some(t)
+        }
+        Err(e) => {
+            tracing::warn!(service = %service, error = %e, "stored push target is invalid; ignored");
+            None
         }
     }
 }
@@ -170,6 +204,8 @@ pub struct Services {
     touched: Mutex<HashSet<String>>,
     limiters: Mutex<HashMap<String, Arc<Limiter>>>,
     live_nodes: AtomicU32,
+    /// Bumped whenever the push target of any service changes here (`push_changes`).
+    push_version: watch::Sender<u64>,
 }
 
 impl Services {
@@ -188,6 +224,7 @@ impl Services {
             touched: Mutex::new(HashSet::new()),
             limiters: Mutex::new(HashMap::new()),
             live_nodes: AtomicU32::new(1),
+            push_version: watch::Sender::new(0),
         }
     }
 
@@ -215,8 +252,17 @@ impl Services {
             let mut limiters = self.limiters.lock().expect("limiters lock");
             limiters.retain(|k, _| map.contains_key(k));
         }
+        let changed =
+            push_targets_of(&map) != push_targets_of(&self.map.read().expect("services lock"));
         *self.map.write().expect("services lock") = map;
+        if changed {
+            self.push_changed();
+        }
         Ok(())
+    }
+
+    fn push_changed(&self) {
+        self.push_version.send_modify(|v| *v = v.wrapping_add(1));
     }
 
     /// Refreshes every `every` until the node stops.
@@ -255,10 +301,15 @@ impl Services {
             .lock()
             .expect("touched lock")
             .insert(s.service.clone());
-        self.map
+        let push = s.push.clone();
+        let old = self
+            .map
             .write()
             .expect("services lock")
             .insert(s.service.clone(), s);
+        if old.and_then(|o| o.push) != push {
+            self.push_changed();
+        }
     }
 
     pub fn get(&self, service: &str) -> Option<Settings> {
@@ -287,6 +338,30 @@ impl Services {
             .expect("services lock")
             .get(service)
             .is_some_and(|s| s.paused)
+    }
+
+    /// The service's push target (secrets in clear), from the cache: None when it has none,
+    /// and its retries go to Subscribe streams.
+    pub fn push_target(&self, service: &str) -> Option<pb::PushTarget> {
+        self.map
+            .read()
+            .expect("services lock")
+            .get(service)
+            .and_then(|s| s.push.clone())
+    }
+
+    /// Every service that has a push target, with it (secrets in clear), by service name,
+    /// from the cache.
+    pub fn push_targets(&self) -> Vec<(String, pb::PushTarget)> {
+        push_targets_of(&self.map.read().expect("services lock"))
+    }
+
+    /// Changes whenever a push target was set, replaced or cleared as this node sees it: at
+    /// once for a change made through this node, within the refresh interval for one made
+    /// elsewhere (a refresh that finds any service's target different, or a service gone).
+    /// The value is a counter; read `push_targets` after a change.
+    pub fn push_changes(&self) -> watch::Receiver<u64> {
+        self.push_version.subscribe()
     }
 
     pub fn limiter(&self, service: &str) -> Option<Arc<Limiter>> {
@@ -366,6 +441,42 @@ impl Services {
         self.reload(service).await
     }
 
+    /// Stores a validated push target (`push::target::validate`) with `updated_at` now, or
+    /// clears the service's target (None). Applies here at once, on the other nodes within
+    /// the refresh interval.
+    pub async fn set_push(
+        &self,
+        service: &str,
+        target: Option<&pb::PushTarget>,
+    ) -> Result<Settings, Error> {
+        let now = self.clock.now_ms();
+        let bytes = match target {
+            None => Vec::new(),
+            Some(t) => pb::PushTarget {
+                updated_at: Some(ts(now)),
+                ..t.clone()
+            }
+            .encode_to_vec(),
+        };
+        self.store.set_service_push(service, &bytes, now).await?;
+        self.reload(service).await
+    }
+
+    /// Clears the service's push target; false (and nothing written) when it had none
+    /// stored, the service unknown included. A stored target that no longer decodes is
+    /// cleared too.
+    pub async fn clear_push(&self, service: &str) -> Result<bool, Error> {
+        let rows = self.store.list_services().await?;
+        if !rows
+            .iter()
+            .any(|r| r.service == service && !r.push.is_empty())
+        {
+            return Ok(false);
+        }
+        self.set_push(service, None).await?;
+        Ok(true)
+    }
+
     /// Reads back a row this node just wrote and applies it here at once.
     async fn reload(&self, service: &str) -> Result<Settings, Error> {
         let s = written(self.load(service).await)?.ok_or_else(|| {
@@ -378,6 +489,16 @@ impl Services {
         self.store_local(s.clone());
         Ok(s)
     }
+}
+
+/// The services of `map` that have a push target, by name.
+fn push_targets_of(map: &HashMap<String, Settings>) -> Vec<(String, pb::PushTarget)> {
+    let mut v: Vec<(String, pb::PushTarget)> = map
+        .values()
+        .filter_map(|s| s.push.clone().map(|t| (s.service.clone(), t)))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
 }
 
 /// The read-back after a confirmed write: its failure must not read as "nothing written"
@@ -410,5 +531,126 @@ mod tests {
             Err(Error::Internal(_))
         ));
         assert_eq!(written(Ok(3)).unwrap(), 3);
+    }
+
+    fn target(url: &str) -> pb::PushTarget {
+        target::validate(Some(&pb::PushTarget {
+            url: url.into(),
+            signing_secrets: vec![format!("whsec_{}", "A".repeat(32))],
+            ..Default::default()
+        }))
+        .unwrap()
+    }
+
+    /// Two nodes' views of one embedded store.
+    async fn two_nodes() -> (
+        Services,
+        Services,
+        crate::clock::ManualClock,
+        tempfile::TempDir,
+    ) {
+        use crate::store::{embedded::EmbeddedStore, MigrationStore};
+        let dir = tempfile::tempdir().unwrap();
+        let clock = crate::clock::ManualClock::new(1_700_000_000_000);
+        let shared: SharedClock = Arc::new(clock.clone());
+        let store = EmbeddedStore::open(dir.path(), "r", "c", shared.clone()).unwrap();
+        store.migrate(0).await.unwrap();
+        let store = Arc::new(store);
+        let node = || {
+            Services::new(
+                store.clone(),
+                store.clone(),
+                shared.clone(),
+                RetryPolicy::default(),
+            )
+        };
+        (node(), node(), clock, dir)
+    }
+
+    #[tokio::test]
+    async fn a_push_target_applies_here_at_once_and_elsewhere_on_refresh() {
+        use crate::clock::Clock as _;
+        let (a, b, clock, _dir) = two_nodes().await;
+        let mut changes = a.push_changes();
+        a.set_paused("orders", true).await.unwrap();
+        a.set_limits(
+            "orders",
+            &pb::ServiceLimits {
+                max_concurrent: Some(5),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert!(!changes.has_changed().unwrap(), "no push target changed");
+
+        clock.advance(1_000);
+        let s = a
+            .set_push("orders", Some(&target("https://a.example/hook")))
+            .await
+            .unwrap();
+        let stored = s.push.clone().unwrap();
+        assert_eq!(stored.url, "https://a.example/hook");
+        assert_eq!(stored.updated_at, Some(ts(clock.now_ms())));
+        assert_eq!(s.updated_at_ms, Some(clock.now_ms()));
+        // Other settings untouched.
+        assert!(s.paused);
+        assert_eq!(s.limits.max_concurrent, Some(5));
+        assert!(changes.has_changed().unwrap());
+        changes.mark_unchanged();
+        assert_eq!(
+            a.push_targets(),
+            vec![("orders".to_string(), stored.clone())]
+        );
+        assert_eq!(a.push_target("orders"), Some(stored.clone()));
+        assert_eq!(a.push_target("billing"), None);
+
+        // The other node sees it on its next refresh, and is told.
+        let mut b_changes = b.push_changes();
+        assert!(b.push_targets().is_empty());
+        b.refresh().await.unwrap();
+        assert_eq!(b.push_targets(), a.push_targets());
+        assert!(b_changes.has_changed().unwrap());
+        b_changes.mark_unchanged();
+        // A refresh that finds nothing new is no change.
+        b.refresh().await.unwrap();
+        assert!(!b_changes.has_changed().unwrap());
+
+        // Replaced.
+        a.set_push("orders", Some(&target("https://b.example/hook")))
+            .await
+            .unwrap();
+        assert_eq!(a.push_targets()[0].1.url, "https://b.example/hook");
+        assert!(changes.has_changed().unwrap());
+        changes.mark_unchanged();
+
+        // Cleared, once; the service and its other settings stay.
+        assert!(a.clear_push("orders").await.unwrap());
+        assert!(!a.clear_push("orders").await.unwrap());
+        assert!(!a.clear_push("never-seen").await.unwrap());
+        assert!(a.get("never-seen").is_none(), "clearing makes no row");
+        assert!(a.push_targets().is_empty());
+        assert!(changes.has_changed().unwrap());
+        let s = a.get("orders").unwrap();
+        assert!(s.paused && s.push.is_none());
+        b.refresh().await.unwrap();
+        assert!(b.push_targets().is_empty());
+        assert!(b_changes.has_changed().unwrap());
+    }
+
+    #[test]
+    fn a_stored_target_that_no_longer_validates_is_ignored() {
+        assert_eq!(push_of("s", b""), None);
+        assert_eq!(push_of("s", b"\xff\xff\xff"), None);
+        let bad = pb::PushTarget {
+            url: "ftp://x.example/".into(),
+            ..target("https://x.example/")
+        };
+        assert_eq!(push_of("s", &bad.encode_to_vec()), None);
+        let good = pb::PushTarget {
+            updated_at: Some(ts(5_000)),
+            ..target("https://x.example/")
+        };
+        assert_eq!(push_of("s", &good.encode_to_vec()), Some(good));
     }
 }

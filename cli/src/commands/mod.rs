@@ -5,6 +5,7 @@
 //! - `retry`: enqueue, get, cancel (RetryService);
 //! - `subscribe`: a stand-in executor (ExecutorService Subscribe and Ack);
 //! - `service`: stats, services, pause/resume, policy, limits, purge;
+//! - `push`: push targets (set, get, clear);
 //! - `dlq`: dead letters (list, redrive, purge);
 //! - `cluster`: the ring and window inspection.
 
@@ -14,13 +15,14 @@ use rebound_proto::v1 as pb;
 use serde_json::Value;
 
 use crate::{
-    args::{Cli, Command, DlqCommand, LimitsCommand, PolicyCommand},
+    args::{Cli, Command, DlqCommand, LimitsCommand, PolicyCommand, PushTargetCommand},
     error::CliError,
 };
 
 mod cluster;
 mod conn;
 mod dlq;
+mod push;
 mod retry;
 mod service;
 mod subscribe;
@@ -28,6 +30,7 @@ mod subscribe;
 use cluster::{inspect_window, ring};
 use conn::{connect, tls, Ctx};
 use dlq::{dlq_list, dlq_purge, dlq_redrive};
+use push::{push_target_clear, push_target_get, push_target_set};
 use retry::{cancel, enqueue, get};
 use service::{limits_get, limits_set, pause, policy_get, policy_set, purge, services, stats};
 use subscribe::subscribe;
@@ -93,6 +96,13 @@ pub async fn run(cli: &Cli) -> Result<(), CliError> {
                 max_concurrent: *max_concurrent,
             };
             limits_set(&ctx, service, limits).await?
+        }
+        Command::PushTarget(PushTargetCommand::Set(a)) => push_target_set(&ctx, a).await?,
+        Command::PushTarget(PushTargetCommand::Get { service }) => {
+            push_target_get(&ctx, service).await?
+        }
+        Command::PushTarget(PushTargetCommand::Clear { service }) => {
+            push_target_clear(&ctx, service).await?
         }
         Command::Purge(a) => purge(&ctx, a).await?,
         Command::Dlq(DlqCommand::List {

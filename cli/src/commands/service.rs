@@ -1,5 +1,5 @@
 //! AdminService commands on services: stats, the service list, pause and resume, policy,
-//! limits and purge.
+//! limits and purge (push targets: `push`).
 
 use rebound_proto::v1 as pb;
 use serde_json::json;
@@ -96,6 +96,7 @@ pub(super) async fn services(ctx: &Ctx) -> Result<Out, CliError> {
         "PAUSED_AT",
         "POLICY",
         "LIMITS",
+        "PUSH",
         "UPDATED_AT",
     ]);
     for s in &r.services {
@@ -105,6 +106,7 @@ pub(super) async fn services(ctx: &Ctx) -> Result<Out, CliError> {
             time_cell(s.paused_at.as_ref()),
             render::policy_summary(s.policy.as_ref()),
             render::limits_summary(s.limits.as_ref()),
+            render::push_summary(s.push_target.as_ref()),
             time_cell(s.updated_at.as_ref()),
         ]);
     }

@@ -138,8 +138,10 @@ type ServiceInfo struct {
 	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// The node default merged with the service's policy: what an enqueue without a policy gets.
 	EffectivePolicy *RetryPolicy `protobuf:"bytes,7,opt,name=effective_policy,json=effectivePolicy,proto3" json:"effective_policy,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The service's push target (secrets masked), when it has one (SetPushTarget).
+	PushTarget    *PushTarget `protobuf:"bytes,8,opt,name=push_target,json=pushTarget,proto3" json:"push_target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServiceInfo) Reset() {
@@ -217,6 +219,13 @@ func (x *ServiceInfo) GetUpdatedAt() *timestamppb.Timestamp {
 func (x *ServiceInfo) GetEffectivePolicy() *RetryPolicy {
 	if x != nil {
 		return x.EffectivePolicy
+	}
+	return nil
+}
+
+func (x *ServiceInfo) GetPushTarget() *PushTarget {
+	if x != nil {
+		return x.PushTarget
 	}
 	return nil
 }
@@ -2069,6 +2078,334 @@ func (x *InspectWindowResponse) GetWindowSeconds() uint32 {
 	return 0
 }
 
+// Where and how a service's retries are pushed (AdminService.SetPushTarget).
+type PushTarget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// http:// or https://, at most 2,048 characters, no user name or password. Its host must
+	// not resolve to a loopback, private, link-local or other non-public address unless the
+	// node's REBOUND_PUSH_ALLOW names the host or a network holding the address. Redirects are
+	// not followed.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// How long one request may take, 1 s to 30 min. Unset: 30 s. The delivery's ack deadline
+	// is extended to cover it.
+	Timeout *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Added to every request: at most 32, names are HTTP tokens, values visible ASCII, 8 KiB
+	// in all. Names the node sets itself (content-type, host, traceparent, webhook-* and
+	// rebound-*, among others) are refused.
+	Headers map[string]string `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Standard Webhooks secrets, `whsec_` and the base64 of 24-64 random bytes: one, or two
+	// while rotating (each request is signed with both). GetPushTarget masks them.
+	SigningSecrets []string `protobuf:"bytes,4,rep,name=signing_secrets,json=signingSecrets,proto3" json:"signing_secrets,omitempty"`
+	// Requests in flight at once to this target from one node, 1-1,000. Unset: 64.
+	MaxConcurrent *uint32 `protobuf:"varint,5,opt,name=max_concurrent,json=maxConcurrent,proto3,oneof" json:"max_concurrent,omitempty"`
+	// Set by the node: when the target was stored.
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushTarget) Reset() {
+	*x = PushTarget{}
+	mi := &file_rebound_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushTarget) ProtoMessage() {}
+
+func (x *PushTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushTarget.ProtoReflect.Descriptor instead.
+func (*PushTarget) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PushTarget) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *PushTarget) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *PushTarget) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *PushTarget) GetSigningSecrets() []string {
+	if x != nil {
+		return x.SigningSecrets
+	}
+	return nil
+}
+
+func (x *PushTarget) GetMaxConcurrent() uint32 {
+	if x != nil && x.MaxConcurrent != nil {
+		return *x.MaxConcurrent
+	}
+	return 0
+}
+
+func (x *PushTarget) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+type SetPushTargetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Target        *PushTarget            `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPushTargetRequest) Reset() {
+	*x = SetPushTargetRequest{}
+	mi := &file_rebound_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPushTargetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPushTargetRequest) ProtoMessage() {}
+
+func (x *SetPushTargetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPushTargetRequest.ProtoReflect.Descriptor instead.
+func (*SetPushTargetRequest) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SetPushTargetRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *SetPushTargetRequest) GetTarget() *PushTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+type SetPushTargetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As stored, secrets masked.
+	Target        *PushTarget `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPushTargetResponse) Reset() {
+	*x = SetPushTargetResponse{}
+	mi := &file_rebound_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPushTargetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPushTargetResponse) ProtoMessage() {}
+
+func (x *SetPushTargetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPushTargetResponse.ProtoReflect.Descriptor instead.
+func (*SetPushTargetResponse) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *SetPushTargetResponse) GetTarget() *PushTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+type GetPushTargetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPushTargetRequest) Reset() {
+	*x = GetPushTargetRequest{}
+	mi := &file_rebound_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPushTargetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPushTargetRequest) ProtoMessage() {}
+
+func (x *GetPushTargetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPushTargetRequest.ProtoReflect.Descriptor instead.
+func (*GetPushTargetRequest) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GetPushTargetRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+type ClearPushTargetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearPushTargetRequest) Reset() {
+	*x = ClearPushTargetRequest{}
+	mi := &file_rebound_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearPushTargetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearPushTargetRequest) ProtoMessage() {}
+
+func (x *ClearPushTargetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearPushTargetRequest.ProtoReflect.Descriptor instead.
+func (*ClearPushTargetRequest) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ClearPushTargetRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+type ClearPushTargetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the service had no push target.
+	Cleared       bool `protobuf:"varint,1,opt,name=cleared,proto3" json:"cleared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearPushTargetResponse) Reset() {
+	*x = ClearPushTargetResponse{}
+	mi := &file_rebound_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearPushTargetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearPushTargetResponse) ProtoMessage() {}
+
+func (x *ClearPushTargetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearPushTargetResponse.ProtoReflect.Descriptor instead.
+func (*ClearPushTargetResponse) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ClearPushTargetResponse) GetCleared() bool {
+	if x != nil {
+		return x.Cleared
+	}
+	return false
+}
+
 var File_rebound_v1_admin_proto protoreflect.FileDescriptor
 
 const file_rebound_v1_admin_proto_rawDesc = "" +
@@ -2082,7 +2419,7 @@ const file_rebound_v1_admin_proto_rawDesc = "" +
 	"\x0emax_concurrent\x18\x03 \x01(\rH\x02R\rmaxConcurrent\x88\x01\x01B\x1a\n" +
 	"\x18_max_dispatch_per_secondB\x11\n" +
 	"\x0f_dispatch_burstB\x11\n" +
-	"\x0f_max_concurrent\"\xdb\x02\n" +
+	"\x0f_max_concurrent\"\x94\x03\n" +
 	"\vServiceInfo\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x16\n" +
 	"\x06paused\x18\x02 \x01(\bR\x06paused\x12/\n" +
@@ -2091,7 +2428,9 @@ const file_rebound_v1_admin_proto_rawDesc = "" +
 	"\tpaused_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12B\n" +
-	"\x10effective_policy\x18\a \x01(\v2\x17.rebound.v1.RetryPolicyR\x0feffectivePolicy\"K\n" +
+	"\x10effective_policy\x18\a \x01(\v2\x17.rebound.v1.RetryPolicyR\x0feffectivePolicy\x127\n" +
+	"\vpush_target\x18\b \x01(\v2\x16.rebound.v1.PushTargetR\n" +
+	"pushTarget\"K\n" +
 	"\x14ListServicesResponse\x123\n" +
 	"\bservices\x18\x01 \x03(\v2\x17.rebound.v1.ServiceInfoR\bservices\"-\n" +
 	"\x11GetServiceRequest\x12\x18\n" +
@@ -2227,7 +2566,32 @@ const file_rebound_v1_admin_proto_rawDesc = "" +
 	"window_end\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\twindowEnd\x12\x1a\n" +
 	"\breadable\x18\x06 \x01(\bR\breadable\x12\x1b\n" +
 	"\tlow_water\x18\a \x01(\rR\blowWater\x12%\n" +
-	"\x0ewindow_seconds\x18\b \x01(\rR\rwindowSeconds2\x9e\b\n" +
+	"\x0ewindow_seconds\x18\b \x01(\rR\rwindowSeconds\"\xf1\x02\n" +
+	"\n" +
+	"PushTarget\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12=\n" +
+	"\aheaders\x18\x03 \x03(\v2#.rebound.v1.PushTarget.HeadersEntryR\aheaders\x12'\n" +
+	"\x0fsigning_secrets\x18\x04 \x03(\tR\x0esigningSecrets\x12*\n" +
+	"\x0emax_concurrent\x18\x05 \x01(\rH\x00R\rmaxConcurrent\x88\x01\x01\x129\n" +
+	"\n" +
+	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x11\n" +
+	"\x0f_max_concurrent\"`\n" +
+	"\x14SetPushTargetRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12.\n" +
+	"\x06target\x18\x02 \x01(\v2\x16.rebound.v1.PushTargetR\x06target\"G\n" +
+	"\x15SetPushTargetResponse\x12.\n" +
+	"\x06target\x18\x01 \x01(\v2\x16.rebound.v1.PushTargetR\x06target\"0\n" +
+	"\x14GetPushTargetRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\"2\n" +
+	"\x16ClearPushTargetRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\"3\n" +
+	"\x17ClearPushTargetResponse\x12\x18\n" +
+	"\acleared\x18\x01 \x01(\bR\acleared2\x9b\n" +
+	"\n" +
 	"\fAdminService\x12Q\n" +
 	"\fListServices\x12\x1f.rebound.v1.ListServicesRequest\x1a .rebound.v1.ListServicesResponse\x12D\n" +
 	"\n" +
@@ -2241,7 +2605,10 @@ const file_rebound_v1_admin_proto_rawDesc = "" +
 	"\x0fListDeadLetters\x12\".rebound.v1.ListDeadLettersRequest\x1a#.rebound.v1.ListDeadLettersResponse\x12c\n" +
 	"\x12RedriveDeadLetters\x12%.rebound.v1.RedriveDeadLettersRequest\x1a&.rebound.v1.RedriveDeadLettersResponse\x12]\n" +
 	"\x10PurgeDeadLetters\x12#.rebound.v1.PurgeDeadLettersRequest\x1a$.rebound.v1.PurgeDeadLettersResponse\x12T\n" +
-	"\rInspectWindow\x12 .rebound.v1.InspectWindowRequest\x1a!.rebound.v1.InspectWindowResponseB`\n" +
+	"\rInspectWindow\x12 .rebound.v1.InspectWindowRequest\x1a!.rebound.v1.InspectWindowResponse\x12T\n" +
+	"\rSetPushTarget\x12 .rebound.v1.SetPushTargetRequest\x1a!.rebound.v1.SetPushTargetResponse\x12I\n" +
+	"\rGetPushTarget\x12 .rebound.v1.GetPushTargetRequest\x1a\x16.rebound.v1.PushTarget\x12Z\n" +
+	"\x0fClearPushTarget\x12\".rebound.v1.ClearPushTargetRequest\x1a#.rebound.v1.ClearPushTargetResponseB`\n" +
 	"\x0edev.rebound.v1B\n" +
 	"AdminProtoP\x01Z@github.com/rebound-dev/rebound/client-sdk/go/reboundv1;reboundv1b\x06proto3"
 
@@ -2257,7 +2624,7 @@ func file_rebound_v1_admin_proto_rawDescGZIP() []byte {
 	return file_rebound_v1_admin_proto_rawDescData
 }
 
-var file_rebound_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_rebound_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_rebound_v1_admin_proto_goTypes = []any{
 	(*ListServicesRequest)(nil),        // 0: rebound.v1.ListServicesRequest
 	(*ServiceLimits)(nil),              // 1: rebound.v1.ServiceLimits
@@ -2291,75 +2658,94 @@ var file_rebound_v1_admin_proto_goTypes = []any{
 	(*InstanceEntry)(nil),              // 29: rebound.v1.InstanceEntry
 	(*BucketEntry)(nil),                // 30: rebound.v1.BucketEntry
 	(*InspectWindowResponse)(nil),      // 31: rebound.v1.InspectWindowResponse
-	(*RetryPolicy)(nil),                // 32: rebound.v1.RetryPolicy
-	(*timestamppb.Timestamp)(nil),      // 33: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 34: google.protobuf.Duration
+	(*PushTarget)(nil),                 // 32: rebound.v1.PushTarget
+	(*SetPushTargetRequest)(nil),       // 33: rebound.v1.SetPushTargetRequest
+	(*SetPushTargetResponse)(nil),      // 34: rebound.v1.SetPushTargetResponse
+	(*GetPushTargetRequest)(nil),       // 35: rebound.v1.GetPushTargetRequest
+	(*ClearPushTargetRequest)(nil),     // 36: rebound.v1.ClearPushTargetRequest
+	(*ClearPushTargetResponse)(nil),    // 37: rebound.v1.ClearPushTargetResponse
+	nil,                                // 38: rebound.v1.PushTarget.HeadersEntry
+	(*RetryPolicy)(nil),                // 39: rebound.v1.RetryPolicy
+	(*timestamppb.Timestamp)(nil),      // 40: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 41: google.protobuf.Duration
 }
 var file_rebound_v1_admin_proto_depIdxs = []int32{
-	32, // 0: rebound.v1.ServiceInfo.policy:type_name -> rebound.v1.RetryPolicy
+	39, // 0: rebound.v1.ServiceInfo.policy:type_name -> rebound.v1.RetryPolicy
 	1,  // 1: rebound.v1.ServiceInfo.limits:type_name -> rebound.v1.ServiceLimits
-	33, // 2: rebound.v1.ServiceInfo.paused_at:type_name -> google.protobuf.Timestamp
-	33, // 3: rebound.v1.ServiceInfo.updated_at:type_name -> google.protobuf.Timestamp
-	32, // 4: rebound.v1.ServiceInfo.effective_policy:type_name -> rebound.v1.RetryPolicy
-	2,  // 5: rebound.v1.ListServicesResponse.services:type_name -> rebound.v1.ServiceInfo
-	33, // 6: rebound.v1.WindowCount.window_start:type_name -> google.protobuf.Timestamp
-	34, // 7: rebound.v1.ServiceStats.oldest_due_age:type_name -> google.protobuf.Duration
-	6,  // 8: rebound.v1.ServiceStats.windows:type_name -> rebound.v1.WindowCount
-	7,  // 9: rebound.v1.ServiceStats.bands:type_name -> rebound.v1.DueBands
-	8,  // 10: rebound.v1.GetStatsResponse.services:type_name -> rebound.v1.ServiceStats
-	9,  // 11: rebound.v1.GetStatsResponse.nodes:type_name -> rebound.v1.NodeStats
-	2,  // 12: rebound.v1.PauseServiceResponse.service:type_name -> rebound.v1.ServiceInfo
-	2,  // 13: rebound.v1.ResumeServiceResponse.service:type_name -> rebound.v1.ServiceInfo
-	32, // 14: rebound.v1.SetServicePolicyRequest.policy:type_name -> rebound.v1.RetryPolicy
-	32, // 15: rebound.v1.SetServicePolicyResponse.policy:type_name -> rebound.v1.RetryPolicy
-	32, // 16: rebound.v1.SetServicePolicyResponse.effective_policy:type_name -> rebound.v1.RetryPolicy
-	1,  // 17: rebound.v1.SetServiceLimitsRequest.limits:type_name -> rebound.v1.ServiceLimits
-	1,  // 18: rebound.v1.SetServiceLimitsResponse.limits:type_name -> rebound.v1.ServiceLimits
-	33, // 19: rebound.v1.PurgeServiceRequest.before:type_name -> google.protobuf.Timestamp
-	33, // 20: rebound.v1.PurgeServiceResponse.before:type_name -> google.protobuf.Timestamp
-	33, // 21: rebound.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	33, // 22: rebound.v1.DeadLetter.redriven_at:type_name -> google.protobuf.Timestamp
-	33, // 23: rebound.v1.ListDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
-	33, // 24: rebound.v1.ListDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
-	21, // 25: rebound.v1.ListDeadLettersResponse.dead_letters:type_name -> rebound.v1.DeadLetter
-	33, // 26: rebound.v1.RedriveDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
-	33, // 27: rebound.v1.RedriveDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
-	34, // 28: rebound.v1.RedriveDeadLettersRequest.delay:type_name -> google.protobuf.Duration
-	33, // 29: rebound.v1.PurgeDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
-	33, // 30: rebound.v1.PurgeDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
-	30, // 31: rebound.v1.InstanceEntry.buckets:type_name -> rebound.v1.BucketEntry
-	29, // 32: rebound.v1.InspectWindowResponse.instances:type_name -> rebound.v1.InstanceEntry
-	33, // 33: rebound.v1.InspectWindowResponse.window_start:type_name -> google.protobuf.Timestamp
-	33, // 34: rebound.v1.InspectWindowResponse.window_end:type_name -> google.protobuf.Timestamp
-	0,  // 35: rebound.v1.AdminService.ListServices:input_type -> rebound.v1.ListServicesRequest
-	4,  // 36: rebound.v1.AdminService.GetService:input_type -> rebound.v1.GetServiceRequest
-	5,  // 37: rebound.v1.AdminService.GetStats:input_type -> rebound.v1.GetStatsRequest
-	11, // 38: rebound.v1.AdminService.PauseService:input_type -> rebound.v1.PauseServiceRequest
-	13, // 39: rebound.v1.AdminService.ResumeService:input_type -> rebound.v1.ResumeServiceRequest
-	15, // 40: rebound.v1.AdminService.SetServicePolicy:input_type -> rebound.v1.SetServicePolicyRequest
-	17, // 41: rebound.v1.AdminService.SetServiceLimits:input_type -> rebound.v1.SetServiceLimitsRequest
-	19, // 42: rebound.v1.AdminService.PurgeService:input_type -> rebound.v1.PurgeServiceRequest
-	22, // 43: rebound.v1.AdminService.ListDeadLetters:input_type -> rebound.v1.ListDeadLettersRequest
-	24, // 44: rebound.v1.AdminService.RedriveDeadLetters:input_type -> rebound.v1.RedriveDeadLettersRequest
-	26, // 45: rebound.v1.AdminService.PurgeDeadLetters:input_type -> rebound.v1.PurgeDeadLettersRequest
-	28, // 46: rebound.v1.AdminService.InspectWindow:input_type -> rebound.v1.InspectWindowRequest
-	3,  // 47: rebound.v1.AdminService.ListServices:output_type -> rebound.v1.ListServicesResponse
-	2,  // 48: rebound.v1.AdminService.GetService:output_type -> rebound.v1.ServiceInfo
-	10, // 49: rebound.v1.AdminService.GetStats:output_type -> rebound.v1.GetStatsResponse
-	12, // 50: rebound.v1.AdminService.PauseService:output_type -> rebound.v1.PauseServiceResponse
-	14, // 51: rebound.v1.AdminService.ResumeService:output_type -> rebound.v1.ResumeServiceResponse
-	16, // 52: rebound.v1.AdminService.SetServicePolicy:output_type -> rebound.v1.SetServicePolicyResponse
-	18, // 53: rebound.v1.AdminService.SetServiceLimits:output_type -> rebound.v1.SetServiceLimitsResponse
-	20, // 54: rebound.v1.AdminService.PurgeService:output_type -> rebound.v1.PurgeServiceResponse
-	23, // 55: rebound.v1.AdminService.ListDeadLetters:output_type -> rebound.v1.ListDeadLettersResponse
-	25, // 56: rebound.v1.AdminService.RedriveDeadLetters:output_type -> rebound.v1.RedriveDeadLettersResponse
-	27, // 57: rebound.v1.AdminService.PurgeDeadLetters:output_type -> rebound.v1.PurgeDeadLettersResponse
-	31, // 58: rebound.v1.AdminService.InspectWindow:output_type -> rebound.v1.InspectWindowResponse
-	47, // [47:59] is the sub-list for method output_type
-	35, // [35:47] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	40, // 2: rebound.v1.ServiceInfo.paused_at:type_name -> google.protobuf.Timestamp
+	40, // 3: rebound.v1.ServiceInfo.updated_at:type_name -> google.protobuf.Timestamp
+	39, // 4: rebound.v1.ServiceInfo.effective_policy:type_name -> rebound.v1.RetryPolicy
+	32, // 5: rebound.v1.ServiceInfo.push_target:type_name -> rebound.v1.PushTarget
+	2,  // 6: rebound.v1.ListServicesResponse.services:type_name -> rebound.v1.ServiceInfo
+	40, // 7: rebound.v1.WindowCount.window_start:type_name -> google.protobuf.Timestamp
+	41, // 8: rebound.v1.ServiceStats.oldest_due_age:type_name -> google.protobuf.Duration
+	6,  // 9: rebound.v1.ServiceStats.windows:type_name -> rebound.v1.WindowCount
+	7,  // 10: rebound.v1.ServiceStats.bands:type_name -> rebound.v1.DueBands
+	8,  // 11: rebound.v1.GetStatsResponse.services:type_name -> rebound.v1.ServiceStats
+	9,  // 12: rebound.v1.GetStatsResponse.nodes:type_name -> rebound.v1.NodeStats
+	2,  // 13: rebound.v1.PauseServiceResponse.service:type_name -> rebound.v1.ServiceInfo
+	2,  // 14: rebound.v1.ResumeServiceResponse.service:type_name -> rebound.v1.ServiceInfo
+	39, // 15: rebound.v1.SetServicePolicyRequest.policy:type_name -> rebound.v1.RetryPolicy
+	39, // 16: rebound.v1.SetServicePolicyResponse.policy:type_name -> rebound.v1.RetryPolicy
+	39, // 17: rebound.v1.SetServicePolicyResponse.effective_policy:type_name -> rebound.v1.RetryPolicy
+	1,  // 18: rebound.v1.SetServiceLimitsRequest.limits:type_name -> rebound.v1.ServiceLimits
+	1,  // 19: rebound.v1.SetServiceLimitsResponse.limits:type_name -> rebound.v1.ServiceLimits
+	40, // 20: rebound.v1.PurgeServiceRequest.before:type_name -> google.protobuf.Timestamp
+	40, // 21: rebound.v1.PurgeServiceResponse.before:type_name -> google.protobuf.Timestamp
+	40, // 22: rebound.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	40, // 23: rebound.v1.DeadLetter.redriven_at:type_name -> google.protobuf.Timestamp
+	40, // 24: rebound.v1.ListDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
+	40, // 25: rebound.v1.ListDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
+	21, // 26: rebound.v1.ListDeadLettersResponse.dead_letters:type_name -> rebound.v1.DeadLetter
+	40, // 27: rebound.v1.RedriveDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
+	40, // 28: rebound.v1.RedriveDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
+	41, // 29: rebound.v1.RedriveDeadLettersRequest.delay:type_name -> google.protobuf.Duration
+	40, // 30: rebound.v1.PurgeDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
+	40, // 31: rebound.v1.PurgeDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
+	30, // 32: rebound.v1.InstanceEntry.buckets:type_name -> rebound.v1.BucketEntry
+	29, // 33: rebound.v1.InspectWindowResponse.instances:type_name -> rebound.v1.InstanceEntry
+	40, // 34: rebound.v1.InspectWindowResponse.window_start:type_name -> google.protobuf.Timestamp
+	40, // 35: rebound.v1.InspectWindowResponse.window_end:type_name -> google.protobuf.Timestamp
+	41, // 36: rebound.v1.PushTarget.timeout:type_name -> google.protobuf.Duration
+	38, // 37: rebound.v1.PushTarget.headers:type_name -> rebound.v1.PushTarget.HeadersEntry
+	40, // 38: rebound.v1.PushTarget.updated_at:type_name -> google.protobuf.Timestamp
+	32, // 39: rebound.v1.SetPushTargetRequest.target:type_name -> rebound.v1.PushTarget
+	32, // 40: rebound.v1.SetPushTargetResponse.target:type_name -> rebound.v1.PushTarget
+	0,  // 41: rebound.v1.AdminService.ListServices:input_type -> rebound.v1.ListServicesRequest
+	4,  // 42: rebound.v1.AdminService.GetService:input_type -> rebound.v1.GetServiceRequest
+	5,  // 43: rebound.v1.AdminService.GetStats:input_type -> rebound.v1.GetStatsRequest
+	11, // 44: rebound.v1.AdminService.PauseService:input_type -> rebound.v1.PauseServiceRequest
+	13, // 45: rebound.v1.AdminService.ResumeService:input_type -> rebound.v1.ResumeServiceRequest
+	15, // 46: rebound.v1.AdminService.SetServicePolicy:input_type -> rebound.v1.SetServicePolicyRequest
+	17, // 47: rebound.v1.AdminService.SetServiceLimits:input_type -> rebound.v1.SetServiceLimitsRequest
+	19, // 48: rebound.v1.AdminService.PurgeService:input_type -> rebound.v1.PurgeServiceRequest
+	22, // 49: rebound.v1.AdminService.ListDeadLetters:input_type -> rebound.v1.ListDeadLettersRequest
+	24, // 50: rebound.v1.AdminService.RedriveDeadLetters:input_type -> rebound.v1.RedriveDeadLettersRequest
+	26, // 51: rebound.v1.AdminService.PurgeDeadLetters:input_type -> rebound.v1.PurgeDeadLettersRequest
+	28, // 52: rebound.v1.AdminService.InspectWindow:input_type -> rebound.v1.InspectWindowRequest
+	33, // 53: rebound.v1.AdminService.SetPushTarget:input_type -> rebound.v1.SetPushTargetRequest
+	35, // 54: rebound.v1.AdminService.GetPushTarget:input_type -> rebound.v1.GetPushTargetRequest
+	36, // 55: rebound.v1.AdminService.ClearPushTarget:input_type -> rebound.v1.ClearPushTargetRequest
+	3,  // 56: rebound.v1.AdminService.ListServices:output_type -> rebound.v1.ListServicesResponse
+	2,  // 57: rebound.v1.AdminService.GetService:output_type -> rebound.v1.ServiceInfo
+	10, // 58: rebound.v1.AdminService.GetStats:output_type -> rebound.v1.GetStatsResponse
+	12, // 59: rebound.v1.AdminService.PauseService:output_type -> rebound.v1.PauseServiceResponse
+	14, // 60: rebound.v1.AdminService.ResumeService:output_type -> rebound.v1.ResumeServiceResponse
+	16, // 61: rebound.v1.AdminService.SetServicePolicy:output_type -> rebound.v1.SetServicePolicyResponse
+	18, // 62: rebound.v1.AdminService.SetServiceLimits:output_type -> rebound.v1.SetServiceLimitsResponse
+	20, // 63: rebound.v1.AdminService.PurgeService:output_type -> rebound.v1.PurgeServiceResponse
+	23, // 64: rebound.v1.AdminService.ListDeadLetters:output_type -> rebound.v1.ListDeadLettersResponse
+	25, // 65: rebound.v1.AdminService.RedriveDeadLetters:output_type -> rebound.v1.RedriveDeadLettersResponse
+	27, // 66: rebound.v1.AdminService.PurgeDeadLetters:output_type -> rebound.v1.PurgeDeadLettersResponse
+	31, // 67: rebound.v1.AdminService.InspectWindow:output_type -> rebound.v1.InspectWindowResponse
+	34, // 68: rebound.v1.AdminService.SetPushTarget:output_type -> rebound.v1.SetPushTargetResponse
+	32, // 69: rebound.v1.AdminService.GetPushTarget:output_type -> rebound.v1.PushTarget
+	37, // 70: rebound.v1.AdminService.ClearPushTarget:output_type -> rebound.v1.ClearPushTargetResponse
+	56, // [56:71] is the sub-list for method output_type
+	41, // [41:56] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_rebound_v1_admin_proto_init() }
@@ -2370,13 +2756,14 @@ func file_rebound_v1_admin_proto_init() {
 	file_rebound_v1_types_proto_init()
 	file_rebound_v1_admin_proto_msgTypes[1].OneofWrappers = []any{}
 	file_rebound_v1_admin_proto_msgTypes[9].OneofWrappers = []any{}
+	file_rebound_v1_admin_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rebound_v1_admin_proto_rawDesc), len(file_rebound_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,9 @@ const (
 	AdminService_RedriveDeadLetters_FullMethodName = "/rebound.v1.AdminService/RedriveDeadLetters"
 	AdminService_PurgeDeadLetters_FullMethodName   = "/rebound.v1.AdminService/PurgeDeadLetters"
 	AdminService_InspectWindow_FullMethodName      = "/rebound.v1.AdminService/InspectWindow"
+	AdminService_SetPushTarget_FullMethodName      = "/rebound.v1.AdminService/SetPushTarget"
+	AdminService_GetPushTarget_FullMethodName      = "/rebound.v1.AdminService/GetPushTarget"
+	AdminService_ClearPushTarget_FullMethodName    = "/rebound.v1.AdminService/ClearPushTarget"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -70,6 +73,17 @@ type AdminServiceClient interface {
 	PurgeDeadLetters(ctx context.Context, in *PurgeDeadLettersRequest, opts ...grpc.CallOption) (*PurgeDeadLettersResponse, error)
 	// The directory of one window, tier by tier.
 	InspectWindow(ctx context.Context, in *InspectWindowRequest, opts ...grpc.CallOption) (*InspectWindowResponse, error)
+	// Push delivery: the service's retries are POSTed to `target.url` by the node that owns
+	// them, signed per Standard Webhooks, instead of going to Subscribe streams (which get no
+	// delivery of the service while a target is set). The response decides the outcome: 2xx
+	// SUCCEEDED; 408, 409, 429, 5xx, a timeout or a connection error RETRY (a Retry-After
+	// header sets the delay); a redirect or any other 4xx FAILED. Applies on every node within
+	// the settings refresh interval. Replaces the previous target as a whole.
+	SetPushTarget(ctx context.Context, in *SetPushTargetRequest, opts ...grpc.CallOption) (*SetPushTargetResponse, error)
+	// The service's push target, its signing secrets masked; NOT_FOUND when it has none.
+	GetPushTarget(ctx context.Context, in *GetPushTargetRequest, opts ...grpc.CallOption) (*PushTarget, error)
+	// Deliveries of the service go to Subscribe streams again.
+	ClearPushTarget(ctx context.Context, in *ClearPushTargetRequest, opts ...grpc.CallOption) (*ClearPushTargetResponse, error)
 }
 
 type adminServiceClient struct {
@@ -200,6 +214,36 @@ func (c *adminServiceClient) InspectWindow(ctx context.Context, in *InspectWindo
 	return out, nil
 }
 
+func (c *adminServiceClient) SetPushTarget(ctx context.Context, in *SetPushTargetRequest, opts ...grpc.CallOption) (*SetPushTargetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetPushTargetResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetPushTarget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) GetPushTarget(ctx context.Context, in *GetPushTargetRequest, opts ...grpc.CallOption) (*PushTarget, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PushTarget)
+	err := c.cc.Invoke(ctx, AdminService_GetPushTarget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ClearPushTarget(ctx context.Context, in *ClearPushTargetRequest, opts ...grpc.CallOption) (*ClearPushTargetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClearPushTargetResponse)
+	err := c.cc.Invoke(ctx, AdminService_ClearPushTarget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -237,6 +281,17 @@ type AdminServiceServer interface {
 	PurgeDeadLetters(context.Context, *PurgeDeadLettersRequest) (*PurgeDeadLettersResponse, error)
 	// The directory of one window, tier by tier.
 	InspectWindow(context.Context, *InspectWindowRequest) (*InspectWindowResponse, error)
+	// Push delivery: the service's retries are POSTed to `target.url` by the node that owns
+	// them, signed per Standard Webhooks, instead of going to Subscribe streams (which get no
+	// delivery of the service while a target is set). The response decides the outcome: 2xx
+	// SUCCEEDED; 408, 409, 429, 5xx, a timeout or a connection error RETRY (a Retry-After
+	// header sets the delay); a redirect or any other 4xx FAILED. Applies on every node within
+	// the settings refresh interval. Replaces the previous target as a whole.
+	SetPushTarget(context.Context, *SetPushTargetRequest) (*SetPushTargetResponse, error)
+	// The service's push target, its signing secrets masked; NOT_FOUND when it has none.
+	GetPushTarget(context.Context, *GetPushTargetRequest) (*PushTarget, error)
+	// Deliveries of the service go to Subscribe streams again.
+	ClearPushTarget(context.Context, *ClearPushTargetRequest) (*ClearPushTargetResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -282,6 +337,15 @@ func (UnimplementedAdminServiceServer) PurgeDeadLetters(context.Context, *PurgeD
 }
 func (UnimplementedAdminServiceServer) InspectWindow(context.Context, *InspectWindowRequest) (*InspectWindowResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method InspectWindow not implemented")
+}
+func (UnimplementedAdminServiceServer) SetPushTarget(context.Context, *SetPushTargetRequest) (*SetPushTargetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPushTarget not implemented")
+}
+func (UnimplementedAdminServiceServer) GetPushTarget(context.Context, *GetPushTargetRequest) (*PushTarget, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPushTarget not implemented")
+}
+func (UnimplementedAdminServiceServer) ClearPushTarget(context.Context, *ClearPushTargetRequest) (*ClearPushTargetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClearPushTarget not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -520,6 +584,60 @@ func _AdminService_InspectWindow_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_SetPushTarget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPushTargetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetPushTarget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetPushTarget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetPushTarget(ctx, req.(*SetPushTargetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_GetPushTarget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPushTargetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetPushTarget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetPushTarget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetPushTarget(ctx, req.(*GetPushTargetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ClearPushTarget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClearPushTargetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ClearPushTarget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ClearPushTarget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ClearPushTarget(ctx, req.(*ClearPushTargetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -574,6 +692,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "InspectWindow",
 			Handler:    _AdminService_InspectWindow_Handler,
+		},
+		{
+			MethodName: "SetPushTarget",
+			Handler:    _AdminService_SetPushTarget_Handler,
+		},
+		{
+			MethodName: "GetPushTarget",
+			Handler:    _AdminService_GetPushTarget_Handler,
+		},
+		{
+			MethodName: "ClearPushTarget",
+			Handler:    _AdminService_ClearPushTarget_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -28,6 +28,7 @@ use crate::{
     dispatch::hub::Hub,
     error::Error,
     ownership::Ownership,
+    push::target,
     ring::LeaseRing,
     services::{Services, Settings},
     store::{Location, PointerState, RetryStore, Status, TokenRange},
@@ -77,7 +78,12 @@ pub fn service_info(s: &Settings, services: &Services) -> pb::ServiceInfo {
         paused_at: s.paused_at_ms.map(ts),
         updated_at: s.updated_at_ms.map(ts),
         effective_policy: Some(policy_pb(&services.default_policy().apply(&s.overrides))),
+        push_target: s.push.as_ref().map(target::mask),
     }
+}
+
+fn no_push_target(service: &str) -> Error {
+    Error::NotFound(format!("service {service:?} has no push target"))
 }
 
 impl Admin {
@@ -200,6 +206,59 @@ impl Admin {
             }
         }
         self.services.set_limits(&r.service, &limits).await
+    }
+
+    /// SetPushTarget: validates the service name and the target, stores the target (with
+    /// `updated_at` now) and answers it as stored, secrets masked. Like the other settings it
+    /// may configure a service before its first enqueue.
+    pub async fn set_push_target(
+        &self,
+        r: &pb::SetPushTargetRequest,
+    ) -> Result<pb::SetPushTargetResponse, Error> {
+        self.known(&r.service)?;
+        let t = target::validate(r.target.as_ref())?;
+        let s = self.services.set_push(&r.service, Some(&t)).await?;
+        tracing::info!(service = %r.service, "push target set");
+        // Read back without it only if another node cleared it in between: answer what this
+        // call wrote.
+        let stored = s.push.unwrap_or(pb::PushTarget {
+            updated_at: s.updated_at_ms.map(ts),
+            ..t
+        });
+        Ok(pb::SetPushTargetResponse {
+            target: Some(target::mask(&stored)),
+        })
+    }
+
+    /// GetPushTarget: the stored target (read fresh), secrets masked; NOT_FOUND when the
+    /// service has none or is unknown.
+    pub async fn get_push_target(
+        &self,
+        r: &pb::GetPushTargetRequest,
+    ) -> Result<pb::PushTarget, Error> {
+        self.known(&r.service)?;
+        self.services
+            .load(&r.service)
+            .await?
+            .and_then(|s| s.push)
+            .map(|t| target::mask(&t))
+            .ok_or_else(|| no_push_target(&r.service))
+    }
+
+    /// ClearPushTarget: deliveries of the service go to Subscribe streams again. `cleared`
+    /// is false (and nothing is written) when the service had no target.
+    pub async fn clear_push_target(
+        &self,
+        r: &pb::ClearPushTargetRequest,
+    ) -> Result<pb::ClearPushTargetResponse, Error> {
+        self.known(&r.service)?;
+        let cleared = self.services.clear_push(&r.service).await?;
+        if cleared {
+            tracing::info!(service = %r.service, "push target cleared");
+            // Streams of the service may take its retries again.
+            self.hub.wake();
+        }
+        Ok(pb::ClearPushTargetResponse { cleared })
     }
 
     /// Every (window, instance) of `service` in the directory (all token ranges), oldest

@@ -75,6 +75,7 @@ pub const ENV_KEYS: &[&str] = &[
     "REBOUND_METRICS_MAX_SERVICES",
     "REBOUND_STATS_INTERVAL_MS",
     "REBOUND_TRACE_URL_TEMPLATE",
+    "REBOUND_PUSH_ALLOW",
 ];
 
 /// The TOML file: the same names as the environment, lower case, without `REBOUND_`.
@@ -135,6 +136,7 @@ struct FileConfig {
     metrics_max_services: Option<usize>,
     stats_interval_ms: Option<u64>,
     trace_url_template: Option<String>,
+    push_allow: Option<String>,
     log_format: Option<String>,
     default_policy: Option<FilePolicy>,
 }
@@ -257,6 +259,9 @@ impl Config {
         set(&mut self.stats_interval_ms, f.stats_interval_ms);
         if let Some(v) = f.trace_url_template {
             self.trace_url_template = (!v.trim().is_empty()).then(|| v.trim().to_string());
+        }
+        if let Some(v) = f.push_allow {
+            self.push_allow = v.trim().to_string();
         }
         if let Some(v) = f.log_format {
             self.log_format = parse_log_format("log_format", &v)?;
@@ -419,6 +424,9 @@ impl Config {
         num!("REBOUND_STATS_INTERVAL_MS", stats_interval_ms);
         if let Some(v) = get("REBOUND_TRACE_URL_TEMPLATE") {
             self.trace_url_template = (!v.trim().is_empty()).then(|| v.trim().to_string());
+        }
+        if let Some(v) = get("REBOUND_PUSH_ALLOW") {
+            self.push_allow = v.trim().to_string();
         }
         if let Some(v) = get("REBOUND_LOG_FORMAT") {
             self.log_format = parse_log_format("REBOUND_LOG_FORMAT", &v)?;
@@ -612,6 +620,7 @@ mod tests {
             "metrics_max_services",
             "stats_interval_ms",
             "trace_url_template",
+            "push_allow",
             "log_format",
         ];
         const POLICY_KEYS: &[&str] = &[

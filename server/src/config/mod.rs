@@ -119,6 +119,10 @@ pub struct Config {
     /// The dashboard's link to a trace (`REBOUND_TRACE_URL_TEMPLATE`): an http(s) URL with
     /// `{trace_id}` in it, e.g. `http://localhost:16686/trace/{trace_id}`. None: no link.
     pub trace_url_template: Option<String>,
+    /// Hosts and networks push targets may reach although the address guard refuses them
+    /// (`REBOUND_PUSH_ALLOW`, comma-separated: host names, addresses, CIDR networks); empty:
+    /// none (docs/architecture.md, "Push delivery").
+    pub push_allow: String,
     pub log_format: LogFormat,
     /// Node-wide default retry policy; services and enqueues override it.
     pub default_policy: RetryPolicy,
@@ -250,6 +254,7 @@ impl Default for Config {
             metrics_max_services: crate::metrics::DEFAULT_MAX_SERVICES,
             stats_interval_ms: 15_000,
             trace_url_template: None,
+            push_allow: String::new(),
             log_format: LogFormat::Text,
             default_policy: RetryPolicy::default(),
         }
@@ -358,6 +363,11 @@ impl Config {
             check_trace_url_template(t)
                 .map_err(|m| bad("REBOUND_TRACE_URL_TEMPLATE", format!("{t:?} {m}")))?;
         }
+        // Its message names the key already.
+        crate::push::guard::Allow::parse(&self.push_allow).map_err(|m| {
+            let m = m.strip_prefix("REBOUND_PUSH_ALLOW: ").unwrap_or(&m);
+            bad("REBOUND_PUSH_ALLOW", m)
+        })?;
         if self.store == StoreKind::Embedded && self.data_dir.is_none() {
             return Err(bad(
                 "REBOUND_DATA_DIR",

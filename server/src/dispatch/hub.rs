@@ -99,6 +99,9 @@ struct Subscriber {
     /// A delivery of this stream passed its deadline before the stream took it out of its
     /// channel: the client does not read. Cleared when the stream takes one again.
     stalled: Arc<AtomicBool>,
+    /// Set for the node's pusher of the service (`Hub::subscribe_push`): the request timeout
+    /// its deliveries' ack deadlines cover.
+    push: Option<Duration>,
 }
 
 /// A delivery's place in its stream's channel: the stream takes the delivery out to send it,
@@ -129,6 +132,10 @@ impl InFlight {
 pub fn delivery_id_text(boot_epoch: i64, seq: u64, nonce: u32) -> String {
     format!("{boot_epoch}-{seq}-{nonce}")
 }
+
+/// What a pushed delivery's ack deadline adds to its request timeout: time to settle the
+/// outcome after the response.
+pub const PUSH_DEADLINE_MARGIN: Duration = Duration::from_secs(5);
 
 /// A duration in whole milliseconds, saturating at `i64::MAX`.
 fn millis(d: Duration) -> i64 {
@@ -234,8 +241,33 @@ impl Hub {
     /// Registers a stream; returns its id and the receiving end. Refused with
     /// RESOURCE_EXHAUSTED when the node has `max_subscribers` streams open.
     pub fn subscribe(&self, service: &str, max_in_flight: u32) -> Result<(u64, Deliveries), Error> {
+        self.register(service, max_in_flight, None)
+    }
+
+    /// Registers the node's pusher of `service` (docs/architecture.md, "Push delivery"):
+    /// while it is registered the service's deliveries go to it alone, never to a Subscribe
+    /// stream, and each gets an ack deadline of at least `timeout` plus a margin. Not counted
+    /// against `max_subscribers` (one per service with a push target).
+    pub fn subscribe_push(
+        &self,
+        service: &str,
+        max_in_flight: u32,
+        timeout: Duration,
+    ) -> (u64, Deliveries) {
+        match self.register(service, max_in_flight, Some(timeout)) {
+            Ok(r) => r,
+            Err(_) => unreachable!("a pusher is not refused"),
+        }
+    }
+
+    fn register(
+        &self,
+        service: &str,
+        max_in_flight: u32,
+        push: Option<Duration>,
+    ) -> Result<(u64, Deliveries), Error> {
         let mut inner = self.lock();
-        if inner.streams >= self.limits.max_subscribers {
+        if push.is_none() && inner.streams >= self.limits.max_subscribers {
             return Err(Error::ResourceExhausted(format!(
                 "this node has {} Subscribe streams open, its limit (REBOUND_MAX_SUBSCRIBERS); \
                  subscribe on another node or close idle streams",
@@ -250,13 +282,16 @@ impl Hub {
             tx,
             slots: Arc::new(Semaphore::new(max_in_flight as usize)),
             stalled: stalled.clone(),
+            push,
         });
         inner
             .services
             .entry(service.to_string())
             .or_default()
             .push(sub);
-        inner.streams += 1;
+        if push.is_none() {
+            inner.streams += 1;
+        }
         drop(inner);
         self.changed.notify_waiters();
         Ok((id, Deliveries { rx, stalled }))
@@ -268,13 +303,15 @@ impl Hub {
         let mut service = None;
         for (name, subs) in inner.services.iter_mut() {
             if let Some(pos) = subs.iter().position(|s| s.id == id) {
-                subs.remove(pos);
-                service = Some(name.clone());
+                let sub = subs.remove(pos);
+                service = Some((name.clone(), sub.push.is_some()));
                 break;
             }
         }
-        if let Some(name) = service {
-            inner.streams -= 1;
+        if let Some((name, pusher)) = service {
+            if !pusher {
+                inner.streams -= 1;
+            }
             if inner.services.get(&name).is_some_and(|s| s.is_empty()) {
                 inner.services.remove(&name);
                 inner.next.remove(&name);
@@ -332,6 +369,8 @@ impl Hub {
         {
             return Err(work);
         }
+        // A pusher, when the service has one, takes every delivery.
+        let pushed = subs.iter().any(|s| s.push.is_some());
         let start = inner.next.get(&service).copied().unwrap_or(0);
         let n = subs.len();
         let mut order: Vec<usize> = (0..n).map(|k| (start + k) % n).collect();
@@ -340,14 +379,18 @@ impl Hub {
         }
         for i in order {
             let sub = &subs[i];
-            if sub.stalled.load(Ordering::Relaxed) {
+            if sub.stalled.load(Ordering::Relaxed) || (pushed && sub.push.is_none()) {
                 continue;
             }
             let Ok(permit) = sub.slots.clone().try_acquire_owned() else {
                 continue;
             };
             let now = self.clock.now_ms();
-            let deadline_ms = now.saturating_add(millis(work.state.policy.ack_timeout));
+            let ack_timeout = match sub.push {
+                Some(t) => work.state.policy.ack_timeout.max(t + PUSH_DEADLINE_MARGIN),
+                None => work.state.policy.ack_timeout,
+            };
+            let deadline_ms = now.saturating_add(millis(ack_timeout));
             let delivery_id = delivery_id_text(
                 self.boot_epoch,
                 self.ids.fetch_add(1, Ordering::Relaxed),

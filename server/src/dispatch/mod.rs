@@ -166,6 +166,22 @@ impl Dispatcher {
         })
     }
 
+    /// Registers the node's pusher of `service` (`Hub::subscribe_push`): while it is
+    /// registered it takes every delivery of the service on this node.
+    pub fn subscribe_push(
+        self: &Arc<Self>,
+        service: &str,
+        max_in_flight: u32,
+        timeout: Duration,
+    ) -> Subscription {
+        let (id, rx) = self.hub.subscribe_push(service, max_in_flight, timeout);
+        Subscription {
+            id,
+            rx,
+            dispatcher: self.clone(),
+        }
+    }
+
     /// Closes stream `id` (the client went away or the node is stopping): its unacknowledged
     /// deliveries go to other subscribers.
     pub fn close_stream(self: &Arc<Self>, id: u64) {

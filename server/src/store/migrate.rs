@@ -60,6 +60,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0008_cancel.cql",
         cql: include_str!("../../../schema/0008_cancel.cql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_push.cql",
+        cql: include_str!("../../../schema/0009_push.cql"),
+    },
 ];
 
 /// Splits a migration file into statements: drops `--` comment lines, splits on `;`.

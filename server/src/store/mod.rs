@@ -459,6 +459,9 @@ pub trait ServiceStore: Send + Sync + std::fmt::Debug {
         limits: &[u8],
         now_ms: i64,
     ) -> StoreResult<()>;
+    /// The service's push target (protobuf bytes of `rebound.v1.PushTarget`); empty bytes
+    /// clear it. Other settings are left as they are.
+    async fn set_service_push(&self, service: &str, push: &[u8], now_ms: i64) -> StoreResult<()>;
 }
 
 /// Dead letters: one partition per (service, day), rows by (dead_at, transaction_id).
@@ -571,6 +574,8 @@ pub struct ServiceRow {
     pub paused_at_ms: Option<i64>,
     pub policy: Vec<u8>,
     pub limits: Vec<u8>,
+    /// The push target (`rebound.v1.PushTarget`, schema 0009).
+    pub push: Vec<u8>,
     pub updated_at_ms: Option<i64>,
 }
 

@@ -3,6 +3,7 @@
 //! <service>` is the executor's, in the SDK. Each is disabled (and costs nothing) when
 //! tracing is off.
 
+use opentelemetry::trace::TraceContextExt;
 use tracing::{field::Empty, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -71,4 +72,42 @@ pub fn failed(span: &Span, error_type: &'static str) {
         span.record("error.type", error_type);
         span.record("otel.status_code", "ERROR");
     }
+}
+
+/// The `POST` CLIENT span of one push request (HTTP semantic conventions), a child of the
+/// delivery's stored trace context (the enqueue that started the retry); disabled when
+/// tracing is off. `http.response.status_code` is recorded when the answer comes.
+pub fn push(service: &str, transaction_id: &str, url: &url::Url, delivered: &TextContext) -> Span {
+    if !super::enabled() {
+        return Span::none();
+    }
+    let span = tracing::info_span!(
+        target: "rebound_server::push",
+        "push",
+        otel.name = "POST",
+        otel.kind = "client",
+        otel.status_code = Empty,
+        http.request.method = "POST",
+        server.address = url.host_str().unwrap_or_default(),
+        server.port = url.port_or_known_default().unwrap_or_default(),
+        url.scheme = url.scheme(),
+        url.path = url.path(),
+        messaging.system = "rebound",
+        messaging.destination.name = service,
+        messaging.message.id = transaction_id,
+        http.response.status_code = Empty,
+        error.type = Empty,
+    );
+    if !delivered.is_empty() {
+        let _ = span.set_parent(delivered.parent());
+    }
+    span
+}
+
+/// The trace context of `span` as text (empty when the span is disabled).
+pub fn context_of(span: &Span) -> TextContext {
+    if span.is_disabled() {
+        return TextContext::default();
+    }
+    TextContext::of(&span.context().span().span_context().clone())
 }

@@ -79,3 +79,112 @@ pub async fn services_are_touched_paused_resumed_and_configured(f: &dyn Fixture)
     );
     assert_eq!(s.list_services().await.unwrap().len(), 3);
 }
+
+/// The push target is one more setting: set, replaced and cleared on its own, leaving pause,
+/// policy and limits as they were.
+pub async fn push_targets_are_set_replaced_and_cleared(f: &dyn Fixture) {
+    let s = f.store();
+    s.touch_service("orders", 100).await.unwrap();
+    s.set_service_paused("orders", true, 110).await.unwrap();
+    s.set_service_policy("orders", b"policy-1", 120)
+        .await
+        .unwrap();
+    s.set_service_limits("orders", b"limits-1", 130)
+        .await
+        .unwrap();
+    let settings = ServiceRow {
+        service: "orders".to_string(),
+        seen_at_ms: Some(100),
+        paused: true,
+        paused_at_ms: Some(110),
+        policy: b"policy-1".to_vec(),
+        limits: b"limits-1".to_vec(),
+        ..ServiceRow::default()
+    };
+    assert_eq!(
+        s.list_services().await.unwrap(),
+        vec![ServiceRow {
+            updated_at_ms: Some(130),
+            ..settings.clone()
+        }],
+        "no push target until one is set"
+    );
+
+    s.set_service_push("orders", b"push-1", 140).await.unwrap();
+    // A push target for a service never seen makes its row too.
+    s.set_service_push("billing", b"push-b", 150).await.unwrap();
+    assert_eq!(
+        s.list_services().await.unwrap(),
+        vec![
+            ServiceRow {
+                service: "billing".to_string(),
+                push: b"push-b".to_vec(),
+                updated_at_ms: Some(150),
+                ..ServiceRow::default()
+            },
+            ServiceRow {
+                push: b"push-1".to_vec(),
+                updated_at_ms: Some(140),
+                ..settings.clone()
+            },
+        ]
+    );
+    let orders = || async {
+        s.list_services()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| r.service == "orders")
+            .unwrap()
+    };
+
+    // Replaced as a whole.
+    s.set_service_push("orders", b"push-2", 160).await.unwrap();
+    assert_eq!(
+        orders().await,
+        ServiceRow {
+            push: b"push-2".to_vec(),
+            updated_at_ms: Some(160),
+            ..settings.clone()
+        }
+    );
+    // The other setters leave it alone.
+    s.set_service_paused("orders", false, 170).await.unwrap();
+    s.set_service_limits("orders", b"limits-2", 180)
+        .await
+        .unwrap();
+    s.set_service_policy("orders", b"policy-2", 190)
+        .await
+        .unwrap();
+    s.touch_service("orders", 200).await.unwrap();
+    assert_eq!(
+        orders().await,
+        ServiceRow {
+            seen_at_ms: Some(200),
+            paused: false,
+            policy: b"policy-2".to_vec(),
+            limits: b"limits-2".to_vec(),
+            push: b"push-2".to_vec(),
+            updated_at_ms: Some(190),
+            ..settings.clone()
+        }
+    );
+    // Cleared: empty reads as none stored; the rest stays.
+    s.set_service_push("orders", b"", 210).await.unwrap();
+    assert_eq!(
+        orders().await,
+        ServiceRow {
+            seen_at_ms: Some(200),
+            paused: false,
+            policy: b"policy-2".to_vec(),
+            limits: b"limits-2".to_vec(),
+            push: Vec::new(),
+            updated_at_ms: Some(210),
+            ..settings
+        }
+    );
+    // Clearing again is harmless.
+    s.set_service_push("orders", b"", 220).await.unwrap();
+    assert_eq!(orders().await.push, Vec::<u8>::new());
+    assert_eq!(s.list_services().await.unwrap().len(), 2);
+}

@@ -14,6 +14,7 @@ pub(super) struct Statements {
     resume_service: PreparedStatement,
     set_service_policy: PreparedStatement,
     set_service_limits: PreparedStatement,
+    set_service_push: PreparedStatement,
 }
 
 impl Statements {
@@ -22,7 +23,7 @@ impl Statements {
         Ok(Self {
             list_services: p
                 .prepare(format!(
-                    "SELECT service, seen_at, paused, paused_at, policy, limits, updated_at \
+                    "SELECT service, seen_at, paused, paused_at, policy, limits, push, updated_at \
                  FROM {ks}.services WHERE region = ? AND cluster = ?"
                 ))
                 .await?,
@@ -57,6 +58,13 @@ impl Statements {
                  WHERE region = ? AND cluster = ? AND service = ?"
                 ))
                 .await?,
+            // Schema 0009. Clearing writes an empty blob, not a null cell (no tombstone).
+            set_service_push: p
+                .prepare(format!(
+                    "UPDATE {ks}.services SET push = ?, updated_at = ? \
+                 WHERE region = ? AND cluster = ? AND service = ?"
+                ))
+                .await?,
         })
     }
 }
@@ -71,6 +79,7 @@ impl ServiceStore for CassandraStore {
             Option<CqlTimestamp>,
             Option<Vec<u8>>,
             Option<Vec<u8>>,
+            Option<Vec<u8>>,
             Option<CqlTimestamp>,
         );
         let rows: Vec<Row> = self
@@ -79,13 +88,14 @@ impl ServiceStore for CassandraStore {
         Ok(rows
             .into_iter()
             .map(
-                |(service, seen, paused, paused_at, policy, limits, updated)| ServiceRow {
+                |(service, seen, paused, paused_at, policy, limits, push, updated)| ServiceRow {
                     service,
                     seen_at_ms: seen.map(|t| t.0),
                     paused: paused.unwrap_or(false),
                     paused_at_ms: paused_at.map(|t| t.0),
                     policy: policy.unwrap_or_default(),
                     limits: limits.unwrap_or_default(),
+                    push: push.unwrap_or_default(),
                     updated_at_ms: updated.map(|t| t.0),
                 },
             )
@@ -141,6 +151,20 @@ impl ServiceStore for CassandraStore {
             &self.services.set_service_limits,
             (
                 limits,
+                CqlTimestamp(now),
+                &self.region,
+                &self.cluster,
+                service,
+            ),
+        )
+        .await
+    }
+
+    async fn set_service_push(&self, service: &str, push: &[u8], now: i64) -> StoreResult<()> {
+        self.exec(
+            &self.services.set_service_push,
+            (
+                push,
                 CqlTimestamp(now),
                 &self.region,
                 &self.cluster,

@@ -1,5 +1,7 @@
 //! Service settings: one partition per namespace, a row per service. Each setter changes
-//! only its own columns, as the Cassandra UPDATEs do.
+//! only its own columns, as the Cassandra UPDATEs do. The push target is the value's last
+//! field: a row written before it (shorter) reads as having none, and a build before it reads
+//! a newer row's fields up to it and ignores the rest.
 
 use async_trait::async_trait;
 
@@ -17,12 +19,13 @@ fn encode(r: &ServiceRow) -> Vec<u8> {
         .bytes(&r.policy)
         .bytes(&r.limits)
         .opt_i64(r.updated_at_ms)
+        .bytes(&r.push)
         .into_bytes()
 }
 
 fn decode(service: String, v: &[u8]) -> StoreResult<ServiceRow> {
     let mut d = Dec::new(v);
-    Ok(ServiceRow {
+    let mut row = ServiceRow {
         service,
         seen_at_ms: d.opt_i64()?,
         paused: d.bool()?,
@@ -30,7 +33,13 @@ fn decode(service: String, v: &[u8]) -> StoreResult<ServiceRow> {
         policy: d.bytes()?,
         limits: d.bytes()?,
         updated_at_ms: d.opt_i64()?,
-    })
+        push: Vec::new(),
+    };
+    // A row written before push targets ends here: it has none.
+    if !d.is_empty() {
+        row.push = d.bytes()?;
+    }
+    Ok(row)
 }
 
 impl EmbeddedStore {
@@ -105,5 +114,54 @@ impl ServiceStore for EmbeddedStore {
             r.updated_at_ms = Some(now);
         })
         .await
+    }
+
+    async fn set_service_push(&self, service: &str, push: &[u8], now: i64) -> StoreResult<()> {
+        let push = push.to_vec();
+        self.update_service(service, move |r| {
+            r.push = push;
+            r.updated_at_ms = Some(now);
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_written_before_push_targets_reads_without_one() {
+        let row = ServiceRow {
+            service: "orders".into(),
+            seen_at_ms: Some(1),
+            paused: true,
+            paused_at_ms: Some(2),
+            policy: b"p".to_vec(),
+            limits: b"l".to_vec(),
+            push: b"t".to_vec(),
+            updated_at_ms: Some(3),
+        };
+        let now = encode(&row);
+        assert_eq!(decode("orders".into(), &now).unwrap(), row);
+        // The layout before the push field: the same fields without it.
+        let old = Enc::new()
+            .opt_i64(row.seen_at_ms)
+            .bool(row.paused)
+            .opt_i64(row.paused_at_ms)
+            .bytes(&row.policy)
+            .bytes(&row.limits)
+            .opt_i64(row.updated_at_ms)
+            .into_bytes();
+        assert_eq!(now[..old.len()], old[..], "the push field comes last");
+        assert_eq!(
+            decode("orders".into(), &old).unwrap(),
+            ServiceRow {
+                push: Vec::new(),
+                ..row
+            }
+        );
+        // A truncated push field is malformed, not a panic.
+        assert!(decode("orders".into(), &now[..now.len() - 1]).is_err());
     }
 }

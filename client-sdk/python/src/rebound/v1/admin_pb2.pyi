@@ -26,7 +26,7 @@ class ServiceLimits(_message.Message):
     def __init__(self, max_dispatch_per_second: _Optional[float] = ..., dispatch_burst: _Optional[int] = ..., max_concurrent: _Optional[int] = ...) -> None: ...
 
 class ServiceInfo(_message.Message):
-    __slots__ = ("service", "paused", "policy", "limits", "paused_at", "updated_at", "effective_policy")
+    __slots__ = ("service", "paused", "policy", "limits", "paused_at", "updated_at", "effective_policy", "push_target")
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class ServiceInfo(_message.Message):
     PAUSED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     EFFECTIVE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    PUSH_TARGET_FIELD_NUMBER: _ClassVar[int]
     service: str
     paused: bool
     policy: _types_pb2.RetryPolicy
@@ -41,7 +42,8 @@ class ServiceInfo(_message.Message):
     paused_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     effective_policy: _types_pb2.RetryPolicy
-    def __init__(self, service: _Optional[str] = ..., paused: _Optional[bool] = ..., policy: _Optional[_Union[_types_pb2.RetryPolicy, _Mapping]] = ..., limits: _Optional[_Union[ServiceLimits, _Mapping]] = ..., paused_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., effective_policy: _Optional[_Union[_types_pb2.RetryPolicy, _Mapping]] = ...) -> None: ...
+    push_target: PushTarget
+    def __init__(self, service: _Optional[str] = ..., paused: _Optional[bool] = ..., policy: _Optional[_Union[_types_pb2.RetryPolicy, _Mapping]] = ..., limits: _Optional[_Union[ServiceLimits, _Mapping]] = ..., paused_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., effective_policy: _Optional[_Union[_types_pb2.RetryPolicy, _Mapping]] = ..., push_target: _Optional[_Union[PushTarget, _Mapping]] = ...) -> None: ...
 
 class ListServicesResponse(_message.Message):
     __slots__ = ("services",)
@@ -345,3 +347,58 @@ class InspectWindowResponse(_message.Message):
     low_water: int
     window_seconds: int
     def __init__(self, day_listed: _Optional[bool] = ..., window_listed: _Optional[bool] = ..., instances: _Optional[_Iterable[_Union[InstanceEntry, _Mapping]]] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., readable: _Optional[bool] = ..., low_water: _Optional[int] = ..., window_seconds: _Optional[int] = ...) -> None: ...
+
+class PushTarget(_message.Message):
+    __slots__ = ("url", "timeout", "headers", "signing_secrets", "max_concurrent", "updated_at")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    URL_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_SECRETS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    timeout: _duration_pb2.Duration
+    headers: _containers.ScalarMap[str, str]
+    signing_secrets: _containers.RepeatedScalarFieldContainer[str]
+    max_concurrent: int
+    updated_at: _timestamp_pb2.Timestamp
+    def __init__(self, url: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., signing_secrets: _Optional[_Iterable[str]] = ..., max_concurrent: _Optional[int] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class SetPushTargetRequest(_message.Message):
+    __slots__ = ("service", "target")
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    target: PushTarget
+    def __init__(self, service: _Optional[str] = ..., target: _Optional[_Union[PushTarget, _Mapping]] = ...) -> None: ...
+
+class SetPushTargetResponse(_message.Message):
+    __slots__ = ("target",)
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    target: PushTarget
+    def __init__(self, target: _Optional[_Union[PushTarget, _Mapping]] = ...) -> None: ...
+
+class GetPushTargetRequest(_message.Message):
+    __slots__ = ("service",)
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    def __init__(self, service: _Optional[str] = ...) -> None: ...
+
+class ClearPushTargetRequest(_message.Message):
+    __slots__ = ("service",)
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    def __init__(self, service: _Optional[str] = ...) -> None: ...
+
+class ClearPushTargetResponse(_message.Message):
+    __slots__ = ("cleared",)
+    CLEARED_FIELD_NUMBER: _ClassVar[int]
+    cleared: bool
+    def __init__(self, cleared: _Optional[bool] = ...) -> None: ...

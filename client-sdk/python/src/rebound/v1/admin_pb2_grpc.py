@@ -101,6 +101,21 @@ class AdminServiceStub:
                 request_serializer=rebound_dot_v1_dot_admin__pb2.InspectWindowRequest.SerializeToString,
                 response_deserializer=rebound_dot_v1_dot_admin__pb2.InspectWindowResponse.FromString,
                 _registered_method=True)
+        self.SetPushTarget = channel.unary_unary(
+                '/rebound.v1.AdminService/SetPushTarget',
+                request_serializer=rebound_dot_v1_dot_admin__pb2.SetPushTargetRequest.SerializeToString,
+                response_deserializer=rebound_dot_v1_dot_admin__pb2.SetPushTargetResponse.FromString,
+                _registered_method=True)
+        self.GetPushTarget = channel.unary_unary(
+                '/rebound.v1.AdminService/GetPushTarget',
+                request_serializer=rebound_dot_v1_dot_admin__pb2.GetPushTargetRequest.SerializeToString,
+                response_deserializer=rebound_dot_v1_dot_admin__pb2.PushTarget.FromString,
+                _registered_method=True)
+        self.ClearPushTarget = channel.unary_unary(
+                '/rebound.v1.AdminService/ClearPushTarget',
+                request_serializer=rebound_dot_v1_dot_admin__pb2.ClearPushTargetRequest.SerializeToString,
+                response_deserializer=rebound_dot_v1_dot_admin__pb2.ClearPushTargetResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -198,6 +213,32 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetPushTarget(self, request, context):
+        """Push delivery: the service's retries are POSTed to `target.url` by the node that owns
+        them, signed per Standard Webhooks, instead of going to Subscribe streams (which get no
+        delivery of the service while a target is set). The response decides the outcome: 2xx
+        SUCCEEDED; 408, 409, 429, 5xx, a timeout or a connection error RETRY (a Retry-After
+        header sets the delay); a redirect or any other 4xx FAILED. Applies on every node within
+        the settings refresh interval. Replaces the previous target as a whole.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPushTarget(self, request, context):
+        """The service's push target, its signing secrets masked; NOT_FOUND when it has none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClearPushTarget(self, request, context):
+        """Deliveries of the service go to Subscribe streams again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -260,6 +301,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.InspectWindow,
                     request_deserializer=rebound_dot_v1_dot_admin__pb2.InspectWindowRequest.FromString,
                     response_serializer=rebound_dot_v1_dot_admin__pb2.InspectWindowResponse.SerializeToString,
+            ),
+            'SetPushTarget': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetPushTarget,
+                    request_deserializer=rebound_dot_v1_dot_admin__pb2.SetPushTargetRequest.FromString,
+                    response_serializer=rebound_dot_v1_dot_admin__pb2.SetPushTargetResponse.SerializeToString,
+            ),
+            'GetPushTarget': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPushTarget,
+                    request_deserializer=rebound_dot_v1_dot_admin__pb2.GetPushTargetRequest.FromString,
+                    response_serializer=rebound_dot_v1_dot_admin__pb2.PushTarget.SerializeToString,
+            ),
+            'ClearPushTarget': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClearPushTarget,
+                    request_deserializer=rebound_dot_v1_dot_admin__pb2.ClearPushTargetRequest.FromString,
+                    response_serializer=rebound_dot_v1_dot_admin__pb2.ClearPushTargetResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -593,6 +649,87 @@ class AdminService:
             '/rebound.v1.AdminService/InspectWindow',
             rebound_dot_v1_dot_admin__pb2.InspectWindowRequest.SerializeToString,
             rebound_dot_v1_dot_admin__pb2.InspectWindowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetPushTarget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rebound.v1.AdminService/SetPushTarget',
+            rebound_dot_v1_dot_admin__pb2.SetPushTargetRequest.SerializeToString,
+            rebound_dot_v1_dot_admin__pb2.SetPushTargetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPushTarget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rebound.v1.AdminService/GetPushTarget',
+            rebound_dot_v1_dot_admin__pb2.GetPushTargetRequest.SerializeToString,
+            rebound_dot_v1_dot_admin__pb2.PushTarget.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClearPushTarget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rebound.v1.AdminService/ClearPushTarget',
+            rebound_dot_v1_dot_admin__pb2.ClearPushTargetRequest.SerializeToString,
+            rebound_dot_v1_dot_admin__pb2.ClearPushTargetResponse.FromString,
             options,
             channel_credentials,
             insecure,

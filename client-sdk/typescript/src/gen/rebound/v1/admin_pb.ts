@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rebound/v1/admin.proto.
  */
 export const file_rebound_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChZyZWJvdW5kL3YxL2FkbWluLnByb3RvEgpyZWJvdW5kLnYxIhUKE0xpc3RTZXJ2aWNlc1JlcXVlc3QisQEKDVNlcnZpY2VMaW1pdHMSJAoXbWF4X2Rpc3BhdGNoX3Blcl9zZWNvbmQYASABKAFIAIgBARIbCg5kaXNwYXRjaF9idXJzdBgCIAEoDUgBiAEBEhsKDm1heF9jb25jdXJyZW50GAMgASgNSAKIAQFCGgoYX21heF9kaXNwYXRjaF9wZXJfc2Vjb25kQhEKD19kaXNwYXRjaF9idXJzdEIRCg9fbWF4X2NvbmN1cnJlbnQilAIKC1NlcnZpY2VJbmZvEg8KB3NlcnZpY2UYASABKAkSDgoGcGF1c2VkGAIgASgIEicKBnBvbGljeRgDIAEoCzIXLnJlYm91bmQudjEuUmV0cnlQb2xpY3kSKQoGbGltaXRzGAQgASgLMhkucmVib3VuZC52MS5TZXJ2aWNlTGltaXRzEi0KCXBhdXNlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoQZWZmZWN0aXZlX3BvbGljeRgHIAEoCzIXLnJlYm91bmQudjEuUmV0cnlQb2xpY3kiQQoUTGlzdFNlcnZpY2VzUmVzcG9uc2USKQoIc2VydmljZXMYASADKAsyFy5yZWJvdW5kLnYxLlNlcnZpY2VJbmZvIiQKEUdldFNlcnZpY2VSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkiNgoPR2V0U3RhdHNSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkSEgoKbG9jYWxfb25seRgCIAEoCCJtCgtXaW5kb3dDb3VudBILCgNkYXkYASABKAkSDgoGd2luZG93GAIgASgNEg8KB3BlbmRpbmcYAyABKAQSMAoMd2luZG93X3N0YXJ0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJqCghEdWVCYW5kcxIPCgdvdmVyZHVlGAEgASgEEhUKDXdpdGhpbl9taW51dGUYAiABKAQSEwoLd2l0aGluX2hvdXIYAyABKAQSEgoKd2l0aGluX2RheRgEIAEoBBINCgVsYXRlchgFIAEoBCLsAQoMU2VydmljZVN0YXRzEg8KB3NlcnZpY2UYASABKAkSDwoHcGVuZGluZxgCIAEoBBIRCglpbl9mbGlnaHQYAyABKAQSFQoNZGVhZF9sZXR0ZXJlZBgEIAEoBBIxCg5vbGRlc3RfZHVlX2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIoCgd3aW5kb3dzGAYgAygLMhcucmVib3VuZC52MS5XaW5kb3dDb3VudBIjCgViYW5kcxgHIAEoCzIULnJlYm91bmQudjEuRHVlQmFuZHMSDgoGcGF1c2VkGAggASgIIsEBCglOb2RlU3RhdHMSDwoHbm9kZV9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEhIKCmhlbGRfc2xvdHMYAyABKA0SEQoJY29tcGFjdG9yGAQgASgIEhEKCWluX2ZsaWdodBgFIAEoBBITCgtzdWJzY3JpYmVycxgGIAEoDRIRCglyZWFjaGFibGUYByABKAgSHAoPY2xvY2tfb2Zmc2V0X21zGAggASgDSACIAQFCEgoQX2Nsb2NrX29mZnNldF9tcyJkChBHZXRTdGF0c1Jlc3BvbnNlEioKCHNlcnZpY2VzGAEgAygLMhgucmVib3VuZC52MS5TZXJ2aWNlU3RhdHMSJAoFbm9kZXMYAiADKAsyFS5yZWJvdW5kLnYxLk5vZGVTdGF0cyImChNQYXVzZVNlcnZpY2VSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkiQAoUUGF1c2VTZXJ2aWNlUmVzcG9uc2USKAoHc2VydmljZRgBIAEoCzIXLnJlYm91bmQudjEuU2VydmljZUluZm8iJwoUUmVzdW1lU2VydmljZVJlcXVlc3QSDwoHc2VydmljZRgBIAEoCSJBChVSZXN1bWVTZXJ2aWNlUmVzcG9uc2USKAoHc2VydmljZRgBIAEoCzIXLnJlYm91bmQudjEuU2VydmljZUluZm8iUwoXU2V0U2VydmljZVBvbGljeVJlcXVlc3QSDwoHc2VydmljZRgBIAEoCRInCgZwb2xpY3kYAiABKAsyFy5yZWJvdW5kLnYxLlJldHJ5UG9saWN5InYKGFNldFNlcnZpY2VQb2xpY3lSZXNwb25zZRInCgZwb2xpY3kYASABKAsyFy5yZWJvdW5kLnYxLlJldHJ5UG9saWN5EjEKEGVmZmVjdGl2ZV9wb2xpY3kYAiABKAsyFy5yZWJvdW5kLnYxLlJldHJ5UG9saWN5IlUKF1NldFNlcnZpY2VMaW1pdHNSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkSKQoGbGltaXRzGAIgASgLMhkucmVib3VuZC52MS5TZXJ2aWNlTGltaXRzIkUKGFNldFNlcnZpY2VMaW1pdHNSZXNwb25zZRIpCgZsaW1pdHMYASABKAsyGS5yZWJvdW5kLnYxLlNlcnZpY2VMaW1pdHMiZwoTUHVyZ2VTZXJ2aWNlUmVxdWVzdBIPCgdzZXJ2aWNlGAEgASgJEioKBmJlZm9yZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbWF4X2J1Y2tldHMYAyABKA0ikgEKFFB1cmdlU2VydmljZVJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoBBIXCg9idWNrZXRzX2RlbGV0ZWQYAiABKAQSDAoEZG9uZRgDIAEoCBIUCgxidWNrZXRzX2tlcHQYBCABKAQSKgoGYmVmb3JlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCK4AQoKRGVhZExldHRlchIPCgdzZXJ2aWNlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKA0SEgoKbGFzdF9lcnJvchgEIAEoCRIrCgdkZWFkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtyZWRyaXZlbl9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi1AEKFkxpc3REZWFkTGV0dGVyc1JlcXVlc3QSDwoHc2VydmljZRgBIAEoCRIoCgRmcm9tGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgJ0bxgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOZXJyb3JfY29udGFpbnMYBCABKAkSEQoJcGFnZV9zaXplGAUgASgNEhIKCnBhZ2VfdG9rZW4YBiABKAkSGAoQaW5jbHVkZV9yZWRyaXZlbhgHIAEoCCJgChdMaXN0RGVhZExldHRlcnNSZXNwb25zZRIsCgxkZWFkX2xldHRlcnMYASADKAsyFi5yZWJvdW5kLnYxLkRlYWRMZXR0ZXISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIusBChlSZWRyaXZlRGVhZExldHRlcnNSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkSKAoEZnJvbRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoCdG8YAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDmVycm9yX2NvbnRhaW5zGAQgASgJEigKBWRlbGF5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCW1heF9pdGVtcxgGIAEoDRIWCg5tYXhfcGVyX3NlY29uZBgHIAEoDSJNChpSZWRyaXZlRGVhZExldHRlcnNSZXNwb25zZRIQCghyZWRyaXZlbhgBIAEoBBIPCgdza2lwcGVkGAIgASgEEgwKBGRvbmUYAyABKAgifAoXUHVyZ2VEZWFkTGV0dGVyc1JlcXVlc3QSDwoHc2VydmljZRgBIAEoCRIoCgRmcm9tGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgJ0bxgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiKgoYUHVyZ2VEZWFkTGV0dGVyc1Jlc3BvbnNlEg4KBnB1cmdlZBgBIAEoBCIzChRJbnNwZWN0V2luZG93UmVxdWVzdBILCgNkYXkYASABKAkSDgoGd2luZG93GAIgASgNInQKDUluc3RhbmNlRW50cnkSFgoOaW5zdGFuY2VfdG9rZW4YASABKAMSDwoHc2VydmljZRgCIAEoCRIQCghpbnN0YW5jZRgDIAEoCRIoCgdidWNrZXRzGAQgAygLMhcucmVib3VuZC52MS5CdWNrZXRFbnRyeSIvCgtCdWNrZXRFbnRyeRIOCgZidWNrZXQYASABKA0SEAoIcG9pbnRlcnMYAiABKAQijwIKFUluc3BlY3RXaW5kb3dSZXNwb25zZRISCgpkYXlfbGlzdGVkGAEgASgIEhUKDXdpbmRvd19saXN0ZWQYAiABKAgSLAoJaW5zdGFuY2VzGAMgAygLMhkucmVib3VuZC52MS5JbnN0YW5jZUVudHJ5EjAKDHdpbmRvd19zdGFydBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKd2luZG93X2VuZBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIcmVhZGFibGUYBiABKAgSEQoJbG93X3dhdGVyGAcgASgNEhYKDndpbmRvd19zZWNvbmRzGAggASgNMp4ICgxBZG1pblNlcnZpY2USUQoMTGlzdFNlcnZpY2VzEh8ucmVib3VuZC52MS5MaXN0U2VydmljZXNSZXF1ZXN0GiAucmVib3VuZC52MS5MaXN0U2VydmljZXNSZXNwb25zZRJECgpHZXRTZXJ2aWNlEh0ucmVib3VuZC52MS5HZXRTZXJ2aWNlUmVxdWVzdBoXLnJlYm91bmQudjEuU2VydmljZUluZm8SRQoIR2V0U3RhdHMSGy5yZWJvdW5kLnYxLkdldFN0YXRzUmVxdWVzdBocLnJlYm91bmQudjEuR2V0U3RhdHNSZXNwb25zZRJRCgxQYXVzZVNlcnZpY2USHy5yZWJvdW5kLnYxLlBhdXNlU2VydmljZVJlcXVlc3QaIC5yZWJvdW5kLnYxLlBhdXNlU2VydmljZVJlc3BvbnNlElQKDVJlc3VtZVNlcnZpY2USIC5yZWJvdW5kLnYxLlJlc3VtZVNlcnZpY2VSZXF1ZXN0GiEucmVib3VuZC52MS5SZXN1bWVTZXJ2aWNlUmVzcG9uc2USXQoQU2V0U2VydmljZVBvbGljeRIjLnJlYm91bmQudjEuU2V0U2VydmljZVBvbGljeVJlcXVlc3QaJC5yZWJvdW5kLnYxLlNldFNlcnZpY2VQb2xpY3lSZXNwb25zZRJdChBTZXRTZXJ2aWNlTGltaXRzEiMucmVib3VuZC52MS5TZXRTZXJ2aWNlTGltaXRzUmVxdWVzdBokLnJlYm91bmQudjEuU2V0U2VydmljZUxpbWl0c1Jlc3BvbnNlElEKDFB1cmdlU2VydmljZRIfLnJlYm91bmQudjEuUHVyZ2VTZXJ2aWNlUmVxdWVzdBogLnJlYm91bmQudjEuUHVyZ2VTZXJ2aWNlUmVzcG9uc2USWgoPTGlzdERlYWRMZXR0ZXJzEiIucmVib3VuZC52MS5MaXN0RGVhZExldHRlcnNSZXF1ZXN0GiMucmVib3VuZC52MS5MaXN0RGVhZExldHRlcnNSZXNwb25zZRJjChJSZWRyaXZlRGVhZExldHRlcnMSJS5yZWJvdW5kLnYxLlJlZHJpdmVEZWFkTGV0dGVyc1JlcXVlc3QaJi5yZWJvdW5kLnYxLlJlZHJpdmVEZWFkTGV0dGVyc1Jlc3BvbnNlEl0KEFB1cmdlRGVhZExldHRlcnMSIy5yZWJvdW5kLnYxLlB1cmdlRGVhZExldHRlcnNSZXF1ZXN0GiQucmVib3VuZC52MS5QdXJnZURlYWRMZXR0ZXJzUmVzcG9uc2USVAoNSW5zcGVjdFdpbmRvdxIgLnJlYm91bmQudjEuSW5zcGVjdFdpbmRvd1JlcXVlc3QaIS5yZWJvdW5kLnYxLkluc3BlY3RXaW5kb3dSZXNwb25zZUJgCg5kZXYucmVib3VuZC52MUIKQWRtaW5Qcm90b1ABWkBnaXRodWIuY29tL3JlYm91bmQtZGV2L3JlYm91bmQvY2xpZW50LXNkay9nby9yZWJvdW5kdjE7cmVib3VuZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_rebound_v1_types]);
+  fileDesc("ChZyZWJvdW5kL3YxL2FkbWluLnByb3RvEgpyZWJvdW5kLnYxIhUKE0xpc3RTZXJ2aWNlc1JlcXVlc3QisQEKDVNlcnZpY2VMaW1pdHMSJAoXbWF4X2Rpc3BhdGNoX3Blcl9zZWNvbmQYASABKAFIAIgBARIbCg5kaXNwYXRjaF9idXJzdBgCIAEoDUgBiAEBEhsKDm1heF9jb25jdXJyZW50GAMgASgNSAKIAQFCGgoYX21heF9kaXNwYXRjaF9wZXJfc2Vjb25kQhEKD19kaXNwYXRjaF9idXJzdEIRCg9fbWF4X2NvbmN1cnJlbnQiwQIKC1NlcnZpY2VJbmZvEg8KB3NlcnZpY2UYASABKAkSDgoGcGF1c2VkGAIgASgIEicKBnBvbGljeRgDIAEoCzIXLnJlYm91bmQudjEuUmV0cnlQb2xpY3kSKQoGbGltaXRzGAQgASgLMhkucmVib3VuZC52MS5TZXJ2aWNlTGltaXRzEi0KCXBhdXNlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoQZWZmZWN0aXZlX3BvbGljeRgHIAEoCzIXLnJlYm91bmQudjEuUmV0cnlQb2xpY3kSKwoLcHVzaF90YXJnZXQYCCABKAsyFi5yZWJvdW5kLnYxLlB1c2hUYXJnZXQiQQoUTGlzdFNlcnZpY2VzUmVzcG9uc2USKQoIc2VydmljZXMYASADKAsyFy5yZWJvdW5kLnYxLlNlcnZpY2VJbmZvIiQKEUdldFNlcnZpY2VSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkiNgoPR2V0U3RhdHNSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkSEgoKbG9jYWxfb25seRgCIAEoCCJtCgtXaW5kb3dDb3VudBILCgNkYXkYASABKAkSDgoGd2luZG93GAIgASgNEg8KB3BlbmRpbmcYAyABKAQSMAoMd2luZG93X3N0YXJ0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJqCghEdWVCYW5kcxIPCgdvdmVyZHVlGAEgASgEEhUKDXdpdGhpbl9taW51dGUYAiABKAQSEwoLd2l0aGluX2hvdXIYAyABKAQSEgoKd2l0aGluX2RheRgEIAEoBBINCgVsYXRlchgFIAEoBCLsAQoMU2VydmljZVN0YXRzEg8KB3NlcnZpY2UYASABKAkSDwoHcGVuZGluZxgCIAEoBBIRCglpbl9mbGlnaHQYAyABKAQSFQoNZGVhZF9sZXR0ZXJlZBgEIAEoBBIxCg5vbGRlc3RfZHVlX2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIoCgd3aW5kb3dzGAYgAygLMhcucmVib3VuZC52MS5XaW5kb3dDb3VudBIjCgViYW5kcxgHIAEoCzIULnJlYm91bmQudjEuRHVlQmFuZHMSDgoGcGF1c2VkGAggASgIIsEBCglOb2RlU3RhdHMSDwoHbm9kZV9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEhIKCmhlbGRfc2xvdHMYAyABKA0SEQoJY29tcGFjdG9yGAQgASgIEhEKCWluX2ZsaWdodBgFIAEoBBITCgtzdWJzY3JpYmVycxgGIAEoDRIRCglyZWFjaGFibGUYByABKAgSHAoPY2xvY2tfb2Zmc2V0X21zGAggASgDSACIAQFCEgoQX2Nsb2NrX29mZnNldF9tcyJkChBHZXRTdGF0c1Jlc3BvbnNlEioKCHNlcnZpY2VzGAEgAygLMhgucmVib3VuZC52MS5TZXJ2aWNlU3RhdHMSJAoFbm9kZXMYAiADKAsyFS5yZWJvdW5kLnYxLk5vZGVTdGF0cyImChNQYXVzZVNlcnZpY2VSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkiQAoUUGF1c2VTZXJ2aWNlUmVzcG9uc2USKAoHc2VydmljZRgBIAEoCzIXLnJlYm91bmQudjEuU2VydmljZUluZm8iJwoUUmVzdW1lU2VydmljZVJlcXVlc3QSDwoHc2VydmljZRgBIAEoCSJBChVSZXN1bWVTZXJ2aWNlUmVzcG9uc2USKAoHc2VydmljZRgBIAEoCzIXLnJlYm91bmQudjEuU2VydmljZUluZm8iUwoXU2V0U2VydmljZVBvbGljeVJlcXVlc3QSDwoHc2VydmljZRgBIAEoCRInCgZwb2xpY3kYAiABKAsyFy5yZWJvdW5kLnYxLlJldHJ5UG9saWN5InYKGFNldFNlcnZpY2VQb2xpY3lSZXNwb25zZRInCgZwb2xpY3kYASABKAsyFy5yZWJvdW5kLnYxLlJldHJ5UG9saWN5EjEKEGVmZmVjdGl2ZV9wb2xpY3kYAiABKAsyFy5yZWJvdW5kLnYxLlJldHJ5UG9saWN5IlUKF1NldFNlcnZpY2VMaW1pdHNSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkSKQoGbGltaXRzGAIgASgLMhkucmVib3VuZC52MS5TZXJ2aWNlTGltaXRzIkUKGFNldFNlcnZpY2VMaW1pdHNSZXNwb25zZRIpCgZsaW1pdHMYASABKAsyGS5yZWJvdW5kLnYxLlNlcnZpY2VMaW1pdHMiZwoTUHVyZ2VTZXJ2aWNlUmVxdWVzdBIPCgdzZXJ2aWNlGAEgASgJEioKBmJlZm9yZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbWF4X2J1Y2tldHMYAyABKA0ikgEKFFB1cmdlU2VydmljZVJlc3BvbnNlEhEKCWNhbmNlbGxlZBgBIAEoBBIXCg9idWNrZXRzX2RlbGV0ZWQYAiABKAQSDAoEZG9uZRgDIAEoCBIUCgxidWNrZXRzX2tlcHQYBCABKAQSKgoGYmVmb3JlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCK4AQoKRGVhZExldHRlchIPCgdzZXJ2aWNlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKA0SEgoKbGFzdF9lcnJvchgEIAEoCRIrCgdkZWFkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtyZWRyaXZlbl9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi1AEKFkxpc3REZWFkTGV0dGVyc1JlcXVlc3QSDwoHc2VydmljZRgBIAEoCRIoCgRmcm9tGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgJ0bxgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOZXJyb3JfY29udGFpbnMYBCABKAkSEQoJcGFnZV9zaXplGAUgASgNEhIKCnBhZ2VfdG9rZW4YBiABKAkSGAoQaW5jbHVkZV9yZWRyaXZlbhgHIAEoCCJgChdMaXN0RGVhZExldHRlcnNSZXNwb25zZRIsCgxkZWFkX2xldHRlcnMYASADKAsyFi5yZWJvdW5kLnYxLkRlYWRMZXR0ZXISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIusBChlSZWRyaXZlRGVhZExldHRlcnNSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkSKAoEZnJvbRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoCdG8YAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDmVycm9yX2NvbnRhaW5zGAQgASgJEigKBWRlbGF5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCW1heF9pdGVtcxgGIAEoDRIWCg5tYXhfcGVyX3NlY29uZBgHIAEoDSJNChpSZWRyaXZlRGVhZExldHRlcnNSZXNwb25zZRIQCghyZWRyaXZlbhgBIAEoBBIPCgdza2lwcGVkGAIgASgEEgwKBGRvbmUYAyABKAgifAoXUHVyZ2VEZWFkTGV0dGVyc1JlcXVlc3QSDwoHc2VydmljZRgBIAEoCRIoCgRmcm9tGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgJ0bxgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiKgoYUHVyZ2VEZWFkTGV0dGVyc1Jlc3BvbnNlEg4KBnB1cmdlZBgBIAEoBCIzChRJbnNwZWN0V2luZG93UmVxdWVzdBILCgNkYXkYASABKAkSDgoGd2luZG93GAIgASgNInQKDUluc3RhbmNlRW50cnkSFgoOaW5zdGFuY2VfdG9rZW4YASABKAMSDwoHc2VydmljZRgCIAEoCRIQCghpbnN0YW5jZRgDIAEoCRIoCgdidWNrZXRzGAQgAygLMhcucmVib3VuZC52MS5CdWNrZXRFbnRyeSIvCgtCdWNrZXRFbnRyeRIOCgZidWNrZXQYASABKA0SEAoIcG9pbnRlcnMYAiABKAQijwIKFUluc3BlY3RXaW5kb3dSZXNwb25zZRISCgpkYXlfbGlzdGVkGAEgASgIEhUKDXdpbmRvd19saXN0ZWQYAiABKAgSLAoJaW5zdGFuY2VzGAMgAygLMhkucmVib3VuZC52MS5JbnN0YW5jZUVudHJ5EjAKDHdpbmRvd19zdGFydBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKd2luZG93X2VuZBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIcmVhZGFibGUYBiABKAgSEQoJbG93X3dhdGVyGAcgASgNEhYKDndpbmRvd19zZWNvbmRzGAggASgNIqQCCgpQdXNoVGFyZ2V0EgsKA3VybBgBIAEoCRIqCgd0aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjQKB2hlYWRlcnMYAyADKAsyIy5yZWJvdW5kLnYxLlB1c2hUYXJnZXQuSGVhZGVyc0VudHJ5EhcKD3NpZ25pbmdfc2VjcmV0cxgEIAMoCRIbCg5tYXhfY29uY3VycmVudBgFIAEoDUgAiAEBEi4KCnVwZGF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhEKD19tYXhfY29uY3VycmVudCJPChRTZXRQdXNoVGFyZ2V0UmVxdWVzdBIPCgdzZXJ2aWNlGAEgASgJEiYKBnRhcmdldBgCIAEoCzIWLnJlYm91bmQudjEuUHVzaFRhcmdldCI/ChVTZXRQdXNoVGFyZ2V0UmVzcG9uc2USJgoGdGFyZ2V0GAEgASgLMhYucmVib3VuZC52MS5QdXNoVGFyZ2V0IicKFEdldFB1c2hUYXJnZXRSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkiKQoWQ2xlYXJQdXNoVGFyZ2V0UmVxdWVzdBIPCgdzZXJ2aWNlGAEgASgJIioKF0NsZWFyUHVzaFRhcmdldFJlc3BvbnNlEg8KB2NsZWFyZWQYASABKAgymwoKDEFkbWluU2VydmljZRJRCgxMaXN0U2VydmljZXMSHy5yZWJvdW5kLnYxLkxpc3RTZXJ2aWNlc1JlcXVlc3QaIC5yZWJvdW5kLnYxLkxpc3RTZXJ2aWNlc1Jlc3BvbnNlEkQKCkdldFNlcnZpY2USHS5yZWJvdW5kLnYxLkdldFNlcnZpY2VSZXF1ZXN0GhcucmVib3VuZC52MS5TZXJ2aWNlSW5mbxJFCghHZXRTdGF0cxIbLnJlYm91bmQudjEuR2V0U3RhdHNSZXF1ZXN0GhwucmVib3VuZC52MS5HZXRTdGF0c1Jlc3BvbnNlElEKDFBhdXNlU2VydmljZRIfLnJlYm91bmQudjEuUGF1c2VTZXJ2aWNlUmVxdWVzdBogLnJlYm91bmQudjEuUGF1c2VTZXJ2aWNlUmVzcG9uc2USVAoNUmVzdW1lU2VydmljZRIgLnJlYm91bmQudjEuUmVzdW1lU2VydmljZVJlcXVlc3QaIS5yZWJvdW5kLnYxLlJlc3VtZVNlcnZpY2VSZXNwb25zZRJdChBTZXRTZXJ2aWNlUG9saWN5EiMucmVib3VuZC52MS5TZXRTZXJ2aWNlUG9saWN5UmVxdWVzdBokLnJlYm91bmQudjEuU2V0U2VydmljZVBvbGljeVJlc3BvbnNlEl0KEFNldFNlcnZpY2VMaW1pdHMSIy5yZWJvdW5kLnYxLlNldFNlcnZpY2VMaW1pdHNSZXF1ZXN0GiQucmVib3VuZC52MS5TZXRTZXJ2aWNlTGltaXRzUmVzcG9uc2USUQoMUHVyZ2VTZXJ2aWNlEh8ucmVib3VuZC52MS5QdXJnZVNlcnZpY2VSZXF1ZXN0GiAucmVib3VuZC52MS5QdXJnZVNlcnZpY2VSZXNwb25zZRJaCg9MaXN0RGVhZExldHRlcnMSIi5yZWJvdW5kLnYxLkxpc3REZWFkTGV0dGVyc1JlcXVlc3QaIy5yZWJvdW5kLnYxLkxpc3REZWFkTGV0dGVyc1Jlc3BvbnNlEmMKElJlZHJpdmVEZWFkTGV0dGVycxIlLnJlYm91bmQudjEuUmVkcml2ZURlYWRMZXR0ZXJzUmVxdWVzdBomLnJlYm91bmQudjEuUmVkcml2ZURlYWRMZXR0ZXJzUmVzcG9uc2USXQoQUHVyZ2VEZWFkTGV0dGVycxIjLnJlYm91bmQudjEuUHVyZ2VEZWFkTGV0dGVyc1JlcXVlc3QaJC5yZWJvdW5kLnYxLlB1cmdlRGVhZExldHRlcnNSZXNwb25zZRJUCg1JbnNwZWN0V2luZG93EiAucmVib3VuZC52MS5JbnNwZWN0V2luZG93UmVxdWVzdBohLnJlYm91bmQudjEuSW5zcGVjdFdpbmRvd1Jlc3BvbnNlElQKDVNldFB1c2hUYXJnZXQSIC5yZWJvdW5kLnYxLlNldFB1c2hUYXJnZXRSZXF1ZXN0GiEucmVib3VuZC52MS5TZXRQdXNoVGFyZ2V0UmVzcG9uc2USSQoNR2V0UHVzaFRhcmdldBIgLnJlYm91bmQudjEuR2V0UHVzaFRhcmdldFJlcXVlc3QaFi5yZWJvdW5kLnYxLlB1c2hUYXJnZXQSWgoPQ2xlYXJQdXNoVGFyZ2V0EiIucmVib3VuZC52MS5DbGVhclB1c2hUYXJnZXRSZXF1ZXN0GiMucmVib3VuZC52MS5DbGVhclB1c2hUYXJnZXRSZXNwb25zZUJgCg5kZXYucmVib3VuZC52MUIKQWRtaW5Qcm90b1ABWkBnaXRodWIuY29tL3JlYm91bmQtZGV2L3JlYm91bmQvY2xpZW50LXNkay9nby9yZWJvdW5kdjE7cmVib3VuZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_rebound_v1_types]);
 
 /**
  * @generated from message rebound.v1.ListServicesRequest
@@ -110,6 +110,13 @@ export type ServiceInfo = Message<"rebound.v1.ServiceInfo"> & {
    * @generated from field: rebound.v1.RetryPolicy effective_policy = 7;
    */
   effectivePolicy?: RetryPolicy | undefined;
+
+  /**
+   * The service's push target (secrets masked), when it has one (SetPushTarget).
+   *
+   * @generated from field: rebound.v1.PushTarget push_target = 8;
+   */
+  pushTarget?: PushTarget | undefined;
 };
 
 /**
@@ -1027,6 +1034,163 @@ export const InspectWindowResponseSchema: GenMessage<InspectWindowResponse> = /*
   messageDesc(file_rebound_v1_admin, 31);
 
 /**
+ * Where and how a service's retries are pushed (AdminService.SetPushTarget).
+ *
+ * @generated from message rebound.v1.PushTarget
+ */
+export type PushTarget = Message<"rebound.v1.PushTarget"> & {
+  /**
+   * http:// or https://, at most 2,048 characters, no user name or password. Its host must
+   * not resolve to a loopback, private, link-local or other non-public address unless the
+   * node's REBOUND_PUSH_ALLOW names the host or a network holding the address. Redirects are
+   * not followed.
+   *
+   * @generated from field: string url = 1;
+   */
+  url: string;
+
+  /**
+   * How long one request may take, 1 s to 30 min. Unset: 30 s. The delivery's ack deadline
+   * is extended to cover it.
+   *
+   * @generated from field: google.protobuf.Duration timeout = 2;
+   */
+  timeout?: Duration | undefined;
+
+  /**
+   * Added to every request: at most 32, names are HTTP tokens, values visible ASCII, 8 KiB
+   * in all. Names the node sets itself (content-type, host, traceparent, webhook-* and
+   * rebound-*, among others) are refused.
+   *
+   * @generated from field: map<string, string> headers = 3;
+   */
+  headers: { [key: string]: string };
+
+  /**
+   * Standard Webhooks secrets, `whsec_` and the base64 of 24-64 random bytes: one, or two
+   * while rotating (each request is signed with both). GetPushTarget masks them.
+   *
+   * @generated from field: repeated string signing_secrets = 4;
+   */
+  signingSecrets: string[];
+
+  /**
+   * Requests in flight at once to this target from one node, 1-1,000. Unset: 64.
+   *
+   * @generated from field: optional uint32 max_concurrent = 5;
+   */
+  maxConcurrent?: number | undefined;
+
+  /**
+   * Set by the node: when the target was stored.
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 6;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message rebound.v1.PushTarget.
+ * Use `create(PushTargetSchema)` to create a new message.
+ */
+export const PushTargetSchema: GenMessage<PushTarget> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_admin, 32);
+
+/**
+ * @generated from message rebound.v1.SetPushTargetRequest
+ */
+export type SetPushTargetRequest = Message<"rebound.v1.SetPushTargetRequest"> & {
+  /**
+   * @generated from field: string service = 1;
+   */
+  service: string;
+
+  /**
+   * @generated from field: rebound.v1.PushTarget target = 2;
+   */
+  target?: PushTarget | undefined;
+};
+
+/**
+ * Describes the message rebound.v1.SetPushTargetRequest.
+ * Use `create(SetPushTargetRequestSchema)` to create a new message.
+ */
+export const SetPushTargetRequestSchema: GenMessage<SetPushTargetRequest> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_admin, 33);
+
+/**
+ * @generated from message rebound.v1.SetPushTargetResponse
+ */
+export type SetPushTargetResponse = Message<"rebound.v1.SetPushTargetResponse"> & {
+  /**
+   * As stored, secrets masked.
+   *
+   * @generated from field: rebound.v1.PushTarget target = 1;
+   */
+  target?: PushTarget | undefined;
+};
+
+/**
+ * Describes the message rebound.v1.SetPushTargetResponse.
+ * Use `create(SetPushTargetResponseSchema)` to create a new message.
+ */
+export const SetPushTargetResponseSchema: GenMessage<SetPushTargetResponse> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_admin, 34);
+
+/**
+ * @generated from message rebound.v1.GetPushTargetRequest
+ */
+export type GetPushTargetRequest = Message<"rebound.v1.GetPushTargetRequest"> & {
+  /**
+   * @generated from field: string service = 1;
+   */
+  service: string;
+};
+
+/**
+ * Describes the message rebound.v1.GetPushTargetRequest.
+ * Use `create(GetPushTargetRequestSchema)` to create a new message.
+ */
+export const GetPushTargetRequestSchema: GenMessage<GetPushTargetRequest> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_admin, 35);
+
+/**
+ * @generated from message rebound.v1.ClearPushTargetRequest
+ */
+export type ClearPushTargetRequest = Message<"rebound.v1.ClearPushTargetRequest"> & {
+  /**
+   * @generated from field: string service = 1;
+   */
+  service: string;
+};
+
+/**
+ * Describes the message rebound.v1.ClearPushTargetRequest.
+ * Use `create(ClearPushTargetRequestSchema)` to create a new message.
+ */
+export const ClearPushTargetRequestSchema: GenMessage<ClearPushTargetRequest> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_admin, 36);
+
+/**
+ * @generated from message rebound.v1.ClearPushTargetResponse
+ */
+export type ClearPushTargetResponse = Message<"rebound.v1.ClearPushTargetResponse"> & {
+  /**
+   * False when the service had no push target.
+   *
+   * @generated from field: bool cleared = 1;
+   */
+  cleared: boolean;
+};
+
+/**
+ * Describes the message rebound.v1.ClearPushTargetResponse.
+ * Use `create(ClearPushTargetResponseSchema)` to create a new message.
+ */
+export const ClearPushTargetResponseSchema: GenMessage<ClearPushTargetResponse> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_admin, 37);
+
+/**
  * Operator API. Every call validates its input first: INVALID_ARGUMENT names the field and
  * the limit, and a refused call changes nothing. On a node with credentials every call needs
  * an admin token (`authorization: Bearer <token>` of a credential with admin = true).
@@ -1154,6 +1318,41 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof InspectWindowRequestSchema;
     output: typeof InspectWindowResponseSchema;
+  },
+  /**
+   * Push delivery: the service's retries are POSTed to `target.url` by the node that owns
+   * them, signed per Standard Webhooks, instead of going to Subscribe streams (which get no
+   * delivery of the service while a target is set). The response decides the outcome: 2xx
+   * SUCCEEDED; 408, 409, 429, 5xx, a timeout or a connection error RETRY (a Retry-After
+   * header sets the delay); a redirect or any other 4xx FAILED. Applies on every node within
+   * the settings refresh interval. Replaces the previous target as a whole.
+   *
+   * @generated from rpc rebound.v1.AdminService.SetPushTarget
+   */
+  setPushTarget: {
+    methodKind: "unary";
+    input: typeof SetPushTargetRequestSchema;
+    output: typeof SetPushTargetResponseSchema;
+  },
+  /**
+   * The service's push target, its signing secrets masked; NOT_FOUND when it has none.
+   *
+   * @generated from rpc rebound.v1.AdminService.GetPushTarget
+   */
+  getPushTarget: {
+    methodKind: "unary";
+    input: typeof GetPushTargetRequestSchema;
+    output: typeof PushTargetSchema;
+  },
+  /**
+   * Deliveries of the service go to Subscribe streams again.
+   *
+   * @generated from rpc rebound.v1.AdminService.ClearPushTarget
+   */
+  clearPushTarget: {
+    methodKind: "unary";
+    input: typeof ClearPushTargetRequestSchema;
+    output: typeof ClearPushTargetResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_rebound_v1_admin, 0);
