@@ -307,10 +307,11 @@ describe("dashboard", { concurrency: false }, () => {
 				const bad = [];
 				const sel =
 					'[data-action="pause"],[data-action="resume"],[data-action="purge"],[data-action="redrive-selected"],' +
-					'[data-action="redrive-all"],[data-action="purge-dead-letters"],form[data-form="policy"],form[data-form="limits"]';
+					'[data-action="redrive-all"],[data-action="purge-dead-letters"],form[data-form="policy"],form[data-form="limits"],' +
+					'[data-action="clear-push-target"],form[data-form="push"],[data-section="push"]';
 				for (const el of document.querySelectorAll(sel)) bad.push(el.outerHTML.slice(0, 80));
 				for (const b of document.querySelectorAll("button, a, summary")) {
-					if (/pause|resume|purge|redrive|policy|limits/i.test(b.textContent)) bad.push(b.textContent);
+					if (/pause|resume|purge|redrive|policy|limits|push/i.test(b.textContent)) bad.push(b.textContent);
 				}
 				return bad;
 			});
@@ -591,6 +592,128 @@ describe("dashboard", { concurrency: false }, () => {
 		assert.equal(limits.max_dispatch_per_second, 50);
 		assert.equal(limits.dispatch_burst, 10);
 		assert.equal(limits.max_concurrent, 8);
+		await page.close_();
+	});
+
+	test("push target: set through the page and shown with its secrets masked; a bad URL is refused naming the field; clear", async () => {
+		const service = "t13-push";
+		// Standard Webhooks secrets (whsec_ and the base64 of 24 and 32 bytes).
+		const secret1 = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+		const secret2 = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+		// Due in an hour: nothing is pushed while the test runs.
+		await admin.enqueue({ service, transactionId: "seed", delayMs: 3600_000 });
+		const page = await open(ADMIN);
+		await go(page, `#/services/${service}`);
+		await page.waitForSelector('[data-field="push.none"]');
+		assert.match(await page.textContent('[data-field="push.none"]'), /Subscribe streams/);
+		assert.equal(await page.isVisible('[data-action="clear-push-target"]'), false, "nothing to clear");
+		await page.click('details.edit:has(form[data-form="push"]) summary');
+
+		// A URL without a scheme: the server's message, naming target.url, next to the form.
+		await page.fill("#push-url", "hooks.example.com/rebound");
+		await page.fill("#push-secret", secret1);
+		await page.click('form[data-form="push"] button[type="submit"]');
+		const alert = page.locator('form[data-form="push"] [role="alert"]');
+		await alert.waitFor({ state: "visible" });
+		const text = await alert.textContent();
+		const server = await page.evaluate(
+			async ([service, token, secret]) => {
+				const r = await fetch(`/api/v1/services/${service}/push-target`, {
+					method: "POST",
+					headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+					body: JSON.stringify({ target: { url: "hooks.example.com/rebound", signing_secrets: [secret] } }),
+				});
+				return { status: r.status, body: await r.json() };
+			},
+			[service, ADMIN, secret1],
+		);
+		assert.equal(server.status, 400);
+		assert.equal(server.body.code, "INVALID_ARGUMENT");
+		assert.match(server.body.message, /^target\.url: /);
+		assert.ok(
+			text.includes(server.body.message),
+			`the alert ${JSON.stringify(text)} shows the server's message`,
+		);
+		assert.equal((await serviceInfo(service)).push_target, null, "nothing stored");
+		assert.equal(await page.isVisible('[data-field="push.none"]'), true);
+
+		// A good target: headers as lines (one with markup, shown as text), two secrets.
+		await page.fill("#push-url", "HTTPS://Hooks.Example.com/rebound?tenant=7");
+		await page.fill("#push-timeout", "2.5");
+		await page.fill("#push-max_concurrent", "8");
+		await page.fill("#push-headers", "X-Team: payments\nX-Note: <b>bold</b> & co");
+		await page.fill("#push-next_secret", secret2);
+		await page.click('form[data-form="push"] button[type="submit"]');
+		await waitOnPage(
+			page,
+			"the saved push target on the page",
+			() =>
+				document.querySelector('[data-field="push.url"]')?.textContent ===
+				"https://hooks.example.com/rebound?tenant=7",
+		);
+		assert.equal(await alert.isVisible(), false, "the error is gone");
+		const shown = await page.evaluate(() => {
+			const q = (f) => document.querySelector(`[data-field="${f}"]`);
+			const lines = (f) => [...q(f).children].map((e) => e.textContent);
+			return {
+				timeout: q("push.timeout").textContent,
+				headers: lines("push.headers"),
+				secrets: lines("push.signing_secrets"),
+				maxConcurrent: q("push.max_concurrent").textContent,
+				updated: q("push.updated_at").querySelector("time")?.dateTime,
+				markup: document.querySelectorAll('[data-section="push"] b').length,
+				secretInputs: [...document.querySelectorAll('form[data-form="push"] input[type="password"]')].map(
+					(i) => i.value,
+				),
+				page: document.body.innerText,
+			};
+		});
+		assert.equal(shown.timeout, "2.5s");
+		assert.deepEqual(shown.headers, ["X-Note: <b>bold</b> & co", "X-Team: payments"]);
+		assert.equal(shown.markup, 0, "header text is not markup");
+		assert.deepEqual(shown.secrets, ["whsec_…LaSw", "whsec_…Hh8="], "the secrets are masked");
+		assert.match(shown.maxConcurrent, /^8\b/);
+		assert.match(shown.updated ?? "", /Z$/);
+		assert.deepEqual(shown.secretInputs, ["", ""], "the secret inputs are emptied");
+		for (const secret of [secret1, secret2]) {
+			assert.ok(!shown.page.includes(secret.slice(6, -4)), "no secret on the page");
+		}
+		const got = (await cli("push-target", "get", service)).push_target;
+		assert.equal(got.url, "https://hooks.example.com/rebound?tenant=7");
+		assert.equal(got.timeout, 2.5);
+		assert.equal(got.max_concurrent, 8);
+		assert.deepEqual(got.headers, { "X-Team": "payments", "X-Note": "<b>bold</b> & co" });
+		assert.deepEqual(got.signing_secrets, ["whsec_…LaSw", "whsec_…Hh8="]);
+		// The form holds the target for a replacement, without its secrets.
+		assert.equal(await page.inputValue("#push-url"), "https://hooks.example.com/rebound?tenant=7");
+		assert.equal(await page.inputValue("#push-headers"), "X-Note: <b>bold</b> & co\nX-Team: payments");
+		assert.equal(
+			await page.textContent('details.edit:has(form[data-form="push"]) summary'),
+			"Replace push target",
+		);
+
+		// A fresh load shows it from GetService; at 390 px nothing overflows.
+		await page.setViewportSize({ width: 390, height: 844 });
+		await go(page, "#/");
+		await go(page, `#/services/${service}`);
+		await page.waitForSelector('[data-field="push.url"]');
+		await page.click('details.edit:has(form[data-form="push"]) summary');
+		await page.waitForSelector("#push-headers");
+		const [sw, iw] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+		assert.ok(sw <= iw, `the push panel at 390 px: scrollWidth ${sw} > innerWidth ${iw}`);
+		await page.setViewportSize({ width: 1280, height: 900 });
+		await page.locator('[data-section="push"]').screenshot({ path: join(SHOTS, "service-push.png") });
+
+		// Clear, behind the typed confirmation.
+		await page.click('[data-action="clear-push-target"]');
+		const dialog = page.locator("dialog.confirm");
+		await dialog.waitFor({ state: "visible" });
+		await page.fill("#confirm-name", service);
+		await dialog.locator('[data-action="confirm"]').click();
+		await dialog.waitFor({ state: "detached" });
+		await page.waitForSelector('[data-field="push.none"]');
+		assert.equal(await page.isVisible('[data-action="clear-push-target"]'), false);
+		assert.equal((await serviceInfo(service)).push_target, null, "GetService has no push target");
 		await page.close_();
 	});
 

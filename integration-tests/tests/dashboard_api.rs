@@ -42,6 +42,9 @@ fn embedded_config(dir: &Path) -> Config {
 const PAY: &str = "pay-secret";
 const OPS: &str = "ops-secret";
 const TEMPLATE: &str = "http://127.0.0.1:16686/trace/{trace_id}";
+/// Standard Webhooks secrets: `whsec_` and the base64 of 24 and 32 bytes.
+const SECRET_1: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const SECRET_2: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// A node with an admin credential of every service (`ops`) and one for `payments` only
 /// (`pay`).
@@ -235,6 +238,7 @@ async fn admin_endpoints_refuse_others_and_change_nothing() {
         "/api/v1/stats".into(),
         s.to_string(),
         format!("{s}/dead-letters"),
+        format!("{s}/push-target"),
         "/api/v1/windows/2026-11-30/0".into(),
     ];
     let posts = [
@@ -261,6 +265,11 @@ async fn admin_endpoints_refuse_others_and_change_nothing() {
             json!({"max_items": 10}),
         ),
         (format!("{s}/dead-letters/purge"), json!({})),
+        (
+            format!("{s}/push-target"),
+            json!({"target": {"url": "https://hooks.example.com/", "signing_secrets": [SECRET_1]}}),
+        ),
+        (format!("{s}/push-target/clear"), json!({})),
     ];
     for (token, status, code) in [
         (None, 401, "UNAUTHENTICATED"),
@@ -609,6 +618,187 @@ async fn pause_policy_and_lookups_answer_as_grpc_does() {
     stop(node).await;
 }
 
+/// What the message of a 400 answer says, after its field.
+fn message(e: &Value) -> &str {
+    e["message"].as_str().unwrap()
+}
+
+#[tokio::test]
+async fn push_targets_are_set_shown_masked_and_cleared() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, ch) = node_with_credentials("dash-push", dir.path()).await;
+    // Due in an hour: nothing is pushed while the test runs.
+    enqueue(&ch, enqueue_req("payments", "p-1", 3_600_000), PAY).await;
+    let ops = Http::of(&node, Some(OPS));
+    let s = "/api/v1/services/payments";
+    let set = format!("{s}/push-target");
+    let clear = format!("{s}/push-target/clear");
+
+    // None yet: the service says so, the target's own path is 404 as GetPushTarget.
+    assert_eq!(ops.get(s).await.expect(200)["push_target"], Value::Null);
+    let e = ops.get(&set).await.expect(404);
+    assert_eq!(e["code"], "NOT_FOUND");
+    assert!(message(&e).contains("has no push target"), "{e}");
+
+    // A bad URL: 400 with the message gRPC gives (the field named), and nothing stored.
+    let grpc = AdminServiceClient::new(ch.clone())
+        .set_push_target(with_token(
+            pb::SetPushTargetRequest {
+                service: "payments".into(),
+                target: Some(pb::PushTarget {
+                    url: "hooks.example.com/rebound".into(),
+                    signing_secrets: vec![SECRET_1.into()],
+                    ..Default::default()
+                }),
+            },
+            Some(OPS),
+        ))
+        .await
+        .unwrap_err();
+    let e = ops
+        .post(
+            &set,
+            &json!({"target": {"url": "hooks.example.com/rebound", "signing_secrets": [SECRET_1]}}),
+        )
+        .await
+        .expect(400);
+    assert_eq!(e["code"], "INVALID_ARGUMENT");
+    assert_eq!(e["message"], grpc.message());
+    assert!(message(&e).starts_with("target.url:"), "{e}");
+    // The node's other checks, and the API's own, each name the field; no secret repeated.
+    for (body, field) in [
+        (json!({}), "target:"),
+        (
+            json!({"target": {"url": "https://h.example/", "signing_secrets": ["whsec_SECRETx"]}}),
+            "target.signing_secrets[0]:",
+        ),
+        (
+            json!({"target": {"url": "https://h.example/", "signing_secrets": "whsec_SECRETx"}}),
+            "target.signing_secrets:",
+        ),
+        (
+            json!({"target": {"url": "https://h.example/", "signing_secrets": [SECRET_1], "timeout": 0.5}}),
+            "target.timeout:",
+        ),
+        (
+            json!({"target": {"url": "https://h.example/", "signing_secrets": [SECRET_1], "max_concurrent": 0}}),
+            "target.max_concurrent:",
+        ),
+        (
+            json!({"target": {"url": "https://h.example/", "signing_secrets": [SECRET_1], "headers": "Content-Type: text/plain"}}),
+            "target.headers[\"Content-Type\"]:",
+        ),
+        (
+            json!({"target": {"url": "https://h.example/", "signing_secrets": [SECRET_1], "headers": "X-A: 1\nBearer SECRETx"}}),
+            "target.headers: line 2 has no colon",
+        ),
+        (
+            json!({"target": {"url": "https://h.example/", "signing_secrets": [SECRET_1], "secret": "x"}}),
+            "target.secret:",
+        ),
+    ] {
+        let e = ops.post(&set, &body).await.expect(400);
+        assert!(message(&e).starts_with(field), "{body}: {e}");
+        assert!(!message(&e).contains("SECRETx"), "{e}");
+    }
+    assert_eq!(service_info(&ch, "payments").await.push_target, None);
+
+    // A good one, headers as lines: answered as stored, secrets masked.
+    let v = ops
+        .post(
+            &set,
+            &json!({"target": {
+                "url": "HTTPS://Hooks.Example.com/rebound?tenant=7",
+                "timeout": 2.5,
+                "headers": "X-Team: payments\r\nAuthorization: Bearer abc\n",
+                "signing_secrets": [SECRET_1, SECRET_2],
+            }}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(v["service"], "payments");
+    let t = &v["push_target"];
+    assert_eq!(t["url"], "https://hooks.example.com/rebound?tenant=7");
+    assert_eq!(t["timeout"], 2.5);
+    assert_eq!(
+        t["headers"],
+        json!({"Authorization": "Bearer abc", "X-Team": "payments"})
+    );
+    assert_eq!(t["signing_secrets"], json!(["whsec_…LaSw", "whsec_…Hh8="]));
+    assert_eq!(t["max_concurrent"], 64);
+    assert!(t["updated_at"].is_string(), "{t}");
+    assert!(!v.to_string().contains(&SECRET_1[6..]), "{v}");
+    // The same everywhere the dashboard reads it, and as gRPC's GetPushTarget has it.
+    assert_eq!(ops.get(&set).await.expect(200), v);
+    assert_eq!(&ops.get(s).await.expect(200)["push_target"], t);
+    let listed = ops.get("/api/v1/services").await.expect(200);
+    assert_eq!(&listed["services"][0]["push_target"], t);
+    let grpc = AdminServiceClient::new(ch.clone())
+        .get_push_target(with_token(
+            pb::GetPushTargetRequest {
+                service: "payments".into(),
+            },
+            Some(OPS),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(grpc.signing_secrets, ["whsec_…LaSw", "whsec_…Hh8="]);
+    assert_eq!(grpc.timeout.unwrap().nanos, 500_000_000);
+    // The other settings' answers carry it too.
+    let p = ops
+        .post(&format!("{s}/pause"), &json!({}))
+        .await
+        .expect(200);
+    assert_eq!(&p["push_target"], t);
+
+    // Replaced as a whole: headers as an object, one secret, a concurrency.
+    let v = ops
+        .post(
+            &set,
+            &json!({"target": {
+                "url": "https://hooks.example.com/v2",
+                "headers": {"X-A": "1"},
+                "signing_secrets": [SECRET_2],
+                "max_concurrent": 4,
+            }}),
+        )
+        .await
+        .expect(200);
+    let t = &v["push_target"];
+    assert_eq!(t["headers"], json!({"X-A": "1"}));
+    assert_eq!(t["signing_secrets"], json!(["whsec_…Hh8="]));
+    assert_eq!(
+        (t["max_concurrent"].clone(), t["timeout"].clone()),
+        (json!(4), json!(30.0))
+    );
+
+    // Clear: once cleared, twice not; the service has none again.
+    let e = ops.post(&clear, &json!({"x": 1})).await.expect(400);
+    assert!(message(&e).starts_with("x:"), "{e}");
+    assert_eq!(
+        ops.post(&clear, &json!({})).await.expect(200),
+        json!({"service": "payments", "cleared": true})
+    );
+    assert_eq!(
+        ops.post(&clear, &json!({})).await.expect(200),
+        json!({"service": "payments", "cleared": false})
+    );
+    assert_eq!(ops.get(s).await.expect(200)["push_target"], Value::Null);
+    ops.get(&set).await.expect(404);
+    assert_eq!(service_info(&ch, "payments").await.push_target, None);
+    // A bad service name is refused before anything is read.
+    let e = ops
+        .post(
+            "/api/v1/services/Bad%20Name/push-target",
+            &json!({"target": {"url": "https://h.example/", "signing_secrets": [SECRET_1]}}),
+        )
+        .await
+        .expect(400);
+    assert!(message(&e).starts_with("service:"), "{e}");
+    stop(node).await;
+}
+
 #[tokio::test]
 async fn live_counters_grow_and_the_retry_lookup_links_its_trace() {
     let dir = tempfile::tempdir().unwrap();
@@ -758,6 +948,11 @@ async fn arbitrary_queries_and_bodies_are_answered() {
         "\"before\"",
         "\"max_buckets\"",
         "\"limits\"",
+        "\"target\"",
+        "\"url\"",
+        "\"headers\"",
+        "\"signing_secrets\"",
+        "\"X-A: 1\\nX-A: 2\"",
         "%",
         "%ff",
         "&",
@@ -775,6 +970,8 @@ async fn arbitrary_queries_and_bodies_are_answered() {
         "purge",
         "dead-letters/redrive",
         "dead-letters/purge",
+        "push-target",
+        "push-target/clear",
     ];
     for i in 0..120 {
         let text: String = (0..rng.random_range(0..12))

@@ -18,6 +18,35 @@ use crate::{admin::service_info, auth::Auth, error::Error, wire};
 
 type Reply = Result<Value, Error>;
 
+/// A push target as `rebound --json` shows it (null when there is none): timeout in seconds,
+/// headers as an object by name, the secrets as the node answers them (masked).
+pub fn push_target_json(t: Option<&pb::PushTarget>) -> Value {
+    let Some(t) = t else { return Value::Null };
+    let headers: serde_json::Map<String, Value> = t
+        .headers
+        .iter()
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    json!({
+        "url": t.url,
+        "timeout": pj::duration_json(t.timeout.as_ref()),
+        "headers": headers,
+        "signing_secrets": t.signing_secrets,
+        "max_concurrent": t.max_concurrent,
+        "updated_at": pj::time_json(t.updated_at.as_ref()),
+    })
+}
+
+/// ServiceInfo as `rebound --json` shows it: `rebound_proto::json`'s, plus `push_target`
+/// (secrets masked; null when the service has none).
+fn service_json(s: &pb::ServiceInfo) -> Value {
+    let mut v = pj::service_info_json(s);
+    v["push_target"] = push_target_json(s.push_target.as_ref());
+    v
+}
+
 /// The answer of a handler's result.
 fn answer(r: Reply) -> Response {
     match r {
@@ -103,7 +132,7 @@ pub async fn services(State(d): State<Arc<Dashboard>>, req: Request) -> Response
             parse::Query::parse(parts.uri.query(), &[])?;
             let r = d.admin.list_services().await?;
             Ok(json!({
-                "services": r.services.iter().map(pj::service_info_json).collect::<Vec<_>>(),
+                "services": r.services.iter().map(service_json).collect::<Vec<_>>(),
             }))
         }
         .await,
@@ -165,7 +194,7 @@ pub async fn service(
             d.admin_call(&Presented::of(&parts))?;
             let service = path(service)?;
             parse::Query::parse(parts.uri.query(), &[])?;
-            Ok(pj::service_info_json(&d.admin.get_service(&service).await?))
+            Ok(service_json(&d.admin.get_service(&service).await?))
         }
         .await,
     )
@@ -194,9 +223,7 @@ async fn set_paused(
         async {
             let (service, body) = admin_post(&d, service, req).await?;
             parse::empty(&body)?;
-            Ok(pj::service_info_json(
-                &d.admin.set_paused(&service, paused).await?,
-            ))
+            Ok(service_json(&d.admin.set_paused(&service, paused).await?))
         }
         .await,
     )
@@ -231,7 +258,7 @@ pub async fn policy(
                 .admin
                 .store_policy(&pb::SetServicePolicyRequest { service, policy })
                 .await?;
-            Ok(pj::service_info_json(&service_info(&s, &d.admin.services)))
+            Ok(service_json(&service_info(&s, &d.admin.services)))
         }
         .await,
     )
@@ -250,7 +277,76 @@ pub async fn limits(
                 .admin
                 .store_limits(&pb::SetServiceLimitsRequest { service, limits })
                 .await?;
-            Ok(pj::service_info_json(&service_info(&s, &d.admin.services)))
+            Ok(service_json(&service_info(&s, &d.admin.services)))
+        }
+        .await,
+    )
+}
+
+/// GetPushTarget: `{"service", "push_target"}`, NOT_FOUND when the service has none.
+pub async fn push_target(
+    State(d): State<Arc<Dashboard>>,
+    service: Result<Path<String>, PathRejection>,
+    req: Request,
+) -> Response {
+    let (parts, _) = req.into_parts();
+    answer(
+        async {
+            d.admin_call(&Presented::of(&parts))?;
+            let service = path(service)?;
+            parse::Query::parse(parts.uri.query(), &[])?;
+            let t = d
+                .admin
+                .get_push_target(&pb::GetPushTargetRequest {
+                    service: service.clone(),
+                })
+                .await?;
+            Ok(json!({"service": service, "push_target": push_target_json(Some(&t))}))
+        }
+        .await,
+    )
+}
+
+/// SetPushTarget: `{"service", "push_target"}` as stored, secrets masked.
+pub async fn set_push_target(
+    State(d): State<Arc<Dashboard>>,
+    service: Result<Path<String>, PathRejection>,
+    req: Request,
+) -> Response {
+    answer(
+        async {
+            let (service, body) = admin_post(&d, service, req).await?;
+            let target = parse::push_target(&body)?;
+            let r = d
+                .admin
+                .set_push_target(&pb::SetPushTargetRequest {
+                    service: service.clone(),
+                    target,
+                })
+                .await?;
+            Ok(json!({"service": service, "push_target": push_target_json(r.target.as_ref())}))
+        }
+        .await,
+    )
+}
+
+/// ClearPushTarget: `{"service", "cleared"}`.
+pub async fn clear_push_target(
+    State(d): State<Arc<Dashboard>>,
+    service: Result<Path<String>, PathRejection>,
+    req: Request,
+) -> Response {
+    answer(
+        async {
+            let (service, body) = admin_post(&d, service, req).await?;
+            parse::empty(&body)?;
+            let r = d
+                .admin
+                .clear_push_target(&pb::ClearPushTargetRequest {
+                    service: service.clone(),
+                })
+                .await?;
+            Ok(json!({"service": service, "cleared": r.cleared}))
         }
         .await,
     )

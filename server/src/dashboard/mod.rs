@@ -280,6 +280,14 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route(&format!("{s}/policy"), post(api::policy))
         .route(&format!("{s}/limits"), post(api::limits))
         .route(&format!("{s}/purge"), post(api::purge))
+        .route(
+            &format!("{s}/push-target"),
+            get(api::push_target).post(api::set_push_target),
+        )
+        .route(
+            &format!("{s}/push-target/clear"),
+            post(api::clear_push_target),
+        )
         .route(&format!("{s}/dead-letters"), get(api::dead_letters))
         .route(&format!("{s}/dead-letters/redrive"), post(api::redrive))
         .route(

@@ -2,8 +2,11 @@
 //! an `Error::InvalidArgument` naming the parameter or field (the body's fields by their
 //! path, `policy.multiplier`, `letters[3].dead_at`). Unknown parameters and fields are
 //! refused. Times are RFC 3339, durations numbers of seconds (`rebound_proto::json`).
+//!
+//! A push target's signing secrets and header values never appear in a message here (as in
+//! `push::target`): a wrong JSON type is named by its kind, a header line by its number.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rebound_proto::{
     json::{self as pj, FieldError, Fields},
@@ -11,7 +14,11 @@ use rebound_proto::{
 };
 use serde_json::Value;
 
-use crate::{error::Error, redrive::LetterKey, redrive::MAX_SELECTED_LETTERS};
+use crate::{
+    error::Error,
+    names::show,
+    redrive::{LetterKey, MAX_SELECTED_LETTERS},
+};
 
 /// The largest request body read.
 pub const MAX_BODY_BYTES: usize = 64 << 10;
@@ -156,6 +163,136 @@ pub fn limits(v: &Value) -> Result<Option<pb::ServiceLimits>, Error> {
     f.get("limits")
         .map(|l| pj::limits_from_json(l).map_err(|e| field("limits", e)))
         .transpose()
+}
+
+/// The JSON type of a value, for messages that must not repeat it.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+const PUSH_TARGET_FIELDS: &[&str] = &[
+    "url",
+    "timeout",
+    "headers",
+    "signing_secrets",
+    "max_concurrent",
+];
+
+/// `{"target": {"url", "timeout", "headers", "signing_secrets", "max_concurrent"}}`:
+/// SetPushTarget's target, its values checked for their JSON types only (the node validates
+/// them, `push::target`, naming `target.url` and so on). `timeout` is seconds; `headers` an
+/// object of name: value strings or a text of `Name: value` lines ([`header_lines`]);
+/// `signing_secrets` an array of strings. None (`{}`, `{"target": null}`): no target, which
+/// the node refuses as required.
+pub fn push_target(v: &Value) -> Result<Option<pb::PushTarget>, Error> {
+    let f = Fields::new(v, &["target"]).map_err(|e| field("", e))?;
+    let Some(t) = f.get("target") else {
+        return Ok(None);
+    };
+    let t = Fields::new(t, PUSH_TARGET_FIELDS).map_err(|e| field("target", e))?;
+    let headers = match t.get("headers") {
+        None => HashMap::new(),
+        Some(Value::String(text)) => header_lines("target.headers", text)?,
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(name, value)| match value {
+                Value::String(s) => Ok((name.clone(), s.clone())),
+                other => Err(Error::invalid(
+                    format!("target.headers[{}]", show(name)),
+                    format!("must be a string, got {}", kind(other)),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(Error::invalid(
+                "target.headers",
+                format!(
+                    "must be an object of name: value strings or a text of Name: value lines, \
+                     got {}",
+                    kind(other)
+                ),
+            ))
+        }
+    };
+    let signing_secrets = match t.get("signing_secrets") {
+        None => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                item.as_str().map(str::to_string).ok_or_else(|| {
+                    Error::invalid(
+                        format!("target.signing_secrets[{i}]"),
+                        format!("must be a string, got {}", kind(item)),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(Error::invalid(
+                "target.signing_secrets",
+                format!(
+                    "must be an array of one or two strings (whsec_...), got {}",
+                    kind(other)
+                ),
+            ))
+        }
+    };
+    Ok(Some(pb::PushTarget {
+        url: t
+            .str("url")
+            .map_err(|e| field("target", e))?
+            .unwrap_or("")
+            .to_string(),
+        timeout: t.duration("timeout").map_err(|e| field("target", e))?,
+        headers,
+        signing_secrets,
+        max_concurrent: t.u32("max_concurrent").map_err(|e| field("target", e))?,
+        updated_at: None,
+    }))
+}
+
+/// Headers written one a line as `Name: value` (the page's text area): blank lines are
+/// skipped, a line ends at `\n` (a `\r` before it is dropped), the name is what comes before
+/// the first colon and the value what follows it, each without surrounding spaces and tabs.
+/// Whether names and values are allowed is the node's check (`push::target`); here a line
+/// without a colon, or a name given twice, is refused, naming the line (never its text: a
+/// value may be a token).
+pub fn header_lines(field: &str, text: &str) -> Result<HashMap<String, String>, Error> {
+    let mut headers = HashMap::new();
+    let mut lines: HashMap<String, usize> = HashMap::new();
+    for (i, line) in text.split('\n').enumerate() {
+        let n = i + 1;
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.trim_matches([' ', '\t']).is_empty() {
+            continue;
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(Error::invalid(
+                field,
+                format!("line {n} has no colon: write one header a line, as Name: value"),
+            ));
+        };
+        let name = name.trim_matches([' ', '\t']);
+        if let Some(first) = lines.insert(name.to_string(), n) {
+            return Err(Error::invalid(
+                format!("{field}[{}]", show(name)),
+                format!("is given twice (lines {first} and {n})"),
+            ));
+        }
+        headers.insert(
+            name.to_string(),
+            value.trim_matches([' ', '\t']).to_string(),
+        );
+    }
+    Ok(headers)
 }
 
 /// `{"before": time or null, "max_buckets": n}`.
@@ -363,6 +500,103 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn push_targets_read_their_json_types_and_header_lines() {
+        let t = push_target(&json!({"target": {
+            "url": "https://hooks.example.com/r",
+            "timeout": 2.5,
+            "headers": "X-Team: payments\r\n\n  Authorization :  Bearer a:b \t\n",
+            "signing_secrets": ["whsec_a", "whsec_b"],
+            "max_concurrent": 8,
+        }}))
+        .unwrap()
+        .unwrap();
+        assert_eq!(t.url, "https://hooks.example.com/r");
+        assert_eq!(t.timeout.unwrap().seconds, 2);
+        assert_eq!(t.timeout.unwrap().nanos, 500_000_000);
+        assert_eq!(
+            t.headers,
+            HashMap::from([
+                ("X-Team".to_string(), "payments".to_string()),
+                ("Authorization".to_string(), "Bearer a:b".to_string()),
+            ])
+        );
+        assert_eq!(t.signing_secrets, ["whsec_a", "whsec_b"]);
+        assert_eq!(t.max_concurrent, Some(8));
+        // Headers as an object, as the answer shows them; the rest left to the node.
+        let t = push_target(&json!({"target": {"headers": {"X-A": "1"}}}))
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.headers, HashMap::from([("X-A".into(), "1".into())]));
+        assert_eq!(
+            (t.url.as_str(), t.timeout, t.max_concurrent),
+            ("", None, None)
+        );
+        assert!(t.signing_secrets.is_empty());
+        assert_eq!(push_target(&json!({})).unwrap(), None);
+        assert_eq!(push_target(&json!({"target": null})).unwrap(), None);
+
+        let refused = |v: Value| match push_target(&v).unwrap_err() {
+            Error::InvalidArgument { field, message } => (field, message),
+            e => panic!("not INVALID_ARGUMENT: {e:?}"),
+        };
+        assert_eq!(refused(json!({"tarjet": {}})).0, "tarjet");
+        assert_eq!(refused(json!({"target": 1})).0, "target");
+        assert_eq!(
+            refused(json!({"target": {"secret": "x"}})).0,
+            "target.secret"
+        );
+        assert_eq!(refused(json!({"target": {"url": 5}})).0, "target.url");
+        assert_eq!(
+            refused(json!({"target": {"timeout": -1}})).0,
+            "target.timeout"
+        );
+        assert_eq!(
+            refused(json!({"target": {"max_concurrent": 1.5}})).0,
+            "target.max_concurrent"
+        );
+        assert_eq!(
+            refused(json!({"target": {"headers": [["X-A", "1"]]}})).0,
+            "target.headers"
+        );
+        assert_eq!(
+            refused(json!({"target": {"headers": {"X-A": 1}}})).0,
+            "target.headers[\"X-A\"]"
+        );
+        // A secret or a header value given with the wrong type is not repeated.
+        let (f, m) = refused(json!({"target": {"signing_secrets": "whsec_SECRETVALUE"}}));
+        assert_eq!(f, "target.signing_secrets");
+        assert!(
+            m.ends_with("got a string") && !m.contains("SECRETVALUE"),
+            "{m}"
+        );
+        let (f, m) = refused(json!({"target": {"signing_secrets": ["whsec_x", 7]}}));
+        assert_eq!(f, "target.signing_secrets[1]");
+        assert!(m.ends_with("got a number"), "{m}");
+        // Header lines: a line without a colon, a name given twice; never the line's text.
+        let (f, m) = refused(json!({"target": {"headers": "X-A: 1\nBearer TOKENVALUE"}}));
+        assert_eq!(f, "target.headers");
+        assert!(
+            m.starts_with("line 2 has no colon") && !m.contains("TOKENVALUE"),
+            "{m}"
+        );
+        let (f, m) = refused(json!({"target": {"headers": "X-A: 1\n\nX-A: TOKENVALUE"}}));
+        assert_eq!(f, "target.headers[\"X-A\"]");
+        assert!(
+            m.contains("lines 1 and 3") && !m.contains("TOKENVALUE"),
+            "{m}"
+        );
+        // Names differing in case both reach the node, which refuses the second.
+        let t = header_lines("h", "X-A: 1\nx-a: 2").unwrap();
+        assert_eq!(t.len(), 2);
+        assert!(header_lines("h", "").unwrap().is_empty());
+        assert!(header_lines("h", " \r\n\t\n").unwrap().is_empty());
+        assert_eq!(
+            header_lines("h", ": v").unwrap(),
+            HashMap::from([(String::new(), "v".into())])
+        );
+    }
+
     mod props {
         use proptest::prelude::*;
 
@@ -371,7 +605,7 @@ mod tests {
         fn json_like() -> impl Strategy<Value = String> {
             prop_oneof![
                 "(?s).{0,80}",
-                "\\{(\"(letters|policy|limits|before|max_buckets|from|to|delay|max_per_second|transaction_id|dead_at|multiplier)\": ?(null|-?[0-9.e]{1,8}|\"[^\"]{0,12}\"|\\[\\{?\\}?\\]|\\{\\}|true),?){0,4}\\}",
+                "\\{(\"(letters|policy|limits|before|max_buckets|from|to|delay|max_per_second|transaction_id|dead_at|multiplier|target|url|timeout|headers|signing_secrets|max_concurrent)\": ?(null|-?[0-9.e]{1,8}|\"[^\"]{0,12}\"|\\[\\{?\\}?\\]|\\{\\}|true),?){0,4}\\}",
             ]
         }
 
@@ -401,6 +635,10 @@ mod tests {
                     let _ = purge("s", &v);
                     let _ = purge_dead_letters("s", &v);
                     let _ = redrive("s", &v);
+                    let _ = push_target(&v);
+                    if let Some(t) = v.get("target") {
+                        let _ = push_target(&serde_json::json!({"target": t.clone()}));
+                    }
                 }
             }
 
@@ -409,8 +647,105 @@ mod tests {
                 if let Ok(v) = body(&bytes) {
                     let _ = redrive("s", &v);
                     let _ = policy(&v);
+                    let _ = push_target(&v);
                 }
             }
+
+            /// Push target bodies of every shape: an answer, INVALID_ARGUMENT naming a field
+            /// under `target` (or the body's own), never a panic.
+            #[test]
+            fn push_target_bodies_are_total(target in push_json()) {
+                let v = serde_json::json!({"target": target});
+                match push_target(&v) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => prop_assert!(v["target"].is_null()),
+                    Err(Error::InvalidArgument { field, .. }) => {
+                        prop_assert!(field == "target" || field.starts_with("target."), "{}", field);
+                    }
+                    Err(e) => prop_assert!(false, "not INVALID_ARGUMENT: {e:?}"),
+                }
+            }
+
+            /// Any text: headers, or INVALID_ARGUMENT naming the field or one header.
+            #[test]
+            fn header_lines_are_total(text in header_text()) {
+                match header_lines("target.headers", &text) {
+                    Ok(headers) => {
+                        for (name, value) in &headers {
+                            prop_assert!(!name.contains(':') && !name.contains('\n'), "{:?}", name);
+                            prop_assert!(!value.contains('\n'), "{:?}", value);
+                            prop_assert_eq!(name.trim_matches([' ', '\t']), name.as_str());
+                            prop_assert_eq!(value.trim_matches([' ', '\t']), value.as_str());
+                        }
+                        let lines = text.split('\n').filter(|l| l.contains(':')).count();
+                        prop_assert_eq!(headers.len(), lines);
+                    }
+                    Err(Error::InvalidArgument { field, .. }) => {
+                        prop_assert!(field.starts_with("target.headers"), "{}", field);
+                    }
+                    Err(e) => prop_assert!(false, "not INVALID_ARGUMENT: {e:?}"),
+                }
+            }
+
+            /// Headers written as lines read back as themselves, in any order, with any
+            /// spacing and line ends.
+            #[test]
+            fn header_lines_round_trip(
+                headers in prop::collection::btree_map("[A-Za-z0-9!#$%&'*+.^_`|~-]{1,12}", "[!-~]([ -~]{0,20}[!-~])?", 0..8),
+                pad in "[ \t]{0,2}",
+                crlf in any::<bool>(),
+            ) {
+                let end = if crlf { "\r\n" } else { "\n" };
+                let text: String = headers
+                    .iter()
+                    .map(|(k, v)| format!("{pad}{k}{pad}:{pad}{v}{pad}{end}"))
+                    .collect();
+                let got = header_lines("h", &text).unwrap();
+                let want: HashMap<String, String> = headers.into_iter().collect();
+                prop_assert_eq!(got, want);
+            }
+        }
+
+        fn header_text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "(?s).{0,80}",
+                "([ \t]{0,2}[A-Za-z:-]{0,8}[ \t]{0,2}:?[ \t]{0,2}[ -~]{0,8}\r?\n?){0,6}",
+                prop::collection::vec(any::<u8>(), 0..80)
+                    .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+            ]
+        }
+
+        /// JSON values shaped like a push target, and anything else.
+        fn push_json() -> impl Strategy<Value = Value> {
+            let scalar = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<f64>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                "(?s).{0,30}".prop_map(Value::from),
+                header_text().prop_map(Value::from),
+            ];
+            let any_json = scalar.clone().prop_recursive(2, 12, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                    prop::collection::btree_map("[A-Za-z-]{0,6}", inner, 0..4)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            });
+            let field = prop_oneof![
+                Just("url"),
+                Just("timeout"),
+                Just("headers"),
+                Just("signing_secrets"),
+                Just("max_concurrent"),
+                Just("other"),
+            ];
+            prop_oneof![
+                any_json.clone(),
+                prop::collection::btree_map(field, any_json, 0..6).prop_map(|m| {
+                    Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                }),
+            ]
         }
     }
 }

@@ -2,15 +2,37 @@
 
 import { errorBox, h } from "./dom.js";
 
-/** A form of optional fields; submit(values) posts them, errors show next to the button. */
+/**
+ * A form of optional fields; submit(values) posts them, errors show next to the button. A field is
+ * [key, label, type, placeholder?]; types: "int", "num", "bool", "list" (comma-separated), "text",
+ * "url" and "lines" (a text area) as strings, "secret" (a password input, never filled in).
+ */
 export function fieldsForm(kind, fields, label, submit) {
 	const box = errorBox();
 	const ok = h("p", { class: "ok-msg", role: "status" });
 	const inputs = {};
-	const rows = fields.map(([k, text, type]) => {
+	const rows = fields.map(([k, text, type, placeholder]) => {
 		const id = `${kind}-${k}`;
 		let input;
-		if (type === "bool") {
+		if (type === "lines") {
+			input = h("textarea", {
+				id,
+				name: k,
+				rows: 3,
+				autocomplete: "off",
+				spellcheck: "false",
+				placeholder,
+			});
+		} else if (type === "secret") {
+			input = h("input", {
+				id,
+				name: k,
+				type: "password",
+				autocomplete: "new-password",
+				spellcheck: "false",
+				placeholder,
+			});
+		} else if (type === "bool") {
 			input = h(
 				"select",
 				{ id, name: k },
@@ -23,14 +45,15 @@ export function fieldsForm(kind, fields, label, submit) {
 				id,
 				name: k,
 				type: "text",
-				inputmode: type === "list" ? "text" : type === "int" ? "numeric" : "decimal",
+				inputmode: INPUT_MODES[type] ?? "decimal",
 				autocomplete: "off",
 				spellcheck: "false",
-				placeholder: type === "list" ? "e.g. http.400, auth" : "default",
+				placeholder: placeholder ?? (type === "list" ? "e.g. http.400, auth" : "default"),
 			});
 		}
 		inputs[k] = [input, type];
-		return h("div", { class: "field" }, h("label", { for: id }, text), input);
+		const wide = type === "url" || type === "lines";
+		return h("div", { class: wide ? "field wide" : "field" }, h("label", { for: id }, text), input);
 	});
 	const button = h("button", { type: "submit" }, label);
 	const el = h(
@@ -71,7 +94,8 @@ export function fieldsForm(kind, fields, label, submit) {
 		fill(values) {
 			for (const [k, [input, type]] of Object.entries(inputs)) {
 				const v = values[k];
-				if (type === "bool") input.value = v == null ? "" : String(v);
+				if (type === "secret") input.value = "";
+				else if (type === "bool") input.value = v == null ? "" : String(v);
 				else if (type === "list") input.value = (v ?? []).join(", ");
 				else input.value = v == null ? "" : String(v);
 			}
@@ -79,8 +103,12 @@ export function fieldsForm(kind, fields, label, submit) {
 	};
 }
 
+const INPUT_MODES = { list: "text", text: "text", url: "url", int: "numeric" };
+const STRING_TYPES = new Set(["text", "url", "lines", "secret"]);
+
 function parseField(k, raw, type) {
 	const v = raw.trim();
+	if (STRING_TYPES.has(type)) return v === "" ? null : v;
 	if (type === "list") {
 		return v
 			? v

@@ -1,10 +1,11 @@
 // The service pages: the picker (#/services, #/dead-letters) and one service (#/services/{service}):
-// policy, limits, pause and resume, purge.
+// policy, limits, pause and resume, the push target, purge.
 
 import { api, enc } from "./api.js";
 import { append, clear, errorBox, h, loading } from "./dom.js";
 import { dur, num, timeEl, yesNo } from "./format.js";
 import { confirmTyped, fieldsForm } from "./forms.js";
+import { pushSection } from "./push.js";
 
 export function servicePicker(kind) {
 	const box = errorBox();
@@ -98,6 +99,7 @@ export function servicePage(name) {
 	const limitsForm = fieldsForm("limits", LIMIT_FIELDS, "Save limits", async (values) => {
 		render(await api(`services/${enc(name)}/limits`, { limits: values }));
 	});
+	const push = pushSection(name);
 
 	function render(s) {
 		info = s?.service && typeof s.service === "object" ? s.service : s;
@@ -143,6 +145,7 @@ export function servicePage(name) {
 		);
 		policyForm.fill(info.policy ?? {});
 		limitsForm.fill(info.limits ?? {});
+		push.show(info.push_target ?? null);
 		updated.replaceChildren(timeEl(info.updated_at));
 	}
 	const updated = h("span");
@@ -214,6 +217,7 @@ export function servicePage(name) {
 							limitsForm.el,
 						),
 					),
+					push.el,
 					purgeSection(name),
 				);
 			}
