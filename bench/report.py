@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 OUTPUTS = {"results.json", "results.md", "results.png"}
-ORDER = ["rebound", "cassandra-raw", "cassandra-naive", "river", "river-tuned", "bullmq"]
+ORDER = ["rebound", "rebound-push", "cassandra-raw", "cassandra-naive", "river", "river-tuned", "bullmq"]
 DASH = "—"
 # (numerator, denominator) pairs printed when both systems are present.
 RATIO_PAIRS = [

@@ -5,6 +5,9 @@
 //!
 //! usage:
 //!   bench rebound --addr http://127.0.0.1:50090 --pid PID --keyspace KS --n N --out F
+//!   bench rebound-push --addr ... --pid PID --metrics M --n N [--items I (N + min(N, 20000))]
+//!       [--max-concurrent C (500)] --out F   (push drain to a receiver in this process; the
+//!       node needs REBOUND_PUSH_ALLOW=127.0.0.1)
 //!   bench raw --n N [--singles S (min(N, 20000))] --out F
 //!   bench naive --n N --out F
 //!   bench costs --cassandra-pid PID --n N --out F   (Cassandra CPU per state-row operation)
@@ -24,6 +27,8 @@ mod common;
 mod costs;
 #[path = "bench/otlp.rs"]
 mod otlp;
+#[path = "bench/push.rs"]
+mod push;
 #[path = "bench/rebound.rs"]
 mod rebound;
 #[path = "bench/ring.rs"]
@@ -33,6 +38,7 @@ use cassandra::{naive, raw, session};
 use common::*;
 use costs::{costs, quiesce, Meter};
 use otlp::otlp_sink;
+use push::rebound_push;
 use rebound::rebound;
 
 pub(crate) struct Args {
@@ -57,7 +63,7 @@ impl Args {
 async fn main() -> anyhow::Result<()> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = argv.first().cloned() else {
-        bail!("usage: bench rebound|raw|naive [--key value]...");
+        bail!("usage: bench rebound|rebound-push|raw|naive [--key value]...");
     };
     let mut map = HashMap::new();
     let mut it = argv.into_iter().skip(1);
@@ -72,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
     let out = a.text("out", &format!("target/bench/{cmd}.json"));
     let result = match cmd.as_str() {
         "rebound" => rebound(&a).await?,
+        "rebound-push" => rebound_push(&a).await?,
         "otlp-sink" => return otlp_sink(&a).await,
         "raw" => raw(&a).await?,
         "costs" => costs(&a).await?,

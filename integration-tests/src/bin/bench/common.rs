@@ -10,7 +10,10 @@ use std::{
 };
 
 use futures::StreamExt;
-use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
+use rebound_proto::v1::{
+    self as pb, executor_service_client::ExecutorServiceClient,
+    retry_service_client::RetryServiceClient,
+};
 use tonic::transport::Channel;
 
 use super::*;
@@ -195,6 +198,55 @@ pub(crate) fn enqueue_req(
         }),
         ..Default::default()
     }
+}
+
+/// Enqueues `n` retries of `service`, due now (`{prefix}-{i}`), in batches of 500, 4 batch
+/// calls at once; returns how many were not accepted.
+pub(crate) async fn enqueue_batches(
+    client: &RetryServiceClient<Channel>,
+    service: &str,
+    prefix: &str,
+    n: usize,
+) -> usize {
+    let batches: Vec<usize> = (0..n).step_by(500).collect();
+    let failed = AtomicUsize::new(0);
+    futures::stream::iter(batches)
+        .map(|from| {
+            let mut c = client.clone();
+            let failed = &failed;
+            async move {
+                let requests = (from..(from + 500).min(n))
+                    .map(|i| enqueue_req(service, format!("{prefix}-{i}"), None))
+                    .collect();
+                match c
+                    .enqueue_retry_batch(pb::EnqueueRetryBatchRequest { requests })
+                    .await
+                {
+                    Ok(r) => {
+                        let bad = r
+                            .into_inner()
+                            .results
+                            .iter()
+                            .filter(|r| {
+                                !matches!(
+                                    r.result,
+                                    Some(pb::enqueue_retry_result::Result::Response(_))
+                                )
+                            })
+                            .count();
+                        failed.fetch_add(bad, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        eprintln!("batch failed: {e}");
+                        failed.fetch_add(500, Ordering::Relaxed);
+                    }
+                }
+            }
+        })
+        .buffer_unordered(4)
+        .collect::<Vec<()>>()
+        .await;
+    failed.load(Ordering::Relaxed)
 }
 
 /// No-op executors on `streams` streams of `service`: every delivery is acked SUCCEEDED at

@@ -9,7 +9,6 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use futures::StreamExt;
 use rebound_proto::v1::{self as pb, retry_service_client::RetryServiceClient};
 use tonic::transport::Channel;
 
@@ -48,48 +47,10 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
     let single_cost = meter.per_item(before, singles).await;
     eprintln!("rebound: {n} enqueues in batches of 500");
     let before = meter.read().await;
-    let batches: Vec<usize> = (0..n).step_by(500).collect();
     let started = Instant::now();
-    let failed = AtomicUsize::new(0);
-    futures::stream::iter(batches)
-        .map(|from| {
-            let mut c = client.clone();
-            let failed = &failed;
-            async move {
-                let requests = (from..(from + 500).min(n))
-                    .map(|i| enqueue_req("bench", format!("b-{i}"), None))
-                    .collect();
-                match c
-                    .enqueue_retry_batch(pb::EnqueueRetryBatchRequest { requests })
-                    .await
-                {
-                    Ok(r) => {
-                        let bad = r
-                            .into_inner()
-                            .results
-                            .iter()
-                            .filter(|r| {
-                                !matches!(
-                                    r.result,
-                                    Some(pb::enqueue_retry_result::Result::Response(_))
-                                )
-                            })
-                            .count();
-                        failed.fetch_add(bad, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        eprintln!("batch failed: {e}");
-                        failed.fetch_add(500, Ordering::Relaxed);
-                    }
-                }
-            }
-        })
-        .buffer_unordered(4)
-        .collect::<Vec<()>>()
-        .await;
+    let failed = enqueue_batches(&client, "bench", "b", n).await;
     let batch_ops = n as f64 / started.elapsed().as_secs_f64();
     let batch_cost = meter.per_item(before, n).await;
-    let failed = failed.load(Ordering::Relaxed);
     if failed > 0 {
         bail!("{failed} batch enqueues failed");
     }
