@@ -1,7 +1,7 @@
 //! The chaos history checker (see `rebound_integration_tests::chaos`).
 //!
 //! usage: chaos [--seed S] [--minutes M | --seconds S] [--ops N] [--nodes 3] [--keep]
-//!              [--fault-every SECONDS] [--drain-timeout SECONDS] [--max-skew-ms MS]
+//!              [--fault-every SECONDS] [--drain-timeout SECONDS] [--max-skew-ms MS] [--no-push]
 //! Prints the seed first, the summary at the end; exit 1 on any violation, 2 on a harness error.
 
 use std::time::Duration;
@@ -15,11 +15,12 @@ fn main() -> std::process::ExitCode {
     let mut ops = None;
     let mut nodes = 3usize;
     let mut keep = false;
+    let mut push = true;
     let mut fault_every = None;
     let mut drain = None;
     let mut max_skew = None;
     let mut i = 0;
-    let usage = "usage: chaos [--seed S] [--minutes M | --seconds S] [--ops N] [--nodes 3] [--keep] [--fault-every S] [--drain-timeout S] [--max-skew-ms MS]";
+    let usage = "usage: chaos [--seed S] [--minutes M | --seconds S] [--ops N] [--nodes 3] [--keep] [--fault-every S] [--drain-timeout S] [--max-skew-ms MS] [--no-push]";
     while i < args.len() {
         let val = |i: usize| -> String {
             args.get(i + 1).cloned().unwrap_or_else(|| {
@@ -74,6 +75,11 @@ fn main() -> std::process::ExitCode {
                 });
                 return std::process::ExitCode::SUCCESS;
             }
+            "--no-push" => {
+                push = false;
+                i += 1;
+                continue;
+            }
             "--keep" => {
                 keep = true;
                 i += 1;
@@ -95,6 +101,7 @@ fn main() -> std::process::ExitCode {
     o.ops = ops;
     o.nodes = nodes.max(1);
     o.keep_keyspace = keep;
+    o.push = push;
     if let Some(m) = max_skew {
         o.max_skew_ms = m;
     }

@@ -206,6 +206,8 @@ impl Node {
             ("REBOUND_TERMINAL_TTL_SECONDS", "86400".into()),
             ("REBOUND_SHUTDOWN_GRACE_MS", "1000".into()),
             ("REBOUND_SETTINGS_REFRESH_MS", "1000".into()),
+            // The chaos receiver of the pushed service listens on loopback.
+            ("REBOUND_PUSH_ALLOW", "127.0.0.1".into()),
             (
                 "RUST_LOG",
                 std::env::var("CHAOS_CHILD_LOG").unwrap_or_else(|_| "warn".into()),

@@ -91,6 +91,24 @@ pub enum Outcome {
     Snooze,
 }
 
+/// What the harness's push receiver (`chaos::push`) answered one request with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// An HTTP status, with `Retry-After` in seconds when it was sent.
+    Status {
+        code: u16,
+        retry_after_s: Option<u32>,
+    },
+    /// No answer before the target's timeout: the node's request times out (a RETRY).
+    Stall,
+}
+
+impl Reply {
+    pub fn is_2xx(&self) -> bool {
+        matches!(self, Reply::Status { code, .. } if (200..300).contains(code))
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FaultKind {
     Kill,
@@ -148,6 +166,31 @@ pub enum Kind {
         dead_at_ms: i64,
         answer: Answer<bool>,
     },
+    /// A push request the harness's receiver got (docs/push.md): the delivery of a retry of
+    /// a service with a push target, recorded when it arrived. Which node sent it is not
+    /// known.
+    Push {
+        service: String,
+        tx: String,
+        /// `rebound-delivery-id` (and `webhook-id`).
+        delivery_id: String,
+        /// `rebound-attempt`.
+        attempt: u32,
+        /// `rebound-due-time`.
+        due_ms: i64,
+        /// What is wrong with the request (signature, headers, body), if anything.
+        problem: Option<String>,
+    },
+    /// The receiver's answer to the push request `push` (its history index): from the
+    /// request's arrival to the answer (for a stall: to when it was decided on).
+    PushAnswer {
+        service: String,
+        tx: String,
+        push: usize,
+        attempt: u32,
+        delivery_id: String,
+        reply: Reply,
+    },
     Fault {
         kind: FaultKind,
         /// None: Cassandra.
@@ -170,7 +213,9 @@ impl Event {
             | Kind::Cancel { service, tx, .. }
             | Kind::Delivery { service, tx, .. }
             | Kind::Ack { service, tx, .. }
-            | Kind::Redrive { service, tx, .. } => Some((service, tx)),
+            | Kind::Redrive { service, tx, .. }
+            | Kind::Push { service, tx, .. }
+            | Kind::PushAnswer { service, tx, .. } => Some((service, tx)),
             Kind::Fault { .. } => None,
         }
     }
@@ -293,6 +338,45 @@ impl fmt::Display for Line<'_> {
                     Answer::Ok(r) => write!(f, "OK redriven={r}"),
                     Answer::Refused(m) => write!(f, "refused {m}"),
                     Answer::Unknown(m) => write!(f, "UNKNOWN {m}"),
+                }
+            }
+            Kind::Push {
+                service,
+                tx,
+                delivery_id,
+                attempt,
+                due_ms,
+                problem,
+            } => {
+                write!(
+                    f,
+                    "push {service}/{tx} attempt={attempt} due={} id={delivery_id}",
+                    rel(*due_ms)
+                )?;
+                match problem {
+                    Some(p) => write!(f, " BAD REQUEST: {p}"),
+                    None => Ok(()),
+                }
+            }
+            Kind::PushAnswer {
+                service,
+                tx,
+                push,
+                attempt,
+                reply,
+                ..
+            } => {
+                write!(
+                    f,
+                    "push answer {service}/{tx} to #{push} attempt={attempt} -> "
+                )?;
+                match reply {
+                    Reply::Status {
+                        code,
+                        retry_after_s: Some(s),
+                    } => write!(f, "HTTP {code} retry-after={s}s"),
+                    Reply::Status { code, .. } => write!(f, "HTTP {code}"),
+                    Reply::Stall => write!(f, "stall (no answer before the timeout)"),
                 }
             }
             Kind::Fault { kind, node, detail } => match node {

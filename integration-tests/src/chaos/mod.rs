@@ -9,6 +9,11 @@
 //! directory is sampled every second, and at the end [`checker`] checks the history against
 //! the contract of docs/architecture.md ("Dispatch", "Guarantees across nodes").
 //!
+//! Beside the streamed services, one service ([`push::SERVICE`]) has a push target: the nodes
+//! POST its due retries to a receiver in this process, whose answers (mostly 2xx, sometimes
+//! 503, 429, 422, or none before the timeout) decide their outcomes (docs/push.md). Its
+//! requests and answers are recorded too, and the checker holds it to the push guarantees.
+//!
 //! The random choices (workload, faults, executor outcomes) follow from the seed alone; the
 //! interleaving of real processes of course does not.
 //!
@@ -20,10 +25,11 @@ pub mod checker;
 pub mod cluster;
 pub mod directory;
 pub mod history;
+pub mod push;
 pub mod soak;
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     hash::{Hash, Hasher},
     path::PathBuf,
     sync::{
@@ -66,6 +72,8 @@ pub struct Options {
     /// Largest clock offset of the skew fault (default: half the skew margin). Larger ones
     /// stand for a node whose clock is off with clock sync turned off (see `peers`).
     pub max_skew_ms: i64,
+    /// Whether the workload includes the pushed service ([`push::SERVICE`]).
+    pub push: bool,
 }
 
 impl Options {
@@ -86,6 +94,7 @@ impl Options {
             keep_keyspace: false,
             fault_every: Duration::from_secs(9),
             max_skew_ms: MAX_SKEW_MS,
+            push: true,
         }
     }
 }
@@ -187,6 +196,9 @@ pub fn plan(o: &Options) -> Plan {
     let span_ms = o.duration.as_millis() as i64;
     let n_ops = o.ops.unwrap_or((span_ms / 1000 * 6).max(10) as usize);
     let mut draw = OpGen::new(o.nodes);
+    if o.push {
+        draw = draw.with_pushed(push::SERVICE);
+    }
     let mut ops = Vec::with_capacity(n_ops);
     for i in 0..n_ops {
         let at = (i as i64 * span_ms) / n_ops as i64;
@@ -207,6 +219,8 @@ pub fn plan(o: &Options) -> Plan {
 /// number of them spread over its run; the soak draws them at a steady rate.
 pub struct OpGen {
     nodes: usize,
+    /// A pushed service new ids go to a quarter of the time.
+    pushed: Option<&'static str>,
     /// The ids used last, which re-enqueues and cancels pick from.
     recent: Vec<(String, String)>,
     next_id: u32,
@@ -216,19 +230,26 @@ impl OpGen {
     pub fn new(nodes: usize) -> OpGen {
         OpGen {
             nodes,
+            pushed: None,
             recent: Vec::new(),
             next_id: 0,
         }
+    }
+
+    /// New ids go to `service` (which has a push target) a quarter of the time.
+    pub fn with_pushed(mut self, service: &'static str) -> OpGen {
+        self.pushed = Some(service);
+        self
     }
 
     /// A new id (45 %) or one of the last 40.
     fn pick(&mut self, rng: &mut StdRng) -> (String, String) {
         if self.recent.is_empty() || rng.random_bool(0.45) {
             self.next_id += 1;
-            let svc = if rng.random_bool(0.7) {
-                SERVICES[0]
-            } else {
-                SERVICES[1]
+            let svc = match self.pushed {
+                Some(p) if rng.random_bool(0.25) => p,
+                _ if rng.random_bool(0.7) => SERVICES[0],
+                _ => SERVICES[1],
             };
             let id = (svc.to_string(), format!("tx-{:05}", self.next_id));
             self.recent.push(id.clone());
@@ -472,6 +493,33 @@ impl Started {
         out
     }
 
+    /// One Subscribe stream of `service` (which has a push target) on every node, recording
+    /// what it gets and never acknowledging it: it should get nothing (the checker's rule 8).
+    pub fn spawn_push_watchers(&self, service: &'static str) -> Vec<tokio::task::JoinHandle<()>> {
+        (0..self.shared.nodes.len())
+            .map(|node| {
+                let shared = self.shared.clone();
+                tokio::spawn(async move {
+                    let spec = StreamSpec {
+                        node,
+                        service,
+                        executor_id: format!("chaos-watch-n{}-{service}", node + 1),
+                        max_in_flight: 4,
+                        subscribe_timeout: Duration::from_secs(3),
+                    };
+                    record_deliveries(
+                        &shared.stop,
+                        &shared.channels[node],
+                        &shared.history,
+                        spec,
+                        |_, _| {},
+                    )
+                    .await;
+                })
+            })
+            .collect()
+    }
+
     /// Samples the directory every `every` until [`Started::finish`] (see
     /// `directory::sampler_with`).
     pub async fn sample_directory(
@@ -526,7 +574,7 @@ impl Started {
         shared.stop.store(true, Ordering::SeqCst);
         f.sampler.stop.store(true, Ordering::SeqCst);
         let orphans = f.sampler.task.await?;
-        let letters = dead_letters(shared).await;
+        let letters = dead_letters(shared, f.pushed).await;
         for e in f.executors {
             e.abort();
         }
@@ -540,7 +588,17 @@ impl Started {
             clock_err_ms: self.err_ms + 5,
             t0,
         };
-        let result = checker::check(&input);
+        let unstored = if f.pushed.is_empty() {
+            HashSet::new()
+        } else {
+            unstored_pushes(&self.log_dir)
+        };
+        let push_rules = checker::Push {
+            services: f.pushed,
+            timeout_ms: push::TIMEOUT_MS,
+            unstored: &unstored,
+        };
+        let result = checker::check_with(&input, (!f.pushed.is_empty()).then_some(&push_rules));
 
         let mut text = String::new();
         use std::fmt::Write;
@@ -598,6 +656,32 @@ impl Started {
             fmt_counts(&outcomes),
             shared.ignored.load(Ordering::SeqCst)
         );
+        if !f.pushed.is_empty() {
+            let mut replies: BTreeMap<String, usize> = BTreeMap::new();
+            for e in &events {
+                if let Kind::PushAnswer { reply, .. } = &e.kind {
+                    let k = match reply {
+                        history::Reply::Status { code, .. } if (200..300).contains(code) => {
+                            "2xx".to_string()
+                        }
+                        history::Reply::Status { code, .. } => code.to_string(),
+                        history::Reply::Stall => "stall".to_string(),
+                    };
+                    *replies.entry(k).or_default() += 1;
+                }
+            }
+            let _ = writeln!(
+                text,
+                "pushed ({}): {} requests (answers: {}); attempts pushed again: {}; after a 2xx: {} (explained by a fault or an unstored outcome: {}); outcomes logged as not stored: {}",
+                f.pushed.join(", "),
+                result.pushes,
+                fmt_counts(&replies),
+                result.push_duplicates,
+                result.pushes_after_2xx,
+                result.explained_pushes_after_2xx,
+                unstored.len()
+            );
+        }
         let _ = writeln!(
             text,
             "duplicates: {} (explained by a fault or an expired deadline: {}) against a bound of {}",
@@ -758,6 +842,8 @@ pub struct Finish<'a> {
     pub fault_counts: &'a BTreeMap<String, usize>,
     /// How the end state is read.
     pub scan: directory::Scan,
+    /// The services with a push target (checked by the push rules; empty: none).
+    pub pushed: &'a [&'a str],
 }
 
 /// What the end of a run found.
@@ -833,10 +919,29 @@ pub async fn run(o: Options) -> anyhow::Result<Report> {
     )
     .await?;
     let shared = cluster.shared.clone();
+    // The pushed service: its receiver, and its target set on one node (the others read it
+    // from the settings).
+    let receiver = if o.push {
+        let r = push::Receiver::start(shared.clone()).await?;
+        r.set_target(&shared, 0).await?;
+        println!(
+            "chaos: service {:?} pushed to {} (timeout {} ms)",
+            push::SERVICE,
+            r.target().url,
+            push::TIMEOUT_MS
+        );
+        Some(r)
+    } else {
+        None
+    };
+    let pushed: &[&str] = if o.push { &[push::SERVICE] } else { &[] };
     let t0 = now_ms();
     let plan = plan(&o);
 
-    let executors = cluster.spawn_executors();
+    let mut executors = cluster.spawn_executors();
+    if o.push {
+        executors.extend(cluster.spawn_push_watchers(push::SERVICE));
+    }
     let sampler = cluster
         .sample_directory(
             &o.contact_point,
@@ -876,8 +981,10 @@ pub async fn run(o: Options) -> anyhow::Result<Report> {
             executors,
             fault_counts: &fault_counts,
             scan: directory::Scan::Whole,
+            pushed,
         })
         .await?;
+    drop(receiver);
     let mut text = String::new();
     use std::fmt::Write;
     let _ = writeln!(text, "== chaos summary (seed {})", o.seed);
@@ -1332,11 +1439,64 @@ async fn final_states(
         .await
 }
 
-/// Every dead letter of the run's services: (service, tx) → last errors.
-async fn dead_letters(shared: &Shared) -> HashMap<(String, String), Vec<String>> {
+/// The delivery ids whose push outcome a node logged as not stored (`push outcome not
+/// stored`, at warn) in the node logs of `log_dir`: pushed again after their deadline.
+pub fn unstored_pushes(log_dir: &std::path::Path) -> HashSet<String> {
+    let mut out = HashSet::new();
+    let Ok(dir) = std::fs::read_dir(log_dir) else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|x| x != "log") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        for line in text
+            .lines()
+            .filter(|l| l.contains("push outcome not stored"))
+        {
+            if let Some(id) = logged_delivery_id(line) {
+                out.insert(id);
+            }
+        }
+    }
+    out
+}
+
+/// The `delivery_id` field of a log line, in text (with or without colours) or JSON.
+fn logged_delivery_id(line: &str) -> Option<String> {
+    // Without ANSI escapes (ESC [ ... m).
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let rest = &plain[plain.find("delivery_id")? + "delivery_id".len()..];
+    let rest = rest.trim_start_matches(['=', '"', ':', ' ']);
+    let id: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '-')
+        .collect();
+    (!id.is_empty()).then_some(id)
+}
+
+/// Every dead letter of the run's services (the streamed ones and `pushed`): (service, tx) →
+/// last errors.
+async fn dead_letters(shared: &Shared, pushed: &[&str]) -> HashMap<(String, String), Vec<String>> {
     let mut out: HashMap<(String, String), Vec<String>> = HashMap::new();
     let mut admin = AdminServiceClient::new(shared.channels[0].clone());
-    for svc in SERVICES {
+    for svc in SERVICES.iter().chain(pushed) {
         let mut token = String::new();
         loop {
             let r = call(admin.list_dead_letters(pb::ListDeadLettersRequest {
@@ -1367,4 +1527,21 @@ async fn dead_letters(shared: &Shared) -> HashMap<(String, String), Vec<String>>
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::logged_delivery_id;
+
+    #[test]
+    fn the_delivery_id_of_a_logged_unstored_push_is_found_in_colour_and_json() {
+        let text = "\u{1b}[2m2026-12-02T21:30:45.703924Z\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m \u{1b}[2mrebound_server::push::pusher\u{1b}[0m\u{1b}[2m:\u{1b}[0m push outcome not stored; the delivery is pushed again after its deadline \u{1b}[3mservice\u{1b}[0m\u{1b}[2m=\u{1b}[0m\"pushed\" \u{1b}[3mdelivery_id\u{1b}[0m\u{1b}[2m=\u{1b}[0m\"1796247029349-10-1264499652\" \u{1b}[3merror\u{1b}[0m\u{1b}[2m=\u{1b}[0mdelivery";
+        assert_eq!(
+            logged_delivery_id(text).as_deref(),
+            Some("1796247029349-10-1264499652")
+        );
+        let json = r#"{"level":"WARN","fields":{"message":"push outcome not stored","delivery_id":"17-1-2"}}"#;
+        assert_eq!(logged_delivery_id(json).as_deref(), Some("17-1-2"));
+        assert_eq!(logged_delivery_id("push outcome not stored"), None);
+    }
 }

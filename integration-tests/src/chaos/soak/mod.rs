@@ -274,6 +274,7 @@ pub async fn run(o: SoakOptions) -> anyhow::Result<SoakReport> {
             executors,
             fault_counts: &fault_counts,
             scan,
+            pushed: &[],
         })
         .await?;
     sampling_stop.store(true, Ordering::SeqCst);
