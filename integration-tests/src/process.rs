@@ -47,6 +47,25 @@ impl Proc {
     }
 }
 
+impl Proc {
+    /// SIGTERM, then waits up to `within` for the process to exit (SIGKILL after that).
+    /// True when it exited on its own.
+    pub async fn terminate(mut self, within: Duration) -> bool {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.0.id().to_string())
+            .status();
+        let started = Instant::now();
+        while started.elapsed() < within {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.0.kill();

@@ -128,3 +128,75 @@ async fn sigkill_with_pushes_in_flight_loses_none_and_pushes_nothing_after_a_2xx
         "duplicates {duplicates} within the pushes in flight at the kill ({in_flight_at_kill})"
     );
 }
+
+/// SIGTERM while pushes are in flight: the node takes no new deliveries, and the answers
+/// that arrive within its shutdown grace are settled, so the restarted node pushes none of
+/// them again (before, stopping the pusher dropped its deliveries from flight first, and
+/// every answered push was pushed again after its ack deadline).
+#[tokio::test]
+async fn sigterm_settles_the_pushes_answered_within_the_grace() {
+    const N: usize = 8;
+    // Every request is answered 200 after 1.5 s: in flight when the SIGTERM comes, answered
+    // well within the 10 s grace.
+    let rx = Receiver::start(|_| Answer::Stall(Duration::from_millis(1500))).await;
+    let keyspace = unique_keyspace("push_term");
+    let port = free_port();
+    let env = [
+        ("REBOUND_PUSH_ALLOW", "127.0.0.1".to_string()),
+        ("REBOUND_SHUTDOWN_GRACE_MS", "10000".to_string()),
+    ];
+    let first = spawn_node_with(&keyspace, port, "push-term", &env);
+    let ch = connect(port).await;
+    AdminServiceClient::new(ch.clone())
+        .set_push_target(pb::SetPushTargetRequest {
+            service: "hooks".into(),
+            target: Some(pb::PushTarget {
+                url: rx.url("/in"),
+                timeout: Some(secs(5)),
+                signing_secrets: vec!["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()],
+                max_concurrent: Some(N as u32),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("set push target");
+    let resp = RetryServiceClient::new(ch.clone())
+        .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {
+            requests: (0..N)
+                .map(|i| enqueue_req("hooks", &format!("term-{i}"), 0))
+                .collect(),
+        })
+        .await
+        .expect("enqueue")
+        .into_inner();
+    assert!(batch_accepted(&resp));
+    eventually(Duration::from_secs(20), "every push in flight", || {
+        let n = rx.received().len();
+        async move { n >= N }
+    })
+    .await;
+    assert!(
+        first.terminate(Duration::from_secs(20)).await,
+        "the node stops within its grace"
+    );
+    assert_eq!(
+        rx.received().len(),
+        N,
+        "nothing pushed twice before the stop"
+    );
+
+    // Settled before the node exited: a fresh node reads SUCCEEDED at once, and pushes
+    // nothing again, past the ack deadline (timeout + 5 s) of the deliveries it inherited.
+    let _second = spawn_node_with(&keyspace, port, "push-term", &env);
+    let ch2 = connect(port).await;
+    for i in 0..N {
+        let r = get_retry(&ch2, "hooks", &format!("term-{i}")).await;
+        assert_eq!(
+            r.status,
+            pb::RetryStatus::Succeeded as i32,
+            "term-{i} settled by the stopping node: {r:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(rx.received().len(), N, "no push again after the restart");
+}

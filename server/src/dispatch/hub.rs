@@ -163,6 +163,27 @@ struct Inner {
 }
 
 impl Inner {
+    /// Removes subscriber `id` from its service's rotation, if it is still there.
+    fn leave(&mut self, id: u64) {
+        let mut service = None;
+        for (name, subs) in self.services.iter_mut() {
+            if let Some(pos) = subs.iter().position(|s| s.id == id) {
+                let sub = subs.remove(pos);
+                service = Some((name.clone(), sub.push.is_some()));
+                break;
+            }
+        }
+        if let Some((name, pusher)) = service {
+            if !pusher {
+                self.streams -= 1;
+            }
+            if self.services.get(&name).is_some_and(|s| s.is_empty()) {
+                self.services.remove(&name);
+                self.next.remove(&name);
+            }
+        }
+    }
+
     fn add_inflight(&mut self, delivery_id: String, f: InFlight) {
         self.inflight_bytes += held_bytes(&f.work.state);
         self.inflight.insert(delivery_id, f);
@@ -297,26 +318,20 @@ impl Hub {
         Ok((id, Deliveries { rx, stalled }))
     }
 
+    /// Takes subscriber `id` out of the rotation: it gets no new work, while what it has in
+    /// flight stays there and can still be acknowledged until `unsubscribe`. A pusher that
+    /// stops retires first, so that the answers of its requests still running are settled.
+    pub fn retire(&self, id: u64) {
+        let mut inner = self.lock();
+        inner.leave(id);
+        drop(inner);
+        self.changed.notify_waiters();
+    }
+
     /// Removes a closed stream and returns its unacknowledged work for redelivery.
     pub fn unsubscribe(&self, id: u64) -> Vec<Work> {
         let mut inner = self.lock();
-        let mut service = None;
-        for (name, subs) in inner.services.iter_mut() {
-            if let Some(pos) = subs.iter().position(|s| s.id == id) {
-                let sub = subs.remove(pos);
-                service = Some((name.clone(), sub.push.is_some()));
-                break;
-            }
-        }
-        if let Some((name, pusher)) = service {
-            if !pusher {
-                inner.streams -= 1;
-            }
-            if inner.services.get(&name).is_some_and(|s| s.is_empty()) {
-                inner.services.remove(&name);
-                inner.next.remove(&name);
-            }
-        }
+        inner.leave(id);
         let ids: Vec<String> = inner
             .inflight
             .iter()

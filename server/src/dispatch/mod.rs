@@ -652,6 +652,12 @@ impl Subscription {
     pub fn id(&self) -> u64 {
         self.id
     }
+
+    /// Takes no new work from now on; what is in flight can still be acknowledged until the
+    /// subscription is dropped (`Hub::retire`).
+    pub fn retire(&self) {
+        self.dispatcher.hub.retire(self.id);
+    }
 }
 
 impl futures::Stream for Subscription {

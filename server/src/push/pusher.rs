@@ -9,8 +9,10 @@
 //! - A host whose requests keep failing (no response, 408, 429, 5xx) three times in a row is
 //!   backed off as a whole: its deliveries are postponed without using an attempt (a snooze)
 //!   until the backoff ends, 1 s doubling to 60 s; one answer that is not such a failure ends it.
-//! - A push that is cut off (the node stops, the target changes) is not acknowledged: its
-//!   delivery passes its deadline and is pushed again, by this node or the range's next owner.
+//! - When the node stops or the target changes, a pusher takes no new deliveries and waits
+//!   for its requests (on shutdown, within `REBOUND_SHUTDOWN_GRACE_MS`): an answer that
+//!   arrives by then is settled. A push cut off after that is not acknowledged: its delivery
+//!   passes its deadline and is pushed again, by this node or the range's next owner.
 //!
 //! Every worker and request is a task of the pusher's `Tasks`, stopped with the node.
 
@@ -39,9 +41,6 @@ use crate::{
     telemetry::spans,
 };
 
-/// How often the pusher looks for targets set, changed or cleared (the settings cache; the
-/// store is read by `Services::run`).
-const WATCH_EVERY: Duration = Duration::from_millis(500);
 /// Failures in a row before a host is backed off.
 const HOST_FAILURES: u32 = 3;
 const HOST_BACKOFF_MIN: Duration = Duration::from_secs(1);
@@ -144,13 +143,11 @@ impl Pusher {
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut workers: HashMap<String, (pb::PushTarget, watch::Sender<bool>)> = HashMap::new();
         let mut refused: HashMap<String, pb::PushTarget> = HashMap::new();
+        let mut changes = self.services.push_changes();
         loop {
-            let want: HashMap<String, pb::PushTarget> = self
-                .services
-                .all()
-                .into_iter()
-                .filter_map(|s| s.push.map(|p| (s.service, p)))
-                .collect();
+            changes.mark_unchanged();
+            let want: HashMap<String, pb::PushTarget> =
+                self.services.push_targets().into_iter().collect();
             workers.retain(|service, (t, halt)| {
                 let keep = want.get(service) == Some(t);
                 if !keep {
@@ -187,7 +184,7 @@ impl Pusher {
                 }
             }
             tokio::select! {
-                _ = tokio::time::sleep(WATCH_EVERY) => {}
+                changed = changes.changed() => if changed.is_err() { break },
                 _ = stop.changed() => break,
             }
         }
@@ -197,8 +194,10 @@ impl Pusher {
     }
 
     /// One service's pusher: takes its deliveries and starts a request for each, until it is
-    /// halted or the node stops. Its subscription ends with it: deliveries not acknowledged
-    /// by then are delivered again after their deadline.
+    /// halted or the node stops. Then it takes no more, waits for the requests it started
+    /// (the node's shutdown grace bounds that wait), so that an answer that arrives in time is
+    /// settled, and only then ends its subscription: deliveries not acknowledged by then are
+    /// delivered again after their deadline.
     async fn serve(
         self: Arc<Self>,
         service: String,
@@ -208,6 +207,8 @@ impl Pusher {
         let mut deliveries =
             self.dispatcher
                 .subscribe_push(&service, target.max_concurrent, target.timeout);
+        // Each request holds a sender; the channel closes when the last one has finished.
+        let (running, mut finished) = tokio::sync::mpsc::channel::<()>(1);
         loop {
             let d = tokio::select! {
                 d = deliveries.next() => d,
@@ -216,14 +217,22 @@ impl Pusher {
             let Some(d) = d else { break };
             let me = self.clone();
             let t = target.clone();
+            let held = running.clone();
             if self
                 .tasks
-                .spawn(async move { me.push_one(&t, d).await })
+                .spawn(async move {
+                    me.push_one(&t, d).await;
+                    drop(held);
+                })
                 .is_err()
             {
                 break;
             }
         }
+        deliveries.retire();
+        drop(running);
+        let _ = finished.recv().await;
+        drop(deliveries);
     }
 
     /// Pushes one delivery and acknowledges the outcome.
