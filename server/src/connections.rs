@@ -33,16 +33,18 @@ use std::{
     time::Duration,
 };
 
+use futures::future::BoxFuture;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
+    sync::watch,
     time::{Instant, Sleep},
 };
 use tonic::transport::server::TcpIncoming;
 
 use crate::{
     config::Config,
-    tasks::{Connection, Connections},
+    tasks::{Live, LiveGuard},
 };
 
 /// The largest header block (HPACK-decoded, as HTTP/2 counts it) a request may have: h2
@@ -468,6 +470,138 @@ impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected
     }
 }
 
+/// The server's connections, counted, and cut together at the end of the grace period.
+#[derive(Debug)]
+pub struct Connections {
+    cut: watch::Sender<bool>,
+    live: Arc<Live>,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Self {
+            cut: watch::channel(false).0,
+            live: Arc::default(),
+        }
+    }
+}
+
+impl Connections {
+    /// Counts `io` as open until it is dropped; once cut, its reads and writes fail.
+    /// It is counted in `rebound_connections` too.
+    pub fn wrap<T>(&self, io: T) -> Connection<T> {
+        let mut cut = self.cut.subscribe();
+        Connection {
+            io,
+            cut: Box::pin(async move {
+                let _ = cut.wait_for(|c| *c).await;
+            }),
+            opened: Instant::now(),
+            _live: LiveGuard::new(self.live.clone()),
+            _gauge: OpenGauge::new(),
+        }
+    }
+
+    /// Connections not dropped yet.
+    pub fn live(&self) -> usize {
+        self.live.count()
+    }
+
+    /// Waits until every connection has closed or `deadline` has passed, then cuts those
+    /// left and waits (at most a second) for them to go. Returns how many were cut.
+    pub async fn shutdown(&self, deadline: Instant) -> usize {
+        self.live.idle_by(deadline).await;
+        let cut = self.live();
+        let _ = self.cut.send(true);
+        self.live
+            .idle_by(Instant::now() + Duration::from_secs(1))
+            .await;
+        cut
+    }
+}
+
+/// One connection of `Connections`.
+pub struct Connection<T> {
+    io: T,
+    cut: BoxFuture<'static, ()>,
+    opened: Instant,
+    _live: LiveGuard,
+    _gauge: OpenGauge,
+}
+
+impl<T> Connection<T> {
+    /// When it was wrapped (accepted).
+    pub fn opened(&self) -> Instant {
+        self.opened
+    }
+
+    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        match self.cut.as_mut().poll(cx) {
+            Poll::Ready(()) => Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the node is shutting down",
+            )),
+            Poll::Pending => Ok(()),
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Connection<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Connection<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected for Connection<T> {
+    type ConnectInfo = T::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -634,5 +768,25 @@ mod tests {
         assert_eq!(w.read(&mut buf).await.unwrap(), 12);
         w.write_all(b"response").await.unwrap();
         assert!(w.waiting_since.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_cut_connection_fails_its_pending_read() {
+        let conns = Connections::default();
+        let (near, _far) = tokio::io::duplex(64);
+        let mut near = conns.wrap(near);
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 8];
+            near.read(&mut buf).await
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(conns.live(), 1);
+        let cut = conns
+            .shutdown(Instant::now() + Duration::from_millis(50))
+            .await;
+        assert_eq!(cut, 1);
+        let read = reader.await.unwrap();
+        assert_eq!(read.unwrap_err().kind(), io::ErrorKind::ConnectionAborted);
+        assert_eq!(conns.live(), 0);
     }
 }

@@ -12,6 +12,7 @@ pub mod coalesce;
 pub mod compactor;
 pub mod config;
 pub mod connections;
+pub mod consistency;
 pub mod dashboard;
 pub mod dispatch;
 pub mod error;

@@ -173,7 +173,7 @@ fn main() -> ExitCode {
                     "keyspace {}: applied {:?} ({} migration(s) were already applied)",
                     config.keyspace,
                     applied,
-                    rebound_server::store::migrate::MIGRATIONS.len() - applied.len()
+                    rebound_server::store::cassandra::migrate::MIGRATIONS.len() - applied.len()
                 );
                 Ok(())
             }

@@ -30,6 +30,7 @@ use crate::{
     },
     compactor::Compactor,
     config::{Config, StoreKind},
+    connections::Connections,
     dispatch::{
         hub::{Hub, HubLimits},
         DispatchOptions, Dispatcher,
@@ -43,7 +44,7 @@ use crate::{
         embedded::EmbeddedStore,
         MigrationStore, RetryStore,
     },
-    tasks::{Connections, Tasks},
+    tasks::Tasks,
     tls::{MaybeTls, ServerTls, TlsListener},
     writer::{Writer, WriterOptions},
 };
@@ -673,7 +674,7 @@ impl Node {
                 dyn futures::Stream<
                         Item = std::io::Result<
                             crate::connections::HeaderWatch<
-                                MaybeTls<crate::tasks::Connection<TcpStream>>,
+                                MaybeTls<crate::connections::Connection<TcpStream>>,
                             >,
                         >,
                     > + Send,

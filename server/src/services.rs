@@ -23,7 +23,7 @@ use std::{
 };
 
 use prost::Message;
-use rebound_proto::v1 as pb;
+use rebound_proto::{time::ts, v1 as pb};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::{
@@ -33,7 +33,6 @@ use crate::{
     push::target,
     store::{LeaseStore, ServiceRow, ServiceStore},
     validate,
-    wire::ts,
 };
 
 /// The stored settings of one service.

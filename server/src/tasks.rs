@@ -3,28 +3,18 @@
 //! redeliveries, each coalescer its flushes. On shutdown the owner waits for its tasks until
 //! a deadline (the node's shutdown grace), then closes (no task is accepted any more) and
 //! aborts what is left, so that no task outlives `Node::shutdown`. The gRPC server's
-//! connections are tonic's tasks; `Connections` wraps each one so that those still open at
-//! the deadline can be cut.
+//! connections are tonic's tasks, cut at the deadline by `connections::Connections`.
 
 use std::{
     future::Future,
-    io,
-    pin::Pin,
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc, Mutex,
     },
-    task::{Context, Poll},
     time::Duration,
 };
 
-use futures::future::BoxFuture;
-use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
-    sync::{watch, Notify},
-    task::JoinSet,
-    time::Instant,
-};
+use tokio::{sync::Notify, task::JoinSet, time::Instant};
 
 /// The tasks of one component.
 #[derive(Debug)]
@@ -53,16 +43,16 @@ struct Inner {
 
 /// Tasks whose future has not been dropped yet (running, or aborted but not yet gone).
 #[derive(Debug, Default)]
-struct Live {
+pub(crate) struct Live {
     count: AtomicUsize,
     idle: Notify,
 }
 
 /// Held by a task's future: counts it live until the future is dropped (done or aborted).
-struct LiveGuard(Arc<Live>);
+pub(crate) struct LiveGuard(Arc<Live>);
 
 impl LiveGuard {
-    fn new(live: Arc<Live>) -> Self {
+    pub(crate) fn new(live: Arc<Live>) -> Self {
         live.count.fetch_add(1, Ordering::SeqCst);
         Self(live)
     }
@@ -77,12 +67,12 @@ impl Drop for LiveGuard {
 }
 
 impl Live {
-    fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.count.load(Ordering::SeqCst)
     }
 
     /// Waits until the count is 0 or `deadline` has passed.
-    async fn idle_by(&self, deadline: Instant) {
+    pub(crate) async fn idle_by(&self, deadline: Instant) {
         loop {
             let idle = self.idle.notified();
             tokio::pin!(idle);
@@ -185,138 +175,6 @@ impl Tasks {
     }
 }
 
-/// The server's connections, counted, and cut together at the end of the grace period.
-#[derive(Debug)]
-pub struct Connections {
-    cut: watch::Sender<bool>,
-    live: Arc<Live>,
-}
-
-impl Default for Connections {
-    fn default() -> Self {
-        Self {
-            cut: watch::channel(false).0,
-            live: Arc::default(),
-        }
-    }
-}
-
-impl Connections {
-    /// Counts `io` as open until it is dropped; once cut, its reads and writes fail.
-    /// It is counted in `rebound_connections` too.
-    pub fn wrap<T>(&self, io: T) -> Connection<T> {
-        let mut cut = self.cut.subscribe();
-        Connection {
-            io,
-            cut: Box::pin(async move {
-                let _ = cut.wait_for(|c| *c).await;
-            }),
-            opened: Instant::now(),
-            _live: LiveGuard::new(self.live.clone()),
-            _gauge: crate::connections::OpenGauge::new(),
-        }
-    }
-
-    /// Connections not dropped yet.
-    pub fn live(&self) -> usize {
-        self.live.count()
-    }
-
-    /// Waits until every connection has closed or `deadline` has passed, then cuts those
-    /// left and waits (at most a second) for them to go. Returns how many were cut.
-    pub async fn shutdown(&self, deadline: Instant) -> usize {
-        self.live.idle_by(deadline).await;
-        let cut = self.live();
-        let _ = self.cut.send(true);
-        self.live
-            .idle_by(Instant::now() + Duration::from_secs(1))
-            .await;
-        cut
-    }
-}
-
-/// One connection of `Connections`.
-pub struct Connection<T> {
-    io: T,
-    cut: BoxFuture<'static, ()>,
-    opened: Instant,
-    _live: LiveGuard,
-    _gauge: crate::connections::OpenGauge,
-}
-
-impl<T> Connection<T> {
-    /// When it was wrapped (accepted).
-    pub fn opened(&self) -> Instant {
-        self.opened
-    }
-
-    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        match self.cut.as_mut().poll(cx) {
-            Poll::Ready(()) => Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "the node is shutting down",
-            )),
-            Poll::Pending => Ok(()),
-        }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Connection<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        this.check(cx)?;
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Connection<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        this.check(cx)?;
-        Pin::new(&mut this.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        this.check(cx)?;
-        Pin::new(&mut this.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        this.check(cx)?;
-        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-}
-
-impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected for Connection<T> {
-    type ConnectInfo = T::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,26 +239,5 @@ mod tests {
             .await;
         assert_eq!((aborted, tasks.live()), (0, 0));
         assert!(started.elapsed() < Duration::from_secs(1));
-    }
-
-    #[tokio::test]
-    async fn a_cut_connection_fails_its_pending_read() {
-        use tokio::io::AsyncReadExt;
-        let conns = Connections::default();
-        let (near, _far) = tokio::io::duplex(64);
-        let mut near = conns.wrap(near);
-        let reader = tokio::spawn(async move {
-            let mut buf = [0u8; 8];
-            near.read(&mut buf).await
-        });
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(conns.live(), 1);
-        let cut = conns
-            .shutdown(Instant::now() + Duration::from_millis(50))
-            .await;
-        assert_eq!(cut, 1);
-        let read = reader.await.unwrap();
-        assert_eq!(read.unwrap_err().kind(), io::ErrorKind::ConnectionAborted);
-        assert_eq!(conns.live(), 0);
     }
 }

@@ -14,20 +14,7 @@ use crate::{
     writer::EnqueueOutcome,
 };
 
-/// Milliseconds since the epoch as a protobuf timestamp.
-pub fn ts(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
-    }
-}
-
-pub fn dur(d: std::time::Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
-}
+pub use rebound_proto::time::{dur, ts};
 
 pub fn status_pb(s: store::Status) -> pb::RetryStatus {
     match s {

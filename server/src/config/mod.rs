@@ -4,7 +4,11 @@
 
 use std::{collections::HashMap, net::SocketAddr, path::Path};
 
-use crate::{policy::RetryPolicy, store::cassandra};
+pub use crate::telemetry::LogFormat;
+use crate::{
+    consistency::{Level, Serial},
+    policy::RetryPolicy,
+};
 
 mod env;
 mod tls;
@@ -126,12 +130,6 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Node-wide default retry policy; services and enqueues override it.
     pub default_policy: RetryPolicy,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 /// A configuration value that failed validation; the message names the key.
@@ -430,9 +428,8 @@ impl Config {
                 "must be a CQL replication map such as {'class': 'SimpleStrategy', 'replication_factor': 1}",
             ));
         }
-        cassandra::check_consistency(&self.consistency)
-            .map_err(|e| bad("REBOUND_CONSISTENCY", e))?;
-        cassandra::check_serial_consistency(&self.serial_consistency)
+        Level::check(&self.consistency).map_err(|e| bad("REBOUND_CONSISTENCY", e))?;
+        Serial::check(&self.serial_consistency)
             .map_err(|e| bad("REBOUND_SERIAL_CONSISTENCY", e))?;
         range(
             "REBOUND_CASSANDRA_REQUEST_TIMEOUT_MS",

@@ -9,9 +9,9 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use base64::Engine as _;
-use rebound_proto::v1 as pb;
+use rebound_proto::{time::dur, v1 as pb};
 
-use crate::{error::Error, names::show, validate, wire::dur};
+use crate::{error::Error, names::show, validate};
 
 /// How long one request may take when the target does not say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

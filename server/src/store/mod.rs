@@ -20,7 +20,6 @@
 pub mod body;
 pub mod cassandra;
 pub mod embedded;
-pub mod migrate;
 pub mod token;
 
 use std::collections::BTreeMap;

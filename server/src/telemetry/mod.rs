@@ -23,11 +23,16 @@ use tracing_subscriber::{
     filter::Targets, fmt, layer::SubscriberExt, util::SubscriberInitExt, EnvFilter, Layer,
 };
 
-use crate::config::LogFormat;
-
 pub use otel::OtelSettings;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// How log lines are written (`REBOUND_LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 /// Whether spans are being made (an exporter is configured).
 pub fn enabled() -> bool {

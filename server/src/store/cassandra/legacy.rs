@@ -10,11 +10,7 @@ use scylla::{
     DeserializeRow, SerializeRow,
 };
 
-use super::{
-    cql_date, from_cql_date,
-    state::{parse_status, ttl_of},
-    Prep,
-};
+use super::{cql_date, from_cql_date, parse_status, ttl_of, Prep};
 use crate::{
     policy::RetryPolicy,
     store::{Location, StoreResult, TxState},

@@ -6,7 +6,7 @@
 
 use scylla::client::session::Session;
 
-use super::{cassandra::map_execution_error, StoreError, StoreResult};
+use super::{map_execution_error, StoreError, StoreResult};
 
 /// Client-side timeout of one schema statement.
 const DDL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -23,47 +23,47 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "0001_directory.cql",
-        cql: include_str!("../../../schema/0001_directory.cql"),
+        cql: include_str!("../../../../schema/0001_directory.cql"),
     },
     Migration {
         version: 2,
         name: "0002_state.cql",
-        cql: include_str!("../../../schema/0002_state.cql"),
+        cql: include_str!("../../../../schema/0002_state.cql"),
     },
     Migration {
         version: 3,
         name: "0003_ring.cql",
-        cql: include_str!("../../../schema/0003_ring.cql"),
+        cql: include_str!("../../../../schema/0003_ring.cql"),
     },
     Migration {
         version: 4,
         name: "0004_progress.cql",
-        cql: include_str!("../../../schema/0004_progress.cql"),
+        cql: include_str!("../../../../schema/0004_progress.cql"),
     },
     Migration {
         version: 5,
         name: "0005_services.cql",
-        cql: include_str!("../../../schema/0005_services.cql"),
+        cql: include_str!("../../../../schema/0005_services.cql"),
     },
     Migration {
         version: 6,
         name: "0006_state_compaction.cql",
-        cql: include_str!("../../../schema/0006_state_compaction.cql"),
+        cql: include_str!("../../../../schema/0006_state_compaction.cql"),
     },
     Migration {
         version: 7,
         name: "0007_state_body.cql",
-        cql: include_str!("../../../schema/0007_state_body.cql"),
+        cql: include_str!("../../../../schema/0007_state_body.cql"),
     },
     Migration {
         version: 8,
         name: "0008_cancel.cql",
-        cql: include_str!("../../../schema/0008_cancel.cql"),
+        cql: include_str!("../../../../schema/0008_cancel.cql"),
     },
     Migration {
         version: 9,
         name: "0009_push.cql",
-        cql: include_str!("../../../schema/0009_push.cql"),
+        cql: include_str!("../../../../schema/0009_push.cql"),
     },
 ];
 

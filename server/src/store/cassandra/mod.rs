@@ -11,6 +11,7 @@ mod dead_letters;
 mod directory;
 mod leases;
 mod legacy;
+pub mod migrate;
 mod services;
 mod state;
 
@@ -27,7 +28,7 @@ use scylla::{
     value::CqlDate,
 };
 
-use super::{MigrationStore, StoreError, StoreResult};
+use super::{MigrationStore, Status, StoreError, StoreResult};
 
 /// Connection settings, in plain values (the node builds them from its configuration).
 #[derive(Debug, Clone)]
@@ -37,9 +38,9 @@ pub struct CassandraOptions {
     pub replication: String,
     pub region: String,
     pub cluster: String,
-    /// A CQL consistency level name (`check_consistency`), e.g. `LOCAL_QUORUM`.
+    /// A CQL consistency level name (`crate::consistency::Level`), e.g. `LOCAL_QUORUM`.
     pub consistency: String,
-    /// `SERIAL` or `LOCAL_SERIAL` (`check_serial_consistency`).
+    /// `SERIAL` or `LOCAL_SERIAL` (`crate::consistency::Serial`).
     pub serial_consistency: String,
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
@@ -77,43 +78,28 @@ impl CassandraOptions {
     }
 }
 
-/// CQL consistency level names accepted by `REBOUND_CONSISTENCY`.
+/// The driver's level for a configured name (`crate::consistency`).
 fn parse_consistency(s: &str) -> Option<Consistency> {
+    use crate::consistency::Level as L;
     use Consistency as C;
-    Some(match s.to_ascii_uppercase().as_str() {
-        "ONE" => C::One,
-        "TWO" => C::Two,
-        "THREE" => C::Three,
-        "QUORUM" => C::Quorum,
-        "ALL" => C::All,
-        "LOCAL_QUORUM" => C::LocalQuorum,
-        "EACH_QUORUM" => C::EachQuorum,
-        "LOCAL_ONE" => C::LocalOne,
-        _ => return None,
+    Some(match L::parse(s)? {
+        L::One => C::One,
+        L::Two => C::Two,
+        L::Three => C::Three,
+        L::Quorum => C::Quorum,
+        L::All => C::All,
+        L::LocalQuorum => C::LocalQuorum,
+        L::EachQuorum => C::EachQuorum,
+        L::LocalOne => C::LocalOne,
     })
 }
 
 fn parse_serial_consistency(s: &str) -> Option<SerialConsistency> {
-    use SerialConsistency as S;
-    match s.to_ascii_uppercase().as_str() {
-        "SERIAL" => Some(S::Serial),
-        "LOCAL_SERIAL" => Some(S::LocalSerial),
-        _ => None,
-    }
-}
-
-/// Whether `s` names a consistency level (`CassandraOptions::consistency`).
-pub fn check_consistency(s: &str) -> Result<(), String> {
-    parse_consistency(s)
-        .map(|_| ())
-        .ok_or_else(|| format!("unknown consistency level {s:?}"))
-}
-
-/// Whether `s` names a serial consistency level (`CassandraOptions::serial_consistency`).
-pub fn check_serial_consistency(s: &str) -> Result<(), String> {
-    parse_serial_consistency(s)
-        .map(|_| ())
-        .ok_or_else(|| "must be SERIAL or LOCAL_SERIAL".to_string())
+    use crate::consistency::Serial as S;
+    Some(match S::parse(s)? {
+        S::Serial => SerialConsistency::Serial,
+        S::LocalSerial => SerialConsistency::LocalSerial,
+    })
 }
 
 /// An open session to the cluster: enough to migrate the keyspace, then to prepare the store
@@ -131,7 +117,7 @@ impl Connection {
         replication: &str,
         now_ms: i64,
     ) -> StoreResult<Vec<i32>> {
-        super::migrate::migrate(&self.session, keyspace, replication, now_ms).await
+        migrate::migrate(&self.session, keyspace, replication, now_ms).await
     }
 }
 
@@ -429,11 +415,11 @@ impl CassandraStore {
 #[async_trait]
 impl MigrationStore for CassandraStore {
     async fn migrate(&self, now_ms: i64) -> StoreResult<Vec<i32>> {
-        super::migrate::migrate(&self.session, &self.keyspace, &self.replication, now_ms).await
+        migrate::migrate(&self.session, &self.keyspace, &self.replication, now_ms).await
     }
 
     async fn applied_migrations(&self) -> StoreResult<Vec<i32>> {
-        super::migrate::applied(&self.session, &self.keyspace).await
+        migrate::applied(&self.session, &self.keyspace).await
     }
 }
 
@@ -541,6 +527,25 @@ fn map_prepare_error(e: &scylla::errors::PrepareError, cql: &str) -> StoreError 
         P::AllAttemptsFailed { .. } => StoreError::Unavailable(msg),
         _ => StoreError::Internal(msg),
     }
+}
+
+/// TTL 0 means "no TTL": live rows are kept until they reach a terminal state.
+fn ttl_of(ttl_seconds: Option<u32>) -> i32 {
+    ttl_seconds.map_or(0, |t| t.min(i32::MAX as u32) as i32)
+}
+
+/// A state row's status cell, in either layout.
+fn parse_status(
+    status: Option<String>,
+    service: &str,
+    transaction_id: &str,
+) -> StoreResult<Status> {
+    let status_text = status.unwrap_or_default();
+    Status::parse(&status_text).ok_or_else(|| {
+        StoreError::Internal(format!(
+            "state row {service}/{transaction_id} has unknown status {status_text:?}"
+        ))
+    })
 }
 
 #[cfg(test)]

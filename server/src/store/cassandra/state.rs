@@ -17,7 +17,9 @@ use scylla::{
     DeserializeRow, SerializeRow,
 };
 
-use super::{batchable, legacy, map_execution_error, observed, CassandraStore, Prep};
+use super::{
+    batchable, legacy, map_execution_error, observed, parse_status, ttl_of, CassandraStore, Prep,
+};
 use crate::{
     coalesce::{Coalescer, Counts, Limits},
     store::{
@@ -418,11 +420,6 @@ impl Keyed for AtValues<'_> {
     }
 }
 
-/// TTL 0 means "no TTL": live rows are kept until they reach a terminal state.
-pub(super) fn ttl_of(ttl_seconds: Option<u32>) -> i32 {
-    ttl_seconds.map_or(0, |t| t.min(i32::MAX as u32) as i32)
-}
-
 #[derive(DeserializeRow)]
 struct BodyRow {
     transaction_id: String,
@@ -453,19 +450,6 @@ impl BodyRow {
             },
         ))
     }
-}
-
-pub(super) fn parse_status(
-    status: Option<String>,
-    service: &str,
-    transaction_id: &str,
-) -> StoreResult<Status> {
-    let status_text = status.unwrap_or_default();
-    Status::parse(&status_text).ok_or_else(|| {
-        StoreError::Internal(format!(
-            "state row {service}/{transaction_id} has unknown status {status_text:?}"
-        ))
-    })
 }
 
 #[async_trait]
