@@ -24,7 +24,7 @@ const { values: args } = parseArgs({
     n: { type: 'string', default: '20000' },
     concurrency: { type: 'string', default: '32' },
     out: { type: 'string' },
-    redis: { type: 'string', default: process.env.BULLMQ_REDIS_URL || 'redis://127.0.0.1:56379' },
+    redis: { type: 'string', default: process.env.BULLMQ_REDIS_URL || 'redis://127.0.0.1:16379' },
     batch: { type: 'string', default: '500' },
     workers: { type: 'string', default: '100' },
     'retry-n': { type: 'string', default: '200' },

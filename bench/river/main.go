@@ -128,7 +128,7 @@ func main() {
 	conc := flag.Int("concurrency", 32, "concurrent single inserts in (a)")
 	out := flag.String("out", "", "write the JSON result here (default: stdout only)")
 	dbURL := flag.String("database-url", envOr("RIVER_DATABASE_URL",
-		"postgres://rebound@127.0.0.1:55432/river?sslmode=disable"), "Postgres URL")
+		"postgres://rebound@127.0.0.1:15432/river?sslmode=disable"), "Postgres URL")
 	batch := flag.Int("batch", 500, "jobs per InsertMany in (b) and (c)")
 	workers := flag.Int("workers", 100, "MaxWorkers of the draining queue in (c) and (d)")
 	retryN := flag.Int("retry-n", 200, "jobs in the retry run (d)")
