@@ -421,14 +421,19 @@ class FileRun:
     def rust_externs(self) -> list[str]:
         if self.ctx.rust_externs is None:
             # The crate as the workspace builds it (what `cargo test --all-targets` leaves fresh):
-            # the snippet is compiled against those rlibs, like a doc test.
+            # the snippet is compiled against those rlibs, like a doc test. --workspace, not
+            # -p rebound-client: cargo unifies features over the packages selected, and the
+            # client alone leaves tokio without the features the rest of the workspace turns on
+            # ("process"), so that `-p` rebuilt tokio and all that depends on it (~170 s on a
+            # fresh CI machine) instead of reusing the test build. Only the examples (rebound-
+            # client's) and the libraries they need are built; --examples also selects the
+            # dev-dependencies' features, as `cargo test --all-targets` does.
             log = self.logs / "cargo-build-rebound-client.log"
             proc = subprocess.run(
                 [
                     "cargo",
                     "build",
-                    "-p",
-                    "rebound-client",
+                    "--workspace",
                     "--examples",
                     "--message-format=json-render-diagnostics",
                 ],
@@ -440,7 +445,7 @@ class FileRun:
             )
             log.write_text(proc.stderr)
             if proc.returncode != 0:
-                raise Failed("cargo build -p rebound-client failed", proc.stderr)
+                raise Failed("cargo build --workspace --examples failed", proc.stderr)
             found: dict[str, str] = {}
             for line in proc.stdout.splitlines():
                 msg = json.loads(line)
@@ -453,7 +458,7 @@ class FileRun:
                         found[name] = rlibs[0]
             if set(found) != {"rebound_client", "tokio"}:
                 raise Failed(
-                    f"cargo build -p rebound-client: no rlib for "
+                    f"cargo build --workspace --examples: no rlib for "
                     f"{sorted({'rebound_client', 'tokio'} - set(found))}"
                 )
             deps = str(Path(found["tokio"]).parent)
