@@ -174,6 +174,11 @@ Examples:
     #[command(subcommand)]
     PushTarget(PushTargetCommand),
 
+    /// List, set or release dependency holds: retries naming a held dependency wait without
+    /// using attempts.
+    #[command(subcommand)]
+    Holds(HoldsCommand),
+
     /// Cancel every retry of a service scheduled before now and delete its buckets (PurgeService).
     #[command(after_help = "\
 Calls PurgeService in batches of --batch buckets, keeping the first call's cut-off time, until
@@ -303,6 +308,11 @@ pub struct EnqueueArgs {
     /// The error of the last attempt.
     #[arg(long, value_name = "TEXT")]
     pub last_error: Option<String>,
+
+    /// The downstream dependency the retry waits on (held retries wait without using an
+    /// attempt; see `rebound holds`).
+    #[arg(long, value_name = "NAME")]
+    pub dependency: Option<String>,
 
     #[command(
         flatten,
@@ -435,6 +445,35 @@ Examples:
         /// Unacknowledged deliveries at once.
         #[arg(long, value_name = "N")]
         max_concurrent: Option<u32>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HoldsCommand {
+    /// The holds in force (ListDependencyHolds).
+    List,
+    /// Hold a dependency for --duration from now, replacing a hold in force (HoldDependency).
+    #[command(after_help = "\
+No retry naming the dependency (enqueued with --dependency) is delivered, in any service, until
+the hold ends, and none uses an attempt. Then one probe delivery goes first: if it succeeds the
+rest follow at a ramping rate; if it is acked RETRY the hold renews.
+
+Example:
+  rebound holds set payments-gateway --duration 5m --reason 'gateway maintenance'")]
+    Set {
+        /// The dependency (the rules of a service name, 1-128 characters).
+        dependency: String,
+        /// How long, from now: 1s to 24h.
+        #[arg(long, value_parser = parse_duration)]
+        duration: std::time::Duration,
+        /// Why (listed with the hold).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// End a hold now (ReleaseDependency).
+    Release {
+        /// The dependency.
+        dependency: String,
     },
 }
 

@@ -224,6 +224,7 @@ pub fn retry_text(r: &pb::Retry) -> String {
         ("location", location),
         ("enqueue_count", r.enqueue_count.to_string()),
         ("delivery_count", r.delivery_count.to_string()),
+        ("dependency", or_dash(&r.dependency)),
     ])
 }
 

@@ -124,6 +124,7 @@ pub fn retry_json(r: &pb::Retry) -> Value {
         })),
         "enqueue_count": r.enqueue_count,
         "delivery_count": r.delivery_count,
+        "dependency": r.dependency,
     })
 }
 
@@ -141,6 +142,7 @@ pub fn delivery_json(d: &pb::Delivery) -> Value {
         "payload": std::str::from_utf8(&d.payload).ok(),
         "payload_base64": base64::engine::general_purpose::STANDARD.encode(&d.payload),
         "attributes": attributes,
+        "dependency": d.dependency,
     })
 }
 

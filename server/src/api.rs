@@ -15,6 +15,7 @@ use crate::{
     dispatch::{Dispatcher, Resolution},
     error::Error,
     metrics, names,
+    outcome::AttemptOutcome,
     ring::LeaseRing,
     store::TokenRange,
     telemetry::{context::TextContext, rpc::code_name, spans},
@@ -206,11 +207,24 @@ impl ExecutorApi {
         r: &pb::AckRequest,
         prefix: &str,
     ) -> Result<Resolution, Error> {
-        let outcome = validate::ack_outcome(r, self.max_delay, prefix)?;
+        let mut outcome = validate::ack_outcome(r, self.max_delay, prefix)?;
+        let hold = validate::ack_hold(r, prefix)?;
         if let Some(service) = self.dispatcher.service_of(&r.delivery_id) {
             Auth::may_use(caller, &format!("{prefix}delivery_id"), &service)?;
         }
-        self.dispatcher.ack(&r.delivery_id, outcome).await
+        match hold {
+            None => self.dispatcher.ack(&r.delivery_id, outcome).await,
+            Some((duration, reason)) => {
+                // The retry waits for the hold's end without using an attempt.
+                if let AttemptOutcome::Retry { after, snooze, .. } = &mut outcome {
+                    *after = Some(duration);
+                    *snooze = true;
+                }
+                self.dispatcher
+                    .ack_holding(&r.delivery_id, outcome, duration, &reason, prefix)
+                    .await
+            }
+        }
     }
 }
 
@@ -416,6 +430,28 @@ impl pb::admin_service_server::AdminService for AdminApi {
         Ok(Response::new(
             self.admin.clear_push_target(&r.into_inner()).await?,
         ))
+    }
+    async fn hold_dependency(
+        &self,
+        r: Request<pb::HoldDependencyRequest>,
+    ) -> Result<Response<pb::DependencyHoldInfo>, Status> {
+        Ok(Response::new(
+            self.admin.hold_dependency(&r.into_inner()).await?,
+        ))
+    }
+    async fn release_dependency(
+        &self,
+        r: Request<pb::ReleaseDependencyRequest>,
+    ) -> Result<Response<pb::ReleaseDependencyResponse>, Status> {
+        Ok(Response::new(
+            self.admin.release_dependency(&r.into_inner()).await?,
+        ))
+    }
+    async fn list_dependency_holds(
+        &self,
+        _r: Request<pb::ListDependencyHoldsRequest>,
+    ) -> Result<Response<pb::ListDependencyHoldsResponse>, Status> {
+        Ok(Response::new(self.admin.list_dependency_holds().await?))
     }
     async fn purge_service(
         &self,

@@ -16,6 +16,7 @@ pub mod consistency;
 pub mod dashboard;
 pub mod dispatch;
 pub mod error;
+pub mod holds;
 pub mod http;
 pub mod metrics;
 pub mod names;

@@ -37,6 +37,8 @@ pub mod names {
     pub const DELIVERIES: &str = "rebound_deliveries";
     pub const ACKS: &str = "rebound_acks";
     pub const DEAD_LETTERS: &str = "rebound_dead_letters";
+    pub const HELD_POSTPONED: &str = "rebound_held_postponed";
+    pub const DEPENDENCY_HOLDS: &str = "rebound_dependency_holds";
     pub const IN_FLIGHT: &str = "rebound_in_flight";
     pub const PENDING: &str = "rebound_pending";
     pub const OLDEST_OVERDUE: &str = "rebound_oldest_overdue_seconds";
@@ -180,6 +182,8 @@ pub struct Metrics {
     pub deliveries: Family<KindLabels, Counter>,
     pub acks: Family<OutcomeLabels, Counter>,
     pub dead_letters: Family<ServiceLabel, Counter>,
+    pub held_postponed: Family<ServiceLabel, Counter>,
+    pub dependency_holds: Gauge,
     pub in_flight: Family<ServiceLabel, Gauge>,
     pub pending: Family<BandLabels, Gauge>,
     pub oldest_overdue: Family<ServiceLabel, FloatGauge>,
@@ -296,6 +300,8 @@ impl Metrics {
             deliveries: Family::default(),
             acks: Family::default(),
             dead_letters: Family::default(),
+            held_postponed: Family::default(),
+            dependency_holds: Gauge::default(),
             in_flight: Family::default(),
             pending: Family::default(),
             oldest_overdue: Family::default(),
@@ -345,6 +351,16 @@ impl Metrics {
             DEAD_LETTERS,
             "Retries dead-lettered by service",
             m.dead_letters.clone(),
+        );
+        r.register(
+            HELD_POSTPONED,
+            "Retries postponed because the dependency they name is held, by service (no attempt used)",
+            m.held_postponed.clone(),
+        );
+        r.register(
+            DEPENDENCY_HOLDS,
+            "Dependency holds in force, as this node last read them (ListDependencyHolds names them)",
+            m.dependency_holds.clone(),
         );
         r.register(
             IN_FLIGHT,
@@ -507,6 +523,14 @@ impl Metrics {
             .get_or_create(&OutcomeLabels {
                 service: self.service(service),
                 outcome,
+            })
+            .inc();
+    }
+
+    pub fn held_postponed(&self, service: &str) {
+        self.held_postponed
+            .get_or_create(&ServiceLabel {
+                service: self.service(service),
             })
             .inc();
     }

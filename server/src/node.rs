@@ -35,6 +35,7 @@ use crate::{
         hub::{Hub, HubLimits},
         DispatchOptions, Dispatcher,
     },
+    holds::Holds,
     ownership::Ownership,
     push::{client::Client, guard::Allow, PushOptions, Pusher},
     ring::{LeaseRing, RingOptions},
@@ -356,6 +357,8 @@ impl Node {
             .refresh()
             .await
             .context("reading service settings")?;
+        let holds = Arc::new(Holds::new(store.clone(), clock.clone()));
+        holds.refresh().await.context("reading dependency holds")?;
         let writer = Writer::new(
             store.clone(),
             clock.clone(),
@@ -376,6 +379,7 @@ impl Node {
             store.clone(),
             writer.clone(),
             services.clone(),
+            holds.clone(),
             ownership.clone(),
             clock.clone(),
             DispatchOptions {
@@ -457,6 +461,12 @@ impl Node {
                 shutdown.subscribe(),
             ),
         );
+        own(
+            &tasks.background,
+            holds
+                .clone()
+                .run(crate::holds::REFRESH_EVERY, shutdown.subscribe()),
+        );
         own(&tasks.background, dispatcher.clone().run_scanner());
         own(&tasks.background, pusher.run(shutdown.subscribe()));
         own(
@@ -533,6 +543,7 @@ impl Node {
         let admin = Arc::new(Admin {
             store: store.clone(),
             services: services.clone(),
+            holds: holds.clone(),
             writer: writer.clone(),
             hub: hub.clone(),
             ownership: ownership.clone(),

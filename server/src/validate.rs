@@ -31,6 +31,14 @@ pub fn service(field: &str, v: &str) -> Result<(), Error> {
     }
 }
 
+/// A dependency name (`EnqueueRetryRequest.dependency`, holds).
+pub fn dependency(field: &str, v: &str) -> Result<(), Error> {
+    match crate::names::dependency_problem(v) {
+        None => Ok(()),
+        Some(message) => Err(Error::invalid(field, message)),
+    }
+}
+
 pub fn transaction_id(field: &str, v: &str) -> Result<(), Error> {
     if v.is_empty() {
         return Err(Error::invalid(field, "is required"));
@@ -263,6 +271,54 @@ impl BatchKeys {
     }
 }
 
+/// A dependency hold as an ack or `HoldDependency` gives it: its duration (1 s to 24 h) and
+/// reason (at most 1,024 bytes). `prefix` names the fields.
+pub fn hold(
+    prefix: &str,
+    duration: Option<&prost_types::Duration>,
+    reason: &str,
+) -> Result<(Duration, String), Error> {
+    use crate::holds::{MAX_HOLD, MAX_REASON_BYTES, MIN_HOLD};
+    let field = format!("{prefix}duration");
+    let Some(d) = duration else {
+        return Err(Error::invalid(field, "is required"));
+    };
+    let d = self::duration(&field, d)?;
+    if d < MIN_HOLD || d > MAX_HOLD {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "must be between {}s and {}s, got {:.3}s",
+                MIN_HOLD.as_secs(),
+                MAX_HOLD.as_secs(),
+                d.as_secs_f64()
+            ),
+        ));
+    }
+    if reason.len() > MAX_REASON_BYTES {
+        return Err(Error::invalid(
+            format!("{prefix}reason"),
+            format!(
+                "is {} bytes, over the limit of {MAX_REASON_BYTES} bytes",
+                reason.len()
+            ),
+        ));
+    }
+    Ok((d, reason.to_string()))
+}
+
+/// The hold an ack asks for (`AckRequest.hold`), only with outcome RETRY.
+pub fn ack_hold(r: &pb::AckRequest, prefix: &str) -> Result<Option<(Duration, String)>, Error> {
+    let Some(h) = &r.hold else { return Ok(None) };
+    if pb::AckOutcome::try_from(r.outcome) != Ok(pb::AckOutcome::Retry) {
+        return Err(Error::invalid(
+            format!("{prefix}hold"),
+            "is only allowed with outcome RETRY",
+        ));
+    }
+    hold(&format!("{prefix}hold."), h.duration.as_ref(), &h.reason).map(Some)
+}
+
 /// Validates one ack: its delivery id, error, retry_after (at most `max_delay`), error class,
 /// outcome and snooze. `prefix` is prepended to field names (batch items).
 pub fn ack_outcome(
@@ -363,6 +419,8 @@ pub struct EnqueueInput {
     /// The trace context to store: the item's own `trace_context`, else (set by the API) the
     /// request's or its `send` span's.
     pub trace: TextContext,
+    /// The dependency the retry waits on (empty: none).
+    pub dependency: String,
 }
 
 /// Validates an `EnqueueRetryRequest`; `prefix` is prepended to field names (batch items).
@@ -444,7 +502,11 @@ pub fn enqueue(
             t
         }
     };
+    if !r.dependency.is_empty() {
+        dependency(&f("dependency"), &r.dependency)?;
+    }
     Ok(EnqueueInput {
+        dependency: r.dependency,
         service: r.service,
         transaction_id: r.transaction_id,
         payload: r.payload,
@@ -791,6 +853,7 @@ mod ack_props {
             error_class in text(),
             retry_after in prop::option::of((any::<i64>(), any::<i32>())),
             snooze in any::<bool>(),
+            hold in prop::option::of((prop::option::of((any::<i64>(), any::<i32>())), text())),
         ) {
             let r = pb::AckRequest {
                 delivery_id,
@@ -800,11 +863,28 @@ mod ack_props {
                 retry_after: retry_after
                     .map(|(seconds, nanos)| prost_types::Duration { seconds, nanos }),
                 snooze,
+                hold: hold.map(|(duration, reason)| pb::DependencyHold {
+                    duration: duration
+                        .map(|(seconds, nanos)| prost_types::Duration { seconds, nanos }),
+                    reason,
+                }),
             };
             match ack_outcome(&r, std::time::Duration::from_secs(86_400), "acks[7].") {
                 Ok(_) => prop_assert!(super::delivery_id("d", &r.delivery_id).is_ok()),
                 Err(Error::InvalidArgument { field, .. }) => {
                     prop_assert!(field.starts_with("acks[7]."), "{field}")
+                }
+                Err(e) => prop_assert!(false, "not INVALID_ARGUMENT: {e:?}"),
+            }
+            match ack_hold(&r, "acks[7].") {
+                Ok(Some((d, reason))) => {
+                    prop_assert!(r.outcome == pb::AckOutcome::Retry as i32);
+                    prop_assert!(d >= crate::holds::MIN_HOLD && d <= crate::holds::MAX_HOLD);
+                    prop_assert!(reason.len() <= crate::holds::MAX_REASON_BYTES);
+                }
+                Ok(None) => prop_assert!(r.hold.is_none()),
+                Err(Error::InvalidArgument { field, .. }) => {
+                    prop_assert!(field.starts_with("acks[7].hold"), "{field}")
                 }
                 Err(e) => prop_assert!(false, "not INVALID_ARGUMENT: {e:?}"),
             }

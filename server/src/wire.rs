@@ -62,6 +62,7 @@ pub fn retry_pb(s: TxState) -> pb::Retry {
         }),
         enqueue_count: s.enqueue_count,
         delivery_count: s.delivery_count,
+        dependency: s.dependency,
         service: s.service,
         transaction_id: s.transaction_id,
     }
@@ -133,6 +134,7 @@ pub fn delivery_pb(d: Delivery) -> pb::Delivery {
             traceparent: d.trace.traceparent,
             tracestate: d.trace.tracestate,
         }),
+        dependency: d.dependency,
     }
 }
 

@@ -15,13 +15,16 @@ use rebound_proto::v1 as pb;
 use serde_json::Value;
 
 use crate::{
-    args::{Cli, Command, DlqCommand, LimitsCommand, PolicyCommand, PushTargetCommand},
+    args::{
+        Cli, Command, DlqCommand, HoldsCommand, LimitsCommand, PolicyCommand, PushTargetCommand,
+    },
     error::CliError,
 };
 
 mod cluster;
 mod conn;
 mod dlq;
+mod holds;
 mod push;
 mod retry;
 mod service;
@@ -30,6 +33,7 @@ mod subscribe;
 use cluster::{inspect_window, ring};
 use conn::{connect, tls, Ctx};
 use dlq::{dlq_list, dlq_purge, dlq_redrive};
+use holds::{holds_list, holds_release, holds_set};
 use push::{push_target_clear, push_target_get, push_target_set};
 use retry::{cancel, enqueue, get};
 use service::{limits_get, limits_set, pause, policy_get, policy_set, purge, services, stats};
@@ -103,6 +107,15 @@ pub async fn run(cli: &Cli) -> Result<(), CliError> {
         }
         Command::PushTarget(PushTargetCommand::Clear { service }) => {
             push_target_clear(&ctx, service).await?
+        }
+        Command::Holds(HoldsCommand::List) => holds_list(&ctx).await?,
+        Command::Holds(HoldsCommand::Set {
+            dependency,
+            duration,
+            reason,
+        }) => holds_set(&ctx, dependency, *duration, reason.as_deref()).await?,
+        Command::Holds(HoldsCommand::Release { dependency }) => {
+            holds_release(&ctx, dependency).await?
         }
         Command::Purge(a) => purge(&ctx, a).await?,
         Command::Dlq(DlqCommand::List {

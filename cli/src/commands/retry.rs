@@ -52,6 +52,7 @@ pub(super) async fn enqueue(ctx: &Ctx, a: &EnqueueArgs) -> Result<Out, CliError>
         attempt: a.attempt,
         last_error: a.last_error.clone().unwrap_or_default(),
         trace_context: None,
+        dependency: a.dependency.clone().unwrap_or_default(),
     };
     let r = ctx
         .call(ctx.retry().enqueue_retry(ctx.req(request)))

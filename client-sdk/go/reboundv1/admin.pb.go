@@ -2406,6 +2406,317 @@ func (x *ClearPushTargetResponse) GetCleared() bool {
 	return false
 }
 
+type HoldDependencyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rules of a service name, 1-128 characters.
+	Dependency string `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// 1 s to 24 h.
+	Duration *durationpb.Duration `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
+	// At most 1,024 bytes.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldDependencyRequest) Reset() {
+	*x = HoldDependencyRequest{}
+	mi := &file_rebound_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldDependencyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldDependencyRequest) ProtoMessage() {}
+
+func (x *HoldDependencyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldDependencyRequest.ProtoReflect.Descriptor instead.
+func (*HoldDependencyRequest) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *HoldDependencyRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *HoldDependencyRequest) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *HoldDependencyRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type DependencyHoldInfo struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Dependency string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// When the hold ends (then a probe goes first).
+	Until  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	Reason string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When it was set or last renewed.
+	HeldAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=held_at,json=heldAt,proto3" json:"held_at,omitempty"`
+	// "admin" (HoldDependency) or "executor" (an AckRequest.hold).
+	Source        string `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DependencyHoldInfo) Reset() {
+	*x = DependencyHoldInfo{}
+	mi := &file_rebound_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DependencyHoldInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DependencyHoldInfo) ProtoMessage() {}
+
+func (x *DependencyHoldInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DependencyHoldInfo.ProtoReflect.Descriptor instead.
+func (*DependencyHoldInfo) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *DependencyHoldInfo) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *DependencyHoldInfo) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *DependencyHoldInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DependencyHoldInfo) GetHeldAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HeldAt
+	}
+	return nil
+}
+
+func (x *DependencyHoldInfo) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+type ReleaseDependencyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dependency    string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseDependencyRequest) Reset() {
+	*x = ReleaseDependencyRequest{}
+	mi := &file_rebound_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseDependencyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseDependencyRequest) ProtoMessage() {}
+
+func (x *ReleaseDependencyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseDependencyRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseDependencyRequest) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ReleaseDependencyRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+type ReleaseDependencyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the dependency was not held.
+	Released      bool `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseDependencyResponse) Reset() {
+	*x = ReleaseDependencyResponse{}
+	mi := &file_rebound_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseDependencyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseDependencyResponse) ProtoMessage() {}
+
+func (x *ReleaseDependencyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseDependencyResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseDependencyResponse) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ReleaseDependencyResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+type ListDependencyHoldsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDependencyHoldsRequest) Reset() {
+	*x = ListDependencyHoldsRequest{}
+	mi := &file_rebound_v1_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDependencyHoldsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDependencyHoldsRequest) ProtoMessage() {}
+
+func (x *ListDependencyHoldsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDependencyHoldsRequest.ProtoReflect.Descriptor instead.
+func (*ListDependencyHoldsRequest) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_admin_proto_rawDescGZIP(), []int{42}
+}
+
+type ListDependencyHoldsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Holds         []*DependencyHoldInfo  `protobuf:"bytes,1,rep,name=holds,proto3" json:"holds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDependencyHoldsResponse) Reset() {
+	*x = ListDependencyHoldsResponse{}
+	mi := &file_rebound_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDependencyHoldsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDependencyHoldsResponse) ProtoMessage() {}
+
+func (x *ListDependencyHoldsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDependencyHoldsResponse.ProtoReflect.Descriptor instead.
+func (*ListDependencyHoldsResponse) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListDependencyHoldsResponse) GetHolds() []*DependencyHoldInfo {
+	if x != nil {
+		return x.Holds
+	}
+	return nil
+}
+
 var File_rebound_v1_admin_proto protoreflect.FileDescriptor
 
 const file_rebound_v1_admin_proto_rawDesc = "" +
@@ -2590,8 +2901,30 @@ const file_rebound_v1_admin_proto_rawDesc = "" +
 	"\x16ClearPushTargetRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\"3\n" +
 	"\x17ClearPushTargetResponse\x12\x18\n" +
-	"\acleared\x18\x01 \x01(\bR\acleared2\x9b\n" +
+	"\acleared\x18\x01 \x01(\bR\acleared\"\x86\x01\n" +
+	"\x15HoldDependencyRequest\x12\x1e\n" +
 	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\x125\n" +
+	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xcb\x01\n" +
+	"\x12DependencyHoldInfo\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\x120\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x123\n" +
+	"\aheld_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06heldAt\x12\x16\n" +
+	"\x06source\x18\x05 \x01(\tR\x06source\":\n" +
+	"\x18ReleaseDependencyRequest\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\"7\n" +
+	"\x19ReleaseDependencyResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\"\x1c\n" +
+	"\x1aListDependencyHoldsRequest\"S\n" +
+	"\x1bListDependencyHoldsResponse\x124\n" +
+	"\x05holds\x18\x01 \x03(\v2\x1e.rebound.v1.DependencyHoldInfoR\x05holds2\xba\f\n" +
 	"\fAdminService\x12Q\n" +
 	"\fListServices\x12\x1f.rebound.v1.ListServicesRequest\x1a .rebound.v1.ListServicesResponse\x12D\n" +
 	"\n" +
@@ -2608,7 +2941,10 @@ const file_rebound_v1_admin_proto_rawDesc = "" +
 	"\rInspectWindow\x12 .rebound.v1.InspectWindowRequest\x1a!.rebound.v1.InspectWindowResponse\x12T\n" +
 	"\rSetPushTarget\x12 .rebound.v1.SetPushTargetRequest\x1a!.rebound.v1.SetPushTargetResponse\x12I\n" +
 	"\rGetPushTarget\x12 .rebound.v1.GetPushTargetRequest\x1a\x16.rebound.v1.PushTarget\x12Z\n" +
-	"\x0fClearPushTarget\x12\".rebound.v1.ClearPushTargetRequest\x1a#.rebound.v1.ClearPushTargetResponseB`\n" +
+	"\x0fClearPushTarget\x12\".rebound.v1.ClearPushTargetRequest\x1a#.rebound.v1.ClearPushTargetResponse\x12S\n" +
+	"\x0eHoldDependency\x12!.rebound.v1.HoldDependencyRequest\x1a\x1e.rebound.v1.DependencyHoldInfo\x12`\n" +
+	"\x11ReleaseDependency\x12$.rebound.v1.ReleaseDependencyRequest\x1a%.rebound.v1.ReleaseDependencyResponse\x12f\n" +
+	"\x13ListDependencyHolds\x12&.rebound.v1.ListDependencyHoldsRequest\x1a'.rebound.v1.ListDependencyHoldsResponseB`\n" +
 	"\x0edev.rebound.v1B\n" +
 	"AdminProtoP\x01Z@github.com/rebound-dev/rebound/client-sdk/go/reboundv1;reboundv1b\x06proto3"
 
@@ -2624,128 +2960,144 @@ func file_rebound_v1_admin_proto_rawDescGZIP() []byte {
 	return file_rebound_v1_admin_proto_rawDescData
 }
 
-var file_rebound_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_rebound_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_rebound_v1_admin_proto_goTypes = []any{
-	(*ListServicesRequest)(nil),        // 0: rebound.v1.ListServicesRequest
-	(*ServiceLimits)(nil),              // 1: rebound.v1.ServiceLimits
-	(*ServiceInfo)(nil),                // 2: rebound.v1.ServiceInfo
-	(*ListServicesResponse)(nil),       // 3: rebound.v1.ListServicesResponse
-	(*GetServiceRequest)(nil),          // 4: rebound.v1.GetServiceRequest
-	(*GetStatsRequest)(nil),            // 5: rebound.v1.GetStatsRequest
-	(*WindowCount)(nil),                // 6: rebound.v1.WindowCount
-	(*DueBands)(nil),                   // 7: rebound.v1.DueBands
-	(*ServiceStats)(nil),               // 8: rebound.v1.ServiceStats
-	(*NodeStats)(nil),                  // 9: rebound.v1.NodeStats
-	(*GetStatsResponse)(nil),           // 10: rebound.v1.GetStatsResponse
-	(*PauseServiceRequest)(nil),        // 11: rebound.v1.PauseServiceRequest
-	(*PauseServiceResponse)(nil),       // 12: rebound.v1.PauseServiceResponse
-	(*ResumeServiceRequest)(nil),       // 13: rebound.v1.ResumeServiceRequest
-	(*ResumeServiceResponse)(nil),      // 14: rebound.v1.ResumeServiceResponse
-	(*SetServicePolicyRequest)(nil),    // 15: rebound.v1.SetServicePolicyRequest
-	(*SetServicePolicyResponse)(nil),   // 16: rebound.v1.SetServicePolicyResponse
-	(*SetServiceLimitsRequest)(nil),    // 17: rebound.v1.SetServiceLimitsRequest
-	(*SetServiceLimitsResponse)(nil),   // 18: rebound.v1.SetServiceLimitsResponse
-	(*PurgeServiceRequest)(nil),        // 19: rebound.v1.PurgeServiceRequest
-	(*PurgeServiceResponse)(nil),       // 20: rebound.v1.PurgeServiceResponse
-	(*DeadLetter)(nil),                 // 21: rebound.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 22: rebound.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 23: rebound.v1.ListDeadLettersResponse
-	(*RedriveDeadLettersRequest)(nil),  // 24: rebound.v1.RedriveDeadLettersRequest
-	(*RedriveDeadLettersResponse)(nil), // 25: rebound.v1.RedriveDeadLettersResponse
-	(*PurgeDeadLettersRequest)(nil),    // 26: rebound.v1.PurgeDeadLettersRequest
-	(*PurgeDeadLettersResponse)(nil),   // 27: rebound.v1.PurgeDeadLettersResponse
-	(*InspectWindowRequest)(nil),       // 28: rebound.v1.InspectWindowRequest
-	(*InstanceEntry)(nil),              // 29: rebound.v1.InstanceEntry
-	(*BucketEntry)(nil),                // 30: rebound.v1.BucketEntry
-	(*InspectWindowResponse)(nil),      // 31: rebound.v1.InspectWindowResponse
-	(*PushTarget)(nil),                 // 32: rebound.v1.PushTarget
-	(*SetPushTargetRequest)(nil),       // 33: rebound.v1.SetPushTargetRequest
-	(*SetPushTargetResponse)(nil),      // 34: rebound.v1.SetPushTargetResponse
-	(*GetPushTargetRequest)(nil),       // 35: rebound.v1.GetPushTargetRequest
-	(*ClearPushTargetRequest)(nil),     // 36: rebound.v1.ClearPushTargetRequest
-	(*ClearPushTargetResponse)(nil),    // 37: rebound.v1.ClearPushTargetResponse
-	nil,                                // 38: rebound.v1.PushTarget.HeadersEntry
-	(*RetryPolicy)(nil),                // 39: rebound.v1.RetryPolicy
-	(*timestamppb.Timestamp)(nil),      // 40: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 41: google.protobuf.Duration
+	(*ListServicesRequest)(nil),         // 0: rebound.v1.ListServicesRequest
+	(*ServiceLimits)(nil),               // 1: rebound.v1.ServiceLimits
+	(*ServiceInfo)(nil),                 // 2: rebound.v1.ServiceInfo
+	(*ListServicesResponse)(nil),        // 3: rebound.v1.ListServicesResponse
+	(*GetServiceRequest)(nil),           // 4: rebound.v1.GetServiceRequest
+	(*GetStatsRequest)(nil),             // 5: rebound.v1.GetStatsRequest
+	(*WindowCount)(nil),                 // 6: rebound.v1.WindowCount
+	(*DueBands)(nil),                    // 7: rebound.v1.DueBands
+	(*ServiceStats)(nil),                // 8: rebound.v1.ServiceStats
+	(*NodeStats)(nil),                   // 9: rebound.v1.NodeStats
+	(*GetStatsResponse)(nil),            // 10: rebound.v1.GetStatsResponse
+	(*PauseServiceRequest)(nil),         // 11: rebound.v1.PauseServiceRequest
+	(*PauseServiceResponse)(nil),        // 12: rebound.v1.PauseServiceResponse
+	(*ResumeServiceRequest)(nil),        // 13: rebound.v1.ResumeServiceRequest
+	(*ResumeServiceResponse)(nil),       // 14: rebound.v1.ResumeServiceResponse
+	(*SetServicePolicyRequest)(nil),     // 15: rebound.v1.SetServicePolicyRequest
+	(*SetServicePolicyResponse)(nil),    // 16: rebound.v1.SetServicePolicyResponse
+	(*SetServiceLimitsRequest)(nil),     // 17: rebound.v1.SetServiceLimitsRequest
+	(*SetServiceLimitsResponse)(nil),    // 18: rebound.v1.SetServiceLimitsResponse
+	(*PurgeServiceRequest)(nil),         // 19: rebound.v1.PurgeServiceRequest
+	(*PurgeServiceResponse)(nil),        // 20: rebound.v1.PurgeServiceResponse
+	(*DeadLetter)(nil),                  // 21: rebound.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),      // 22: rebound.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),     // 23: rebound.v1.ListDeadLettersResponse
+	(*RedriveDeadLettersRequest)(nil),   // 24: rebound.v1.RedriveDeadLettersRequest
+	(*RedriveDeadLettersResponse)(nil),  // 25: rebound.v1.RedriveDeadLettersResponse
+	(*PurgeDeadLettersRequest)(nil),     // 26: rebound.v1.PurgeDeadLettersRequest
+	(*PurgeDeadLettersResponse)(nil),    // 27: rebound.v1.PurgeDeadLettersResponse
+	(*InspectWindowRequest)(nil),        // 28: rebound.v1.InspectWindowRequest
+	(*InstanceEntry)(nil),               // 29: rebound.v1.InstanceEntry
+	(*BucketEntry)(nil),                 // 30: rebound.v1.BucketEntry
+	(*InspectWindowResponse)(nil),       // 31: rebound.v1.InspectWindowResponse
+	(*PushTarget)(nil),                  // 32: rebound.v1.PushTarget
+	(*SetPushTargetRequest)(nil),        // 33: rebound.v1.SetPushTargetRequest
+	(*SetPushTargetResponse)(nil),       // 34: rebound.v1.SetPushTargetResponse
+	(*GetPushTargetRequest)(nil),        // 35: rebound.v1.GetPushTargetRequest
+	(*ClearPushTargetRequest)(nil),      // 36: rebound.v1.ClearPushTargetRequest
+	(*ClearPushTargetResponse)(nil),     // 37: rebound.v1.ClearPushTargetResponse
+	(*HoldDependencyRequest)(nil),       // 38: rebound.v1.HoldDependencyRequest
+	(*DependencyHoldInfo)(nil),          // 39: rebound.v1.DependencyHoldInfo
+	(*ReleaseDependencyRequest)(nil),    // 40: rebound.v1.ReleaseDependencyRequest
+	(*ReleaseDependencyResponse)(nil),   // 41: rebound.v1.ReleaseDependencyResponse
+	(*ListDependencyHoldsRequest)(nil),  // 42: rebound.v1.ListDependencyHoldsRequest
+	(*ListDependencyHoldsResponse)(nil), // 43: rebound.v1.ListDependencyHoldsResponse
+	nil,                                 // 44: rebound.v1.PushTarget.HeadersEntry
+	(*RetryPolicy)(nil),                 // 45: rebound.v1.RetryPolicy
+	(*timestamppb.Timestamp)(nil),       // 46: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 47: google.protobuf.Duration
 }
 var file_rebound_v1_admin_proto_depIdxs = []int32{
-	39, // 0: rebound.v1.ServiceInfo.policy:type_name -> rebound.v1.RetryPolicy
+	45, // 0: rebound.v1.ServiceInfo.policy:type_name -> rebound.v1.RetryPolicy
 	1,  // 1: rebound.v1.ServiceInfo.limits:type_name -> rebound.v1.ServiceLimits
-	40, // 2: rebound.v1.ServiceInfo.paused_at:type_name -> google.protobuf.Timestamp
-	40, // 3: rebound.v1.ServiceInfo.updated_at:type_name -> google.protobuf.Timestamp
-	39, // 4: rebound.v1.ServiceInfo.effective_policy:type_name -> rebound.v1.RetryPolicy
+	46, // 2: rebound.v1.ServiceInfo.paused_at:type_name -> google.protobuf.Timestamp
+	46, // 3: rebound.v1.ServiceInfo.updated_at:type_name -> google.protobuf.Timestamp
+	45, // 4: rebound.v1.ServiceInfo.effective_policy:type_name -> rebound.v1.RetryPolicy
 	32, // 5: rebound.v1.ServiceInfo.push_target:type_name -> rebound.v1.PushTarget
 	2,  // 6: rebound.v1.ListServicesResponse.services:type_name -> rebound.v1.ServiceInfo
-	40, // 7: rebound.v1.WindowCount.window_start:type_name -> google.protobuf.Timestamp
-	41, // 8: rebound.v1.ServiceStats.oldest_due_age:type_name -> google.protobuf.Duration
+	46, // 7: rebound.v1.WindowCount.window_start:type_name -> google.protobuf.Timestamp
+	47, // 8: rebound.v1.ServiceStats.oldest_due_age:type_name -> google.protobuf.Duration
 	6,  // 9: rebound.v1.ServiceStats.windows:type_name -> rebound.v1.WindowCount
 	7,  // 10: rebound.v1.ServiceStats.bands:type_name -> rebound.v1.DueBands
 	8,  // 11: rebound.v1.GetStatsResponse.services:type_name -> rebound.v1.ServiceStats
 	9,  // 12: rebound.v1.GetStatsResponse.nodes:type_name -> rebound.v1.NodeStats
 	2,  // 13: rebound.v1.PauseServiceResponse.service:type_name -> rebound.v1.ServiceInfo
 	2,  // 14: rebound.v1.ResumeServiceResponse.service:type_name -> rebound.v1.ServiceInfo
-	39, // 15: rebound.v1.SetServicePolicyRequest.policy:type_name -> rebound.v1.RetryPolicy
-	39, // 16: rebound.v1.SetServicePolicyResponse.policy:type_name -> rebound.v1.RetryPolicy
-	39, // 17: rebound.v1.SetServicePolicyResponse.effective_policy:type_name -> rebound.v1.RetryPolicy
+	45, // 15: rebound.v1.SetServicePolicyRequest.policy:type_name -> rebound.v1.RetryPolicy
+	45, // 16: rebound.v1.SetServicePolicyResponse.policy:type_name -> rebound.v1.RetryPolicy
+	45, // 17: rebound.v1.SetServicePolicyResponse.effective_policy:type_name -> rebound.v1.RetryPolicy
 	1,  // 18: rebound.v1.SetServiceLimitsRequest.limits:type_name -> rebound.v1.ServiceLimits
 	1,  // 19: rebound.v1.SetServiceLimitsResponse.limits:type_name -> rebound.v1.ServiceLimits
-	40, // 20: rebound.v1.PurgeServiceRequest.before:type_name -> google.protobuf.Timestamp
-	40, // 21: rebound.v1.PurgeServiceResponse.before:type_name -> google.protobuf.Timestamp
-	40, // 22: rebound.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	40, // 23: rebound.v1.DeadLetter.redriven_at:type_name -> google.protobuf.Timestamp
-	40, // 24: rebound.v1.ListDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
-	40, // 25: rebound.v1.ListDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
+	46, // 20: rebound.v1.PurgeServiceRequest.before:type_name -> google.protobuf.Timestamp
+	46, // 21: rebound.v1.PurgeServiceResponse.before:type_name -> google.protobuf.Timestamp
+	46, // 22: rebound.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	46, // 23: rebound.v1.DeadLetter.redriven_at:type_name -> google.protobuf.Timestamp
+	46, // 24: rebound.v1.ListDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 25: rebound.v1.ListDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
 	21, // 26: rebound.v1.ListDeadLettersResponse.dead_letters:type_name -> rebound.v1.DeadLetter
-	40, // 27: rebound.v1.RedriveDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
-	40, // 28: rebound.v1.RedriveDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
-	41, // 29: rebound.v1.RedriveDeadLettersRequest.delay:type_name -> google.protobuf.Duration
-	40, // 30: rebound.v1.PurgeDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
-	40, // 31: rebound.v1.PurgeDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
+	46, // 27: rebound.v1.RedriveDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 28: rebound.v1.RedriveDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
+	47, // 29: rebound.v1.RedriveDeadLettersRequest.delay:type_name -> google.protobuf.Duration
+	46, // 30: rebound.v1.PurgeDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 31: rebound.v1.PurgeDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
 	30, // 32: rebound.v1.InstanceEntry.buckets:type_name -> rebound.v1.BucketEntry
 	29, // 33: rebound.v1.InspectWindowResponse.instances:type_name -> rebound.v1.InstanceEntry
-	40, // 34: rebound.v1.InspectWindowResponse.window_start:type_name -> google.protobuf.Timestamp
-	40, // 35: rebound.v1.InspectWindowResponse.window_end:type_name -> google.protobuf.Timestamp
-	41, // 36: rebound.v1.PushTarget.timeout:type_name -> google.protobuf.Duration
-	38, // 37: rebound.v1.PushTarget.headers:type_name -> rebound.v1.PushTarget.HeadersEntry
-	40, // 38: rebound.v1.PushTarget.updated_at:type_name -> google.protobuf.Timestamp
+	46, // 34: rebound.v1.InspectWindowResponse.window_start:type_name -> google.protobuf.Timestamp
+	46, // 35: rebound.v1.InspectWindowResponse.window_end:type_name -> google.protobuf.Timestamp
+	47, // 36: rebound.v1.PushTarget.timeout:type_name -> google.protobuf.Duration
+	44, // 37: rebound.v1.PushTarget.headers:type_name -> rebound.v1.PushTarget.HeadersEntry
+	46, // 38: rebound.v1.PushTarget.updated_at:type_name -> google.protobuf.Timestamp
 	32, // 39: rebound.v1.SetPushTargetRequest.target:type_name -> rebound.v1.PushTarget
 	32, // 40: rebound.v1.SetPushTargetResponse.target:type_name -> rebound.v1.PushTarget
-	0,  // 41: rebound.v1.AdminService.ListServices:input_type -> rebound.v1.ListServicesRequest
-	4,  // 42: rebound.v1.AdminService.GetService:input_type -> rebound.v1.GetServiceRequest
-	5,  // 43: rebound.v1.AdminService.GetStats:input_type -> rebound.v1.GetStatsRequest
-	11, // 44: rebound.v1.AdminService.PauseService:input_type -> rebound.v1.PauseServiceRequest
-	13, // 45: rebound.v1.AdminService.ResumeService:input_type -> rebound.v1.ResumeServiceRequest
-	15, // 46: rebound.v1.AdminService.SetServicePolicy:input_type -> rebound.v1.SetServicePolicyRequest
-	17, // 47: rebound.v1.AdminService.SetServiceLimits:input_type -> rebound.v1.SetServiceLimitsRequest
-	19, // 48: rebound.v1.AdminService.PurgeService:input_type -> rebound.v1.PurgeServiceRequest
-	22, // 49: rebound.v1.AdminService.ListDeadLetters:input_type -> rebound.v1.ListDeadLettersRequest
-	24, // 50: rebound.v1.AdminService.RedriveDeadLetters:input_type -> rebound.v1.RedriveDeadLettersRequest
-	26, // 51: rebound.v1.AdminService.PurgeDeadLetters:input_type -> rebound.v1.PurgeDeadLettersRequest
-	28, // 52: rebound.v1.AdminService.InspectWindow:input_type -> rebound.v1.InspectWindowRequest
-	33, // 53: rebound.v1.AdminService.SetPushTarget:input_type -> rebound.v1.SetPushTargetRequest
-	35, // 54: rebound.v1.AdminService.GetPushTarget:input_type -> rebound.v1.GetPushTargetRequest
-	36, // 55: rebound.v1.AdminService.ClearPushTarget:input_type -> rebound.v1.ClearPushTargetRequest
-	3,  // 56: rebound.v1.AdminService.ListServices:output_type -> rebound.v1.ListServicesResponse
-	2,  // 57: rebound.v1.AdminService.GetService:output_type -> rebound.v1.ServiceInfo
-	10, // 58: rebound.v1.AdminService.GetStats:output_type -> rebound.v1.GetStatsResponse
-	12, // 59: rebound.v1.AdminService.PauseService:output_type -> rebound.v1.PauseServiceResponse
-	14, // 60: rebound.v1.AdminService.ResumeService:output_type -> rebound.v1.ResumeServiceResponse
-	16, // 61: rebound.v1.AdminService.SetServicePolicy:output_type -> rebound.v1.SetServicePolicyResponse
-	18, // 62: rebound.v1.AdminService.SetServiceLimits:output_type -> rebound.v1.SetServiceLimitsResponse
-	20, // 63: rebound.v1.AdminService.PurgeService:output_type -> rebound.v1.PurgeServiceResponse
-	23, // 64: rebound.v1.AdminService.ListDeadLetters:output_type -> rebound.v1.ListDeadLettersResponse
-	25, // 65: rebound.v1.AdminService.RedriveDeadLetters:output_type -> rebound.v1.RedriveDeadLettersResponse
-	27, // 66: rebound.v1.AdminService.PurgeDeadLetters:output_type -> rebound.v1.PurgeDeadLettersResponse
-	31, // 67: rebound.v1.AdminService.InspectWindow:output_type -> rebound.v1.InspectWindowResponse
-	34, // 68: rebound.v1.AdminService.SetPushTarget:output_type -> rebound.v1.SetPushTargetResponse
-	32, // 69: rebound.v1.AdminService.GetPushTarget:output_type -> rebound.v1.PushTarget
-	37, // 70: rebound.v1.AdminService.ClearPushTarget:output_type -> rebound.v1.ClearPushTargetResponse
-	56, // [56:71] is the sub-list for method output_type
-	41, // [41:56] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	47, // 41: rebound.v1.HoldDependencyRequest.duration:type_name -> google.protobuf.Duration
+	46, // 42: rebound.v1.DependencyHoldInfo.until:type_name -> google.protobuf.Timestamp
+	46, // 43: rebound.v1.DependencyHoldInfo.held_at:type_name -> google.protobuf.Timestamp
+	39, // 44: rebound.v1.ListDependencyHoldsResponse.holds:type_name -> rebound.v1.DependencyHoldInfo
+	0,  // 45: rebound.v1.AdminService.ListServices:input_type -> rebound.v1.ListServicesRequest
+	4,  // 46: rebound.v1.AdminService.GetService:input_type -> rebound.v1.GetServiceRequest
+	5,  // 47: rebound.v1.AdminService.GetStats:input_type -> rebound.v1.GetStatsRequest
+	11, // 48: rebound.v1.AdminService.PauseService:input_type -> rebound.v1.PauseServiceRequest
+	13, // 49: rebound.v1.AdminService.ResumeService:input_type -> rebound.v1.ResumeServiceRequest
+	15, // 50: rebound.v1.AdminService.SetServicePolicy:input_type -> rebound.v1.SetServicePolicyRequest
+	17, // 51: rebound.v1.AdminService.SetServiceLimits:input_type -> rebound.v1.SetServiceLimitsRequest
+	19, // 52: rebound.v1.AdminService.PurgeService:input_type -> rebound.v1.PurgeServiceRequest
+	22, // 53: rebound.v1.AdminService.ListDeadLetters:input_type -> rebound.v1.ListDeadLettersRequest
+	24, // 54: rebound.v1.AdminService.RedriveDeadLetters:input_type -> rebound.v1.RedriveDeadLettersRequest
+	26, // 55: rebound.v1.AdminService.PurgeDeadLetters:input_type -> rebound.v1.PurgeDeadLettersRequest
+	28, // 56: rebound.v1.AdminService.InspectWindow:input_type -> rebound.v1.InspectWindowRequest
+	33, // 57: rebound.v1.AdminService.SetPushTarget:input_type -> rebound.v1.SetPushTargetRequest
+	35, // 58: rebound.v1.AdminService.GetPushTarget:input_type -> rebound.v1.GetPushTargetRequest
+	36, // 59: rebound.v1.AdminService.ClearPushTarget:input_type -> rebound.v1.ClearPushTargetRequest
+	38, // 60: rebound.v1.AdminService.HoldDependency:input_type -> rebound.v1.HoldDependencyRequest
+	40, // 61: rebound.v1.AdminService.ReleaseDependency:input_type -> rebound.v1.ReleaseDependencyRequest
+	42, // 62: rebound.v1.AdminService.ListDependencyHolds:input_type -> rebound.v1.ListDependencyHoldsRequest
+	3,  // 63: rebound.v1.AdminService.ListServices:output_type -> rebound.v1.ListServicesResponse
+	2,  // 64: rebound.v1.AdminService.GetService:output_type -> rebound.v1.ServiceInfo
+	10, // 65: rebound.v1.AdminService.GetStats:output_type -> rebound.v1.GetStatsResponse
+	12, // 66: rebound.v1.AdminService.PauseService:output_type -> rebound.v1.PauseServiceResponse
+	14, // 67: rebound.v1.AdminService.ResumeService:output_type -> rebound.v1.ResumeServiceResponse
+	16, // 68: rebound.v1.AdminService.SetServicePolicy:output_type -> rebound.v1.SetServicePolicyResponse
+	18, // 69: rebound.v1.AdminService.SetServiceLimits:output_type -> rebound.v1.SetServiceLimitsResponse
+	20, // 70: rebound.v1.AdminService.PurgeService:output_type -> rebound.v1.PurgeServiceResponse
+	23, // 71: rebound.v1.AdminService.ListDeadLetters:output_type -> rebound.v1.ListDeadLettersResponse
+	25, // 72: rebound.v1.AdminService.RedriveDeadLetters:output_type -> rebound.v1.RedriveDeadLettersResponse
+	27, // 73: rebound.v1.AdminService.PurgeDeadLetters:output_type -> rebound.v1.PurgeDeadLettersResponse
+	31, // 74: rebound.v1.AdminService.InspectWindow:output_type -> rebound.v1.InspectWindowResponse
+	34, // 75: rebound.v1.AdminService.SetPushTarget:output_type -> rebound.v1.SetPushTargetResponse
+	32, // 76: rebound.v1.AdminService.GetPushTarget:output_type -> rebound.v1.PushTarget
+	37, // 77: rebound.v1.AdminService.ClearPushTarget:output_type -> rebound.v1.ClearPushTargetResponse
+	39, // 78: rebound.v1.AdminService.HoldDependency:output_type -> rebound.v1.DependencyHoldInfo
+	41, // 79: rebound.v1.AdminService.ReleaseDependency:output_type -> rebound.v1.ReleaseDependencyResponse
+	43, // 80: rebound.v1.AdminService.ListDependencyHolds:output_type -> rebound.v1.ListDependencyHoldsResponse
+	63, // [63:81] is the sub-list for method output_type
+	45, // [45:63] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_rebound_v1_admin_proto_init() }
@@ -2763,7 +3115,7 @@ func file_rebound_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rebound_v1_admin_proto_rawDesc), len(file_rebound_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,21 +19,24 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListServices_FullMethodName       = "/rebound.v1.AdminService/ListServices"
-	AdminService_GetService_FullMethodName         = "/rebound.v1.AdminService/GetService"
-	AdminService_GetStats_FullMethodName           = "/rebound.v1.AdminService/GetStats"
-	AdminService_PauseService_FullMethodName       = "/rebound.v1.AdminService/PauseService"
-	AdminService_ResumeService_FullMethodName      = "/rebound.v1.AdminService/ResumeService"
-	AdminService_SetServicePolicy_FullMethodName   = "/rebound.v1.AdminService/SetServicePolicy"
-	AdminService_SetServiceLimits_FullMethodName   = "/rebound.v1.AdminService/SetServiceLimits"
-	AdminService_PurgeService_FullMethodName       = "/rebound.v1.AdminService/PurgeService"
-	AdminService_ListDeadLetters_FullMethodName    = "/rebound.v1.AdminService/ListDeadLetters"
-	AdminService_RedriveDeadLetters_FullMethodName = "/rebound.v1.AdminService/RedriveDeadLetters"
-	AdminService_PurgeDeadLetters_FullMethodName   = "/rebound.v1.AdminService/PurgeDeadLetters"
-	AdminService_InspectWindow_FullMethodName      = "/rebound.v1.AdminService/InspectWindow"
-	AdminService_SetPushTarget_FullMethodName      = "/rebound.v1.AdminService/SetPushTarget"
-	AdminService_GetPushTarget_FullMethodName      = "/rebound.v1.AdminService/GetPushTarget"
-	AdminService_ClearPushTarget_FullMethodName    = "/rebound.v1.AdminService/ClearPushTarget"
+	AdminService_ListServices_FullMethodName        = "/rebound.v1.AdminService/ListServices"
+	AdminService_GetService_FullMethodName          = "/rebound.v1.AdminService/GetService"
+	AdminService_GetStats_FullMethodName            = "/rebound.v1.AdminService/GetStats"
+	AdminService_PauseService_FullMethodName        = "/rebound.v1.AdminService/PauseService"
+	AdminService_ResumeService_FullMethodName       = "/rebound.v1.AdminService/ResumeService"
+	AdminService_SetServicePolicy_FullMethodName    = "/rebound.v1.AdminService/SetServicePolicy"
+	AdminService_SetServiceLimits_FullMethodName    = "/rebound.v1.AdminService/SetServiceLimits"
+	AdminService_PurgeService_FullMethodName        = "/rebound.v1.AdminService/PurgeService"
+	AdminService_ListDeadLetters_FullMethodName     = "/rebound.v1.AdminService/ListDeadLetters"
+	AdminService_RedriveDeadLetters_FullMethodName  = "/rebound.v1.AdminService/RedriveDeadLetters"
+	AdminService_PurgeDeadLetters_FullMethodName    = "/rebound.v1.AdminService/PurgeDeadLetters"
+	AdminService_InspectWindow_FullMethodName       = "/rebound.v1.AdminService/InspectWindow"
+	AdminService_SetPushTarget_FullMethodName       = "/rebound.v1.AdminService/SetPushTarget"
+	AdminService_GetPushTarget_FullMethodName       = "/rebound.v1.AdminService/GetPushTarget"
+	AdminService_ClearPushTarget_FullMethodName     = "/rebound.v1.AdminService/ClearPushTarget"
+	AdminService_HoldDependency_FullMethodName      = "/rebound.v1.AdminService/HoldDependency"
+	AdminService_ReleaseDependency_FullMethodName   = "/rebound.v1.AdminService/ReleaseDependency"
+	AdminService_ListDependencyHolds_FullMethodName = "/rebound.v1.AdminService/ListDependencyHolds"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -84,6 +87,17 @@ type AdminServiceClient interface {
 	GetPushTarget(ctx context.Context, in *GetPushTargetRequest, opts ...grpc.CallOption) (*PushTarget, error)
 	// Deliveries of the service go to Subscribe streams again.
 	ClearPushTarget(ctx context.Context, in *ClearPushTargetRequest, opts ...grpc.CallOption) (*ClearPushTargetResponse, error)
+	// Holds a downstream dependency (EnqueueRetryRequest.dependency) for `duration` from now:
+	// no retry naming it is delivered, in any service, until then, and held retries use no
+	// attempt. A hold that exists is replaced. When it ends, one probe delivery goes first: if
+	// it succeeds the rest are released at a ramping rate; if it is acked RETRY with a hold, the
+	// hold is renewed. Holds are stored: every node applies them within a second, and they
+	// survive restarts.
+	HoldDependency(ctx context.Context, in *HoldDependencyRequest, opts ...grpc.CallOption) (*DependencyHoldInfo, error)
+	// Ends a hold now (its retries are released as after a probe that succeeded).
+	ReleaseDependency(ctx context.Context, in *ReleaseDependencyRequest, opts ...grpc.CallOption) (*ReleaseDependencyResponse, error)
+	// The holds in force, by dependency.
+	ListDependencyHolds(ctx context.Context, in *ListDependencyHoldsRequest, opts ...grpc.CallOption) (*ListDependencyHoldsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -244,6 +258,36 @@ func (c *adminServiceClient) ClearPushTarget(ctx context.Context, in *ClearPushT
 	return out, nil
 }
 
+func (c *adminServiceClient) HoldDependency(ctx context.Context, in *HoldDependencyRequest, opts ...grpc.CallOption) (*DependencyHoldInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DependencyHoldInfo)
+	err := c.cc.Invoke(ctx, AdminService_HoldDependency_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ReleaseDependency(ctx context.Context, in *ReleaseDependencyRequest, opts ...grpc.CallOption) (*ReleaseDependencyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseDependencyResponse)
+	err := c.cc.Invoke(ctx, AdminService_ReleaseDependency_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListDependencyHolds(ctx context.Context, in *ListDependencyHoldsRequest, opts ...grpc.CallOption) (*ListDependencyHoldsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDependencyHoldsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListDependencyHolds_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -292,6 +336,17 @@ type AdminServiceServer interface {
 	GetPushTarget(context.Context, *GetPushTargetRequest) (*PushTarget, error)
 	// Deliveries of the service go to Subscribe streams again.
 	ClearPushTarget(context.Context, *ClearPushTargetRequest) (*ClearPushTargetResponse, error)
+	// Holds a downstream dependency (EnqueueRetryRequest.dependency) for `duration` from now:
+	// no retry naming it is delivered, in any service, until then, and held retries use no
+	// attempt. A hold that exists is replaced. When it ends, one probe delivery goes first: if
+	// it succeeds the rest are released at a ramping rate; if it is acked RETRY with a hold, the
+	// hold is renewed. Holds are stored: every node applies them within a second, and they
+	// survive restarts.
+	HoldDependency(context.Context, *HoldDependencyRequest) (*DependencyHoldInfo, error)
+	// Ends a hold now (its retries are released as after a probe that succeeded).
+	ReleaseDependency(context.Context, *ReleaseDependencyRequest) (*ReleaseDependencyResponse, error)
+	// The holds in force, by dependency.
+	ListDependencyHolds(context.Context, *ListDependencyHoldsRequest) (*ListDependencyHoldsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -346,6 +401,15 @@ func (UnimplementedAdminServiceServer) GetPushTarget(context.Context, *GetPushTa
 }
 func (UnimplementedAdminServiceServer) ClearPushTarget(context.Context, *ClearPushTargetRequest) (*ClearPushTargetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClearPushTarget not implemented")
+}
+func (UnimplementedAdminServiceServer) HoldDependency(context.Context, *HoldDependencyRequest) (*DependencyHoldInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method HoldDependency not implemented")
+}
+func (UnimplementedAdminServiceServer) ReleaseDependency(context.Context, *ReleaseDependencyRequest) (*ReleaseDependencyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseDependency not implemented")
+}
+func (UnimplementedAdminServiceServer) ListDependencyHolds(context.Context, *ListDependencyHoldsRequest) (*ListDependencyHoldsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDependencyHolds not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -638,6 +702,60 @@ func _AdminService_ClearPushTarget_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_HoldDependency_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HoldDependencyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).HoldDependency(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_HoldDependency_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).HoldDependency(ctx, req.(*HoldDependencyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ReleaseDependency_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseDependencyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ReleaseDependency(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ReleaseDependency_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ReleaseDependency(ctx, req.(*ReleaseDependencyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListDependencyHolds_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDependencyHoldsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListDependencyHolds(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListDependencyHolds_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListDependencyHolds(ctx, req.(*ListDependencyHoldsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -704,6 +822,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClearPushTarget",
 			Handler:    _AdminService_ClearPushTarget_Handler,
+		},
+		{
+			MethodName: "HoldDependency",
+			Handler:    _AdminService_HoldDependency_Handler,
+		},
+		{
+			MethodName: "ReleaseDependency",
+			Handler:    _AdminService_ReleaseDependency_Handler,
+		},
+		{
+			MethodName: "ListDependencyHolds",
+			Handler:    _AdminService_ListDependencyHolds_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -153,7 +153,10 @@ type Delivery struct {
 	// The trace context stored with the retry at its first enqueue (the `send` span when the
 	// node traces, else the enqueuing caller's own): executors link their work to it, on every
 	// attempt. Empty when the enqueue carried none.
-	TraceContext  *TraceContext `protobuf:"bytes,11,opt,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty"`
+	TraceContext *TraceContext `protobuf:"bytes,11,opt,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty"`
+	// The dependency the retry names (EnqueueRetryRequest.dependency); empty: none. An ack with
+	// outcome RETRY may hold it (AckRequest.hold).
+	Dependency    string `protobuf:"bytes,12,opt,name=dependency,proto3" json:"dependency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -265,6 +268,13 @@ func (x *Delivery) GetTraceContext() *TraceContext {
 	return nil
 }
 
+func (x *Delivery) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
 type AckRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	DeliveryId string                 `protobuf:"bytes,1,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
@@ -277,7 +287,12 @@ type AckRequest struct {
 	Snooze bool `protobuf:"varint,5,opt,name=snooze,proto3" json:"snooze,omitempty"`
 	// A short machine-readable class of the error (e.g. "http.404"), matched against the
 	// policy's non_retryable_error_classes.
-	ErrorClass    string `protobuf:"bytes,6,opt,name=error_class,json=errorClass,proto3" json:"error_class,omitempty"`
+	ErrorClass string `protobuf:"bytes,6,opt,name=error_class,json=errorClass,proto3" json:"error_class,omitempty"`
+	// With outcome RETRY, on a delivery whose retry names a dependency: hold that dependency for
+	// `hold.duration` (the Retry-After the executor got, say). No retry naming it is delivered,
+	// in any service, until then, and this retry waits for the hold's end without using an
+	// attempt. INVALID_ARGUMENT with another outcome or without a dependency.
+	Hold          *DependencyHold `protobuf:"bytes,7,opt,name=hold,proto3" json:"hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -354,6 +369,68 @@ func (x *AckRequest) GetErrorClass() string {
 	return ""
 }
 
+func (x *AckRequest) GetHold() *DependencyHold {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
+// A hold of a downstream dependency (AckRequest.hold, AdminService.HoldDependency).
+type DependencyHold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// From now: 1 s to 24 h.
+	Duration *durationpb.Duration `protobuf:"bytes,1,opt,name=duration,proto3" json:"duration,omitempty"`
+	// Why, as listed by ListDependencyHolds: at most 1,024 bytes.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DependencyHold) Reset() {
+	*x = DependencyHold{}
+	mi := &file_rebound_v1_executor_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DependencyHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DependencyHold) ProtoMessage() {}
+
+func (x *DependencyHold) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_executor_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DependencyHold.ProtoReflect.Descriptor instead.
+func (*DependencyHold) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DependencyHold) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *DependencyHold) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type AckResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// For RETRY: when the next attempt is due; unset when the retry went to the dead letters.
@@ -368,7 +445,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_rebound_v1_executor_proto_msgTypes[3]
+	mi := &file_rebound_v1_executor_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +457,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_executor_proto_msgTypes[3]
+	mi := &file_rebound_v1_executor_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +470,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{3}
+	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AckResponse) GetNextDueTime() *timestamppb.Timestamp {
@@ -426,7 +503,7 @@ type AckBatchRequest struct {
 
 func (x *AckBatchRequest) Reset() {
 	*x = AckBatchRequest{}
-	mi := &file_rebound_v1_executor_proto_msgTypes[4]
+	mi := &file_rebound_v1_executor_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +515,7 @@ func (x *AckBatchRequest) String() string {
 func (*AckBatchRequest) ProtoMessage() {}
 
 func (x *AckBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_executor_proto_msgTypes[4]
+	mi := &file_rebound_v1_executor_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +528,7 @@ func (x *AckBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckBatchRequest.ProtoReflect.Descriptor instead.
 func (*AckBatchRequest) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{4}
+	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AckBatchRequest) GetAcks() []*AckRequest {
@@ -474,7 +551,7 @@ type AckBatchResult struct {
 
 func (x *AckBatchResult) Reset() {
 	*x = AckBatchResult{}
-	mi := &file_rebound_v1_executor_proto_msgTypes[5]
+	mi := &file_rebound_v1_executor_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +563,7 @@ func (x *AckBatchResult) String() string {
 func (*AckBatchResult) ProtoMessage() {}
 
 func (x *AckBatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_executor_proto_msgTypes[5]
+	mi := &file_rebound_v1_executor_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +576,7 @@ func (x *AckBatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckBatchResult.ProtoReflect.Descriptor instead.
 func (*AckBatchResult) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{5}
+	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AckBatchResult) GetResult() isAckBatchResult_Result {
@@ -553,7 +630,7 @@ type AckError struct {
 
 func (x *AckError) Reset() {
 	*x = AckError{}
-	mi := &file_rebound_v1_executor_proto_msgTypes[6]
+	mi := &file_rebound_v1_executor_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +642,7 @@ func (x *AckError) String() string {
 func (*AckError) ProtoMessage() {}
 
 func (x *AckError) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_executor_proto_msgTypes[6]
+	mi := &file_rebound_v1_executor_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +655,7 @@ func (x *AckError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckError.ProtoReflect.Descriptor instead.
 func (*AckError) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{6}
+	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AckError) GetCode() int32 {
@@ -604,7 +681,7 @@ type AckBatchResponse struct {
 
 func (x *AckBatchResponse) Reset() {
 	*x = AckBatchResponse{}
-	mi := &file_rebound_v1_executor_proto_msgTypes[7]
+	mi := &file_rebound_v1_executor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +693,7 @@ func (x *AckBatchResponse) String() string {
 func (*AckBatchResponse) ProtoMessage() {}
 
 func (x *AckBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_executor_proto_msgTypes[7]
+	mi := &file_rebound_v1_executor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +706,7 @@ func (x *AckBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckBatchResponse.ProtoReflect.Descriptor instead.
 func (*AckBatchResponse) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{7}
+	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AckBatchResponse) GetResults() []*AckBatchResult {
@@ -649,7 +726,7 @@ type ExtendDeadlineRequest struct {
 
 func (x *ExtendDeadlineRequest) Reset() {
 	*x = ExtendDeadlineRequest{}
-	mi := &file_rebound_v1_executor_proto_msgTypes[8]
+	mi := &file_rebound_v1_executor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +738,7 @@ func (x *ExtendDeadlineRequest) String() string {
 func (*ExtendDeadlineRequest) ProtoMessage() {}
 
 func (x *ExtendDeadlineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_executor_proto_msgTypes[8]
+	mi := &file_rebound_v1_executor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +751,7 @@ func (x *ExtendDeadlineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendDeadlineRequest.ProtoReflect.Descriptor instead.
 func (*ExtendDeadlineRequest) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{8}
+	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExtendDeadlineRequest) GetDeliveryId() string {
@@ -700,7 +777,7 @@ type ExtendDeadlineResponse struct {
 
 func (x *ExtendDeadlineResponse) Reset() {
 	*x = ExtendDeadlineResponse{}
-	mi := &file_rebound_v1_executor_proto_msgTypes[9]
+	mi := &file_rebound_v1_executor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +789,7 @@ func (x *ExtendDeadlineResponse) String() string {
 func (*ExtendDeadlineResponse) ProtoMessage() {}
 
 func (x *ExtendDeadlineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_executor_proto_msgTypes[9]
+	mi := &file_rebound_v1_executor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +802,7 @@ func (x *ExtendDeadlineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendDeadlineResponse.ProtoReflect.Descriptor instead.
 func (*ExtendDeadlineResponse) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{9}
+	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExtendDeadlineResponse) GetAckDeadline() *timestamppb.Timestamp {
@@ -743,7 +820,7 @@ type GetRingRequest struct {
 
 func (x *GetRingRequest) Reset() {
 	*x = GetRingRequest{}
-	mi := &file_rebound_v1_executor_proto_msgTypes[10]
+	mi := &file_rebound_v1_executor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +832,7 @@ func (x *GetRingRequest) String() string {
 func (*GetRingRequest) ProtoMessage() {}
 
 func (x *GetRingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_executor_proto_msgTypes[10]
+	mi := &file_rebound_v1_executor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +845,7 @@ func (x *GetRingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRingRequest.ProtoReflect.Descriptor instead.
 func (*GetRingRequest) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{10}
+	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{11}
 }
 
 type Ring struct {
@@ -780,7 +857,7 @@ type Ring struct {
 
 func (x *Ring) Reset() {
 	*x = Ring{}
-	mi := &file_rebound_v1_executor_proto_msgTypes[11]
+	mi := &file_rebound_v1_executor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +869,7 @@ func (x *Ring) String() string {
 func (*Ring) ProtoMessage() {}
 
 func (x *Ring) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_executor_proto_msgTypes[11]
+	mi := &file_rebound_v1_executor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +882,7 @@ func (x *Ring) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ring.ProtoReflect.Descriptor instead.
 func (*Ring) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{11}
+	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Ring) GetNodes() []*RingNode {
@@ -829,7 +906,7 @@ type RingNode struct {
 
 func (x *RingNode) Reset() {
 	*x = RingNode{}
-	mi := &file_rebound_v1_executor_proto_msgTypes[12]
+	mi := &file_rebound_v1_executor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +918,7 @@ func (x *RingNode) String() string {
 func (*RingNode) ProtoMessage() {}
 
 func (x *RingNode) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_executor_proto_msgTypes[12]
+	mi := &file_rebound_v1_executor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +931,7 @@ func (x *RingNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RingNode.ProtoReflect.Descriptor instead.
 func (*RingNode) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{12}
+	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RingNode) GetNodeId() string {
@@ -896,7 +973,7 @@ type TokenRange struct {
 
 func (x *TokenRange) Reset() {
 	*x = TokenRange{}
-	mi := &file_rebound_v1_executor_proto_msgTypes[13]
+	mi := &file_rebound_v1_executor_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +985,7 @@ func (x *TokenRange) String() string {
 func (*TokenRange) ProtoMessage() {}
 
 func (x *TokenRange) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_executor_proto_msgTypes[13]
+	mi := &file_rebound_v1_executor_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +998,7 @@ func (x *TokenRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRange.ProtoReflect.Descriptor instead.
 func (*TokenRange) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{13}
+	return file_rebound_v1_executor_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TokenRange) GetStart() int64 {
@@ -948,7 +1025,7 @@ const file_rebound_v1_executor_proto_rawDesc = "" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1f\n" +
 	"\vexecutor_id\x18\x02 \x01(\tR\n" +
 	"executorId\x12\"\n" +
-	"\rmax_in_flight\x18\x03 \x01(\rR\vmaxInFlight\"\xc1\x04\n" +
+	"\rmax_in_flight\x18\x03 \x01(\rR\vmaxInFlight\"\xe1\x04\n" +
 	"\bDelivery\x12\x1f\n" +
 	"\vdelivery_id\x18\x01 \x01(\tR\n" +
 	"deliveryId\x12\x18\n" +
@@ -965,10 +1042,13 @@ const file_rebound_v1_executor_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\n" +
 	" \x01(\tR\tlastError\x12=\n" +
-	"\rtrace_context\x18\v \x01(\v2\x18.rebound.v1.TraceContextR\ftraceContext\x1a=\n" +
+	"\rtrace_context\x18\v \x01(\v2\x18.rebound.v1.TraceContextR\ftraceContext\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\f \x01(\tR\n" +
+	"dependency\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xea\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9a\x02\n" +
 	"\n" +
 	"AckRequest\x12\x1f\n" +
 	"\vdelivery_id\x18\x01 \x01(\tR\n" +
@@ -979,7 +1059,11 @@ const file_rebound_v1_executor_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x16\n" +
 	"\x06snooze\x18\x05 \x01(\bR\x06snooze\x12\x1f\n" +
 	"\verror_class\x18\x06 \x01(\tR\n" +
-	"errorClass\"\x8c\x01\n" +
+	"errorClass\x12.\n" +
+	"\x04hold\x18\a \x01(\v2\x1a.rebound.v1.DependencyHoldR\x04hold\"_\n" +
+	"\x0eDependencyHold\x125\n" +
+	"\bduration\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x8c\x01\n" +
 	"\vAckResponse\x12>\n" +
 	"\rnext_due_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\vnextDueTime\x12#\n" +
 	"\rdead_lettered\x18\x02 \x01(\bR\fdeadLettered\x12\x18\n" +
@@ -1040,60 +1124,63 @@ func file_rebound_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_rebound_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rebound_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_rebound_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_rebound_v1_executor_proto_goTypes = []any{
 	(AckOutcome)(0),                // 0: rebound.v1.AckOutcome
 	(*SubscribeRequest)(nil),       // 1: rebound.v1.SubscribeRequest
 	(*Delivery)(nil),               // 2: rebound.v1.Delivery
 	(*AckRequest)(nil),             // 3: rebound.v1.AckRequest
-	(*AckResponse)(nil),            // 4: rebound.v1.AckResponse
-	(*AckBatchRequest)(nil),        // 5: rebound.v1.AckBatchRequest
-	(*AckBatchResult)(nil),         // 6: rebound.v1.AckBatchResult
-	(*AckError)(nil),               // 7: rebound.v1.AckError
-	(*AckBatchResponse)(nil),       // 8: rebound.v1.AckBatchResponse
-	(*ExtendDeadlineRequest)(nil),  // 9: rebound.v1.ExtendDeadlineRequest
-	(*ExtendDeadlineResponse)(nil), // 10: rebound.v1.ExtendDeadlineResponse
-	(*GetRingRequest)(nil),         // 11: rebound.v1.GetRingRequest
-	(*Ring)(nil),                   // 12: rebound.v1.Ring
-	(*RingNode)(nil),               // 13: rebound.v1.RingNode
-	(*TokenRange)(nil),             // 14: rebound.v1.TokenRange
-	nil,                            // 15: rebound.v1.Delivery.AttributesEntry
-	(*timestamppb.Timestamp)(nil),  // 16: google.protobuf.Timestamp
-	(*TraceContext)(nil),           // 17: rebound.v1.TraceContext
-	(*durationpb.Duration)(nil),    // 18: google.protobuf.Duration
+	(*DependencyHold)(nil),         // 4: rebound.v1.DependencyHold
+	(*AckResponse)(nil),            // 5: rebound.v1.AckResponse
+	(*AckBatchRequest)(nil),        // 6: rebound.v1.AckBatchRequest
+	(*AckBatchResult)(nil),         // 7: rebound.v1.AckBatchResult
+	(*AckError)(nil),               // 8: rebound.v1.AckError
+	(*AckBatchResponse)(nil),       // 9: rebound.v1.AckBatchResponse
+	(*ExtendDeadlineRequest)(nil),  // 10: rebound.v1.ExtendDeadlineRequest
+	(*ExtendDeadlineResponse)(nil), // 11: rebound.v1.ExtendDeadlineResponse
+	(*GetRingRequest)(nil),         // 12: rebound.v1.GetRingRequest
+	(*Ring)(nil),                   // 13: rebound.v1.Ring
+	(*RingNode)(nil),               // 14: rebound.v1.RingNode
+	(*TokenRange)(nil),             // 15: rebound.v1.TokenRange
+	nil,                            // 16: rebound.v1.Delivery.AttributesEntry
+	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
+	(*TraceContext)(nil),           // 18: rebound.v1.TraceContext
+	(*durationpb.Duration)(nil),    // 19: google.protobuf.Duration
 }
 var file_rebound_v1_executor_proto_depIdxs = []int32{
-	15, // 0: rebound.v1.Delivery.attributes:type_name -> rebound.v1.Delivery.AttributesEntry
-	16, // 1: rebound.v1.Delivery.due_time:type_name -> google.protobuf.Timestamp
-	16, // 2: rebound.v1.Delivery.first_enqueued_at:type_name -> google.protobuf.Timestamp
-	16, // 3: rebound.v1.Delivery.ack_deadline:type_name -> google.protobuf.Timestamp
-	17, // 4: rebound.v1.Delivery.trace_context:type_name -> rebound.v1.TraceContext
+	16, // 0: rebound.v1.Delivery.attributes:type_name -> rebound.v1.Delivery.AttributesEntry
+	17, // 1: rebound.v1.Delivery.due_time:type_name -> google.protobuf.Timestamp
+	17, // 2: rebound.v1.Delivery.first_enqueued_at:type_name -> google.protobuf.Timestamp
+	17, // 3: rebound.v1.Delivery.ack_deadline:type_name -> google.protobuf.Timestamp
+	18, // 4: rebound.v1.Delivery.trace_context:type_name -> rebound.v1.TraceContext
 	0,  // 5: rebound.v1.AckRequest.outcome:type_name -> rebound.v1.AckOutcome
-	18, // 6: rebound.v1.AckRequest.retry_after:type_name -> google.protobuf.Duration
-	16, // 7: rebound.v1.AckResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	3,  // 8: rebound.v1.AckBatchRequest.acks:type_name -> rebound.v1.AckRequest
-	4,  // 9: rebound.v1.AckBatchResult.response:type_name -> rebound.v1.AckResponse
-	7,  // 10: rebound.v1.AckBatchResult.error:type_name -> rebound.v1.AckError
-	6,  // 11: rebound.v1.AckBatchResponse.results:type_name -> rebound.v1.AckBatchResult
-	18, // 12: rebound.v1.ExtendDeadlineRequest.extension:type_name -> google.protobuf.Duration
-	16, // 13: rebound.v1.ExtendDeadlineResponse.ack_deadline:type_name -> google.protobuf.Timestamp
-	13, // 14: rebound.v1.Ring.nodes:type_name -> rebound.v1.RingNode
-	14, // 15: rebound.v1.RingNode.ranges:type_name -> rebound.v1.TokenRange
-	1,  // 16: rebound.v1.ExecutorService.Subscribe:input_type -> rebound.v1.SubscribeRequest
-	3,  // 17: rebound.v1.ExecutorService.Ack:input_type -> rebound.v1.AckRequest
-	5,  // 18: rebound.v1.ExecutorService.AckBatch:input_type -> rebound.v1.AckBatchRequest
-	9,  // 19: rebound.v1.ExecutorService.ExtendDeadline:input_type -> rebound.v1.ExtendDeadlineRequest
-	11, // 20: rebound.v1.ExecutorService.GetRing:input_type -> rebound.v1.GetRingRequest
-	2,  // 21: rebound.v1.ExecutorService.Subscribe:output_type -> rebound.v1.Delivery
-	4,  // 22: rebound.v1.ExecutorService.Ack:output_type -> rebound.v1.AckResponse
-	8,  // 23: rebound.v1.ExecutorService.AckBatch:output_type -> rebound.v1.AckBatchResponse
-	10, // 24: rebound.v1.ExecutorService.ExtendDeadline:output_type -> rebound.v1.ExtendDeadlineResponse
-	12, // 25: rebound.v1.ExecutorService.GetRing:output_type -> rebound.v1.Ring
-	21, // [21:26] is the sub-list for method output_type
-	16, // [16:21] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	19, // 6: rebound.v1.AckRequest.retry_after:type_name -> google.protobuf.Duration
+	4,  // 7: rebound.v1.AckRequest.hold:type_name -> rebound.v1.DependencyHold
+	19, // 8: rebound.v1.DependencyHold.duration:type_name -> google.protobuf.Duration
+	17, // 9: rebound.v1.AckResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	3,  // 10: rebound.v1.AckBatchRequest.acks:type_name -> rebound.v1.AckRequest
+	5,  // 11: rebound.v1.AckBatchResult.response:type_name -> rebound.v1.AckResponse
+	8,  // 12: rebound.v1.AckBatchResult.error:type_name -> rebound.v1.AckError
+	7,  // 13: rebound.v1.AckBatchResponse.results:type_name -> rebound.v1.AckBatchResult
+	19, // 14: rebound.v1.ExtendDeadlineRequest.extension:type_name -> google.protobuf.Duration
+	17, // 15: rebound.v1.ExtendDeadlineResponse.ack_deadline:type_name -> google.protobuf.Timestamp
+	14, // 16: rebound.v1.Ring.nodes:type_name -> rebound.v1.RingNode
+	15, // 17: rebound.v1.RingNode.ranges:type_name -> rebound.v1.TokenRange
+	1,  // 18: rebound.v1.ExecutorService.Subscribe:input_type -> rebound.v1.SubscribeRequest
+	3,  // 19: rebound.v1.ExecutorService.Ack:input_type -> rebound.v1.AckRequest
+	6,  // 20: rebound.v1.ExecutorService.AckBatch:input_type -> rebound.v1.AckBatchRequest
+	10, // 21: rebound.v1.ExecutorService.ExtendDeadline:input_type -> rebound.v1.ExtendDeadlineRequest
+	12, // 22: rebound.v1.ExecutorService.GetRing:input_type -> rebound.v1.GetRingRequest
+	2,  // 23: rebound.v1.ExecutorService.Subscribe:output_type -> rebound.v1.Delivery
+	5,  // 24: rebound.v1.ExecutorService.Ack:output_type -> rebound.v1.AckResponse
+	9,  // 25: rebound.v1.ExecutorService.AckBatch:output_type -> rebound.v1.AckBatchResponse
+	11, // 26: rebound.v1.ExecutorService.ExtendDeadline:output_type -> rebound.v1.ExtendDeadlineResponse
+	13, // 27: rebound.v1.ExecutorService.GetRing:output_type -> rebound.v1.Ring
+	23, // [23:28] is the sub-list for method output_type
+	18, // [18:23] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_rebound_v1_executor_proto_init() }
@@ -1102,7 +1189,7 @@ func file_rebound_v1_executor_proto_init() {
 		return
 	}
 	file_rebound_v1_types_proto_init()
-	file_rebound_v1_executor_proto_msgTypes[5].OneofWrappers = []any{
+	file_rebound_v1_executor_proto_msgTypes[6].OneofWrappers = []any{
 		(*AckBatchResult_Response)(nil),
 		(*AckBatchResult_Error)(nil),
 	}
@@ -1112,7 +1199,7 @@ func file_rebound_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rebound_v1_executor_proto_rawDesc), len(file_rebound_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,7 +47,13 @@ type EnqueueRetryRequest struct {
 	// The trace of the call that failed, when it is not the trace of this request (a batch
 	// item from another trace). Empty: the request's own `traceparent` metadata is used. The
 	// context is stored with the retry and carried on every Delivery.
-	TraceContext  *TraceContext `protobuf:"bytes,10,opt,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty"`
+	TraceContext *TraceContext `protobuf:"bytes,10,opt,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty"`
+	// The downstream dependency whose failure this retry waits on, e.g. "payments-gateway":
+	// 1-128 characters of [A-Za-z0-9._-], starting with a letter or digit. Empty: none. While
+	// the dependency is held (AdminService.HoldDependency, or an executor's AckRequest.hold), no
+	// retry naming it is delivered, in any service, and none uses an attempt; when the hold ends
+	// one probe delivery goes first.
+	Dependency    string `protobuf:"bytes,11,opt,name=dependency,proto3" json:"dependency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -161,6 +167,13 @@ func (x *EnqueueRetryRequest) GetTraceContext() *TraceContext {
 		return x.TraceContext
 	}
 	return nil
+}
+
+func (x *EnqueueRetryRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
 }
 
 type isEnqueueRetryRequest_Schedule interface {
@@ -638,7 +651,7 @@ var File_rebound_v1_retry_proto protoreflect.FileDescriptor
 const file_rebound_v1_retry_proto_rawDesc = "" +
 	"\n" +
 	"\x16rebound/v1/retry.proto\x12\n" +
-	"rebound.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rebound/v1/types.proto\"\xa1\x04\n" +
+	"rebound.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rebound/v1/types.proto\"\xc1\x04\n" +
 	"\x13EnqueueRetryRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12%\n" +
 	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x12\x18\n" +
@@ -653,7 +666,10 @@ const file_rebound_v1_retry_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\t \x01(\tR\tlastError\x12=\n" +
 	"\rtrace_context\x18\n" +
-	" \x01(\v2\x18.rebound.v1.TraceContextR\ftraceContext\x1a=\n" +
+	" \x01(\v2\x18.rebound.v1.TraceContextR\ftraceContext\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\v \x01(\tR\n" +
+	"dependency\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +

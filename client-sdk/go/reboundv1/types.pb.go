@@ -305,6 +305,8 @@ type Retry struct {
 	// History summary: how many EnqueueRetry calls and deliveries this retry has seen.
 	EnqueueCount  uint32 `protobuf:"varint,15,opt,name=enqueue_count,json=enqueueCount,proto3" json:"enqueue_count,omitempty"`
 	DeliveryCount uint32 `protobuf:"varint,16,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
+	// EnqueueRetryRequest.dependency of the enqueue that scheduled it (empty: none).
+	Dependency    string `protobuf:"bytes,17,opt,name=dependency,proto3" json:"dependency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -451,6 +453,13 @@ func (x *Retry) GetDeliveryCount() uint32 {
 	return 0
 }
 
+func (x *Retry) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
 // W3C trace context (https://www.w3.org/TR/trace-context/), as text. Empty: none.
 type TraceContext struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -537,7 +546,7 @@ const file_rebound_v1_types_proto_rawDesc = "" +
 	"\x03day\x18\x01 \x01(\tR\x03day\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\rR\x06window\x12\x1a\n" +
 	"\binstance\x18\x03 \x01(\tR\binstance\x12\x16\n" +
-	"\x06bucket\x18\x04 \x01(\rR\x06bucket\"\x9d\x06\n" +
+	"\x06bucket\x18\x04 \x01(\rR\x06bucket\"\xbd\x06\n" +
 	"\x05Retry\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12%\n" +
 	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x12/\n" +
@@ -561,7 +570,10 @@ const file_rebound_v1_types_proto_rawDesc = "" +
 	"updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x120\n" +
 	"\blocation\x18\x0e \x01(\v2\x14.rebound.v1.LocationR\blocation\x12#\n" +
 	"\renqueue_count\x18\x0f \x01(\rR\fenqueueCount\x12%\n" +
-	"\x0edelivery_count\x18\x10 \x01(\rR\rdeliveryCount\x1a=\n" +
+	"\x0edelivery_count\x18\x10 \x01(\rR\rdeliveryCount\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x11 \x01(\tR\n" +
+	"dependency\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +

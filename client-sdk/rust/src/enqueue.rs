@@ -93,6 +93,14 @@ impl EnqueueBuilder {
         self
     }
 
+    /// The downstream dependency whose failure this retry waits on, e.g.
+    /// `"payments-gateway"` (1-128 characters, the rules of a service name). While an operator
+    /// or an executor holds it, the retry is not delivered and uses no attempt.
+    pub fn dependency(mut self, dependency: impl Into<String>) -> Self {
+        self.request.dependency = dependency.into();
+        self
+    }
+
     /// Overrides the service's policy for this retry.
     pub fn policy(mut self, policy: RetryPolicy) -> Self {
         self.request.policy = Some(policy.into());
@@ -246,6 +254,7 @@ mod tests {
             .delay(Duration::from_millis(1_500))
             .attempt(1)
             .last_error("503 from upstream")
+            .dependency("payments-gateway")
             .policy(RetryPolicy::new().max_attempts(4))
             .into_request();
         assert_eq!(
@@ -270,6 +279,7 @@ mod tests {
                 attempt: 1,
                 last_error: "503 from upstream".into(),
                 trace_context: None,
+                dependency: "payments-gateway".into(),
             }
         );
     }

@@ -202,6 +202,7 @@ mod tests {
                 instance: "n1-1-0".into(),
                 bucket: 4,
             }),
+            dependency: "payments-gateway".into(),
             enqueue_count: 2,
             delivery_count: 1,
         }

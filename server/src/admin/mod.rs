@@ -40,6 +40,7 @@ use crate::{
 };
 
 mod dead_letters;
+mod holds;
 
 pub use dead_letters::Cursor;
 
@@ -48,6 +49,7 @@ pub use dead_letters::Cursor;
 pub struct Admin {
     pub store: Arc<dyn RetryStore>,
     pub services: Arc<Services>,
+    pub holds: Arc<crate::holds::Holds>,
     pub writer: Arc<Writer>,
     pub hub: Arc<Hub>,
     pub ownership: Arc<dyn Ownership>,

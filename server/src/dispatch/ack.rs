@@ -13,6 +13,7 @@ use super::{
 };
 use crate::{
     error::Error,
+    holds::ProbeAnswer,
     metrics,
     store::{DeadLetter, Status, TxState},
     telemetry::{rpc::code_name, spans},
@@ -43,10 +44,22 @@ impl Dispatcher {
         let state = &inflight.work.state;
         let span = spans::settle(&state.service, &state.transaction_id, kind, &state.trace);
         let service = state.service.clone();
+        let dependency = state.dependency.clone();
+        // What the ack says of its dependency, should this delivery be its probe.
+        let answer = match &outcome {
+            AttemptOutcome::Succeeded | AttemptOutcome::Failed { .. } => {
+                Some(ProbeAnswer::Answered)
+            }
+            AttemptOutcome::Retry { snooze: false, .. } => Some(ProbeAnswer::Retry(None)),
+            AttemptOutcome::Retry { snooze: true, .. } => None,
+        };
         let r = self
             .settle(delivery_id, inflight, outcome)
             .instrument(span.clone())
             .await;
+        if let (Ok(_), false, Some(answer)) = (&r, dependency.is_empty(), answer) {
+            self.holds.probe_answered(&dependency, answer).await;
+        }
         match &r {
             Ok(_) => m.ack(&service, kind),
             Err(e) => {
@@ -55,6 +68,32 @@ impl Dispatcher {
             }
         }
         r
+    }
+
+    /// An ack with outcome RETRY that holds the delivery's dependency (`AckRequest.hold`):
+    /// the hold is written first, so that no other retry naming it goes out, then the ack
+    /// (made a snooze to the hold's end by the caller) settles this one. INVALID_ARGUMENT,
+    /// nothing changed, when the retry names no dependency.
+    pub async fn ack_holding(
+        self: &Arc<Self>,
+        delivery_id: &str,
+        outcome: AttemptOutcome,
+        duration: Duration,
+        reason: &str,
+        prefix: &str,
+    ) -> Result<Resolution, Error> {
+        if let Some(dependency) = self.hub.dependency_of(delivery_id) {
+            if dependency.is_empty() {
+                return Err(Error::invalid(
+                    format!("{prefix}hold"),
+                    "the delivery's retry names no dependency (EnqueueRetryRequest.dependency); nothing changed",
+                ));
+            }
+            self.holds
+                .hold(&dependency, duration, reason, "executor", 0)
+                .await?;
+        }
+        self.ack(delivery_id, outcome).await
     }
 
     /// `ack` once the delivery is taken out of flight.

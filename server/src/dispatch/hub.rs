@@ -50,6 +50,7 @@ pub struct Delivery {
     pub ack_deadline_ms: i64,
     pub last_error: String,
     pub trace: TextContext,
+    pub dependency: String,
 }
 
 impl Delivery {
@@ -66,6 +67,7 @@ impl Delivery {
             ack_deadline_ms: deadline_ms,
             last_error: s.last_error.clone(),
             trace: s.trace.clone(),
+            dependency: s.dependency.clone(),
         }
     }
 }
@@ -468,6 +470,14 @@ impl Hub {
             .inflight
             .get(delivery_id)
             .map(|f| f.work.state.service.clone())
+    }
+
+    /// The dependency the retry of a delivery in flight names (empty: none).
+    pub fn dependency_of(&self, delivery_id: &str) -> Option<String> {
+        self.lock()
+            .inflight
+            .get(delivery_id)
+            .map(|f| f.work.state.dependency.clone())
     }
 
     /// Takes a delivery out of flight (for an ack). Its slot is freed.

@@ -33,12 +33,16 @@ use futures::{
 use tokio::sync::{oneshot, watch, Notify};
 
 pub use crate::outcome::{AttemptOutcome, Resolution};
+use rand::Rng;
+
 use crate::{
     clock::SharedClock,
     error::Error,
+    holds::{Gate, Holds},
+    metrics,
     ownership::{Lease, Ownership},
     services::Services,
-    store::{DispatchStore, InstanceRow, Location, PointerState, TokenRange},
+    store::{DispatchStore, InstanceRow, Location, PointerState, TokenRange, TxState},
     tasks::Tasks,
     walk::{self, Walk},
     window::{WindowGrid, WindowId},
@@ -71,6 +75,8 @@ pub struct Dispatcher {
     store: Arc<dyn DispatchStore>,
     writer: Arc<Writer>,
     pub services: Arc<Services>,
+    /// Dependency holds: a retry naming a held dependency is postponed, not delivered.
+    pub holds: Arc<Holds>,
     ownership: Arc<dyn Ownership>,
     clock: SharedClock,
     grid: WindowGrid,
@@ -111,6 +117,7 @@ impl Dispatcher {
         store: Arc<dyn DispatchStore>,
         writer: Arc<Writer>,
         services: Arc<Services>,
+        holds: Arc<Holds>,
         ownership: Arc<dyn Ownership>,
         clock: SharedClock,
         opts: DispatchOptions,
@@ -118,6 +125,7 @@ impl Dispatcher {
     ) -> Self {
         Self {
             services,
+            holds,
             grid: writer.grid(),
             hub,
             store,
@@ -535,6 +543,37 @@ impl Dispatcher {
 
     /// Hands every live pointer of one bucket to the hub. Returns how far it got and the
     /// resolutions to wait for. An abandoned or partial bucket stays whole and is replayed.
+    /// Postpones a retry whose dependency is held to the hold's end (plus up to a second, so
+    /// that the held retries do not all come back at once), without using an attempt or a
+    /// delivery, as a snooze would. Under the transaction's lock and on a fresh read, as an
+    /// ack: a cancel or enqueue made since wins. False when it could not be written (the
+    /// bucket is kept, and replayed).
+    async fn postpone_held(&self, state: &TxState, until: i64) -> bool {
+        let (service, txid) = (&state.service, &state.transaction_id);
+        let _lock = self.lock_transaction(service, txid).await;
+        let current = match self.store.get_state(service, txid).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(service, transaction_id = txid, error = %e, "cannot read a held retry; its bucket is replayed");
+                return false;
+            }
+        };
+        let Some(current) = current.filter(|s| s.is_live(state.generation)) else {
+            return true;
+        };
+        let due = until + rand::rng().random_range(0..1000);
+        match self.writer.reschedule(current, due).await {
+            Ok(_) => {
+                metrics::global().held_postponed(&state.service);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(service, transaction_id = txid, error = %e, "cannot postpone a held retry; its bucket is replayed");
+                false
+            }
+        }
+    }
+
     async fn feed_bucket(
         self: &Arc<Self>,
         service: &str,
@@ -606,6 +645,13 @@ impl Dispatcher {
                 };
             if !keep() {
                 return Ok((Feed::Abandoned, pending));
+            }
+            // A held dependency: postponed to the hold's end, without using an attempt.
+            if let Gate::Wait(until) = self.holds.gate(&state.dependency) {
+                if !self.postpone_held(&state, until).await {
+                    whole = false;
+                }
+                continue;
             }
             // Per-service limits: a concurrency slot held until the retry is resolved, then a
             // dispatch token.

@@ -43,6 +43,9 @@ pub struct Body {
     pub traceparent: String,
     #[prost(string, tag = "14")]
     pub tracestate: String,
+    /// The dependency the retry waits on (empty: none).
+    #[prost(string, tag = "15")]
+    pub dependency: String,
 }
 
 /// The effective policy of the retry, durations in milliseconds.
@@ -171,6 +174,7 @@ impl Body {
             base_generation: s.base_generation,
             traceparent: s.trace.traceparent.clone(),
             tracestate: s.trace.tracestate.clone(),
+            dependency: s.dependency.clone(),
         }
     }
 
@@ -202,6 +206,7 @@ impl Body {
                 traceparent: self.traceparent,
                 tracestate: self.tracestate,
             },
+            dependency: self.dependency,
             written: cells.written,
         }
         .apply_settled()

@@ -122,6 +122,10 @@ pub struct TxState {
     /// The trace context of the enqueue that started this retry (schema 0007's body; none
     /// in the layout before it), carried on every delivery.
     pub trace: TextContext,
+    /// The downstream dependency the retry waits on (`EnqueueRetryRequest.dependency`; empty:
+    /// none), kept in the body (none in the layout before 0007). While it is held the retry
+    /// is not delivered (docs/architecture.md, "Dependency holds").
+    pub dependency: String,
     /// When the row as read was written, on the store's write clock (Cassandra's
     /// `WRITETIME`, microseconds); unknown for a row not read from the store. A settle
     /// (`StateStore::settle_state`) goes just above it, so it loses to whatever was written
@@ -194,6 +198,7 @@ impl TxState {
             cancelled_generation: Some(generation),
             succeeded_generation: None,
             trace: TextContext::default(),
+            dependency: String::new(),
             written: WriteTime::default(),
         }
     }
@@ -488,6 +493,32 @@ pub trait DeadLetterStore: Send + Sync + std::fmt::Debug {
     ) -> StoreResult<()>;
 }
 
+/// Dependency holds (docs/architecture.md, "Dependency holds"): one small partition per
+/// namespace, a row per dependency ever held. A hold is replaced by writing its row again; a
+/// release writes its end as now. Rows expire a week after their end, so nothing is deleted.
+#[async_trait]
+pub trait HoldStore: Send + Sync + std::fmt::Debug {
+    /// Writes `hold`'s row whole, to expire `ttl_seconds` from now.
+    async fn put_hold(&self, hold: &HoldRow, ttl_seconds: u32) -> StoreResult<()>;
+    /// Every row, ended holds included.
+    async fn list_holds(&self) -> StoreResult<Vec<HoldRow>>;
+}
+
+/// A `dependency_holds` row.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HoldRow {
+    pub dependency: String,
+    /// When the hold ends: a probe delivery goes first after it.
+    pub until_ms: i64,
+    pub reason: String,
+    /// When it was set or last renewed.
+    pub held_at_ms: i64,
+    /// "admin" or "executor"; "release" once released.
+    pub source: String,
+    /// Renewals in a row by probes that failed (the next hold's backoff).
+    pub renewals: u32,
+}
+
 /// The schema: the numbered migrations of `schema/` (Cassandra), or the embedded store's
 /// own layout version.
 #[async_trait]
@@ -503,12 +534,18 @@ pub trait MigrationStore: Send + Sync + std::fmt::Debug {
 /// they need (the ring a `LeaseStore`, the compactor a `DirectoryStore`); the node and
 /// the admin API hold the union.
 pub trait RetryStore:
-    DispatchStore + ScheduleStore + LeaseStore + ServiceStore + MigrationStore
+    DispatchStore + ScheduleStore + LeaseStore + ServiceStore + HoldStore + MigrationStore
 {
 }
 
 impl<T> RetryStore for T where
-    T: DirectoryStore + StateStore + LeaseStore + ServiceStore + DeadLetterStore + MigrationStore
+    T: DirectoryStore
+        + StateStore
+        + LeaseStore
+        + ServiceStore
+        + HoldStore
+        + DeadLetterStore
+        + MigrationStore
 {
 }
 

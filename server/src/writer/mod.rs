@@ -345,6 +345,7 @@ impl Writer {
             cancelled_generation: existing_cancel,
             succeeded_generation: existing_success,
             trace: input.trace,
+            dependency: input.dependency,
             written: Default::default(),
         };
         if let Some(prev) = &previous {

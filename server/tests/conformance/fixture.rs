@@ -90,6 +90,7 @@ pub fn state(service: &str, id: &str, generation: i64) -> TxState {
         location: Some(loc(window(19_700, 42), "inst-1", 3)),
         enqueue_count: 2,
         delivery_count: 4,
+        dependency: "payments-gateway".to_string(),
         legacy_columns: false,
         base_generation: generation,
         cancelled_generation: None,

@@ -1,6 +1,8 @@
 //! Service settings: one row per service, each setting written on its own.
 
-use rebound_server::store::ServiceRow;
+use std::time::Duration;
+
+use rebound_server::store::{HoldRow, ServiceRow};
 
 use crate::fixture::Fixture;
 
@@ -187,4 +189,49 @@ pub async fn push_targets_are_set_replaced_and_cleared(f: &dyn Fixture) {
     s.set_service_push("orders", b"", 220).await.unwrap();
     assert_eq!(orders().await.push, Vec::<u8>::new());
     assert_eq!(s.list_services().await.unwrap().len(), 2);
+}
+
+/// Dependency holds: a row per dependency, written whole (a second hold replaces the first,
+/// a release is a write of its end), listed whole, and gone once its TTL has run out.
+pub async fn dependency_holds_are_put_replaced_listed_and_expire(f: &dyn Fixture) {
+    let s = f.store();
+    assert!(s.list_holds().await.unwrap().is_empty());
+    let pay = HoldRow {
+        dependency: "payments-gateway".to_string(),
+        until_ms: 2_000,
+        reason: "503 from the gateway".to_string(),
+        held_at_ms: 1_000,
+        source: "executor".to_string(),
+        renewals: 0,
+    };
+    let db = HoldRow {
+        dependency: "ledger-db".to_string(),
+        until_ms: 5_000,
+        reason: String::new(),
+        held_at_ms: 1_500,
+        source: "admin".to_string(),
+        renewals: 2,
+    };
+    s.put_hold(&pay, 3_600).await.unwrap();
+    s.put_hold(&db, 2).await.unwrap();
+    let mut rows = s.list_holds().await.unwrap();
+    rows.sort_by(|a, b| a.dependency.cmp(&b.dependency));
+    assert_eq!(rows, vec![db.clone(), pay.clone()]);
+
+    // A renewal replaces the row whole.
+    let renewed = HoldRow {
+        until_ms: 9_000,
+        held_at_ms: 3_000,
+        reason: String::new(),
+        renewals: 1,
+        ..pay.clone()
+    };
+    s.put_hold(&renewed, 3_600).await.unwrap();
+    let mut rows = s.list_holds().await.unwrap();
+    rows.sort_by(|a, b| a.dependency.cmp(&b.dependency));
+    assert_eq!(rows, vec![db, renewed.clone()]);
+
+    // The row written with a 2 s TTL is gone after it; the other stays.
+    f.advance(Duration::from_secs(3)).await;
+    assert_eq!(s.list_holds().await.unwrap(), vec![renewed]);
 }

@@ -10,6 +10,7 @@
 
 mod compactor;
 mod dispatcher;
+mod holds;
 mod ring;
 mod stall;
 mod writer;
@@ -156,11 +157,16 @@ impl Rig {
                 max_in_flight_bytes: config.max_in_flight_bytes,
             },
         ));
+        let holds = Arc::new(rebound_server::holds::Holds::new(
+            store.clone(),
+            shared.clone(),
+        ));
         let dispatcher = Arc::new(Dispatcher::new(
             hub,
             store.clone(),
             writer.clone(),
             services,
+            holds,
             ownership.clone(),
             shared.clone(),
             DispatchOptions {
@@ -380,6 +386,7 @@ pub fn input(service: &str, txid: &str, delay_ms: u64) -> EnqueueInput {
         attempt: 1,
         last_error: String::new(),
         trace: Default::default(),
+        dependency: String::new(),
     }
 }
 

@@ -238,6 +238,7 @@ impl Outcome {
             error,
             snooze,
             error_class,
+            hold: None,
         }
     }
 
@@ -432,6 +433,7 @@ mod tests {
                 traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
                 tracestate: String::new(),
             }),
+            dependency: String::new(),
         }
     }
 
@@ -493,6 +495,7 @@ mod tests {
                 error: String::new(),
                 snooze: false,
                 error_class: String::new(),
+                hold: None,
             }
         );
         assert_eq!(
@@ -545,6 +548,7 @@ mod tests {
                 error: String::new(),
                 snooze: true,
                 error_class: String::new(),
+                hold: None,
             }
         );
         // The server requires a positive delay with snooze.
@@ -577,6 +581,7 @@ mod tests {
                 error: "HTTP 404".into(),
                 snooze: false,
                 error_class: "http.404".into(),
+                hold: None,
             }
         );
         assert_eq!(
@@ -593,6 +598,7 @@ mod tests {
                 error: "HTTP 503".into(),
                 snooze: false,
                 error_class: "http.503".into(),
+                hold: None,
             }
         );
         assert_eq!(
@@ -606,6 +612,7 @@ mod tests {
                 error: "declined".into(),
                 snooze: false,
                 error_class: "payment:declined".into(),
+                hold: None,
             }
         );
         // The last class given wins; every allowed character passes.

@@ -281,6 +281,7 @@ pub fn delivery(id: &str, payload: &str, ack_timeout: Duration) -> pb::Delivery 
         ack_deadline: Some((now + ack_timeout).into()),
         last_error: String::new(),
         trace_context: None,
+        dependency: String::new(),
     }
 }
 

@@ -176,6 +176,7 @@ pub(crate) async fn costs(a: &Args) -> anyhow::Result<J> {
         base_generation: 0,
         cancelled_generation: None,
         succeeded_generation: None,
+        dependency: String::new(),
         trace: Default::default(),
         written: Default::default(),
     };

@@ -65,6 +65,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_push.cql",
         cql: include_str!("../../../../schema/0009_push.cql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_dependency_holds.cql",
+        cql: include_str!("../../../../schema/0010_dependency_holds.cql"),
+    },
 ];
 
 /// Splits a migration file into statements: drops `--` comment lines, splits on `;`.

@@ -9,6 +9,7 @@
 
 mod dead_letters;
 mod directory;
+mod holds;
 mod leases;
 mod legacy;
 pub mod migrate;
@@ -332,6 +333,7 @@ pub struct CassandraStore {
     state: state::States,
     leases: leases::Statements,
     services: services::Statements,
+    holds: holds::Statements,
     dead_letters: dead_letters::Statements,
 }
 
@@ -357,6 +359,7 @@ impl CassandraStore {
             state: state::States::prepare(&p, &o.region, &o.cluster).await?,
             leases: leases::Statements::prepare(&p, o.serial_as_read_consistency()?).await?,
             services: services::Statements::prepare(&p).await?,
+            holds: holds::Statements::prepare(&p).await?,
             dead_letters: dead_letters::Statements::prepare(&p).await?,
             session,
             keyspace: o.keyspace.clone(),

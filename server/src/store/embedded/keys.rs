@@ -28,6 +28,7 @@ pub enum Table {
     LowWater = 12,
     Services = 13,
     Meta = 14,
+    Holds = 15,
 }
 
 /// A key under construction (or a partition prefix).

@@ -26,6 +26,7 @@
 
 mod dead_letters;
 mod directory;
+mod holds;
 mod keys;
 mod leases;
 mod services;

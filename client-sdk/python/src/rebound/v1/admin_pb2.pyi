@@ -402,3 +402,49 @@ class ClearPushTargetResponse(_message.Message):
     CLEARED_FIELD_NUMBER: _ClassVar[int]
     cleared: bool
     def __init__(self, cleared: _Optional[bool] = ...) -> None: ...
+
+class HoldDependencyRequest(_message.Message):
+    __slots__ = ("dependency", "duration", "reason")
+    DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    dependency: str
+    duration: _duration_pb2.Duration
+    reason: str
+    def __init__(self, dependency: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DependencyHoldInfo(_message.Message):
+    __slots__ = ("dependency", "until", "reason", "held_at", "source")
+    DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    HELD_AT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    dependency: str
+    until: _timestamp_pb2.Timestamp
+    reason: str
+    held_at: _timestamp_pb2.Timestamp
+    source: str
+    def __init__(self, dependency: _Optional[str] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., held_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., source: _Optional[str] = ...) -> None: ...
+
+class ReleaseDependencyRequest(_message.Message):
+    __slots__ = ("dependency",)
+    DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
+    dependency: str
+    def __init__(self, dependency: _Optional[str] = ...) -> None: ...
+
+class ReleaseDependencyResponse(_message.Message):
+    __slots__ = ("released",)
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    def __init__(self, released: _Optional[bool] = ...) -> None: ...
+
+class ListDependencyHoldsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListDependencyHoldsResponse(_message.Message):
+    __slots__ = ("holds",)
+    HOLDS_FIELD_NUMBER: _ClassVar[int]
+    holds: _containers.RepeatedCompositeFieldContainer[DependencyHoldInfo]
+    def __init__(self, holds: _Optional[_Iterable[_Union[DependencyHoldInfo, _Mapping]]] = ...) -> None: ...

@@ -116,6 +116,21 @@ class AdminServiceStub:
                 request_serializer=rebound_dot_v1_dot_admin__pb2.ClearPushTargetRequest.SerializeToString,
                 response_deserializer=rebound_dot_v1_dot_admin__pb2.ClearPushTargetResponse.FromString,
                 _registered_method=True)
+        self.HoldDependency = channel.unary_unary(
+                '/rebound.v1.AdminService/HoldDependency',
+                request_serializer=rebound_dot_v1_dot_admin__pb2.HoldDependencyRequest.SerializeToString,
+                response_deserializer=rebound_dot_v1_dot_admin__pb2.DependencyHoldInfo.FromString,
+                _registered_method=True)
+        self.ReleaseDependency = channel.unary_unary(
+                '/rebound.v1.AdminService/ReleaseDependency',
+                request_serializer=rebound_dot_v1_dot_admin__pb2.ReleaseDependencyRequest.SerializeToString,
+                response_deserializer=rebound_dot_v1_dot_admin__pb2.ReleaseDependencyResponse.FromString,
+                _registered_method=True)
+        self.ListDependencyHolds = channel.unary_unary(
+                '/rebound.v1.AdminService/ListDependencyHolds',
+                request_serializer=rebound_dot_v1_dot_admin__pb2.ListDependencyHoldsRequest.SerializeToString,
+                response_deserializer=rebound_dot_v1_dot_admin__pb2.ListDependencyHoldsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -239,6 +254,32 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HoldDependency(self, request, context):
+        """Holds a downstream dependency (EnqueueRetryRequest.dependency) for `duration` from now:
+        no retry naming it is delivered, in any service, until then, and held retries use no
+        attempt. A hold that exists is replaced. When it ends, one probe delivery goes first: if
+        it succeeds the rest are released at a ramping rate; if it is acked RETRY with a hold, the
+        hold is renewed. Holds are stored: every node applies them within a second, and they
+        survive restarts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseDependency(self, request, context):
+        """Ends a hold now (its retries are released as after a probe that succeeded).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDependencyHolds(self, request, context):
+        """The holds in force, by dependency.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -316,6 +357,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ClearPushTarget,
                     request_deserializer=rebound_dot_v1_dot_admin__pb2.ClearPushTargetRequest.FromString,
                     response_serializer=rebound_dot_v1_dot_admin__pb2.ClearPushTargetResponse.SerializeToString,
+            ),
+            'HoldDependency': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldDependency,
+                    request_deserializer=rebound_dot_v1_dot_admin__pb2.HoldDependencyRequest.FromString,
+                    response_serializer=rebound_dot_v1_dot_admin__pb2.DependencyHoldInfo.SerializeToString,
+            ),
+            'ReleaseDependency': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseDependency,
+                    request_deserializer=rebound_dot_v1_dot_admin__pb2.ReleaseDependencyRequest.FromString,
+                    response_serializer=rebound_dot_v1_dot_admin__pb2.ReleaseDependencyResponse.SerializeToString,
+            ),
+            'ListDependencyHolds': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDependencyHolds,
+                    request_deserializer=rebound_dot_v1_dot_admin__pb2.ListDependencyHoldsRequest.FromString,
+                    response_serializer=rebound_dot_v1_dot_admin__pb2.ListDependencyHoldsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -730,6 +786,87 @@ class AdminService:
             '/rebound.v1.AdminService/ClearPushTarget',
             rebound_dot_v1_dot_admin__pb2.ClearPushTargetRequest.SerializeToString,
             rebound_dot_v1_dot_admin__pb2.ClearPushTargetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldDependency(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rebound.v1.AdminService/HoldDependency',
+            rebound_dot_v1_dot_admin__pb2.HoldDependencyRequest.SerializeToString,
+            rebound_dot_v1_dot_admin__pb2.DependencyHoldInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseDependency(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rebound.v1.AdminService/ReleaseDependency',
+            rebound_dot_v1_dot_admin__pb2.ReleaseDependencyRequest.SerializeToString,
+            rebound_dot_v1_dot_admin__pb2.ReleaseDependencyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDependencyHolds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rebound.v1.AdminService/ListDependencyHolds',
+            rebound_dot_v1_dot_admin__pb2.ListDependencyHoldsRequest.SerializeToString,
+            rebound_dot_v1_dot_admin__pb2.ListDependencyHoldsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from rebound.v1 import types_pb2 as rebound_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19rebound/v1/executor.proto\x12\nrebound.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rebound/v1/types.proto\"O\n\x10SubscribeRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x13\n\x0b\x65xecutor_id\x18\x02 \x01(\t\x12\x15\n\rmax_in_flight\x18\x03 \x01(\r\"\xb3\x03\n\x08\x44\x65livery\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12\x0f\n\x07service\x18\x02 \x01(\t\x12\x16\n\x0etransaction_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\r\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x38\n\nattributes\x18\x06 \x03(\x0b\x32$.rebound.v1.Delivery.AttributesEntry\x12,\n\x08\x64ue_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11\x66irst_enqueued_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0c\x61\x63k_deadline\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nlast_error\x18\n \x01(\t\x12/\n\rtrace_context\x18\x0b \x01(\x0b\x32\x18.rebound.v1.TraceContext\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xae\x01\n\nAckRequest\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12\'\n\x07outcome\x18\x02 \x01(\x0e\x32\x16.rebound.v1.AckOutcome\x12.\n\x0bretry_after\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0e\n\x06snooze\x18\x05 \x01(\x08\x12\x13\n\x0b\x65rror_class\x18\x06 \x01(\t\"h\n\x0b\x41\x63kResponse\x12\x31\n\rnext_due_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rdead_lettered\x18\x02 \x01(\x08\x12\x0f\n\x07snoozed\x18\x03 \x01(\x08\"7\n\x0f\x41\x63kBatchRequest\x12$\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x16.rebound.v1.AckRequest\"n\n\x0e\x41\x63kBatchResult\x12+\n\x08response\x18\x01 \x01(\x0b\x32\x17.rebound.v1.AckResponseH\x00\x12%\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x14.rebound.v1.AckErrorH\x00\x42\x08\n\x06result\")\n\x08\x41\x63kError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"?\n\x10\x41\x63kBatchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.rebound.v1.AckBatchResult\"Z\n\x15\x45xtendDeadlineRequest\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12,\n\textension\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"J\n\x16\x45xtendDeadlineResponse\x12\x30\n\x0c\x61\x63k_deadline\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x10\n\x0eGetRingRequest\"+\n\x04Ring\x12#\n\x05nodes\x18\x01 \x03(\x0b\x32\x14.rebound.v1.RingNode\"g\n\x08RingNode\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tcompactor\x18\x03 \x01(\x08\x12&\n\x06ranges\x18\x04 \x03(\x0b\x32\x16.rebound.v1.TokenRange\"(\n\nTokenRange\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x03*s\n\nAckOutcome\x12\x1b\n\x17\x41\x43K_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15\x41\x43K_OUTCOME_SUCCEEDED\x10\x01\x12\x15\n\x11\x41\x43K_OUTCOME_RETRY\x10\x02\x12\x16\n\x12\x41\x43K_OUTCOME_FAILED\x10\x03\x32\xe5\x02\n\x0f\x45xecutorService\x12\x41\n\tSubscribe\x12\x1c.rebound.v1.SubscribeRequest\x1a\x14.rebound.v1.Delivery0\x01\x12\x36\n\x03\x41\x63k\x12\x16.rebound.v1.AckRequest\x1a\x17.rebound.v1.AckResponse\x12\x45\n\x08\x41\x63kBatch\x12\x1b.rebound.v1.AckBatchRequest\x1a\x1c.rebound.v1.AckBatchResponse\x12W\n\x0e\x45xtendDeadline\x12!.rebound.v1.ExtendDeadlineRequest\x1a\".rebound.v1.ExtendDeadlineResponse\x12\x37\n\x07GetRing\x12\x1a.rebound.v1.GetRingRequest\x1a\x10.rebound.v1.RingBc\n\x0e\x64\x65v.rebound.v1B\rExecutorProtoP\x01Z@github.com/rebound-dev/rebound/client-sdk/go/reboundv1;reboundv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19rebound/v1/executor.proto\x12\nrebound.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rebound/v1/types.proto\"O\n\x10SubscribeRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x13\n\x0b\x65xecutor_id\x18\x02 \x01(\t\x12\x15\n\rmax_in_flight\x18\x03 \x01(\r\"\xc7\x03\n\x08\x44\x65livery\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12\x0f\n\x07service\x18\x02 \x01(\t\x12\x16\n\x0etransaction_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\r\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x38\n\nattributes\x18\x06 \x03(\x0b\x32$.rebound.v1.Delivery.AttributesEntry\x12,\n\x08\x64ue_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11\x66irst_enqueued_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0c\x61\x63k_deadline\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nlast_error\x18\n \x01(\t\x12/\n\rtrace_context\x18\x0b \x01(\x0b\x32\x18.rebound.v1.TraceContext\x12\x12\n\ndependency\x18\x0c \x01(\t\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd8\x01\n\nAckRequest\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12\'\n\x07outcome\x18\x02 \x01(\x0e\x32\x16.rebound.v1.AckOutcome\x12.\n\x0bretry_after\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0e\n\x06snooze\x18\x05 \x01(\x08\x12\x13\n\x0b\x65rror_class\x18\x06 \x01(\t\x12(\n\x04hold\x18\x07 \x01(\x0b\x32\x1a.rebound.v1.DependencyHold\"M\n\x0e\x44\x65pendencyHold\x12+\n\x08\x64uration\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06reason\x18\x02 \x01(\t\"h\n\x0b\x41\x63kResponse\x12\x31\n\rnext_due_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rdead_lettered\x18\x02 \x01(\x08\x12\x0f\n\x07snoozed\x18\x03 \x01(\x08\"7\n\x0f\x41\x63kBatchRequest\x12$\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x16.rebound.v1.AckRequest\"n\n\x0e\x41\x63kBatchResult\x12+\n\x08response\x18\x01 \x01(\x0b\x32\x17.rebound.v1.AckResponseH\x00\x12%\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x14.rebound.v1.AckErrorH\x00\x42\x08\n\x06result\")\n\x08\x41\x63kError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"?\n\x10\x41\x63kBatchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.rebound.v1.AckBatchResult\"Z\n\x15\x45xtendDeadlineRequest\x12\x13\n\x0b\x64\x65livery_id\x18\x01 \x01(\t\x12,\n\textension\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"J\n\x16\x45xtendDeadlineResponse\x12\x30\n\x0c\x61\x63k_deadline\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x10\n\x0eGetRingRequest\"+\n\x04Ring\x12#\n\x05nodes\x18\x01 \x03(\x0b\x32\x14.rebound.v1.RingNode\"g\n\x08RingNode\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tcompactor\x18\x03 \x01(\x08\x12&\n\x06ranges\x18\x04 \x03(\x0b\x32\x16.rebound.v1.TokenRange\"(\n\nTokenRange\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x03*s\n\nAckOutcome\x12\x1b\n\x17\x41\x43K_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15\x41\x43K_OUTCOME_SUCCEEDED\x10\x01\x12\x15\n\x11\x41\x43K_OUTCOME_RETRY\x10\x02\x12\x16\n\x12\x41\x43K_OUTCOME_FAILED\x10\x03\x32\xe5\x02\n\x0f\x45xecutorService\x12\x41\n\tSubscribe\x12\x1c.rebound.v1.SubscribeRequest\x1a\x14.rebound.v1.Delivery0\x01\x12\x36\n\x03\x41\x63k\x12\x16.rebound.v1.AckRequest\x1a\x17.rebound.v1.AckResponse\x12\x45\n\x08\x41\x63kBatch\x12\x1b.rebound.v1.AckBatchRequest\x1a\x1c.rebound.v1.AckBatchResponse\x12W\n\x0e\x45xtendDeadline\x12!.rebound.v1.ExtendDeadlineRequest\x1a\".rebound.v1.ExtendDeadlineResponse\x12\x37\n\x07GetRing\x12\x1a.rebound.v1.GetRingRequest\x1a\x10.rebound.v1.RingBc\n\x0e\x64\x65v.rebound.v1B\rExecutorProtoP\x01Z@github.com/rebound-dev/rebound/client-sdk/go/reboundv1;reboundv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,38 +37,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\016dev.rebound.v1B\rExecutorProtoP\001Z@github.com/rebound-dev/rebound/client-sdk/go/reboundv1;reboundv1'
   _globals['_DELIVERY_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_DELIVERY_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_ACKOUTCOME']._serialized_start=1587
-  _globals['_ACKOUTCOME']._serialized_end=1702
+  _globals['_ACKOUTCOME']._serialized_start=1728
+  _globals['_ACKOUTCOME']._serialized_end=1843
   _globals['_SUBSCRIBEREQUEST']._serialized_start=130
   _globals['_SUBSCRIBEREQUEST']._serialized_end=209
   _globals['_DELIVERY']._serialized_start=212
-  _globals['_DELIVERY']._serialized_end=647
-  _globals['_DELIVERY_ATTRIBUTESENTRY']._serialized_start=598
-  _globals['_DELIVERY_ATTRIBUTESENTRY']._serialized_end=647
-  _globals['_ACKREQUEST']._serialized_start=650
-  _globals['_ACKREQUEST']._serialized_end=824
-  _globals['_ACKRESPONSE']._serialized_start=826
-  _globals['_ACKRESPONSE']._serialized_end=930
-  _globals['_ACKBATCHREQUEST']._serialized_start=932
-  _globals['_ACKBATCHREQUEST']._serialized_end=987
-  _globals['_ACKBATCHRESULT']._serialized_start=989
-  _globals['_ACKBATCHRESULT']._serialized_end=1099
-  _globals['_ACKERROR']._serialized_start=1101
-  _globals['_ACKERROR']._serialized_end=1142
-  _globals['_ACKBATCHRESPONSE']._serialized_start=1144
-  _globals['_ACKBATCHRESPONSE']._serialized_end=1207
-  _globals['_EXTENDDEADLINEREQUEST']._serialized_start=1209
-  _globals['_EXTENDDEADLINEREQUEST']._serialized_end=1299
-  _globals['_EXTENDDEADLINERESPONSE']._serialized_start=1301
-  _globals['_EXTENDDEADLINERESPONSE']._serialized_end=1375
-  _globals['_GETRINGREQUEST']._serialized_start=1377
-  _globals['_GETRINGREQUEST']._serialized_end=1393
-  _globals['_RING']._serialized_start=1395
-  _globals['_RING']._serialized_end=1438
-  _globals['_RINGNODE']._serialized_start=1440
-  _globals['_RINGNODE']._serialized_end=1543
-  _globals['_TOKENRANGE']._serialized_start=1545
-  _globals['_TOKENRANGE']._serialized_end=1585
-  _globals['_EXECUTORSERVICE']._serialized_start=1705
-  _globals['_EXECUTORSERVICE']._serialized_end=2062
+  _globals['_DELIVERY']._serialized_end=667
+  _globals['_DELIVERY_ATTRIBUTESENTRY']._serialized_start=618
+  _globals['_DELIVERY_ATTRIBUTESENTRY']._serialized_end=667
+  _globals['_ACKREQUEST']._serialized_start=670
+  _globals['_ACKREQUEST']._serialized_end=886
+  _globals['_DEPENDENCYHOLD']._serialized_start=888
+  _globals['_DEPENDENCYHOLD']._serialized_end=965
+  _globals['_ACKRESPONSE']._serialized_start=967
+  _globals['_ACKRESPONSE']._serialized_end=1071
+  _globals['_ACKBATCHREQUEST']._serialized_start=1073
+  _globals['_ACKBATCHREQUEST']._serialized_end=1128
+  _globals['_ACKBATCHRESULT']._serialized_start=1130
+  _globals['_ACKBATCHRESULT']._serialized_end=1240
+  _globals['_ACKERROR']._serialized_start=1242
+  _globals['_ACKERROR']._serialized_end=1283
+  _globals['_ACKBATCHRESPONSE']._serialized_start=1285
+  _globals['_ACKBATCHRESPONSE']._serialized_end=1348
+  _globals['_EXTENDDEADLINEREQUEST']._serialized_start=1350
+  _globals['_EXTENDDEADLINEREQUEST']._serialized_end=1440
+  _globals['_EXTENDDEADLINERESPONSE']._serialized_start=1442
+  _globals['_EXTENDDEADLINERESPONSE']._serialized_end=1516
+  _globals['_GETRINGREQUEST']._serialized_start=1518
+  _globals['_GETRINGREQUEST']._serialized_end=1534
+  _globals['_RING']._serialized_start=1536
+  _globals['_RING']._serialized_end=1579
+  _globals['_RINGNODE']._serialized_start=1581
+  _globals['_RINGNODE']._serialized_end=1684
+  _globals['_TOKENRANGE']._serialized_start=1686
+  _globals['_TOKENRANGE']._serialized_end=1726
+  _globals['_EXECUTORSERVICE']._serialized_start=1846
+  _globals['_EXECUTORSERVICE']._serialized_end=2203
 # @@protoc_insertion_point(module_scope)

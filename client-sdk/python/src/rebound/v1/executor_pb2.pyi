@@ -34,7 +34,7 @@ class SubscribeRequest(_message.Message):
     def __init__(self, service: _Optional[str] = ..., executor_id: _Optional[str] = ..., max_in_flight: _Optional[int] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("delivery_id", "service", "transaction_id", "attempt", "payload", "attributes", "due_time", "first_enqueued_at", "ack_deadline", "last_error", "trace_context")
+    __slots__ = ("delivery_id", "service", "transaction_id", "attempt", "payload", "attributes", "due_time", "first_enqueued_at", "ack_deadline", "last_error", "trace_context", "dependency")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class Delivery(_message.Message):
     ACK_DEADLINE_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
     delivery_id: str
     service: str
     transaction_id: str
@@ -64,23 +65,34 @@ class Delivery(_message.Message):
     ack_deadline: _timestamp_pb2.Timestamp
     last_error: str
     trace_context: _types_pb2.TraceContext
-    def __init__(self, delivery_id: _Optional[str] = ..., service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., attempt: _Optional[int] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., first_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ack_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., trace_context: _Optional[_Union[_types_pb2.TraceContext, _Mapping]] = ...) -> None: ...
+    dependency: str
+    def __init__(self, delivery_id: _Optional[str] = ..., service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., attempt: _Optional[int] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., first_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ack_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., trace_context: _Optional[_Union[_types_pb2.TraceContext, _Mapping]] = ..., dependency: _Optional[str] = ...) -> None: ...
 
 class AckRequest(_message.Message):
-    __slots__ = ("delivery_id", "outcome", "retry_after", "error", "snooze", "error_class")
+    __slots__ = ("delivery_id", "outcome", "retry_after", "error", "snooze", "error_class", "hold")
     DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     SNOOZE_FIELD_NUMBER: _ClassVar[int]
     ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
     delivery_id: str
     outcome: AckOutcome
     retry_after: _duration_pb2.Duration
     error: str
     snooze: bool
     error_class: str
-    def __init__(self, delivery_id: _Optional[str] = ..., outcome: _Optional[_Union[AckOutcome, str]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., error: _Optional[str] = ..., snooze: _Optional[bool] = ..., error_class: _Optional[str] = ...) -> None: ...
+    hold: DependencyHold
+    def __init__(self, delivery_id: _Optional[str] = ..., outcome: _Optional[_Union[AckOutcome, str]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., error: _Optional[str] = ..., snooze: _Optional[bool] = ..., error_class: _Optional[str] = ..., hold: _Optional[_Union[DependencyHold, _Mapping]] = ...) -> None: ...
+
+class DependencyHold(_message.Message):
+    __slots__ = ("duration", "reason")
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    duration: _duration_pb2.Duration
+    reason: str
+    def __init__(self, duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class AckResponse(_message.Message):
     __slots__ = ("next_due_time", "dead_lettered", "snoozed")

@@ -61,7 +61,7 @@ class Location(_message.Message):
     def __init__(self, day: _Optional[str] = ..., window: _Optional[int] = ..., instance: _Optional[str] = ..., bucket: _Optional[int] = ...) -> None: ...
 
 class Retry(_message.Message):
-    __slots__ = ("service", "transaction_id", "status", "attempt", "generation", "due_time", "last_error", "payload", "attributes", "policy", "first_enqueued_at", "last_enqueued_at", "updated_at", "location", "enqueue_count", "delivery_count")
+    __slots__ = ("service", "transaction_id", "status", "attempt", "generation", "due_time", "last_error", "payload", "attributes", "policy", "first_enqueued_at", "last_enqueued_at", "updated_at", "location", "enqueue_count", "delivery_count", "dependency")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +85,7 @@ class Retry(_message.Message):
     LOCATION_FIELD_NUMBER: _ClassVar[int]
     ENQUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
     service: str
     transaction_id: str
     status: RetryStatus
@@ -101,7 +102,8 @@ class Retry(_message.Message):
     location: Location
     enqueue_count: int
     delivery_count: int
-    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., status: _Optional[_Union[RetryStatus, str]] = ..., attempt: _Optional[int] = ..., generation: _Optional[int] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., first_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., location: _Optional[_Union[Location, _Mapping]] = ..., enqueue_count: _Optional[int] = ..., delivery_count: _Optional[int] = ...) -> None: ...
+    dependency: str
+    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., status: _Optional[_Union[RetryStatus, str]] = ..., attempt: _Optional[int] = ..., generation: _Optional[int] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., first_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., location: _Optional[_Union[Location, _Mapping]] = ..., enqueue_count: _Optional[int] = ..., delivery_count: _Optional[int] = ..., dependency: _Optional[str] = ...) -> None: ...
 
 class TraceContext(_message.Message):
     __slots__ = ("traceparent", "tracestate")

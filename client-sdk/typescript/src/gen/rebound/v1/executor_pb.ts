@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rebound/v1/executor.proto.
  */
 export const file_rebound_v1_executor: GenFile = /*@__PURE__*/
-  fileDesc("ChlyZWJvdW5kL3YxL2V4ZWN1dG9yLnByb3RvEgpyZWJvdW5kLnYxIk8KEFN1YnNjcmliZVJlcXVlc3QSDwoHc2VydmljZRgBIAEoCRITCgtleGVjdXRvcl9pZBgCIAEoCRIVCg1tYXhfaW5fZmxpZ2h0GAMgASgNIrMDCghEZWxpdmVyeRITCgtkZWxpdmVyeV9pZBgBIAEoCRIPCgdzZXJ2aWNlGAIgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAMgASgJEg8KB2F0dGVtcHQYBCABKA0SDwoHcGF5bG9hZBgFIAEoDBI4CgphdHRyaWJ1dGVzGAYgAygLMiQucmVib3VuZC52MS5EZWxpdmVyeS5BdHRyaWJ1dGVzRW50cnkSLAoIZHVlX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWZpcnN0X2VucXVldWVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxhY2tfZGVhZGxpbmUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYCiABKAkSLwoNdHJhY2VfY29udGV4dBgLIAEoCzIYLnJlYm91bmQudjEuVHJhY2VDb250ZXh0GjEKD0F0dHJpYnV0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIq4BCgpBY2tSZXF1ZXN0EhMKC2RlbGl2ZXJ5X2lkGAEgASgJEicKB291dGNvbWUYAiABKA4yFi5yZWJvdW5kLnYxLkFja091dGNvbWUSLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFZXJyb3IYBCABKAkSDgoGc25vb3plGAUgASgIEhMKC2Vycm9yX2NsYXNzGAYgASgJImgKC0Fja1Jlc3BvbnNlEjEKDW5leHRfZHVlX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWRlYWRfbGV0dGVyZWQYAiABKAgSDwoHc25vb3plZBgDIAEoCCI3Cg9BY2tCYXRjaFJlcXVlc3QSJAoEYWNrcxgBIAMoCzIWLnJlYm91bmQudjEuQWNrUmVxdWVzdCJuCg5BY2tCYXRjaFJlc3VsdBIrCghyZXNwb25zZRgBIAEoCzIXLnJlYm91bmQudjEuQWNrUmVzcG9uc2VIABIlCgVlcnJvchgCIAEoCzIULnJlYm91bmQudjEuQWNrRXJyb3JIAEIICgZyZXN1bHQiKQoIQWNrRXJyb3ISDAoEY29kZRgBIAEoBRIPCgdtZXNzYWdlGAIgASgJIj8KEEFja0JhdGNoUmVzcG9uc2USKwoHcmVzdWx0cxgBIAMoCzIaLnJlYm91bmQudjEuQWNrQmF0Y2hSZXN1bHQiWgoVRXh0ZW5kRGVhZGxpbmVSZXF1ZXN0EhMKC2RlbGl2ZXJ5X2lkGAEgASgJEiwKCWV4dGVuc2lvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJKChZFeHRlbmREZWFkbGluZVJlc3BvbnNlEjAKDGFja19kZWFkbGluZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiEAoOR2V0UmluZ1JlcXVlc3QiKwoEUmluZxIjCgVub2RlcxgBIAMoCzIULnJlYm91bmQudjEuUmluZ05vZGUiZwoIUmluZ05vZGUSDwoHbm9kZV9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEhEKCWNvbXBhY3RvchgDIAEoCBImCgZyYW5nZXMYBCADKAsyFi5yZWJvdW5kLnYxLlRva2VuUmFuZ2UiKAoKVG9rZW5SYW5nZRINCgVzdGFydBgBIAEoAxILCgNlbmQYAiABKAMqcwoKQWNrT3V0Y29tZRIbChdBQ0tfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhkKFUFDS19PVVRDT01FX1NVQ0NFRURFRBABEhUKEUFDS19PVVRDT01FX1JFVFJZEAISFgoSQUNLX09VVENPTUVfRkFJTEVEEAMy5QIKD0V4ZWN1dG9yU2VydmljZRJBCglTdWJzY3JpYmUSHC5yZWJvdW5kLnYxLlN1YnNjcmliZVJlcXVlc3QaFC5yZWJvdW5kLnYxLkRlbGl2ZXJ5MAESNgoDQWNrEhYucmVib3VuZC52MS5BY2tSZXF1ZXN0GhcucmVib3VuZC52MS5BY2tSZXNwb25zZRJFCghBY2tCYXRjaBIbLnJlYm91bmQudjEuQWNrQmF0Y2hSZXF1ZXN0GhwucmVib3VuZC52MS5BY2tCYXRjaFJlc3BvbnNlElcKDkV4dGVuZERlYWRsaW5lEiEucmVib3VuZC52MS5FeHRlbmREZWFkbGluZVJlcXVlc3QaIi5yZWJvdW5kLnYxLkV4dGVuZERlYWRsaW5lUmVzcG9uc2USNwoHR2V0UmluZxIaLnJlYm91bmQudjEuR2V0UmluZ1JlcXVlc3QaEC5yZWJvdW5kLnYxLlJpbmdCYwoOZGV2LnJlYm91bmQudjFCDUV4ZWN1dG9yUHJvdG9QAVpAZ2l0aHViLmNvbS9yZWJvdW5kLWRldi9yZWJvdW5kL2NsaWVudC1zZGsvZ28vcmVib3VuZHYxO3JlYm91bmR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_rebound_v1_types]);
+  fileDesc("ChlyZWJvdW5kL3YxL2V4ZWN1dG9yLnByb3RvEgpyZWJvdW5kLnYxIk8KEFN1YnNjcmliZVJlcXVlc3QSDwoHc2VydmljZRgBIAEoCRITCgtleGVjdXRvcl9pZBgCIAEoCRIVCg1tYXhfaW5fZmxpZ2h0GAMgASgNIscDCghEZWxpdmVyeRITCgtkZWxpdmVyeV9pZBgBIAEoCRIPCgdzZXJ2aWNlGAIgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAMgASgJEg8KB2F0dGVtcHQYBCABKA0SDwoHcGF5bG9hZBgFIAEoDBI4CgphdHRyaWJ1dGVzGAYgAygLMiQucmVib3VuZC52MS5EZWxpdmVyeS5BdHRyaWJ1dGVzRW50cnkSLAoIZHVlX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWZpcnN0X2VucXVldWVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxhY2tfZGVhZGxpbmUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYCiABKAkSLwoNdHJhY2VfY29udGV4dBgLIAEoCzIYLnJlYm91bmQudjEuVHJhY2VDb250ZXh0EhIKCmRlcGVuZGVuY3kYDCABKAkaMQoPQXR0cmlidXRlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi2AEKCkFja1JlcXVlc3QSEwoLZGVsaXZlcnlfaWQYASABKAkSJwoHb3V0Y29tZRgCIAEoDjIWLnJlYm91bmQudjEuQWNrT3V0Y29tZRIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVlcnJvchgEIAEoCRIOCgZzbm9vemUYBSABKAgSEwoLZXJyb3JfY2xhc3MYBiABKAkSKAoEaG9sZBgHIAEoCzIaLnJlYm91bmQudjEuRGVwZW5kZW5jeUhvbGQiTQoORGVwZW5kZW5jeUhvbGQSKwoIZHVyYXRpb24YASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGcmVhc29uGAIgASgJImgKC0Fja1Jlc3BvbnNlEjEKDW5leHRfZHVlX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWRlYWRfbGV0dGVyZWQYAiABKAgSDwoHc25vb3plZBgDIAEoCCI3Cg9BY2tCYXRjaFJlcXVlc3QSJAoEYWNrcxgBIAMoCzIWLnJlYm91bmQudjEuQWNrUmVxdWVzdCJuCg5BY2tCYXRjaFJlc3VsdBIrCghyZXNwb25zZRgBIAEoCzIXLnJlYm91bmQudjEuQWNrUmVzcG9uc2VIABIlCgVlcnJvchgCIAEoCzIULnJlYm91bmQudjEuQWNrRXJyb3JIAEIICgZyZXN1bHQiKQoIQWNrRXJyb3ISDAoEY29kZRgBIAEoBRIPCgdtZXNzYWdlGAIgASgJIj8KEEFja0JhdGNoUmVzcG9uc2USKwoHcmVzdWx0cxgBIAMoCzIaLnJlYm91bmQudjEuQWNrQmF0Y2hSZXN1bHQiWgoVRXh0ZW5kRGVhZGxpbmVSZXF1ZXN0EhMKC2RlbGl2ZXJ5X2lkGAEgASgJEiwKCWV4dGVuc2lvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJKChZFeHRlbmREZWFkbGluZVJlc3BvbnNlEjAKDGFja19kZWFkbGluZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiEAoOR2V0UmluZ1JlcXVlc3QiKwoEUmluZxIjCgVub2RlcxgBIAMoCzIULnJlYm91bmQudjEuUmluZ05vZGUiZwoIUmluZ05vZGUSDwoHbm9kZV9pZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEhEKCWNvbXBhY3RvchgDIAEoCBImCgZyYW5nZXMYBCADKAsyFi5yZWJvdW5kLnYxLlRva2VuUmFuZ2UiKAoKVG9rZW5SYW5nZRINCgVzdGFydBgBIAEoAxILCgNlbmQYAiABKAMqcwoKQWNrT3V0Y29tZRIbChdBQ0tfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhkKFUFDS19PVVRDT01FX1NVQ0NFRURFRBABEhUKEUFDS19PVVRDT01FX1JFVFJZEAISFgoSQUNLX09VVENPTUVfRkFJTEVEEAMy5QIKD0V4ZWN1dG9yU2VydmljZRJBCglTdWJzY3JpYmUSHC5yZWJvdW5kLnYxLlN1YnNjcmliZVJlcXVlc3QaFC5yZWJvdW5kLnYxLkRlbGl2ZXJ5MAESNgoDQWNrEhYucmVib3VuZC52MS5BY2tSZXF1ZXN0GhcucmVib3VuZC52MS5BY2tSZXNwb25zZRJFCghBY2tCYXRjaBIbLnJlYm91bmQudjEuQWNrQmF0Y2hSZXF1ZXN0GhwucmVib3VuZC52MS5BY2tCYXRjaFJlc3BvbnNlElcKDkV4dGVuZERlYWRsaW5lEiEucmVib3VuZC52MS5FeHRlbmREZWFkbGluZVJlcXVlc3QaIi5yZWJvdW5kLnYxLkV4dGVuZERlYWRsaW5lUmVzcG9uc2USNwoHR2V0UmluZxIaLnJlYm91bmQudjEuR2V0UmluZ1JlcXVlc3QaEC5yZWJvdW5kLnYxLlJpbmdCYwoOZGV2LnJlYm91bmQudjFCDUV4ZWN1dG9yUHJvdG9QAVpAZ2l0aHViLmNvbS9yZWJvdW5kLWRldi9yZWJvdW5kL2NsaWVudC1zZGsvZ28vcmVib3VuZHYxO3JlYm91bmR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_rebound_v1_types]);
 
 /**
  * @generated from message rebound.v1.SubscribeRequest
@@ -107,6 +107,14 @@ export type Delivery = Message<"rebound.v1.Delivery"> & {
    * @generated from field: rebound.v1.TraceContext trace_context = 11;
    */
   traceContext?: TraceContext | undefined;
+
+  /**
+   * The dependency the retry names (EnqueueRetryRequest.dependency); empty: none. An ack with
+   * outcome RETRY may hold it (AckRequest.hold).
+   *
+   * @generated from field: string dependency = 12;
+   */
+  dependency: string;
 };
 
 /**
@@ -156,6 +164,16 @@ export type AckRequest = Message<"rebound.v1.AckRequest"> & {
    * @generated from field: string error_class = 6;
    */
   errorClass: string;
+
+  /**
+   * With outcome RETRY, on a delivery whose retry names a dependency: hold that dependency for
+   * `hold.duration` (the Retry-After the executor got, say). No retry naming it is delivered,
+   * in any service, until then, and this retry waits for the hold's end without using an
+   * attempt. INVALID_ARGUMENT with another outcome or without a dependency.
+   *
+   * @generated from field: rebound.v1.DependencyHold hold = 7;
+   */
+  hold?: DependencyHold | undefined;
 };
 
 /**
@@ -164,6 +182,34 @@ export type AckRequest = Message<"rebound.v1.AckRequest"> & {
  */
 export const AckRequestSchema: GenMessage<AckRequest> = /*@__PURE__*/
   messageDesc(file_rebound_v1_executor, 2);
+
+/**
+ * A hold of a downstream dependency (AckRequest.hold, AdminService.HoldDependency).
+ *
+ * @generated from message rebound.v1.DependencyHold
+ */
+export type DependencyHold = Message<"rebound.v1.DependencyHold"> & {
+  /**
+   * From now: 1 s to 24 h.
+   *
+   * @generated from field: google.protobuf.Duration duration = 1;
+   */
+  duration?: Duration | undefined;
+
+  /**
+   * Why, as listed by ListDependencyHolds: at most 1,024 bytes.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message rebound.v1.DependencyHold.
+ * Use `create(DependencyHoldSchema)` to create a new message.
+ */
+export const DependencyHoldSchema: GenMessage<DependencyHold> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_executor, 3);
 
 /**
  * @generated from message rebound.v1.AckResponse
@@ -196,7 +242,7 @@ export type AckResponse = Message<"rebound.v1.AckResponse"> & {
  * Use `create(AckResponseSchema)` to create a new message.
  */
 export const AckResponseSchema: GenMessage<AckResponse> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_executor, 3);
+  messageDesc(file_rebound_v1_executor, 4);
 
 /**
  * @generated from message rebound.v1.AckBatchRequest
@@ -213,7 +259,7 @@ export type AckBatchRequest = Message<"rebound.v1.AckBatchRequest"> & {
  * Use `create(AckBatchRequestSchema)` to create a new message.
  */
 export const AckBatchRequestSchema: GenMessage<AckBatchRequest> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_executor, 4);
+  messageDesc(file_rebound_v1_executor, 5);
 
 /**
  * @generated from message rebound.v1.AckBatchResult
@@ -242,7 +288,7 @@ export type AckBatchResult = Message<"rebound.v1.AckBatchResult"> & {
  * Use `create(AckBatchResultSchema)` to create a new message.
  */
 export const AckBatchResultSchema: GenMessage<AckBatchResult> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_executor, 5);
+  messageDesc(file_rebound_v1_executor, 6);
 
 /**
  * @generated from message rebound.v1.AckError
@@ -264,7 +310,7 @@ export type AckError = Message<"rebound.v1.AckError"> & {
  * Use `create(AckErrorSchema)` to create a new message.
  */
 export const AckErrorSchema: GenMessage<AckError> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_executor, 6);
+  messageDesc(file_rebound_v1_executor, 7);
 
 /**
  * @generated from message rebound.v1.AckBatchResponse
@@ -281,7 +327,7 @@ export type AckBatchResponse = Message<"rebound.v1.AckBatchResponse"> & {
  * Use `create(AckBatchResponseSchema)` to create a new message.
  */
 export const AckBatchResponseSchema: GenMessage<AckBatchResponse> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_executor, 7);
+  messageDesc(file_rebound_v1_executor, 8);
 
 /**
  * @generated from message rebound.v1.ExtendDeadlineRequest
@@ -303,7 +349,7 @@ export type ExtendDeadlineRequest = Message<"rebound.v1.ExtendDeadlineRequest"> 
  * Use `create(ExtendDeadlineRequestSchema)` to create a new message.
  */
 export const ExtendDeadlineRequestSchema: GenMessage<ExtendDeadlineRequest> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_executor, 8);
+  messageDesc(file_rebound_v1_executor, 9);
 
 /**
  * @generated from message rebound.v1.ExtendDeadlineResponse
@@ -320,7 +366,7 @@ export type ExtendDeadlineResponse = Message<"rebound.v1.ExtendDeadlineResponse"
  * Use `create(ExtendDeadlineResponseSchema)` to create a new message.
  */
 export const ExtendDeadlineResponseSchema: GenMessage<ExtendDeadlineResponse> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_executor, 9);
+  messageDesc(file_rebound_v1_executor, 10);
 
 /**
  * @generated from message rebound.v1.GetRingRequest
@@ -333,7 +379,7 @@ export type GetRingRequest = Message<"rebound.v1.GetRingRequest"> & {
  * Use `create(GetRingRequestSchema)` to create a new message.
  */
 export const GetRingRequestSchema: GenMessage<GetRingRequest> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_executor, 10);
+  messageDesc(file_rebound_v1_executor, 11);
 
 /**
  * @generated from message rebound.v1.Ring
@@ -350,7 +396,7 @@ export type Ring = Message<"rebound.v1.Ring"> & {
  * Use `create(RingSchema)` to create a new message.
  */
 export const RingSchema: GenMessage<Ring> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_executor, 11);
+  messageDesc(file_rebound_v1_executor, 12);
 
 /**
  * @generated from message rebound.v1.RingNode
@@ -386,7 +432,7 @@ export type RingNode = Message<"rebound.v1.RingNode"> & {
  * Use `create(RingNodeSchema)` to create a new message.
  */
 export const RingNodeSchema: GenMessage<RingNode> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_executor, 12);
+  messageDesc(file_rebound_v1_executor, 13);
 
 /**
  * A range of Murmur3 tokens, both ends inclusive.
@@ -410,7 +456,7 @@ export type TokenRange = Message<"rebound.v1.TokenRange"> & {
  * Use `create(TokenRangeSchema)` to create a new message.
  */
 export const TokenRangeSchema: GenMessage<TokenRange> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_executor, 13);
+  messageDesc(file_rebound_v1_executor, 14);
 
 /**
  * @generated from enum rebound.v1.AckOutcome
