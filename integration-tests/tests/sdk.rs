@@ -152,6 +152,109 @@ async fn the_sdk_enqueues_executes_retries_and_dead_letters() {
     n.finish().await;
 }
 
+/// `dependency_hold_defers_without_using_attempts` (client-sdk/CONFORMANCE.md): a handler
+/// holds the dependency its retry names for 2 s; another retry naming it, in another
+/// service, due during the hold, is not delivered before the hold ends; both then arrive with
+/// their attempt number unchanged, although their policy allows a single attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dependency_hold_defers_without_using_attempts() {
+    let n = TestNode::with_system_clock(dispatch_config("sdk_hold")).await;
+    let addr = format!("http://{}", n.node.as_ref().unwrap().local_addr());
+    let client = Client::connect(&addr).await.unwrap();
+    let one_attempt = || RetryPolicy::new().max_attempts(2);
+    client
+        .enqueue("orders", "charge-1")
+        .attempt(1)
+        .dependency("payments-gateway")
+        .policy(one_attempt())
+        .delay(Duration::ZERO)
+        .send()
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<Vec<(String, u32, std::time::Instant)>>> = Arc::default();
+    let handler = |held_once: bool, seen: Arc<Mutex<Vec<(String, u32, std::time::Instant)>>>| {
+        move |job: Job| {
+            let seen = seen.clone();
+            async move {
+                let first = {
+                    let mut s = seen.lock().unwrap();
+                    s.push((
+                        job.transaction_id.clone(),
+                        job.attempt,
+                        std::time::Instant::now(),
+                    ));
+                    s.len() == 1
+                };
+                if held_once && first {
+                    Outcome::hold(Duration::from_secs(2), "503, Retry-After: 2")
+                } else {
+                    Outcome::success()
+                }
+            }
+        }
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let run = |service: &'static str, held_once: bool| {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(
+            Executor::builder(addr.as_str(), service)
+                .executor_id(format!("sdk-hold-{service}"))
+                .run(handler(held_once, seen.clone()), async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                }),
+        )
+    };
+    let orders = run("orders", true);
+    let billing = run("billing", false);
+    // The first delivery holds the gateway; then billing's retry naming it is enqueued.
+    eventually(Duration::from_secs(20), "the hold", || {
+        let seen = seen.clone();
+        async move { !seen.lock().unwrap().is_empty() }
+    })
+    .await;
+    let held_at = seen.lock().unwrap()[0].2;
+    client
+        .enqueue("billing", "invoice-1")
+        .attempt(1)
+        .dependency("payments-gateway")
+        .policy(one_attempt())
+        .delay(Duration::ZERO)
+        .send()
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), "both to succeed", || {
+        let client = client.clone();
+        async move {
+            client.get("orders", "charge-1").await.unwrap().status == RetryStatus::Succeeded
+                && client.get("billing", "invoice-1").await.unwrap().status
+                    == RetryStatus::Succeeded
+        }
+    })
+    .await;
+    let _ = stop_tx.send(true);
+    orders.await.unwrap().unwrap();
+    billing.await.unwrap().unwrap();
+    let seen = seen.lock().unwrap().clone();
+    let attempts: Vec<(&str, u32)> = seen.iter().map(|(t, a, _)| (t.as_str(), *a)).collect();
+    assert_eq!(
+        attempts.iter().filter(|(t, _)| *t == "charge-1").count(),
+        2,
+        "{attempts:?}"
+    );
+    assert!(
+        attempts.iter().all(|(_, a)| *a == 2),
+        "no attempt used: {attempts:?}"
+    );
+    for (t, _, at) in &seen[1..] {
+        assert!(
+            at.duration_since(held_at) >= Duration::from_millis(1900),
+            "{t} delivered during the hold"
+        );
+    }
+    assert_eq!(n.count("dead_letters").await, 0);
+    n.finish().await;
+}
+
 /// On a node with credentials, a client sends its token with every call, and an executor
 /// started from it sends it to every ring node it subscribes to and acks on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -124,6 +124,16 @@ pub enum Outcome {
     /// `max_retry_duration`, when set, still applies. The server needs a positive delay, so a
     /// zero `after` is sent as 1 ms.
     Snooze { after: Duration },
+    /// The downstream dependency the retry names (`EnqueueRequest::dependency`) is down for
+    /// `duration` (a `Retry-After` it answered, say): hold it, so that no retry naming it is
+    /// delivered, in any service, until then, and postpone this one to the hold's end without
+    /// using an attempt (`ACK_OUTCOME_RETRY` with `hold`). The server refuses it for a retry
+    /// that names no dependency; the duration must be 1 s to 24 h.
+    Hold {
+        duration: Duration,
+        reason: String,
+        error: String,
+    },
     /// A failure that retrying cannot fix: dead-letter the retry now (`ACK_OUTCOME_FAILED`).
     Fail {
         error: String,
@@ -161,6 +171,16 @@ impl Outcome {
         Outcome::Snooze { after }
     }
 
+    /// [`Outcome::Hold`]: hold the retry's dependency for `duration`, giving `reason`.
+    pub fn hold(duration: Duration, reason: impl fmt::Display) -> Self {
+        let reason = reason.to_string();
+        Outcome::Hold {
+            duration,
+            error: reason.clone(),
+            reason,
+        }
+    }
+
     /// [`Outcome::Fail`]: dead-letter now.
     pub fn fail(error: impl fmt::Display) -> Self {
         Outcome::Fail {
@@ -190,7 +210,7 @@ impl Outcome {
             Outcome::Retry { error_class, .. } | Outcome::Fail { error_class, .. } => {
                 error_class.as_deref()
             }
-            Outcome::Success | Outcome::Snooze { .. } => None,
+            Outcome::Success | Outcome::Snooze { .. } | Outcome::Hold { .. } => None,
         }
     }
 
@@ -201,8 +221,18 @@ impl Outcome {
     /// The `Ack` request that reports this outcome for `delivery_id`.
     pub fn into_ack_request(self, delivery_id: impl Into<String>) -> pb::AckRequest {
         let delivery_id = delivery_id.into();
+        let hold = match &self {
+            Outcome::Hold {
+                duration, reason, ..
+            } => Some(pb::DependencyHold {
+                duration: Some(duration_to_proto(*duration)),
+                reason: reason.clone(),
+            }),
+            _ => None,
+        };
         let (outcome, retry_after, error, error_class, snooze) = match self {
             Outcome::Success => (pb::AckOutcome::Succeeded, None, String::new(), None, false),
+            Outcome::Hold { error, .. } => (pb::AckOutcome::Retry, None, error, None, false),
             Outcome::Retry {
                 after,
                 error,
@@ -238,7 +268,7 @@ impl Outcome {
             error,
             snooze,
             error_class,
-            hold: None,
+            hold,
         }
     }
 
@@ -340,7 +370,9 @@ impl HandlerError {
 
     pub fn message(&self) -> &str {
         match &self.outcome {
-            Outcome::Retry { error, .. } | Outcome::Fail { error, .. } => error,
+            Outcome::Retry { error, .. }
+            | Outcome::Fail { error, .. }
+            | Outcome::Hold { error, .. } => error,
             Outcome::Success | Outcome::Snooze { .. } => "",
         }
     }
@@ -482,6 +514,24 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.code(), tonic::Code::Internal);
         assert!(e.to_string().contains("ack_deadline"), "{e}");
+    }
+
+    #[test]
+    fn a_hold_is_a_retry_ack_carrying_the_hold() {
+        let r = Outcome::hold(Duration::from_secs(30), "Retry-After: 30").into_ack_request("d");
+        assert_eq!(r.outcome, pb::AckOutcome::Retry as i32);
+        assert!(!r.snooze && r.retry_after.is_none());
+        assert_eq!(r.error, "Retry-After: 30");
+        assert_eq!(
+            r.hold,
+            Some(pb::DependencyHold {
+                duration: Some(prost_types::Duration {
+                    seconds: 30,
+                    nanos: 0
+                }),
+                reason: "Retry-After: 30".into(),
+            })
+        );
     }
 
     #[test]

@@ -685,7 +685,7 @@ pub(super) async fn process<H, F>(
         drop(permit);
         let error_type = match &outcome {
             Outcome::Success => None,
-            Outcome::Snooze { .. } => None,
+            Outcome::Snooze { .. } | Outcome::Hold { .. } => None,
             Outcome::Retry { error_class, .. } | Outcome::Fail { error_class, .. } => {
                 Some(error_class.clone().unwrap_or_else(|| "_OTHER".to_string()))
             }
@@ -705,6 +705,9 @@ pub(super) async fn process<H, F>(
                 tracing::info!(?after, error = %error, ?error_class, "handler asked for a retry");
             }
             Outcome::Snooze { after } => tracing::info!(?after, "handler snoozed the retry"),
+            Outcome::Hold {
+                duration, reason, ..
+            } => tracing::info!(?duration, reason = %reason, "handler held the retry's dependency"),
             Outcome::Fail { error, error_class } => {
                 tracing::warn!(error = %error, ?error_class, "handler failed for good");
             }
