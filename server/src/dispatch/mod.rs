@@ -30,11 +30,10 @@ use futures::{
     stream::{self, FuturesUnordered},
     FutureExt, StreamExt,
 };
+use rand::Rng;
 use tokio::sync::{oneshot, watch, Notify};
 
 pub use crate::outcome::{AttemptOutcome, Resolution};
-use rand::Rng;
-
 use crate::{
     clock::SharedClock,
     error::Error,
@@ -541,8 +540,6 @@ impl Dispatcher {
         true
     }
 
-    /// Hands every live pointer of one bucket to the hub. Returns how far it got and the
-    /// resolutions to wait for. An abandoned or partial bucket stays whole and is replayed.
     /// Postpones a retry whose dependency is held to the hold's end (plus up to a second, so
     /// that the held retries do not all come back at once), without using an attempt or a
     /// delivery, as a snooze would. Under the transaction's lock and on a fresh read, as an
@@ -574,6 +571,8 @@ impl Dispatcher {
         }
     }
 
+    /// Hands every live pointer of one bucket to the hub. Returns how far it got and the
+    /// resolutions to wait for. An abandoned or partial bucket stays whole and is replayed.
     async fn feed_bucket(
         self: &Arc<Self>,
         service: &str,
