@@ -227,6 +227,13 @@ func Attempt(n uint32) EnqueueOption { return func(r *pb.EnqueueRetryRequest) { 
 // LastError: what the failed attempt said.
 func LastError(e string) EnqueueOption { return func(r *pb.EnqueueRetryRequest) { r.LastError = e } }
 
+// Dependency names the downstream dependency the retry waits on (e.g. "payments-gateway"):
+// while it is held (a handler's Hold, or AdminService.HoldDependency), no retry naming it is
+// delivered, in any service, and none uses an attempt.
+func Dependency(name string) EnqueueOption {
+	return func(r *pb.EnqueueRetryRequest) { r.Dependency = name }
+}
+
 // WithPolicy overrides the service's retry policy.
 func WithPolicy(p RetryPolicy) EnqueueOption {
 	return func(r *pb.EnqueueRetryRequest) { r.Policy = p.Proto() }

@@ -224,6 +224,70 @@ func TestSnoozeUsesNoAttempt(t *testing.T) {
 	}
 }
 
+func TestDependencyHoldDefersWithoutUsingAttempts(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	const other, gateway = service + "-other", "payments-gateway"
+	oneRetry := rebound.WithPolicy(rebound.NewPolicy().MaxAttempts(2))
+	mustEnqueue(t, c, "tx-h1", rebound.Delay(0), oneRetry, rebound.Dependency(gateway))
+	type delivery struct {
+		tx      string
+		attempt uint32
+		at      time.Time
+	}
+	var mu sync.Mutex
+	var seen []delivery
+	handler := func(ctx context.Context, j *rebound.Job) rebound.Outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, delivery{j.TransactionID, j.Attempt, time.Now()})
+		if j.Dependency != gateway {
+			t.Errorf("%s names dependency %q", j.TransactionID, j.Dependency)
+		}
+		if len(seen) == 1 {
+			// The first answer holds the gateway for 2 s; the second retry naming it is
+			// enqueued, in another service, while the hold lasts.
+			if _, err := c.Enqueue(ctx, other, "tx-h2", rebound.Delay(0), oneRetry, rebound.Dependency(gateway)); err != nil {
+				t.Errorf("enqueue tx-h2: %v", err)
+			}
+			return rebound.Hold(2*time.Second, "503, Retry-After: 2")
+		}
+		return rebound.Success()
+	}
+	ex := rebound.NewExecutor(n.Address, service, handler)
+	otherEx := rebound.NewExecutor(n.Address, other, handler)
+	ctx, stop := context.WithCancel(context.Background())
+	otherDone := make(chan error, 1)
+	go func() { otherDone <- otherEx.Run(ctx) }()
+	stopOther := sync.OnceValue(func() error { stop(); return <-otherDone })
+	defer stopOther()
+	runUntil(t, ex, 60*time.Second, func() bool { return ex.Acked() >= 2 && otherEx.Acked() >= 1 })
+	if err := stopOther(); err != nil {
+		t.Fatalf("the other service's executor: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	h1 := 0
+	for i, d := range seen {
+		if d.tx == "tx-h1" {
+			h1++
+		}
+		// Nothing naming the gateway during the hold, and no attempt used by it.
+		if d.attempt != 2 || (i > 0 && d.at.Sub(seen[0].at) < 1900*time.Millisecond) {
+			t.Fatalf("deliveries %+v", seen)
+		}
+	}
+	if h1 != 2 {
+		t.Fatalf("tx-h1 delivered %d times: %+v", h1, seen)
+	}
+	if s := status(t, c, "tx-h1").GetStatus(); s != rebound.Succeeded {
+		t.Fatalf("tx-h1: %v", s)
+	}
+	if r, err := c.Get(context.Background(), other, "tx-h2"); err != nil || r.GetStatus() != rebound.Succeeded {
+		t.Fatalf("tx-h2: %v %v", r, err)
+	}
+}
+
 func TestFailedGoesToDeadLetters(t *testing.T) {
 	n := newCluster(t).start()
 	c := client(t, n.Address)

@@ -25,6 +25,7 @@ const (
 	ackCalls       = 4   // ack calls in flight per node
 	rpcTimeout     = 10 * time.Second
 	maxErrorBytes  = 8192 // the server's limit on an ack's error text
+	maxReasonBytes = 1024 // the server's limit on a hold's reason
 	minExtension   = time.Second
 	minExtendPause = 50 * time.Millisecond
 )
@@ -42,19 +43,23 @@ type Job struct {
 	FirstEnqueuedAt time.Time
 	AckDeadline     time.Time
 	LastError       string
+	// The dependency the retry names (empty: none); Hold holds it.
+	Dependency string
 	// The trace context stored at the first enqueue (empty when none).
 	Traceparent, Tracestate string
 	// The node that sent it; acks and extensions go back to it.
 	Node string
 }
 
-// Outcome is a handler's answer; build one with Success, Retry, RetryAfter, Fail or Snooze.
+// Outcome is a handler's answer; build one with Success, Retry, RetryAfter, Fail, Snooze or
+// Hold.
 type Outcome struct {
 	kind   pb.AckOutcome
 	err    string
 	after  *time.Duration
 	snooze bool
 	class  string
+	hold   *time.Duration
 }
 
 // Success acknowledges the job as done.
@@ -77,21 +82,42 @@ func Snooze(after time.Duration, reason string) Outcome {
 	return Outcome{kind: pb.AckOutcome_ACK_OUTCOME_RETRY, err: reason, after: &after, snooze: true}
 }
 
+// Hold reports that the dependency the retry names (Job.Dependency) is down for duration (the
+// Retry-After it answered, say): it is held, so that no retry naming it is delivered, in any
+// service, until then, and this one is postponed to the hold's end without using an attempt.
+// When the hold ends one delivery goes first as a probe; if it succeeds the rest follow. The
+// duration must be 1 s to 24 h, and the node refuses a hold for a retry that names no
+// dependency. The reason is the retry's error too (the hold's is cut to 1 KiB).
+func Hold(duration time.Duration, reason string) Outcome {
+	return Outcome{kind: pb.AckOutcome_ACK_OUTCOME_RETRY, err: reason, hold: &duration}
+}
+
 // WithErrorClass tags the outcome with a machine-readable class such as "http.404"; a RETRY
 // whose class the policy lists as non-retryable dead-letters at once.
 func (o Outcome) WithErrorClass(class string) Outcome { o.class = class; return o }
 
-func (o Outcome) ack(deliveryID string) *pb.AckRequest {
-	e := o.err
-	if len(e) > maxErrorBytes {
-		e = e[:maxErrorBytes]
-		for len(e) > 0 && !utf8.ValidString(e) {
-			e = e[:len(e)-1]
-		}
+// truncate cuts s to at most limit bytes, at a character boundary.
+func truncate(s string, limit int) string {
+	if len(s) <= limit {
+		return s
 	}
-	a := &pb.AckRequest{DeliveryId: deliveryID, Outcome: o.kind, Error: e, Snooze: o.snooze, ErrorClass: o.class}
+	s = s[:limit]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func (o Outcome) ack(deliveryID string) *pb.AckRequest {
+	a := &pb.AckRequest{
+		DeliveryId: deliveryID, Outcome: o.kind, Error: truncate(o.err, maxErrorBytes),
+		Snooze: o.snooze, ErrorClass: o.class,
+	}
 	if o.after != nil {
 		a.RetryAfter = durationpb.New(*o.after)
+	}
+	if o.hold != nil {
+		a.Hold = &pb.DependencyHold{Duration: durationpb.New(*o.hold), Reason: truncate(o.err, maxReasonBytes)}
 	}
 	return a
 }
@@ -468,7 +494,7 @@ func jobOf(d *pb.Delivery, address string) *Job {
 		DeliveryID: d.GetDeliveryId(), Service: d.GetService(), TransactionID: d.GetTransactionId(),
 		Attempt: d.GetAttempt(), Payload: d.GetPayload(), Attributes: d.GetAttributes(),
 		DueTime: timeOf(d.GetDueTime()), FirstEnqueuedAt: timeOf(d.GetFirstEnqueuedAt()),
-		AckDeadline: timeOf(d.GetAckDeadline()), LastError: d.GetLastError(),
+		AckDeadline: timeOf(d.GetAckDeadline()), LastError: d.GetLastError(), Dependency: d.GetDependency(),
 		Traceparent: d.GetTraceContext().GetTraceparent(), Tracestate: d.GetTraceContext().GetTracestate(),
 		Node: address,
 	}

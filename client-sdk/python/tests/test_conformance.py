@@ -166,6 +166,41 @@ async def test_snooze_uses_no_attempt(node: Node) -> None:
         assert c.get(SERVICE, "tx-s").status == RetryStatus.SUCCEEDED
 
 
+async def test_dependency_hold_defers_without_using_attempts(node: Node) -> None:
+    with Client(node.address) as c:
+        one_attempt = RetryPolicy(max_attempts=2)
+        c.enqueue(SERVICE, "tx-h1", delay=0, policy=one_attempt, dependency="payments-gateway")
+        seen: list[tuple[str, int, float]] = []
+
+        async def handler(job: Job) -> Outcome:
+            seen.append((job.transaction_id, job.attempt, time.monotonic()))
+            assert job.dependency == "payments-gateway"
+            if len(seen) == 1:
+                # The first answer holds the gateway for 2 s; then the second retry naming it
+                # is enqueued, in another service, while the hold lasts.
+                c.enqueue(
+                    "py-other", "tx-h2", delay=0, policy=one_attempt, dependency="payments-gateway"
+                )
+                return Outcome.hold(timedelta(seconds=2), "503, Retry-After: 2")
+            return Outcome.success()
+
+        ex = Executor(node.address, SERVICE, handler)
+        other = Executor(node.address, "py-other", handler)
+        other_task = asyncio.create_task(other.run())
+        try:
+            await run_until(ex, lambda: ex.acked >= 2 and other.acked >= 1)
+        finally:
+            other.stop()
+            await other_task
+        held_at = seen[0][2]
+        assert [t for t, _, _ in seen].count("tx-h1") == 2
+        # Nothing naming the gateway during the hold, and no attempt used by it.
+        assert all(at - held_at >= 1.9 for _, _, at in seen[1:]), seen
+        assert all(attempt == 2 for _, attempt, _ in seen), seen
+        assert c.get(SERVICE, "tx-h1").status == RetryStatus.SUCCEEDED
+        assert c.get("py-other", "tx-h2").status == RetryStatus.SUCCEEDED
+
+
 async def test_failed_goes_to_dead_letters(node: Node) -> None:
     with Client(node.address) as c:
         c.enqueue(SERVICE, "tx-f", delay=0)

@@ -87,6 +87,12 @@ export interface EnqueueRequest {
   /** Attempts the caller already made (default 1). */
   attempt?: number;
   lastError?: string;
+  /**
+   * The downstream dependency the retry waits on (e.g. "payments-gateway"): while it is held
+   * (a handler's `Outcome.hold`, or AdminService.HoldDependency), no retry naming it is
+   * delivered, in any service, and none uses an attempt.
+   */
+  dependency?: string;
   /** The W3C trace context of the failed call, when it is not the current one. */
   traceparent?: string;
   tracestate?: string;
@@ -105,6 +111,7 @@ export function enqueueToProto(r: EnqueueRequest): EnqueueRetryRequest {
     attributes: r.attributes ?? {},
     attempt: r.attempt ?? 1,
     lastError: r.lastError ?? "",
+    dependency: r.dependency ?? "",
     policy: r.policy ? policyToProto(r.policy) : undefined,
     schedule:
       r.delayMs !== undefined

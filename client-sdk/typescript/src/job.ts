@@ -9,6 +9,7 @@ import {
 import { dateOf } from "./time.js";
 
 const MAX_ERROR_BYTES = 8192;
+const MAX_REASON_BYTES = 1024;
 
 /** One delivery of a due retry. */
 export interface Job {
@@ -23,6 +24,8 @@ export interface Job {
   firstEnqueuedAt: Date | undefined;
   ackDeadline: Date | undefined;
   lastError: string;
+  /** The dependency the retry names (empty: none); `Outcome.hold` holds it. */
+  dependency: string;
   /** The trace context stored at the first enqueue (empty when none). */
   traceparent: string;
   tracestate: string;
@@ -42,6 +45,7 @@ export function jobOf(d: Delivery, node: string): Job {
     firstEnqueuedAt: dateOf(d.firstEnqueuedAt),
     ackDeadline: dateOf(d.ackDeadline),
     lastError: d.lastError,
+    dependency: d.dependency,
     traceparent: d.traceContext?.traceparent ?? "",
     tracestate: d.traceContext?.tracestate ?? "",
     node,
@@ -62,6 +66,8 @@ export class Outcome {
     readonly afterMs?: number,
     readonly snoozed = false,
     readonly errorClass = "",
+    /** For `Outcome.hold`: how long to hold the retry's dependency. */
+    readonly holdMs?: number,
   ) {}
 
   static success(): Outcome {
@@ -79,9 +85,20 @@ export class Outcome {
   static snooze(afterMs: number, reason = ""): Outcome {
     return new Outcome(AckOutcome.RETRY, reason, afterMs, true);
   }
+  /**
+   * The dependency the retry names (`job.dependency`) is down for `durationMs` (the Retry-After
+   * it answered, say): hold it, so that no retry naming it is delivered, in any service, until
+   * then, and postpone this one to the hold's end without using an attempt. When the hold ends
+   * one delivery goes first as a probe; if it succeeds the rest follow. 1 s to 24 h; the node
+   * refuses a hold for a retry that names no dependency. `reason` is the retry's error too (the
+   * hold's is cut to 1 KiB).
+   */
+  static hold(durationMs: number, reason = ""): Outcome {
+    return new Outcome(AckOutcome.RETRY, reason, undefined, false, "", durationMs);
+  }
   /** Tags the outcome with a class such as "http.404"; a non-retryable class dead-letters. */
   withErrorClass(errorClass: string): Outcome {
-    return new Outcome(this.kind, this.error, this.afterMs, this.snoozed, errorClass);
+    return new Outcome(this.kind, this.error, this.afterMs, this.snoozed, errorClass, this.holdMs);
   }
 
   toAck(deliveryId: string): AckRequest {
@@ -92,6 +109,10 @@ export class Outcome {
       snooze: this.snoozed,
       errorClass: this.errorClass,
       retryAfter: this.afterMs === undefined ? undefined : durationFromMs(this.afterMs),
+      hold:
+        this.holdMs === undefined
+          ? undefined
+          : { duration: durationFromMs(this.holdMs), reason: truncateUtf8(this.error, MAX_REASON_BYTES) },
     });
   }
 }

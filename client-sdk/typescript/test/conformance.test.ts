@@ -196,6 +196,64 @@ test("snooze uses no attempt", async () => {
   assert.equal((await c.get(SERVICE, "tx-s")).status, RetryStatus.SUCCEEDED);
 });
 
+test("dependency hold defers without using attempts", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  const other = `${SERVICE}-other`;
+  const gateway = "payments-gateway";
+  const oneRetry = { maxAttempts: 2 };
+  await c.enqueue({
+    service: SERVICE,
+    transactionId: "tx-h1",
+    delayMs: 0,
+    policy: oneRetry,
+    dependency: gateway,
+  });
+  const seen: { tx: string; attempt: number; dependency: string; at: number }[] = [];
+  const handler = async (job: Job) => {
+    seen.push({ tx: job.transactionId, attempt: job.attempt, dependency: job.dependency, at: Date.now() });
+    if (seen.length === 1) {
+      // The first answer holds the gateway for 2 s; the second retry naming it is enqueued,
+      // in another service, while the hold lasts.
+      await c.enqueue({
+        service: other,
+        transactionId: "tx-h2",
+        delayMs: 0,
+        policy: oneRetry,
+        dependency: gateway,
+      });
+      return Outcome.hold(2000, "503, Retry-After: 2");
+    }
+    return Outcome.success();
+  };
+  const ex = new Executor(node.address, SERVICE, handler);
+  const otherEx = new Executor(node.address, other, handler);
+  let otherFailed: unknown;
+  const otherRunning = otherEx.run().catch((e) => {
+    otherFailed = e;
+  });
+  try {
+    await runUntil(ex, () => otherFailed !== undefined || (ex.acked >= 2 && otherEx.acked >= 1), 60_000);
+  } finally {
+    otherEx.stop();
+    await otherRunning;
+  }
+  if (otherFailed !== undefined) throw otherFailed;
+  const heldAt = seen[0]!.at;
+  assert.equal(seen.filter((d) => d.tx === "tx-h1").length, 2, JSON.stringify(seen));
+  // Nothing naming the gateway during the hold, and no attempt used by it.
+  assert.ok(
+    seen.slice(1).every((d) => d.at - heldAt >= 1900),
+    JSON.stringify(seen),
+  );
+  assert.deepEqual(
+    seen.map((d) => [d.attempt, d.dependency]),
+    seen.map(() => [2, gateway]),
+  );
+  assert.equal((await c.get(SERVICE, "tx-h1")).status, RetryStatus.SUCCEEDED);
+  assert.equal((await c.get(other, "tx-h2")).status, RetryStatus.SUCCEEDED);
+});
+
 test("failed goes to dead letters", async () => {
   const node = await start();
   const c = await connect(node.address);

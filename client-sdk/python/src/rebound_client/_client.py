@@ -50,6 +50,9 @@ class EnqueueRequest:
     #: The W3C trace context of the call that failed, when it is not the current one.
     traceparent: str = ""
     tracestate: str = ""
+    #: The downstream dependency the retry waits on (e.g. ``"payments-gateway"``): while it
+    #: is held, the retry is not delivered and uses no attempt. Empty: none.
+    dependency: str = ""
 
     def to_proto(self) -> retry_pb2.EnqueueRetryRequest:
         if self.delay is not None and self.due_time is not None:
@@ -61,6 +64,7 @@ class EnqueueRequest:
             attributes=dict(self.attributes),
             attempt=self.attempt,
             last_error=self.last_error,
+            dependency=self.dependency,
         )
         if self.delay is not None:
             r.delay.CopyFrom(to_duration(self.delay))
@@ -214,6 +218,7 @@ class Client:
         attributes: Mapping[str, str] | None = None,
         attempt: int = 1,
         last_error: str = "",
+        dependency: str = "",
     ) -> Enqueued:
         """Schedules a retry. Idempotent by (service, transaction_id): a repeat reschedules or
         confirms the pending retry (``deduplicated``) and never doubles it, so re-sending after
@@ -228,6 +233,7 @@ class Client:
             attributes=attributes or {},
             attempt=attempt,
             last_error=last_error,
+            dependency=dependency,
         )
         message, metadata = request.to_proto(), self._metadata()
         r = self._call(lambda t: self._stub.EnqueueRetry(message, timeout=t, metadata=metadata))

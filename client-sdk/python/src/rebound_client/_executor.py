@@ -39,6 +39,8 @@ FATAL_CODES = frozenset(
 )
 #: The server's limit on an ack's error text.
 MAX_ERROR_BYTES = 8192
+#: The node's limit on a hold's reason.
+MAX_HOLD_REASON_BYTES = 1024
 #: Acks in one AckBatch call, and ack calls in flight per node.
 MAX_ACK_BATCH = 500
 ACK_CALLS = 4
@@ -68,6 +70,8 @@ class Job:
     tracestate: str
     #: The node that sent it (acks and extensions go back to it).
     node: str
+    #: The dependency the retry names (empty: none); ``Outcome.hold`` holds it.
+    dependency: str = ""
 
     @classmethod
     def from_proto(cls, d: executor_pb2.Delivery, node: str) -> Job:
@@ -85,6 +89,7 @@ class Job:
             traceparent=d.trace_context.traceparent,
             tracestate=d.trace_context.tracestate,
             node=node,
+            dependency=d.dependency,
         )
 
 
@@ -97,6 +102,8 @@ class Outcome:
     after: timedelta | None = None
     snoozed: bool = False
     error_class: str = ""
+    #: For ``Outcome.hold``: how long to hold the retry's dependency.
+    hold_for: timedelta | None = None
 
     @classmethod
     def success(cls) -> Outcome:
@@ -121,10 +128,20 @@ class Outcome:
             after = timedelta(seconds=after)
         return cls(executor_pb2.ACK_OUTCOME_RETRY, reason, after, True)
 
+    @classmethod
+    def hold(cls, duration: timedelta | float, reason: str = "") -> Outcome:
+        """The dependency the retry names (``Job.dependency``) is down for ``duration`` (the
+        Retry-After it answered, say): hold it, so that no retry naming it is delivered, in any
+        service, until then, and postpone this one without using an attempt. 1 s to 24 h; the
+        node refuses it for a retry that names no dependency."""
+        if not isinstance(duration, timedelta):
+            duration = timedelta(seconds=duration)
+        return cls(executor_pb2.ACK_OUTCOME_RETRY, reason, hold_for=duration)
+
     def with_error_class(self, error_class: str) -> Outcome:
         """Tags the outcome with a machine-readable class (e.g. ``"http.404"``); a RETRY whose
         class the policy lists as non-retryable dead-letters at once."""
-        return Outcome(self.kind, self.error, self.after, self.snoozed, error_class)
+        return Outcome(self.kind, self.error, self.after, self.snoozed, error_class, self.hold_for)
 
     def to_ack(self, delivery_id: str) -> executor_pb2.AckRequest:
         error = self.error.encode()[:MAX_ERROR_BYTES].decode(errors="ignore")
@@ -137,6 +154,9 @@ class Outcome:
         )
         if self.after is not None:
             a.retry_after.CopyFrom(to_duration(self.after))
+        if self.hold_for is not None:
+            a.hold.duration.CopyFrom(to_duration(self.hold_for))
+            a.hold.reason = error.encode()[:MAX_HOLD_REASON_BYTES].decode(errors="ignore")
         return a
 
 

@@ -226,7 +226,7 @@ impl Outcome {
                 duration, reason, ..
             } => Some(pb::DependencyHold {
                 duration: Some(duration_to_proto(*duration)),
-                reason: reason.clone(),
+                reason: cut(reason, MAX_HOLD_REASON_BYTES).to_owned(),
             }),
             _ => None,
         };
@@ -286,6 +286,18 @@ impl Outcome {
 
 /// The shortest snooze the server accepts (it requires a positive delay).
 const MIN_SNOOZE: Duration = Duration::from_millis(1);
+
+/// Longest hold reason the server accepts, in bytes.
+const MAX_HOLD_REASON_BYTES: usize = 1024;
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
 
 /// Longest error class the server accepts.
 const MAX_ERROR_CLASS_LEN: usize = 128;
@@ -514,6 +526,15 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.code(), tonic::Code::Internal);
         assert!(e.to_string().contains("ack_deadline"), "{e}");
+    }
+
+    #[test]
+    fn a_hold_reason_is_cut_to_the_servers_limit_at_a_character_boundary() {
+        let long = "é".repeat(600); // 1,200 bytes
+        let r = Outcome::hold(Duration::from_secs(5), &long).into_ack_request("d");
+        let reason = r.hold.unwrap().reason;
+        assert_eq!(reason.len(), 1024);
+        assert!(long.starts_with(&reason));
     }
 
     #[test]

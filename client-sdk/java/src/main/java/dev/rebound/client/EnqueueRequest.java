@@ -101,6 +101,17 @@ public final class EnqueueRequest {
       return this;
     }
 
+    /**
+     * The downstream dependency this retry waits on, e.g. {@code "payments-gateway"} (1-128
+     * characters of {@code [A-Za-z0-9._-]}, starting with a letter or digit): while it is held (an
+     * executor's {@link Outcome#hold}, or the admin API), no retry naming it is delivered, in any
+     * service, and none uses an attempt.
+     */
+    public Builder dependency(String dependency) {
+      b.setDependency(dependency);
+      return this;
+    }
+
     /** The W3C trace context of the failed call, when it is not the current one. */
     public Builder traceContext(String traceparent, String tracestate) {
       b.setTraceContext(

@@ -20,6 +20,8 @@ import java.util.Map;
  * @param traceparent the trace context stored at the first enqueue (empty when none)
  * @param tracestate its vendor entries
  * @param node the node that sent it (acks and extensions go back to it)
+ * @param dependency the downstream dependency the retry names (empty: none); {@link Outcome#hold}
+ *     holds it
  */
 public record Job(
     String deliveryId,
@@ -34,7 +36,8 @@ public record Job(
     String lastError,
     String traceparent,
     String tracestate,
-    String node) {
+    String node,
+    String dependency) {
   static Job of(Delivery d, String node) {
     return new Job(
         d.getDeliveryId(),
@@ -49,6 +52,7 @@ public record Job(
         d.getLastError(),
         d.getTraceContext().getTraceparent(),
         d.getTraceContext().getTracestate(),
-        node);
+        node,
+        d.getDependency());
   }
 }

@@ -243,6 +243,68 @@ class ConformanceTest {
   }
 
   @Test
+  void dependencyHoldDefersWithoutUsingAttempts() throws Exception {
+    String node = cluster.start();
+    ReboundClient c = client(node);
+    String other = SERVICE + "-other";
+    String gateway = "payments-gateway";
+    RetryPolicy oneAttempt = RetryPolicy.builder().maxAttempts(2).build();
+    c.enqueue(req("tx-h1").delay(Duration.ZERO).policy(oneAttempt).dependency(gateway).build());
+    record Seen(String transactionId, int attempt, String dependency, long atNanos) {}
+    List<Seen> seen = Collections.synchronizedList(new ArrayList<>());
+    Executor.Handler handler =
+        job -> {
+          Seen s =
+              new Seen(job.transactionId(), job.attempt(), job.dependency(), System.nanoTime());
+          boolean first;
+          synchronized (seen) {
+            seen.add(s);
+            first = seen.size() == 1;
+          }
+          if (first) {
+            // The first answer holds the gateway for 2 s; the second retry naming it is
+            // enqueued, in another service, while the hold lasts.
+            c.enqueue(
+                EnqueueRequest.builder(other, "tx-h2")
+                    .delay(Duration.ZERO)
+                    .policy(oneAttempt)
+                    .dependency(gateway)
+                    .build());
+            return Outcome.hold(Duration.ofSeconds(2), "503, Retry-After: 2");
+          }
+          return Outcome.success();
+        };
+    Executor ex = Executor.builder(node, SERVICE, handler).build();
+    Executor otherEx = Executor.builder(node, other, handler).build();
+    otherEx.start();
+    try {
+      runUntil(ex, Duration.ofSeconds(60), () -> ex.acked() >= 2 && otherEx.acked() >= 1);
+    } finally {
+      otherEx.stop();
+    }
+    List<Seen> all;
+    synchronized (seen) {
+      all = List.copyOf(seen);
+    }
+    assertEquals(
+        2, all.stream().filter(s -> s.transactionId().equals("tx-h1")).count(), all.toString());
+    long heldAt = all.get(0).atNanos();
+    for (Seen s : all) {
+      assertEquals(gateway, s.dependency(), all.toString());
+      // No attempt used by the hold.
+      assertEquals(2, s.attempt(), all.toString());
+    }
+    // Nothing naming the gateway was delivered during the hold.
+    for (Seen s : all.subList(1, all.size())) {
+      assertTrue(
+          Duration.ofNanos(s.atNanos() - heldAt).compareTo(Duration.ofMillis(1900)) >= 0,
+          all.toString());
+    }
+    assertEquals(RetryStatus.RETRY_STATUS_SUCCEEDED, c.get(SERVICE, "tx-h1").getStatus());
+    assertEquals(RetryStatus.RETRY_STATUS_SUCCEEDED, c.get(other, "tx-h2").getStatus());
+  }
+
+  @Test
   void failedGoesToDeadLetters() throws Exception {
     String node = cluster.start();
     ReboundClient c = client(node);
