@@ -105,8 +105,13 @@ pub(super) fn group_commit(writer: std::sync::Weak<Writer>) -> Arc<EnqueueGroup>
 pub(super) type EnqueueGroup =
     Coalescer<(), (EnqueueInput, tracing::Span), Result<EnqueueOutcome, Error>, Error>;
 
-/// Group-commit flushes in flight at once: at 32 concurrent callers each carries about 8.
-const GROUP_COMMIT_PARALLEL: usize = 4;
+/// Group-commit flushes in flight at once. One: the calls that arrive while a flush is being
+/// written all go out in the next. Cassandra's CPU bounds single enqueues on a small box, and
+/// it follows the requests: at 32 concurrent callers, 1 made 0.27 requests per enqueue and
+/// 81-130 µs of Cassandra CPU, against 0.75 and 158-196 µs with 4 (`scripts/bench`, alternating
+/// runs of 2026-12-03). A flush in flight holds the next one back, so a slow Cassandra request
+/// delays every single enqueue behind it by as much (batches do not queue here).
+const GROUP_COMMIT_PARALLEL: usize = 1;
 /// Most single enqueues one group-commit flush carries, and their bytes.
 const GROUP_COMMIT_MAX: usize = 256;
 const ENQUEUE_GROUP_BYTES: usize = 8 << 20;
