@@ -5,7 +5,9 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand};
 use rebound_proto::v1 as pb;
 
-use crate::render::{duration_to_proto, parse_duration, parse_key_value, parse_time};
+use crate::render::{
+    duration_to_proto, parse_compensation, parse_duration, parse_key_value, parse_time,
+};
 
 const TOP_AFTER_HELP: &str = "\
 Durations: 1500ms, 30s, 5m, 1h, 1h 30m (a bare number is seconds). Times: RFC 3339, e.g.
@@ -96,7 +98,7 @@ Examples:
       --last-error 'payment gateway: 503' --attr step=charge
   rebound enqueue orders order-43 --payload-file body.json --due 2026-11-30T07:00:00Z
   rebound enqueue orders order-44 --max-attempts 10 --initial-backoff 2s --non-retryable http.400")]
-    Enqueue(EnqueueArgs),
+    Enqueue(Box<EnqueueArgs>),
 
     /// Show one retry: status, attempt, due time, last error, payload, history (GetRetry).
     #[command(after_help = "\
@@ -313,6 +315,12 @@ pub struct EnqueueArgs {
     /// attempt; see `rebound holds`).
     #[arg(long, value_name = "NAME")]
     pub dependency: Option<String>,
+
+    /// A compensation of this saga step, as SERVICE=TRANSACTION_ID (no payload), repeated in
+    /// the order they run: the first is enqueued when the retry ends DEAD, each next one once
+    /// the one before it succeeded.
+    #[arg(long = "compensation", value_name = "SERVICE=TRANSACTION_ID", value_parser = parse_compensation)]
+    pub compensations: Vec<(String, String)>,
 
     #[command(
         flatten,

@@ -35,6 +35,17 @@ pub fn parse_time(s: &str) -> Result<prost_types::Timestamp, String> {
     rebound_proto::json::time_from_text(s)
 }
 
+/// A `--compensation` value: SERVICE=TRANSACTION_ID, split at the first `=` (a service name
+/// has none).
+pub fn parse_compensation(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((service, tx)) if !service.is_empty() && !tx.is_empty() => {
+            Ok((service.to_string(), tx.to_string()))
+        }
+        _ => Err(format!("expected SERVICE=TRANSACTION_ID, got {s:?}")),
+    }
+}
+
 /// `key=value` (the value may contain `=`; the key may not be empty).
 pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
@@ -225,7 +236,38 @@ pub fn retry_text(r: &pb::Retry) -> String {
         ("enqueue_count", r.enqueue_count.to_string()),
         ("delivery_count", r.delivery_count.to_string()),
         ("dependency", or_dash(&r.dependency)),
+        (
+            "chain",
+            r.chain.as_ref().map_or("-".to_string(), chain_text),
+        ),
     ])
+}
+
+/// A compensation chain on one line: the saga step, this retry's place, and each compensation
+/// with its status.
+pub fn chain_text(c: &pb::CompensationChain) -> String {
+    let steps: Vec<String> = c
+        .compensations
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            format!(
+                "{}. {} {} {}",
+                i + 1,
+                m.service,
+                m.transaction_id,
+                rebound_proto::json::chain_status_name(m.status)
+            )
+        })
+        .collect();
+    format!(
+        "saga {} {}, position {} of {}: {}",
+        c.saga_service,
+        c.saga_transaction_id,
+        c.position,
+        c.compensations.len(),
+        steps.join("; ")
+    )
 }
 
 /// The share of the Murmur3 token space the ranges cover, in percent.

@@ -125,7 +125,36 @@ pub fn retry_json(r: &pb::Retry) -> Value {
         "enqueue_count": r.enqueue_count,
         "delivery_count": r.delivery_count,
         "dependency": r.dependency,
+        "compensations": r.compensations.iter().map(|c| json!({
+            "service": c.service,
+            "transaction_id": c.transaction_id,
+        })).collect::<Vec<_>>(),
+        "chain": r.chain.as_ref().map(chain_json),
     })
+}
+
+/// Where a compensation chain stands (`Retry.chain`, `DeadLetter.chain`); a compensation not
+/// enqueued yet has the status "PENDING".
+pub fn chain_json(c: &pb::CompensationChain) -> Value {
+    json!({
+        "saga_service": c.saga_service,
+        "saga_transaction_id": c.saga_transaction_id,
+        "position": c.position,
+        "compensations": c.compensations.iter().map(|m| json!({
+            "service": m.service,
+            "transaction_id": m.transaction_id,
+            "status": chain_status_name(m.status),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// A chain member's status: its retry's, or "PENDING" when it has none yet.
+pub fn chain_status_name(status: i32) -> String {
+    if status == pb::RetryStatus::Unspecified as i32 {
+        "PENDING".to_string()
+    } else {
+        status_name(status)
+    }
 }
 
 pub fn delivery_json(d: &pb::Delivery) -> Value {
@@ -154,6 +183,7 @@ pub fn dead_letter_json(d: &pb::DeadLetter) -> Value {
         "last_error": d.last_error,
         "dead_at": time_json(d.dead_at.as_ref()),
         "redriven_at": time_json(d.redriven_at.as_ref()),
+        "chain": d.chain.as_ref().map(chain_json),
     })
 }
 

@@ -163,7 +163,11 @@ impl pb::retry_service_server::RetryService for Api {
             &r.transaction_id,
         )
         .await?;
-        Ok(Response::new(wire::retry_pb(state)))
+        let chain = crate::saga::progress(&self.writer, &state).await?;
+        Ok(Response::new(pb::Retry {
+            chain,
+            ..wire::retry_pb(state)
+        }))
     }
 
     async fn cancel_retry(

@@ -28,6 +28,7 @@ pub mod policy;
 pub mod push;
 pub mod redrive;
 pub mod ring;
+pub mod saga;
 pub mod services;
 pub mod store;
 pub mod tasks;

@@ -37,6 +37,7 @@ pub mod names {
     pub const DELIVERIES: &str = "rebound_deliveries";
     pub const ACKS: &str = "rebound_acks";
     pub const DEAD_LETTERS: &str = "rebound_dead_letters";
+    pub const COMPENSATIONS: &str = "rebound_compensations";
     pub const HELD_POSTPONED: &str = "rebound_held_postponed";
     pub const DEPENDENCY_HOLDS: &str = "rebound_dependency_holds";
     pub const IN_FLIGHT: &str = "rebound_in_flight";
@@ -182,6 +183,7 @@ pub struct Metrics {
     pub deliveries: Family<KindLabels, Counter>,
     pub acks: Family<OutcomeLabels, Counter>,
     pub dead_letters: Family<ServiceLabel, Counter>,
+    pub compensations: Family<ServiceLabel, Counter>,
     pub held_postponed: Family<ServiceLabel, Counter>,
     pub dependency_holds: Gauge,
     pub in_flight: Family<ServiceLabel, Gauge>,
@@ -300,6 +302,7 @@ impl Metrics {
             deliveries: Family::default(),
             acks: Family::default(),
             dead_letters: Family::default(),
+            compensations: Family::default(),
             held_postponed: Family::default(),
             dependency_holds: Gauge::default(),
             in_flight: Family::default(),
@@ -351,6 +354,11 @@ impl Metrics {
             DEAD_LETTERS,
             "Retries dead-lettered by service",
             m.dead_letters.clone(),
+        );
+        r.register(
+            COMPENSATIONS,
+            "Compensations handed on to their service's retries (the first of a saga step that ended DEAD, or the next after one acknowledged SUCCEEDED), by the compensation's service",
+            m.compensations.clone(),
         );
         r.register(
             HELD_POSTPONED,
@@ -537,6 +545,14 @@ impl Metrics {
 
     pub fn dead_letter(&self, service: &str) {
         self.dead_letters
+            .get_or_create(&ServiceLabel {
+                service: self.service(service),
+            })
+            .inc();
+    }
+
+    pub fn compensation(&self, service: &str) {
+        self.compensations
             .get_or_create(&ServiceLabel {
                 service: self.service(service),
             })

@@ -63,6 +63,8 @@ pub fn retry_pb(s: TxState) -> pb::Retry {
         enqueue_count: s.enqueue_count,
         delivery_count: s.delivery_count,
         dependency: s.dependency,
+        compensations: crate::saga::decode(&s.saga).unwrap_or_default(),
+        chain: None,
         service: s.service,
         transaction_id: s.transaction_id,
     }

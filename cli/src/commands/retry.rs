@@ -53,6 +53,15 @@ pub(super) async fn enqueue(ctx: &Ctx, a: &EnqueueArgs) -> Result<Out, CliError>
         last_error: a.last_error.clone().unwrap_or_default(),
         trace_context: None,
         dependency: a.dependency.clone().unwrap_or_default(),
+        compensations: a
+            .compensations
+            .iter()
+            .map(|(service, transaction_id)| pb::Compensation {
+                service: service.clone(),
+                transaction_id: transaction_id.clone(),
+                ..Default::default()
+            })
+            .collect(),
     };
     let r = ctx
         .call(ctx.retry().enqueue_retry(ctx.req(request)))

@@ -101,6 +101,17 @@ impl EnqueueBuilder {
         self
     }
 
+    /// Adds a compensation of this saga step, after those already added. When the retry ends
+    /// DEAD (attempts or duration exhausted, FAILED, a non-retryable class), Rebound enqueues
+    /// the first, and each next one once the one before it was acknowledged SUCCEEDED; so add
+    /// them in the order they must run (usually the reverse of the steps they undo). A retry
+    /// that ends SUCCEEDED or CANCELLED runs none. At most 32, with at most
+    /// `REBOUND_MAX_PAYLOAD_BYTES` of payloads in all.
+    pub fn compensation(mut self, compensation: Compensation) -> Self {
+        self.request.compensations.push(compensation.0);
+        self
+    }
+
     /// Overrides the service's policy for this retry.
     pub fn policy(mut self, policy: RetryPolicy) -> Self {
         self.request.policy = Some(policy.into());
@@ -127,6 +138,47 @@ impl EnqueueBuilder {
         .await?
         .into_inner();
         Enqueued::try_from(response)
+    }
+}
+
+/// A compensation of a saga step, for [`EnqueueBuilder::compensation`]: a retry of its own, of
+/// `service` with the idempotency key `transaction_id`, which that service's executors run
+/// like any other delivery (and which must be idempotent). Unless its
+/// [`policy`](Self::policy) says otherwise, it is retried without an attempt limit for at most
+/// 24 hours, then dead-lettered for a human.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compensation(pb::Compensation);
+
+impl Compensation {
+    pub fn new(service: impl Into<String>, transaction_id: impl Into<String>) -> Self {
+        Compensation(pb::Compensation {
+            service: service.into(),
+            transaction_id: transaction_id.into(),
+            ..Default::default()
+        })
+    }
+
+    /// Opaque bytes handed to the compensation's executor.
+    pub fn payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.0.payload = payload.into();
+        self
+    }
+
+    /// Adds one attribute; a repeated key keeps the last value.
+    pub fn attribute(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.0.attributes.insert(key.into(), value.into());
+        self
+    }
+
+    /// Overrides the compensation service's policy.
+    pub fn policy(mut self, policy: RetryPolicy) -> Self {
+        self.0.policy = Some(policy.into());
+        self
+    }
+
+    /// The message this compensation is sent as.
+    pub fn into_proto(self) -> pb::Compensation {
+        self.0
     }
 }
 
@@ -255,6 +307,15 @@ mod tests {
             .attempt(1)
             .last_error("503 from upstream")
             .dependency("payments-gateway")
+            .compensation(
+                Compensation::new("payments", "tx-2/refund")
+                    .payload(&b"refund"[..])
+                    .attribute("reason", "saga"),
+            )
+            .compensation(
+                Compensation::new("stock", "tx-2/release")
+                    .policy(RetryPolicy::new().max_attempts(9)),
+            )
             .policy(RetryPolicy::new().max_attempts(4))
             .into_request();
         assert_eq!(
@@ -280,6 +341,24 @@ mod tests {
                 last_error: "503 from upstream".into(),
                 trace_context: None,
                 dependency: "payments-gateway".into(),
+                compensations: vec![
+                    pb::Compensation {
+                        service: "payments".into(),
+                        transaction_id: "tx-2/refund".into(),
+                        payload: b"refund".to_vec(),
+                        attributes: [("reason".to_owned(), "saga".to_owned())].into(),
+                        policy: None,
+                    },
+                    pb::Compensation {
+                        service: "stock".into(),
+                        transaction_id: "tx-2/release".into(),
+                        policy: Some(pb::RetryPolicy {
+                            max_attempts: Some(9),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                ],
             }
         );
     }

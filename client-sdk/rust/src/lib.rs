@@ -111,12 +111,12 @@ mod trace;
 mod transport;
 
 pub use client::Client;
-pub use enqueue::{EnqueueBuilder, Enqueued, ItemError};
+pub use enqueue::{Compensation, EnqueueBuilder, Enqueued, ItemError};
 pub use error::Error;
 pub use executor::{Executor, ExecutorBuilder, HandlerError, Job, Outcome};
 pub use overload::{OVERLOAD_ATTEMPTS, OVERLOAD_WAIT};
 pub use policy::RetryPolicy;
-pub use retry::{Cancelled, Retry, RetryStatus};
+pub use retry::{Cancelled, Chain, ChainStep, Retry, RetryStatus};
 pub use transport::{Credentials, Transport, CONNECT_TIMEOUT};
 
 /// The generated `rebound.v1` messages and clients.

@@ -103,7 +103,49 @@ pub struct Retry {
     pub enqueue_count: u32,
     /// How many times it has been delivered to an executor.
     pub delivery_count: u32,
+    /// For a saga step or a compensation: where its compensation chain stands.
+    pub chain: Option<Chain>,
     raw: pb::Retry,
+}
+
+/// Where a compensation chain stands ([`Retry::chain`]), as read when `get` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    /// The saga step whose retry ended DEAD and started the chain.
+    pub saga_service: String,
+    pub saga_transaction_id: String,
+    /// The retry's place in the chain: 0 for the step itself, k for the k-th compensation.
+    pub position: u32,
+    /// Every compensation of the chain, in order.
+    pub compensations: Vec<ChainStep>,
+}
+
+/// One compensation of a [`Chain`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainStep {
+    pub service: String,
+    pub transaction_id: String,
+    /// None: not enqueued yet (or its record has expired).
+    pub status: Option<RetryStatus>,
+}
+
+impl From<pb::CompensationChain> for Chain {
+    fn from(c: pb::CompensationChain) -> Self {
+        Chain {
+            saga_service: c.saga_service,
+            saga_transaction_id: c.saga_transaction_id,
+            position: c.position,
+            compensations: c
+                .compensations
+                .into_iter()
+                .map(|m| ChainStep {
+                    status: RetryStatus::from_proto(m.status).ok(),
+                    service: m.service,
+                    transaction_id: m.transaction_id,
+                })
+                .collect(),
+        }
+    }
 }
 
 impl Retry {
@@ -142,6 +184,7 @@ impl TryFrom<pb::Retry> for Retry {
             policy: r.policy.map(RetryPolicy::from).unwrap_or_default(),
             enqueue_count: r.enqueue_count,
             delivery_count: r.delivery_count,
+            chain: r.chain.map(Chain::from),
             raw,
         })
     }
@@ -205,6 +248,17 @@ mod tests {
             dependency: "payments-gateway".into(),
             enqueue_count: 2,
             delivery_count: 1,
+            compensations: Vec::new(),
+            chain: Some(pb::CompensationChain {
+                saga_service: "orders".into(),
+                saga_transaction_id: "o-1".into(),
+                position: 1,
+                compensations: vec![pb::CompensationProgress {
+                    service: "payments".into(),
+                    transaction_id: "tx-1".into(),
+                    status: pb::RetryStatus::Scheduled as i32,
+                }],
+            }),
         }
     }
 
@@ -215,6 +269,12 @@ mod tests {
         assert_eq!(r.service, "payments");
         assert_eq!(r.transaction_id, "tx-1");
         assert_eq!(r.status, RetryStatus::Scheduled);
+        let chain = r.chain.clone().unwrap();
+        assert_eq!(
+            (chain.saga_transaction_id.as_str(), chain.position),
+            ("o-1", 1)
+        );
+        assert_eq!(chain.compensations[0].status, Some(RetryStatus::Scheduled));
         assert_eq!(r.attempt, 2);
         assert_eq!(r.generation, 3);
         assert_eq!(r.due_time, UNIX_EPOCH + Duration::from_secs(1_700_000_060));

@@ -212,18 +212,28 @@ impl Admin {
             .encode(),
             _ => String::new(),
         };
+        // A letter of a saga step or a compensation shows where its chain stands: the page's
+        // state rows in one read, and the chain's rows for each that has one.
+        let ids: Vec<String> = page.iter().map(|(l, _)| l.transaction_id.clone()).collect();
+        let rows = self.writer.get_many(&r.service, &ids).await?;
+        let mut dead_letters = Vec::with_capacity(page.len());
+        for ((l, red), row) in page.into_iter().zip(rows) {
+            let chain = match row.filter(|s| !s.saga.is_empty()) {
+                Some(state) => crate::saga::progress(&self.writer, &state).await?,
+                None => None,
+            };
+            dead_letters.push(pb::DeadLetter {
+                service: l.service,
+                transaction_id: l.transaction_id,
+                attempt: l.attempt,
+                last_error: l.last_error,
+                dead_at: Some(ts(l.dead_at_ms)),
+                redriven_at: red.map(ts),
+                chain,
+            });
+        }
         Ok(pb::ListDeadLettersResponse {
-            dead_letters: page
-                .into_iter()
-                .map(|(l, red)| pb::DeadLetter {
-                    service: l.service,
-                    transaction_id: l.transaction_id,
-                    attempt: l.attempt,
-                    last_error: l.last_error,
-                    dead_at: Some(ts(l.dead_at_ms)),
-                    redriven_at: red.map(ts),
-                })
-                .collect(),
+            dead_letters,
             next_page_token,
         })
     }

@@ -14,7 +14,7 @@ use super::{
 use crate::{
     error::Error,
     holds::ProbeAnswer,
-    metrics,
+    metrics, saga,
     store::{DeadLetter, Status, TxState},
     telemetry::{rpc::code_name, spans},
 };
@@ -159,7 +159,14 @@ impl Dispatcher {
         let mut state = (*inflight.work.state).clone();
         let deliveries = inflight.work.deliveries.saturating_add(1);
         state.delivery_count = state.delivery_count.saturating_add(deliveries);
-        match self.writer.settle_succeeded(state).await {
+        let settled = match self
+            .hand_off(&state, saga::continues_on_success(&state))
+            .await
+        {
+            Ok(()) => self.writer.settle_succeeded(state).await,
+            Err(e) => Err(e),
+        };
+        match settled {
             Ok(()) => {
                 inflight.work.resolve();
                 Ok(Resolution::Succeeded)
@@ -201,6 +208,8 @@ impl Dispatcher {
         state.delivery_count = state.delivery_count.saturating_add(deliveries.max(1));
         match outcome {
             AttemptOutcome::Succeeded => {
+                self.hand_off(&state, saga::continues_on_success(&state))
+                    .await?;
                 self.writer.finish(state, Status::Succeeded).await?;
                 Ok(Resolution::Succeeded)
             }
@@ -263,9 +272,50 @@ impl Dispatcher {
         }
     }
 
+    /// Enqueues the compensation after `state` in its chain when `due` (docs/architecture.md,
+    /// "Compensation chains"), before the write that ends `state`: a crash in between leaves
+    /// `state` live, and its next ending enqueues the same compensation again, which is
+    /// deduplicated, or refused as ALREADY_EXISTS once it succeeded (done either way). A chain
+    /// that can no longer be enqueued as stored (its service's policy changed since) is logged
+    /// and stops there, so that the retry still ends.
+    async fn hand_off(&self, state: &TxState, due: bool) -> Result<(), Error> {
+        if !due {
+            return Ok(());
+        }
+        let Some(input) = saga::next_enqueue(state)? else {
+            return Ok(());
+        };
+        let (service, transaction_id) = (input.service.clone(), input.transaction_id.clone());
+        let position = input.saga.chain.as_ref().map_or(0, |c| c.position);
+        // Not through the group commit and without the compensation's lock: the caller may
+        // hold the step's (`Writer::enqueue_unlocked`).
+        match self.writer.enqueue_unlocked(input).await {
+            Ok(_) | Err(Error::AlreadyExists(_)) => {
+                tracing::info!(
+                    saga_service = %state.service,
+                    saga_transaction_id = %state.transaction_id,
+                    %service, %transaction_id, position,
+                    "compensation enqueued"
+                );
+                metrics::global().compensation(&service);
+                Ok(())
+            }
+            Err(Error::InvalidArgument { field, message }) => {
+                tracing::error!(
+                    %service, %transaction_id, position, %field, %message,
+                    "a compensation could not be enqueued as stored; its chain stops here"
+                );
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Dead letter first, then the terminal state: a crash in between leaves the retry
-    /// SCHEDULED (delivered again later), never DEAD without its letter.
+    /// SCHEDULED (delivered again later), never DEAD without its letter. A saga step's first
+    /// compensation is enqueued before both.
     async fn dead_letter(&self, state: TxState, now: i64) -> Result<(), Error> {
+        self.hand_off(&state, saga::starts_on_dead(&state)).await?;
         let letter = DeadLetter {
             service: state.service.clone(),
             transaction_id: state.transaction_id.clone(),

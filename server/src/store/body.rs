@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use prost::Message;
 
-use super::{Location, Status, StoreError, StoreResult, TxState, WriteTime};
+use super::{Chain, Location, Saga, Status, StoreError, StoreResult, TxState, WriteTime};
 use crate::{policy::RetryPolicy, telemetry::context::TextContext, window::WindowId};
 
 #[derive(Clone, PartialEq, Message)]
@@ -46,6 +46,66 @@ pub struct Body {
     /// The dependency the retry waits on (empty: none).
     #[prost(string, tag = "15")]
     pub dependency: String,
+    /// The compensations to enqueue after this retry, each an encoded `rebound.v1.Compensation`
+    /// (`Saga::compensations`).
+    #[prost(bytes = "vec", repeated, tag = "16")]
+    pub compensations: Vec<Vec<u8>>,
+    /// For a compensation: its chain (`Saga::chain`).
+    #[prost(message, optional, tag = "17")]
+    pub chain: Option<ChainBody>,
+}
+
+/// A compensation's chain (`Chain`).
+#[derive(Clone, PartialEq, Message)]
+pub struct ChainBody {
+    #[prost(string, tag = "1")]
+    pub saga_service: String,
+    #[prost(string, tag = "2")]
+    pub saga_transaction_id: String,
+    #[prost(uint32, tag = "3")]
+    pub position: u32,
+    #[prost(message, repeated, tag = "4")]
+    pub members: Vec<MemberBody>,
+}
+
+/// One compensation of a chain, by name.
+#[derive(Clone, PartialEq, Message)]
+pub struct MemberBody {
+    #[prost(string, tag = "1")]
+    pub service: String,
+    #[prost(string, tag = "2")]
+    pub transaction_id: String,
+}
+
+impl ChainBody {
+    fn of(c: &Chain) -> Self {
+        ChainBody {
+            saga_service: c.saga_service.clone(),
+            saga_transaction_id: c.saga_transaction_id.clone(),
+            position: c.position,
+            members: c
+                .members
+                .iter()
+                .map(|(service, transaction_id)| MemberBody {
+                    service: service.clone(),
+                    transaction_id: transaction_id.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn chain(self) -> Chain {
+        Chain {
+            saga_service: self.saga_service,
+            saga_transaction_id: self.saga_transaction_id,
+            position: self.position,
+            members: self
+                .members
+                .into_iter()
+                .map(|m| (m.service, m.transaction_id))
+                .collect(),
+        }
+    }
 }
 
 /// The effective policy of the retry, durations in milliseconds.
@@ -175,6 +235,8 @@ impl Body {
             traceparent: s.trace.traceparent.clone(),
             tracestate: s.trace.tracestate.clone(),
             dependency: s.dependency.clone(),
+            compensations: s.saga.compensations.clone(),
+            chain: s.saga.chain.as_ref().map(ChainBody::of),
         }
     }
 
@@ -207,6 +269,10 @@ impl Body {
                 tracestate: self.tracestate,
             },
             dependency: self.dependency,
+            saga: Saga {
+                compensations: self.compensations,
+                chain: self.chain.map(ChainBody::chain),
+            },
             written: cells.written,
         }
         .apply_settled()

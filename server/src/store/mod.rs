@@ -126,11 +126,45 @@ pub struct TxState {
     /// none), kept in the body (none in the layout before 0007). While it is held the retry
     /// is not delivered (docs/architecture.md, "Dependency holds").
     pub dependency: String,
+    /// Its part in a saga: the compensations to enqueue after it, and for a compensation its
+    /// chain (schema 0007's body; none in the layout before it). docs/architecture.md,
+    /// "Compensation chains".
+    pub saga: Saga,
     /// When the row as read was written, on the store's write clock (Cassandra's
     /// `WRITETIME`, microseconds); unknown for a row not read from the store. A settle
     /// (`StateStore::settle_state`) goes just above it, so it loses to whatever was written
     /// to the row after this read.
     pub written: WriteTime,
+}
+
+/// A retry's part in a saga (`TxState::saga`): empty for a retry that has none.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Saga {
+    /// The compensations to enqueue after this retry, in order, each a `rebound.v1.Compensation`
+    /// as validated at the enqueue that gave it: for a saga step, all of them (the first is
+    /// enqueued when it ends DEAD); for a compensation, the ones after it (the next is enqueued
+    /// when it is acknowledged SUCCEEDED).
+    pub compensations: Vec<Vec<u8>>,
+    /// For a compensation: the chain it belongs to. None for a saga step.
+    pub chain: Option<Chain>,
+}
+
+impl Saga {
+    pub fn is_empty(&self) -> bool {
+        self.compensations.is_empty() && self.chain.is_none()
+    }
+}
+
+/// The compensation chain a compensation belongs to (`Saga::chain`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Chain {
+    /// The saga step whose retry ended DEAD and started the chain.
+    pub saga_service: String,
+    pub saga_transaction_id: String,
+    /// This compensation's place, from 1.
+    pub position: u32,
+    /// Every compensation of the chain, in order: (service, transaction_id).
+    pub members: Vec<(String, String)>,
 }
 
 /// The write time of a state row as read (`TxState::written`). It is not part of the retry's
@@ -199,6 +233,7 @@ impl TxState {
             succeeded_generation: None,
             trace: TextContext::default(),
             dependency: String::new(),
+            saga: Default::default(),
             written: WriteTime::default(),
         }
     }

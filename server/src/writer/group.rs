@@ -214,11 +214,34 @@ impl Writer {
             .await
     }
 
+    /// An enqueue made by the node itself while it may hold another transaction's lock: a
+    /// compensation chain's hand-off (`crate::saga`). It goes straight out, neither queued
+    /// behind a group-commit flush nor taking the transaction's lock: a flush that takes the
+    /// held transaction's lock after this one's, in its order, would wait for the caller while
+    /// the caller waits for it. Two writers of one transaction are safe without the lock, as
+    /// they are on two nodes (the state row names one generation).
+    pub async fn enqueue_unlocked(&self, input: EnqueueInput) -> Result<EnqueueOutcome, Error> {
+        self.write_items(&|_| String::new(), vec![Ok(input)], false)
+            .await
+            .pop()
+            .expect("one result per item")
+    }
+
     /// Writes items that hold their permits: `prefix(i)` names item `i` in errors.
     async fn write_chunk(
         &self,
         prefix: &(dyn Fn(usize) -> String + Sync),
         inputs: Vec<Result<EnqueueInput, Error>>,
+    ) -> Vec<Result<EnqueueOutcome, Error>> {
+        self.write_items(prefix, inputs, true).await
+    }
+
+    /// `write_chunk`, taking the transactions' locks when `lock`.
+    async fn write_items(
+        &self,
+        prefix: &(dyn Fn(usize) -> String + Sync),
+        inputs: Vec<Result<EnqueueInput, Error>>,
+        lock: bool,
     ) -> Vec<Result<EnqueueOutcome, Error>> {
         let n = inputs.len();
         let mut results: Vec<Option<Result<EnqueueOutcome, Error>>> = vec![None; n];
@@ -233,7 +256,7 @@ impl Writer {
             .collect();
         keys.sort_unstable();
         let mut locks = Vec::with_capacity(keys.len());
-        for (service, transaction_id) in keys {
+        for (service, transaction_id) in keys.into_iter().filter(|_| lock) {
             locks.push(self.tx_locks.lock(service, transaction_id).await);
         }
         let now = self.clock.now_ms();

@@ -249,6 +249,20 @@ impl Writer {
         policy
             .validate()
             .map_err(|e| Error::invalid(format!("{prefix}policy.{}", e.field), e.message))?;
+        // A compensation's policy is checked now against its service's, as its own enqueue
+        // will check it: a chain that could not be handed on is refused before it is stored.
+        for (i, (service, overrides)) in input.compensation_policies.iter().enumerate() {
+            self.services
+                .service_policy(service)
+                .apply(overrides)
+                .validate()
+                .map_err(|e| {
+                    Error::invalid(
+                        format!("{prefix}compensations[{i}].policy.{}", e.field),
+                        e.message,
+                    )
+                })?;
+        }
         if policy.attempts_exhausted(input.attempt) {
             return Err(Error::invalid(
                 format!("{prefix}attempt"),
@@ -346,9 +360,17 @@ impl Writer {
             succeeded_generation: existing_success,
             trace: input.trace,
             dependency: input.dependency,
+            saga: input.saga,
             written: Default::default(),
         };
         if let Some(prev) = &previous {
+            // A re-enqueue without compensations (or, for a compensation, without its chain)
+            // keeps what the retry has.
+            if state.saga.compensations.is_empty() && state.saga.chain.is_none() {
+                state.saga.clone_from(&prev.saga);
+            } else if state.saga.chain.is_none() {
+                state.saga.chain.clone_from(&prev.saga.chain);
+            }
             state.first_enqueued_at_ms = prev.first_enqueued_at_ms;
             state.enqueue_count = prev.enqueue_count.saturating_add(1);
             state.delivery_count = prev.delivery_count;
@@ -705,6 +727,15 @@ impl Writer {
             .get_state(service, transaction_id)
             .await?
             .ok_or_else(|| not_found(service, transaction_id))
+    }
+
+    /// The state rows of `ids` in `service`, in order (None: no row).
+    pub async fn get_many(
+        &self,
+        service: &str,
+        ids: &[String],
+    ) -> Result<Vec<Option<TxState>>, Error> {
+        Ok(self.store.get_states(service, ids).await?)
     }
 
     /// Cancels a scheduled retry. Returns the status after the call and whether this call

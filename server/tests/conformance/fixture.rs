@@ -91,6 +91,7 @@ pub fn state(service: &str, id: &str, generation: i64) -> TxState {
         enqueue_count: 2,
         delivery_count: 4,
         dependency: "payments-gateway".to_string(),
+        saga: Default::default(),
         legacy_columns: false,
         base_generation: generation,
         cancelled_generation: None,

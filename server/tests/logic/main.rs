@@ -12,6 +12,7 @@ mod compactor;
 mod dispatcher;
 mod holds;
 mod ring;
+mod saga;
 mod stall;
 mod writer;
 
@@ -387,6 +388,8 @@ pub fn input(service: &str, txid: &str, delay_ms: u64) -> EnqueueInput {
         last_error: String::new(),
         trace: Default::default(),
         dependency: String::new(),
+        saga: Default::default(),
+        compensation_policies: Vec::new(),
     }
 }
 

@@ -177,6 +177,7 @@ pub(crate) async fn costs(a: &Args) -> anyhow::Result<J> {
         cancelled_generation: None,
         succeeded_generation: None,
         dependency: String::new(),
+        saga: Default::default(),
         trace: Default::default(),
         written: Default::default(),
     };

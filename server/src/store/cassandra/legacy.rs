@@ -236,6 +236,7 @@ impl StateRow {
             enqueue_count: self.enqueue_count.unwrap_or(0).max(0) as u32,
             delivery_count: self.delivery_count.unwrap_or(0).max(0) as u32,
             dependency: String::new(),
+            saga: Default::default(),
             legacy_columns: true,
             base_generation: 0,
             cancelled_generation: self.cancelled_generation,
