@@ -1308,7 +1308,11 @@ type DeadLetter struct {
 	LastError     string                 `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	DeadAt        *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=dead_at,json=deadAt,proto3" json:"dead_at,omitempty"`
 	// Set once the letter was redriven; such letters are listed only with include_redriven.
-	RedrivenAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=redriven_at,json=redrivenAt,proto3" json:"redriven_at,omitempty"`
+	RedrivenAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=redriven_at,json=redrivenAt,proto3" json:"redriven_at,omitempty"`
+	// For a dead compensation: its saga (the step that failed first), its place, and every
+	// compensation of the chain with its status, so the ones still pending show. A redrive of
+	// the letter resumes the chain.
+	Chain         *CompensationChain `protobuf:"bytes,7,opt,name=chain,proto3" json:"chain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1381,6 +1385,13 @@ func (x *DeadLetter) GetDeadAt() *timestamppb.Timestamp {
 func (x *DeadLetter) GetRedrivenAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.RedrivenAt
+	}
+	return nil
+}
+
+func (x *DeadLetter) GetChain() *CompensationChain {
+	if x != nil {
+		return x.Chain
 	}
 	return nil
 }
@@ -2815,7 +2826,7 @@ const file_rebound_v1_admin_proto_rawDesc = "" +
 	"\x0fbuckets_deleted\x18\x02 \x01(\x04R\x0ebucketsDeleted\x12\x12\n" +
 	"\x04done\x18\x03 \x01(\bR\x04done\x12!\n" +
 	"\fbuckets_kept\x18\x04 \x01(\x04R\vbucketsKept\x122\n" +
-	"\x06before\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06before\"\xf8\x01\n" +
+	"\x06before\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06before\"\xad\x02\n" +
 	"\n" +
 	"DeadLetter\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12%\n" +
@@ -2825,7 +2836,8 @@ const file_rebound_v1_admin_proto_rawDesc = "" +
 	"last_error\x18\x04 \x01(\tR\tlastError\x123\n" +
 	"\adead_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06deadAt\x12;\n" +
 	"\vredriven_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"redrivenAt\"\x9c\x02\n" +
+	"redrivenAt\x123\n" +
+	"\x05chain\x18\a \x01(\v2\x1d.rebound.v1.CompensationChainR\x05chain\"\x9c\x02\n" +
 	"\x16ListDeadLettersRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
@@ -3010,6 +3022,7 @@ var file_rebound_v1_admin_proto_goTypes = []any{
 	(*RetryPolicy)(nil),                 // 45: rebound.v1.RetryPolicy
 	(*timestamppb.Timestamp)(nil),       // 46: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),         // 47: google.protobuf.Duration
+	(*CompensationChain)(nil),           // 48: rebound.v1.CompensationChain
 }
 var file_rebound_v1_admin_proto_depIdxs = []int32{
 	45, // 0: rebound.v1.ServiceInfo.policy:type_name -> rebound.v1.RetryPolicy
@@ -3036,68 +3049,69 @@ var file_rebound_v1_admin_proto_depIdxs = []int32{
 	46, // 21: rebound.v1.PurgeServiceResponse.before:type_name -> google.protobuf.Timestamp
 	46, // 22: rebound.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
 	46, // 23: rebound.v1.DeadLetter.redriven_at:type_name -> google.protobuf.Timestamp
-	46, // 24: rebound.v1.ListDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
-	46, // 25: rebound.v1.ListDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
-	21, // 26: rebound.v1.ListDeadLettersResponse.dead_letters:type_name -> rebound.v1.DeadLetter
-	46, // 27: rebound.v1.RedriveDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
-	46, // 28: rebound.v1.RedriveDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
-	47, // 29: rebound.v1.RedriveDeadLettersRequest.delay:type_name -> google.protobuf.Duration
-	46, // 30: rebound.v1.PurgeDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
-	46, // 31: rebound.v1.PurgeDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
-	30, // 32: rebound.v1.InstanceEntry.buckets:type_name -> rebound.v1.BucketEntry
-	29, // 33: rebound.v1.InspectWindowResponse.instances:type_name -> rebound.v1.InstanceEntry
-	46, // 34: rebound.v1.InspectWindowResponse.window_start:type_name -> google.protobuf.Timestamp
-	46, // 35: rebound.v1.InspectWindowResponse.window_end:type_name -> google.protobuf.Timestamp
-	47, // 36: rebound.v1.PushTarget.timeout:type_name -> google.protobuf.Duration
-	44, // 37: rebound.v1.PushTarget.headers:type_name -> rebound.v1.PushTarget.HeadersEntry
-	46, // 38: rebound.v1.PushTarget.updated_at:type_name -> google.protobuf.Timestamp
-	32, // 39: rebound.v1.SetPushTargetRequest.target:type_name -> rebound.v1.PushTarget
-	32, // 40: rebound.v1.SetPushTargetResponse.target:type_name -> rebound.v1.PushTarget
-	47, // 41: rebound.v1.HoldDependencyRequest.duration:type_name -> google.protobuf.Duration
-	46, // 42: rebound.v1.DependencyHoldInfo.until:type_name -> google.protobuf.Timestamp
-	46, // 43: rebound.v1.DependencyHoldInfo.held_at:type_name -> google.protobuf.Timestamp
-	39, // 44: rebound.v1.ListDependencyHoldsResponse.holds:type_name -> rebound.v1.DependencyHoldInfo
-	0,  // 45: rebound.v1.AdminService.ListServices:input_type -> rebound.v1.ListServicesRequest
-	4,  // 46: rebound.v1.AdminService.GetService:input_type -> rebound.v1.GetServiceRequest
-	5,  // 47: rebound.v1.AdminService.GetStats:input_type -> rebound.v1.GetStatsRequest
-	11, // 48: rebound.v1.AdminService.PauseService:input_type -> rebound.v1.PauseServiceRequest
-	13, // 49: rebound.v1.AdminService.ResumeService:input_type -> rebound.v1.ResumeServiceRequest
-	15, // 50: rebound.v1.AdminService.SetServicePolicy:input_type -> rebound.v1.SetServicePolicyRequest
-	17, // 51: rebound.v1.AdminService.SetServiceLimits:input_type -> rebound.v1.SetServiceLimitsRequest
-	19, // 52: rebound.v1.AdminService.PurgeService:input_type -> rebound.v1.PurgeServiceRequest
-	22, // 53: rebound.v1.AdminService.ListDeadLetters:input_type -> rebound.v1.ListDeadLettersRequest
-	24, // 54: rebound.v1.AdminService.RedriveDeadLetters:input_type -> rebound.v1.RedriveDeadLettersRequest
-	26, // 55: rebound.v1.AdminService.PurgeDeadLetters:input_type -> rebound.v1.PurgeDeadLettersRequest
-	28, // 56: rebound.v1.AdminService.InspectWindow:input_type -> rebound.v1.InspectWindowRequest
-	33, // 57: rebound.v1.AdminService.SetPushTarget:input_type -> rebound.v1.SetPushTargetRequest
-	35, // 58: rebound.v1.AdminService.GetPushTarget:input_type -> rebound.v1.GetPushTargetRequest
-	36, // 59: rebound.v1.AdminService.ClearPushTarget:input_type -> rebound.v1.ClearPushTargetRequest
-	38, // 60: rebound.v1.AdminService.HoldDependency:input_type -> rebound.v1.HoldDependencyRequest
-	40, // 61: rebound.v1.AdminService.ReleaseDependency:input_type -> rebound.v1.ReleaseDependencyRequest
-	42, // 62: rebound.v1.AdminService.ListDependencyHolds:input_type -> rebound.v1.ListDependencyHoldsRequest
-	3,  // 63: rebound.v1.AdminService.ListServices:output_type -> rebound.v1.ListServicesResponse
-	2,  // 64: rebound.v1.AdminService.GetService:output_type -> rebound.v1.ServiceInfo
-	10, // 65: rebound.v1.AdminService.GetStats:output_type -> rebound.v1.GetStatsResponse
-	12, // 66: rebound.v1.AdminService.PauseService:output_type -> rebound.v1.PauseServiceResponse
-	14, // 67: rebound.v1.AdminService.ResumeService:output_type -> rebound.v1.ResumeServiceResponse
-	16, // 68: rebound.v1.AdminService.SetServicePolicy:output_type -> rebound.v1.SetServicePolicyResponse
-	18, // 69: rebound.v1.AdminService.SetServiceLimits:output_type -> rebound.v1.SetServiceLimitsResponse
-	20, // 70: rebound.v1.AdminService.PurgeService:output_type -> rebound.v1.PurgeServiceResponse
-	23, // 71: rebound.v1.AdminService.ListDeadLetters:output_type -> rebound.v1.ListDeadLettersResponse
-	25, // 72: rebound.v1.AdminService.RedriveDeadLetters:output_type -> rebound.v1.RedriveDeadLettersResponse
-	27, // 73: rebound.v1.AdminService.PurgeDeadLetters:output_type -> rebound.v1.PurgeDeadLettersResponse
-	31, // 74: rebound.v1.AdminService.InspectWindow:output_type -> rebound.v1.InspectWindowResponse
-	34, // 75: rebound.v1.AdminService.SetPushTarget:output_type -> rebound.v1.SetPushTargetResponse
-	32, // 76: rebound.v1.AdminService.GetPushTarget:output_type -> rebound.v1.PushTarget
-	37, // 77: rebound.v1.AdminService.ClearPushTarget:output_type -> rebound.v1.ClearPushTargetResponse
-	39, // 78: rebound.v1.AdminService.HoldDependency:output_type -> rebound.v1.DependencyHoldInfo
-	41, // 79: rebound.v1.AdminService.ReleaseDependency:output_type -> rebound.v1.ReleaseDependencyResponse
-	43, // 80: rebound.v1.AdminService.ListDependencyHolds:output_type -> rebound.v1.ListDependencyHoldsResponse
-	63, // [63:81] is the sub-list for method output_type
-	45, // [45:63] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	48, // 24: rebound.v1.DeadLetter.chain:type_name -> rebound.v1.CompensationChain
+	46, // 25: rebound.v1.ListDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 26: rebound.v1.ListDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
+	21, // 27: rebound.v1.ListDeadLettersResponse.dead_letters:type_name -> rebound.v1.DeadLetter
+	46, // 28: rebound.v1.RedriveDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 29: rebound.v1.RedriveDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
+	47, // 30: rebound.v1.RedriveDeadLettersRequest.delay:type_name -> google.protobuf.Duration
+	46, // 31: rebound.v1.PurgeDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 32: rebound.v1.PurgeDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
+	30, // 33: rebound.v1.InstanceEntry.buckets:type_name -> rebound.v1.BucketEntry
+	29, // 34: rebound.v1.InspectWindowResponse.instances:type_name -> rebound.v1.InstanceEntry
+	46, // 35: rebound.v1.InspectWindowResponse.window_start:type_name -> google.protobuf.Timestamp
+	46, // 36: rebound.v1.InspectWindowResponse.window_end:type_name -> google.protobuf.Timestamp
+	47, // 37: rebound.v1.PushTarget.timeout:type_name -> google.protobuf.Duration
+	44, // 38: rebound.v1.PushTarget.headers:type_name -> rebound.v1.PushTarget.HeadersEntry
+	46, // 39: rebound.v1.PushTarget.updated_at:type_name -> google.protobuf.Timestamp
+	32, // 40: rebound.v1.SetPushTargetRequest.target:type_name -> rebound.v1.PushTarget
+	32, // 41: rebound.v1.SetPushTargetResponse.target:type_name -> rebound.v1.PushTarget
+	47, // 42: rebound.v1.HoldDependencyRequest.duration:type_name -> google.protobuf.Duration
+	46, // 43: rebound.v1.DependencyHoldInfo.until:type_name -> google.protobuf.Timestamp
+	46, // 44: rebound.v1.DependencyHoldInfo.held_at:type_name -> google.protobuf.Timestamp
+	39, // 45: rebound.v1.ListDependencyHoldsResponse.holds:type_name -> rebound.v1.DependencyHoldInfo
+	0,  // 46: rebound.v1.AdminService.ListServices:input_type -> rebound.v1.ListServicesRequest
+	4,  // 47: rebound.v1.AdminService.GetService:input_type -> rebound.v1.GetServiceRequest
+	5,  // 48: rebound.v1.AdminService.GetStats:input_type -> rebound.v1.GetStatsRequest
+	11, // 49: rebound.v1.AdminService.PauseService:input_type -> rebound.v1.PauseServiceRequest
+	13, // 50: rebound.v1.AdminService.ResumeService:input_type -> rebound.v1.ResumeServiceRequest
+	15, // 51: rebound.v1.AdminService.SetServicePolicy:input_type -> rebound.v1.SetServicePolicyRequest
+	17, // 52: rebound.v1.AdminService.SetServiceLimits:input_type -> rebound.v1.SetServiceLimitsRequest
+	19, // 53: rebound.v1.AdminService.PurgeService:input_type -> rebound.v1.PurgeServiceRequest
+	22, // 54: rebound.v1.AdminService.ListDeadLetters:input_type -> rebound.v1.ListDeadLettersRequest
+	24, // 55: rebound.v1.AdminService.RedriveDeadLetters:input_type -> rebound.v1.RedriveDeadLettersRequest
+	26, // 56: rebound.v1.AdminService.PurgeDeadLetters:input_type -> rebound.v1.PurgeDeadLettersRequest
+	28, // 57: rebound.v1.AdminService.InspectWindow:input_type -> rebound.v1.InspectWindowRequest
+	33, // 58: rebound.v1.AdminService.SetPushTarget:input_type -> rebound.v1.SetPushTargetRequest
+	35, // 59: rebound.v1.AdminService.GetPushTarget:input_type -> rebound.v1.GetPushTargetRequest
+	36, // 60: rebound.v1.AdminService.ClearPushTarget:input_type -> rebound.v1.ClearPushTargetRequest
+	38, // 61: rebound.v1.AdminService.HoldDependency:input_type -> rebound.v1.HoldDependencyRequest
+	40, // 62: rebound.v1.AdminService.ReleaseDependency:input_type -> rebound.v1.ReleaseDependencyRequest
+	42, // 63: rebound.v1.AdminService.ListDependencyHolds:input_type -> rebound.v1.ListDependencyHoldsRequest
+	3,  // 64: rebound.v1.AdminService.ListServices:output_type -> rebound.v1.ListServicesResponse
+	2,  // 65: rebound.v1.AdminService.GetService:output_type -> rebound.v1.ServiceInfo
+	10, // 66: rebound.v1.AdminService.GetStats:output_type -> rebound.v1.GetStatsResponse
+	12, // 67: rebound.v1.AdminService.PauseService:output_type -> rebound.v1.PauseServiceResponse
+	14, // 68: rebound.v1.AdminService.ResumeService:output_type -> rebound.v1.ResumeServiceResponse
+	16, // 69: rebound.v1.AdminService.SetServicePolicy:output_type -> rebound.v1.SetServicePolicyResponse
+	18, // 70: rebound.v1.AdminService.SetServiceLimits:output_type -> rebound.v1.SetServiceLimitsResponse
+	20, // 71: rebound.v1.AdminService.PurgeService:output_type -> rebound.v1.PurgeServiceResponse
+	23, // 72: rebound.v1.AdminService.ListDeadLetters:output_type -> rebound.v1.ListDeadLettersResponse
+	25, // 73: rebound.v1.AdminService.RedriveDeadLetters:output_type -> rebound.v1.RedriveDeadLettersResponse
+	27, // 74: rebound.v1.AdminService.PurgeDeadLetters:output_type -> rebound.v1.PurgeDeadLettersResponse
+	31, // 75: rebound.v1.AdminService.InspectWindow:output_type -> rebound.v1.InspectWindowResponse
+	34, // 76: rebound.v1.AdminService.SetPushTarget:output_type -> rebound.v1.SetPushTargetResponse
+	32, // 77: rebound.v1.AdminService.GetPushTarget:output_type -> rebound.v1.PushTarget
+	37, // 78: rebound.v1.AdminService.ClearPushTarget:output_type -> rebound.v1.ClearPushTargetResponse
+	39, // 79: rebound.v1.AdminService.HoldDependency:output_type -> rebound.v1.DependencyHoldInfo
+	41, // 80: rebound.v1.AdminService.ReleaseDependency:output_type -> rebound.v1.ReleaseDependencyResponse
+	43, // 81: rebound.v1.AdminService.ListDependencyHolds:output_type -> rebound.v1.ListDependencyHoldsResponse
+	64, // [64:82] is the sub-list for method output_type
+	46, // [46:64] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_rebound_v1_admin_proto_init() }

@@ -53,7 +53,14 @@ type EnqueueRetryRequest struct {
 	// the dependency is held (AdminService.HoldDependency, or an executor's AckRequest.hold), no
 	// retry naming it is delivered, in any service, and none uses an attempt; when the hold ends
 	// one probe delivery goes first.
-	Dependency    string `protobuf:"bytes,11,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	Dependency string `protobuf:"bytes,11,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// The saga step's compensations, in the order they run (usually the reverse of the steps
+	// they undo): when this retry ends DEAD (attempts or duration exhausted, FAILED, a
+	// non-retryable class), the first is enqueued, and each next one once the one before it was
+	// acknowledged SUCCEEDED. A retry that ends SUCCEEDED or CANCELLED runs none. At most 32,
+	// with at most REBOUND_MAX_PAYLOAD_BYTES of payloads in all; each (service, transaction_id)
+	// once, and not this retry's own. Empty on a re-enqueue: the retry keeps the ones it has.
+	Compensations []*Compensation `protobuf:"bytes,12,rep,name=compensations,proto3" json:"compensations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -174,6 +181,13 @@ func (x *EnqueueRetryRequest) GetDependency() string {
 		return x.Dependency
 	}
 	return ""
+}
+
+func (x *EnqueueRetryRequest) GetCompensations() []*Compensation {
+	if x != nil {
+		return x.Compensations
+	}
+	return nil
 }
 
 type isEnqueueRetryRequest_Schedule interface {
@@ -651,7 +665,7 @@ var File_rebound_v1_retry_proto protoreflect.FileDescriptor
 const file_rebound_v1_retry_proto_rawDesc = "" +
 	"\n" +
 	"\x16rebound/v1/retry.proto\x12\n" +
-	"rebound.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rebound/v1/types.proto\"\xc1\x04\n" +
+	"rebound.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rebound/v1/types.proto\"\x81\x05\n" +
 	"\x13EnqueueRetryRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12%\n" +
 	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x12\x18\n" +
@@ -669,7 +683,8 @@ const file_rebound_v1_retry_proto_rawDesc = "" +
 	" \x01(\v2\x18.rebound.v1.TraceContextR\ftraceContext\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\v \x01(\tR\n" +
-	"dependency\x1a=\n" +
+	"dependency\x12>\n" +
+	"\rcompensations\x18\f \x03(\v2\x18.rebound.v1.CompensationR\rcompensations\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
@@ -738,8 +753,9 @@ var file_rebound_v1_retry_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),     // 11: google.protobuf.Timestamp
 	(*RetryPolicy)(nil),               // 12: rebound.v1.RetryPolicy
 	(*TraceContext)(nil),              // 13: rebound.v1.TraceContext
-	(RetryStatus)(0),                  // 14: rebound.v1.RetryStatus
-	(*Retry)(nil),                     // 15: rebound.v1.Retry
+	(*Compensation)(nil),              // 14: rebound.v1.Compensation
+	(RetryStatus)(0),                  // 15: rebound.v1.RetryStatus
+	(*Retry)(nil),                     // 16: rebound.v1.Retry
 }
 var file_rebound_v1_retry_proto_depIdxs = []int32{
 	9,  // 0: rebound.v1.EnqueueRetryRequest.attributes:type_name -> rebound.v1.EnqueueRetryRequest.AttributesEntry
@@ -747,25 +763,26 @@ var file_rebound_v1_retry_proto_depIdxs = []int32{
 	11, // 2: rebound.v1.EnqueueRetryRequest.due_time:type_name -> google.protobuf.Timestamp
 	12, // 3: rebound.v1.EnqueueRetryRequest.policy:type_name -> rebound.v1.RetryPolicy
 	13, // 4: rebound.v1.EnqueueRetryRequest.trace_context:type_name -> rebound.v1.TraceContext
-	11, // 5: rebound.v1.EnqueueRetryResponse.due_time:type_name -> google.protobuf.Timestamp
-	0,  // 6: rebound.v1.EnqueueRetryBatchRequest.requests:type_name -> rebound.v1.EnqueueRetryRequest
-	1,  // 7: rebound.v1.EnqueueRetryResult.response:type_name -> rebound.v1.EnqueueRetryResponse
-	4,  // 8: rebound.v1.EnqueueRetryResult.error:type_name -> rebound.v1.ItemError
-	3,  // 9: rebound.v1.EnqueueRetryBatchResponse.results:type_name -> rebound.v1.EnqueueRetryResult
-	14, // 10: rebound.v1.CancelRetryResponse.status:type_name -> rebound.v1.RetryStatus
-	0,  // 11: rebound.v1.RetryService.EnqueueRetry:input_type -> rebound.v1.EnqueueRetryRequest
-	2,  // 12: rebound.v1.RetryService.EnqueueRetryBatch:input_type -> rebound.v1.EnqueueRetryBatchRequest
-	6,  // 13: rebound.v1.RetryService.GetRetry:input_type -> rebound.v1.GetRetryRequest
-	7,  // 14: rebound.v1.RetryService.CancelRetry:input_type -> rebound.v1.CancelRetryRequest
-	1,  // 15: rebound.v1.RetryService.EnqueueRetry:output_type -> rebound.v1.EnqueueRetryResponse
-	5,  // 16: rebound.v1.RetryService.EnqueueRetryBatch:output_type -> rebound.v1.EnqueueRetryBatchResponse
-	15, // 17: rebound.v1.RetryService.GetRetry:output_type -> rebound.v1.Retry
-	8,  // 18: rebound.v1.RetryService.CancelRetry:output_type -> rebound.v1.CancelRetryResponse
-	15, // [15:19] is the sub-list for method output_type
-	11, // [11:15] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	14, // 5: rebound.v1.EnqueueRetryRequest.compensations:type_name -> rebound.v1.Compensation
+	11, // 6: rebound.v1.EnqueueRetryResponse.due_time:type_name -> google.protobuf.Timestamp
+	0,  // 7: rebound.v1.EnqueueRetryBatchRequest.requests:type_name -> rebound.v1.EnqueueRetryRequest
+	1,  // 8: rebound.v1.EnqueueRetryResult.response:type_name -> rebound.v1.EnqueueRetryResponse
+	4,  // 9: rebound.v1.EnqueueRetryResult.error:type_name -> rebound.v1.ItemError
+	3,  // 10: rebound.v1.EnqueueRetryBatchResponse.results:type_name -> rebound.v1.EnqueueRetryResult
+	15, // 11: rebound.v1.CancelRetryResponse.status:type_name -> rebound.v1.RetryStatus
+	0,  // 12: rebound.v1.RetryService.EnqueueRetry:input_type -> rebound.v1.EnqueueRetryRequest
+	2,  // 13: rebound.v1.RetryService.EnqueueRetryBatch:input_type -> rebound.v1.EnqueueRetryBatchRequest
+	6,  // 14: rebound.v1.RetryService.GetRetry:input_type -> rebound.v1.GetRetryRequest
+	7,  // 15: rebound.v1.RetryService.CancelRetry:input_type -> rebound.v1.CancelRetryRequest
+	1,  // 16: rebound.v1.RetryService.EnqueueRetry:output_type -> rebound.v1.EnqueueRetryResponse
+	5,  // 17: rebound.v1.RetryService.EnqueueRetryBatch:output_type -> rebound.v1.EnqueueRetryBatchResponse
+	16, // 18: rebound.v1.RetryService.GetRetry:output_type -> rebound.v1.Retry
+	8,  // 19: rebound.v1.RetryService.CancelRetry:output_type -> rebound.v1.CancelRetryResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_rebound_v1_retry_proto_init() }

@@ -306,7 +306,14 @@ type Retry struct {
 	EnqueueCount  uint32 `protobuf:"varint,15,opt,name=enqueue_count,json=enqueueCount,proto3" json:"enqueue_count,omitempty"`
 	DeliveryCount uint32 `protobuf:"varint,16,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
 	// EnqueueRetryRequest.dependency of the enqueue that scheduled it (empty: none).
-	Dependency    string `protobuf:"bytes,17,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	Dependency string `protobuf:"bytes,17,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// The compensations still to run after this retry, in order: for a saga step, all of
+	// EnqueueRetryRequest.compensations (enqueued when it ends DEAD); for a compensation, the
+	// ones after it (the next is enqueued when this one is acknowledged SUCCEEDED).
+	Compensations []*Compensation `protobuf:"bytes,18,rep,name=compensations,proto3" json:"compensations,omitempty"`
+	// Where its compensation chain stands, read when GetRetry answered; unset when the retry
+	// has no compensations and is none.
+	Chain         *CompensationChain `protobuf:"bytes,19,opt,name=chain,proto3" json:"chain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -460,6 +467,235 @@ func (x *Retry) GetDependency() string {
 	return ""
 }
 
+func (x *Retry) GetCompensations() []*Compensation {
+	if x != nil {
+		return x.Compensations
+	}
+	return nil
+}
+
+func (x *Retry) GetChain() *CompensationChain {
+	if x != nil {
+		return x.Chain
+	}
+	return nil
+}
+
+// A compensation of a saga step (EnqueueRetryRequest.compensations): a retry of its own,
+// enqueued when the step's retry ends DEAD (the first) or when the compensation before it was
+// acknowledged SUCCEEDED (each next one).
+type Compensation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The service that runs it and its idempotency key, by the rules of EnqueueRetryRequest.
+	Service       string            `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	TransactionId string            `protobuf:"bytes,2,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	Payload       []byte            `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	Attributes    map[string]string `protobuf:"bytes,4,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Overrides of the compensation service's policy. Unset max_attempts (and no
+	// unlimited_attempts): unlimited attempts; unset max_retry_duration: 24 h.
+	Policy        *RetryPolicy `protobuf:"bytes,5,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Compensation) Reset() {
+	*x = Compensation{}
+	mi := &file_rebound_v1_types_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Compensation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Compensation) ProtoMessage() {}
+
+func (x *Compensation) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_types_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Compensation.ProtoReflect.Descriptor instead.
+func (*Compensation) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_types_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Compensation) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *Compensation) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *Compensation) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *Compensation) GetAttributes() map[string]string {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
+func (x *Compensation) GetPolicy() *RetryPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// Where a compensation chain stands (Retry.chain, DeadLetter.chain).
+type CompensationChain struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The saga step whose retry ended DEAD and started the chain.
+	SagaService       string `protobuf:"bytes,1,opt,name=saga_service,json=sagaService,proto3" json:"saga_service,omitempty"`
+	SagaTransactionId string `protobuf:"bytes,2,opt,name=saga_transaction_id,json=sagaTransactionId,proto3" json:"saga_transaction_id,omitempty"`
+	// This retry's place in the chain: 0 for the step itself, k for the k-th compensation.
+	Position uint32 `protobuf:"varint,3,opt,name=position,proto3" json:"position,omitempty"`
+	// Every compensation of the chain, in order, with its status as read for this answer.
+	Compensations []*CompensationProgress `protobuf:"bytes,4,rep,name=compensations,proto3" json:"compensations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompensationChain) Reset() {
+	*x = CompensationChain{}
+	mi := &file_rebound_v1_types_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompensationChain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompensationChain) ProtoMessage() {}
+
+func (x *CompensationChain) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_types_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompensationChain.ProtoReflect.Descriptor instead.
+func (*CompensationChain) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_types_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CompensationChain) GetSagaService() string {
+	if x != nil {
+		return x.SagaService
+	}
+	return ""
+}
+
+func (x *CompensationChain) GetSagaTransactionId() string {
+	if x != nil {
+		return x.SagaTransactionId
+	}
+	return ""
+}
+
+func (x *CompensationChain) GetPosition() uint32 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *CompensationChain) GetCompensations() []*CompensationProgress {
+	if x != nil {
+		return x.Compensations
+	}
+	return nil
+}
+
+type CompensationProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	TransactionId string                 `protobuf:"bytes,2,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	// RETRY_STATUS_UNSPECIFIED: not enqueued (yet), or its row has expired.
+	Status        RetryStatus `protobuf:"varint,3,opt,name=status,proto3,enum=rebound.v1.RetryStatus" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompensationProgress) Reset() {
+	*x = CompensationProgress{}
+	mi := &file_rebound_v1_types_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompensationProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompensationProgress) ProtoMessage() {}
+
+func (x *CompensationProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_types_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompensationProgress.ProtoReflect.Descriptor instead.
+func (*CompensationProgress) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CompensationProgress) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *CompensationProgress) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *CompensationProgress) GetStatus() RetryStatus {
+	if x != nil {
+		return x.Status
+	}
+	return RetryStatus_RETRY_STATUS_UNSPECIFIED
+}
+
 // W3C trace context (https://www.w3.org/TR/trace-context/), as text. Empty: none.
 type TraceContext struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -473,7 +709,7 @@ type TraceContext struct {
 
 func (x *TraceContext) Reset() {
 	*x = TraceContext{}
-	mi := &file_rebound_v1_types_proto_msgTypes[3]
+	mi := &file_rebound_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +721,7 @@ func (x *TraceContext) String() string {
 func (*TraceContext) ProtoMessage() {}
 
 func (x *TraceContext) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_types_proto_msgTypes[3]
+	mi := &file_rebound_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +734,7 @@ func (x *TraceContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceContext.ProtoReflect.Descriptor instead.
 func (*TraceContext) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_rebound_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TraceContext) GetTraceparent() string {
@@ -546,7 +782,7 @@ const file_rebound_v1_types_proto_rawDesc = "" +
 	"\x03day\x18\x01 \x01(\tR\x03day\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\rR\x06window\x12\x1a\n" +
 	"\binstance\x18\x03 \x01(\tR\binstance\x12\x16\n" +
-	"\x06bucket\x18\x04 \x01(\rR\x06bucket\"\xbd\x06\n" +
+	"\x06bucket\x18\x04 \x01(\rR\x06bucket\"\xb2\a\n" +
 	"\x05Retry\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12%\n" +
 	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x12/\n" +
@@ -573,10 +809,32 @@ const file_rebound_v1_types_proto_rawDesc = "" +
 	"\x0edelivery_count\x18\x10 \x01(\rR\rdeliveryCount\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x11 \x01(\tR\n" +
-	"dependency\x1a=\n" +
+	"dependency\x12>\n" +
+	"\rcompensations\x18\x12 \x03(\v2\x18.rebound.v1.CompensationR\rcompensations\x123\n" +
+	"\x05chain\x18\x13 \x01(\v2\x1d.rebound.v1.CompensationChainR\x05chain\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x02\n" +
+	"\fCompensation\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12%\n" +
+	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x12\x18\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\x12H\n" +
+	"\n" +
+	"attributes\x18\x04 \x03(\v2(.rebound.v1.Compensation.AttributesEntryR\n" +
+	"attributes\x12/\n" +
+	"\x06policy\x18\x05 \x01(\v2\x17.rebound.v1.RetryPolicyR\x06policy\x1a=\n" +
+	"\x0fAttributesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x01\n" +
+	"\x11CompensationChain\x12!\n" +
+	"\fsaga_service\x18\x01 \x01(\tR\vsagaService\x12.\n" +
+	"\x13saga_transaction_id\x18\x02 \x01(\tR\x11sagaTransactionId\x12\x1a\n" +
+	"\bposition\x18\x03 \x01(\rR\bposition\x12F\n" +
+	"\rcompensations\x18\x04 \x03(\v2 .rebound.v1.CompensationProgressR\rcompensations\"\x88\x01\n" +
+	"\x14CompensationProgress\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12%\n" +
+	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x12/\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x17.rebound.v1.RetryStatusR\x06status\"P\n" +
 	"\fTraceContext\x12 \n" +
 	"\vtraceparent\x18\x01 \x01(\tR\vtraceparent\x12\x1e\n" +
 	"\n" +
@@ -604,35 +862,45 @@ func file_rebound_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_rebound_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rebound_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_rebound_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_rebound_v1_types_proto_goTypes = []any{
 	(RetryStatus)(0),              // 0: rebound.v1.RetryStatus
 	(*RetryPolicy)(nil),           // 1: rebound.v1.RetryPolicy
 	(*Location)(nil),              // 2: rebound.v1.Location
 	(*Retry)(nil),                 // 3: rebound.v1.Retry
-	(*TraceContext)(nil),          // 4: rebound.v1.TraceContext
-	nil,                           // 5: rebound.v1.Retry.AttributesEntry
-	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*Compensation)(nil),          // 4: rebound.v1.Compensation
+	(*CompensationChain)(nil),     // 5: rebound.v1.CompensationChain
+	(*CompensationProgress)(nil),  // 6: rebound.v1.CompensationProgress
+	(*TraceContext)(nil),          // 7: rebound.v1.TraceContext
+	nil,                           // 8: rebound.v1.Retry.AttributesEntry
+	nil,                           // 9: rebound.v1.Compensation.AttributesEntry
+	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_rebound_v1_types_proto_depIdxs = []int32{
-	6,  // 0: rebound.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	6,  // 1: rebound.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	6,  // 2: rebound.v1.RetryPolicy.max_retry_duration:type_name -> google.protobuf.Duration
-	6,  // 3: rebound.v1.RetryPolicy.ack_timeout:type_name -> google.protobuf.Duration
+	10, // 0: rebound.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	10, // 1: rebound.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	10, // 2: rebound.v1.RetryPolicy.max_retry_duration:type_name -> google.protobuf.Duration
+	10, // 3: rebound.v1.RetryPolicy.ack_timeout:type_name -> google.protobuf.Duration
 	0,  // 4: rebound.v1.Retry.status:type_name -> rebound.v1.RetryStatus
-	7,  // 5: rebound.v1.Retry.due_time:type_name -> google.protobuf.Timestamp
-	5,  // 6: rebound.v1.Retry.attributes:type_name -> rebound.v1.Retry.AttributesEntry
+	11, // 5: rebound.v1.Retry.due_time:type_name -> google.protobuf.Timestamp
+	8,  // 6: rebound.v1.Retry.attributes:type_name -> rebound.v1.Retry.AttributesEntry
 	1,  // 7: rebound.v1.Retry.policy:type_name -> rebound.v1.RetryPolicy
-	7,  // 8: rebound.v1.Retry.first_enqueued_at:type_name -> google.protobuf.Timestamp
-	7,  // 9: rebound.v1.Retry.last_enqueued_at:type_name -> google.protobuf.Timestamp
-	7,  // 10: rebound.v1.Retry.updated_at:type_name -> google.protobuf.Timestamp
+	11, // 8: rebound.v1.Retry.first_enqueued_at:type_name -> google.protobuf.Timestamp
+	11, // 9: rebound.v1.Retry.last_enqueued_at:type_name -> google.protobuf.Timestamp
+	11, // 10: rebound.v1.Retry.updated_at:type_name -> google.protobuf.Timestamp
 	2,  // 11: rebound.v1.Retry.location:type_name -> rebound.v1.Location
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	4,  // 12: rebound.v1.Retry.compensations:type_name -> rebound.v1.Compensation
+	5,  // 13: rebound.v1.Retry.chain:type_name -> rebound.v1.CompensationChain
+	9,  // 14: rebound.v1.Compensation.attributes:type_name -> rebound.v1.Compensation.AttributesEntry
+	1,  // 15: rebound.v1.Compensation.policy:type_name -> rebound.v1.RetryPolicy
+	6,  // 16: rebound.v1.CompensationChain.compensations:type_name -> rebound.v1.CompensationProgress
+	0,  // 17: rebound.v1.CompensationProgress.status:type_name -> rebound.v1.RetryStatus
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_rebound_v1_types_proto_init() }
@@ -647,7 +915,7 @@ func file_rebound_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rebound_v1_types_proto_rawDesc), len(file_rebound_v1_types_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -218,20 +218,22 @@ class PurgeServiceResponse(_message.Message):
     def __init__(self, cancelled: _Optional[int] = ..., buckets_deleted: _Optional[int] = ..., done: _Optional[bool] = ..., buckets_kept: _Optional[int] = ..., before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class DeadLetter(_message.Message):
-    __slots__ = ("service", "transaction_id", "attempt", "last_error", "dead_at", "redriven_at")
+    __slots__ = ("service", "transaction_id", "attempt", "last_error", "dead_at", "redriven_at", "chain")
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     DEAD_AT_FIELD_NUMBER: _ClassVar[int]
     REDRIVEN_AT_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_FIELD_NUMBER: _ClassVar[int]
     service: str
     transaction_id: str
     attempt: int
     last_error: str
     dead_at: _timestamp_pb2.Timestamp
     redriven_at: _timestamp_pb2.Timestamp
-    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., attempt: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., redriven_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    chain: _types_pb2.CompensationChain
+    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., attempt: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., redriven_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., chain: _Optional[_Union[_types_pb2.CompensationChain, _Mapping]] = ...) -> None: ...
 
 class ListDeadLettersRequest(_message.Message):
     __slots__ = ("service", "to", "error_contains", "page_size", "page_token", "include_redriven")

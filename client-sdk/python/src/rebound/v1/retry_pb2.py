@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from rebound.v1 import types_pb2 as rebound_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16rebound/v1/retry.proto\x12\nrebound.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rebound/v1/types.proto\"\xc2\x03\n\x13\x45nqueueRetryRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x43\n\nattributes\x18\x04 \x03(\x0b\x32/.rebound.v1.EnqueueRetryRequest.AttributesEntry\x12*\n\x05\x64\x65lay\x18\x05 \x01(\x0b\x32\x19.google.protobuf.DurationH\x00\x12.\n\x08\x64ue_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\'\n\x06policy\x18\x07 \x01(\x0b\x32\x17.rebound.v1.RetryPolicy\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\r\x12\x12\n\nlast_error\x18\t \x01(\t\x12/\n\rtrace_context\x18\n \x01(\x0b\x32\x18.rebound.v1.TraceContext\x12\x12\n\ndependency\x18\x0b \x01(\t\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\n\n\x08schedule\"\x86\x01\n\x14\x45nqueueRetryResponse\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12,\n\x08\x64ue_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ngeneration\x18\x03 \x01(\x04\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x04 \x01(\x08\"M\n\x18\x45nqueueRetryBatchRequest\x12\x31\n\x08requests\x18\x01 \x03(\x0b\x32\x1f.rebound.v1.EnqueueRetryRequest\"|\n\x12\x45nqueueRetryResult\x12\x34\n\x08response\x18\x01 \x01(\x0b\x32 .rebound.v1.EnqueueRetryResponseH\x00\x12&\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x15.rebound.v1.ItemErrorH\x00\x42\x08\n\x06result\"*\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"L\n\x19\x45nqueueRetryBatchResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.rebound.v1.EnqueueRetryResult\":\n\x0fGetRetryRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\"=\n\x12\x43\x61ncelRetryRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\"Q\n\x13\x43\x61ncelRetryResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.rebound.v1.RetryStatus\x12\x11\n\tcancelled\x18\x02 \x01(\x08\x32\xcf\x02\n\x0cRetryService\x12Q\n\x0c\x45nqueueRetry\x12\x1f.rebound.v1.EnqueueRetryRequest\x1a .rebound.v1.EnqueueRetryResponse\x12`\n\x11\x45nqueueRetryBatch\x12$.rebound.v1.EnqueueRetryBatchRequest\x1a%.rebound.v1.EnqueueRetryBatchResponse\x12:\n\x08GetRetry\x12\x1b.rebound.v1.GetRetryRequest\x1a\x11.rebound.v1.Retry\x12N\n\x0b\x43\x61ncelRetry\x12\x1e.rebound.v1.CancelRetryRequest\x1a\x1f.rebound.v1.CancelRetryResponseB`\n\x0e\x64\x65v.rebound.v1B\nRetryProtoP\x01Z@github.com/rebound-dev/rebound/client-sdk/go/reboundv1;reboundv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16rebound/v1/retry.proto\x12\nrebound.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16rebound/v1/types.proto\"\xf3\x03\n\x13\x45nqueueRetryRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x43\n\nattributes\x18\x04 \x03(\x0b\x32/.rebound.v1.EnqueueRetryRequest.AttributesEntry\x12*\n\x05\x64\x65lay\x18\x05 \x01(\x0b\x32\x19.google.protobuf.DurationH\x00\x12.\n\x08\x64ue_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\'\n\x06policy\x18\x07 \x01(\x0b\x32\x17.rebound.v1.RetryPolicy\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\r\x12\x12\n\nlast_error\x18\t \x01(\t\x12/\n\rtrace_context\x18\n \x01(\x0b\x32\x18.rebound.v1.TraceContext\x12\x12\n\ndependency\x18\x0b \x01(\t\x12/\n\rcompensations\x18\x0c \x03(\x0b\x32\x18.rebound.v1.Compensation\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\n\n\x08schedule\"\x86\x01\n\x14\x45nqueueRetryResponse\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12,\n\x08\x64ue_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ngeneration\x18\x03 \x01(\x04\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x04 \x01(\x08\"M\n\x18\x45nqueueRetryBatchRequest\x12\x31\n\x08requests\x18\x01 \x03(\x0b\x32\x1f.rebound.v1.EnqueueRetryRequest\"|\n\x12\x45nqueueRetryResult\x12\x34\n\x08response\x18\x01 \x01(\x0b\x32 .rebound.v1.EnqueueRetryResponseH\x00\x12&\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x15.rebound.v1.ItemErrorH\x00\x42\x08\n\x06result\"*\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"L\n\x19\x45nqueueRetryBatchResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.rebound.v1.EnqueueRetryResult\":\n\x0fGetRetryRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\"=\n\x12\x43\x61ncelRetryRequest\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\"Q\n\x13\x43\x61ncelRetryResponse\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.rebound.v1.RetryStatus\x12\x11\n\tcancelled\x18\x02 \x01(\x08\x32\xcf\x02\n\x0cRetryService\x12Q\n\x0c\x45nqueueRetry\x12\x1f.rebound.v1.EnqueueRetryRequest\x1a .rebound.v1.EnqueueRetryResponse\x12`\n\x11\x45nqueueRetryBatch\x12$.rebound.v1.EnqueueRetryBatchRequest\x1a%.rebound.v1.EnqueueRetryBatchResponse\x12:\n\x08GetRetry\x12\x1b.rebound.v1.GetRetryRequest\x1a\x11.rebound.v1.Retry\x12N\n\x0b\x43\x61ncelRetry\x12\x1e.rebound.v1.CancelRetryRequest\x1a\x1f.rebound.v1.CancelRetryResponseB`\n\x0e\x64\x65v.rebound.v1B\nRetryProtoP\x01Z@github.com/rebound-dev/rebound/client-sdk/go/reboundv1;reboundv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,25 +38,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENQUEUERETRYREQUEST_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_ENQUEUERETRYREQUEST_ATTRIBUTESENTRY']._serialized_options = b'8\001'
   _globals['_ENQUEUERETRYREQUEST']._serialized_start=128
-  _globals['_ENQUEUERETRYREQUEST']._serialized_end=578
-  _globals['_ENQUEUERETRYREQUEST_ATTRIBUTESENTRY']._serialized_start=517
-  _globals['_ENQUEUERETRYREQUEST_ATTRIBUTESENTRY']._serialized_end=566
-  _globals['_ENQUEUERETRYRESPONSE']._serialized_start=581
-  _globals['_ENQUEUERETRYRESPONSE']._serialized_end=715
-  _globals['_ENQUEUERETRYBATCHREQUEST']._serialized_start=717
-  _globals['_ENQUEUERETRYBATCHREQUEST']._serialized_end=794
-  _globals['_ENQUEUERETRYRESULT']._serialized_start=796
-  _globals['_ENQUEUERETRYRESULT']._serialized_end=920
-  _globals['_ITEMERROR']._serialized_start=922
-  _globals['_ITEMERROR']._serialized_end=964
-  _globals['_ENQUEUERETRYBATCHRESPONSE']._serialized_start=966
-  _globals['_ENQUEUERETRYBATCHRESPONSE']._serialized_end=1042
-  _globals['_GETRETRYREQUEST']._serialized_start=1044
-  _globals['_GETRETRYREQUEST']._serialized_end=1102
-  _globals['_CANCELRETRYREQUEST']._serialized_start=1104
-  _globals['_CANCELRETRYREQUEST']._serialized_end=1165
-  _globals['_CANCELRETRYRESPONSE']._serialized_start=1167
-  _globals['_CANCELRETRYRESPONSE']._serialized_end=1248
-  _globals['_RETRYSERVICE']._serialized_start=1251
-  _globals['_RETRYSERVICE']._serialized_end=1586
+  _globals['_ENQUEUERETRYREQUEST']._serialized_end=627
+  _globals['_ENQUEUERETRYREQUEST_ATTRIBUTESENTRY']._serialized_start=566
+  _globals['_ENQUEUERETRYREQUEST_ATTRIBUTESENTRY']._serialized_end=615
+  _globals['_ENQUEUERETRYRESPONSE']._serialized_start=630
+  _globals['_ENQUEUERETRYRESPONSE']._serialized_end=764
+  _globals['_ENQUEUERETRYBATCHREQUEST']._serialized_start=766
+  _globals['_ENQUEUERETRYBATCHREQUEST']._serialized_end=843
+  _globals['_ENQUEUERETRYRESULT']._serialized_start=845
+  _globals['_ENQUEUERETRYRESULT']._serialized_end=969
+  _globals['_ITEMERROR']._serialized_start=971
+  _globals['_ITEMERROR']._serialized_end=1013
+  _globals['_ENQUEUERETRYBATCHRESPONSE']._serialized_start=1015
+  _globals['_ENQUEUERETRYBATCHRESPONSE']._serialized_end=1091
+  _globals['_GETRETRYREQUEST']._serialized_start=1093
+  _globals['_GETRETRYREQUEST']._serialized_end=1151
+  _globals['_CANCELRETRYREQUEST']._serialized_start=1153
+  _globals['_CANCELRETRYREQUEST']._serialized_end=1214
+  _globals['_CANCELRETRYRESPONSE']._serialized_start=1216
+  _globals['_CANCELRETRYRESPONSE']._serialized_end=1297
+  _globals['_RETRYSERVICE']._serialized_start=1300
+  _globals['_RETRYSERVICE']._serialized_end=1635
 # @@protoc_insertion_point(module_scope)

@@ -12,7 +12,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EnqueueRetryRequest(_message.Message):
-    __slots__ = ("service", "transaction_id", "payload", "attributes", "delay", "due_time", "policy", "attempt", "last_error", "trace_context", "dependency")
+    __slots__ = ("service", "transaction_id", "payload", "attributes", "delay", "due_time", "policy", "attempt", "last_error", "trace_context", "dependency", "compensations")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class EnqueueRetryRequest(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATIONS_FIELD_NUMBER: _ClassVar[int]
     service: str
     transaction_id: str
     payload: bytes
@@ -42,7 +43,8 @@ class EnqueueRetryRequest(_message.Message):
     last_error: str
     trace_context: _types_pb2.TraceContext
     dependency: str
-    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[_types_pb2.RetryPolicy, _Mapping]] = ..., attempt: _Optional[int] = ..., last_error: _Optional[str] = ..., trace_context: _Optional[_Union[_types_pb2.TraceContext, _Mapping]] = ..., dependency: _Optional[str] = ...) -> None: ...
+    compensations: _containers.RepeatedCompositeFieldContainer[_types_pb2.Compensation]
+    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[_types_pb2.RetryPolicy, _Mapping]] = ..., attempt: _Optional[int] = ..., last_error: _Optional[str] = ..., trace_context: _Optional[_Union[_types_pb2.TraceContext, _Mapping]] = ..., dependency: _Optional[str] = ..., compensations: _Optional[_Iterable[_Union[_types_pb2.Compensation, _Mapping]]] = ...) -> None: ...
 
 class EnqueueRetryResponse(_message.Message):
     __slots__ = ("transaction_id", "due_time", "generation", "deduplicated")

@@ -61,7 +61,7 @@ class Location(_message.Message):
     def __init__(self, day: _Optional[str] = ..., window: _Optional[int] = ..., instance: _Optional[str] = ..., bucket: _Optional[int] = ...) -> None: ...
 
 class Retry(_message.Message):
-    __slots__ = ("service", "transaction_id", "status", "attempt", "generation", "due_time", "last_error", "payload", "attributes", "policy", "first_enqueued_at", "last_enqueued_at", "updated_at", "location", "enqueue_count", "delivery_count", "dependency")
+    __slots__ = ("service", "transaction_id", "status", "attempt", "generation", "due_time", "last_error", "payload", "attributes", "policy", "first_enqueued_at", "last_enqueued_at", "updated_at", "location", "enqueue_count", "delivery_count", "dependency", "compensations", "chain")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,8 @@ class Retry(_message.Message):
     ENQUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATIONS_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_FIELD_NUMBER: _ClassVar[int]
     service: str
     transaction_id: str
     status: RetryStatus
@@ -103,7 +105,52 @@ class Retry(_message.Message):
     enqueue_count: int
     delivery_count: int
     dependency: str
-    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., status: _Optional[_Union[RetryStatus, str]] = ..., attempt: _Optional[int] = ..., generation: _Optional[int] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., first_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., location: _Optional[_Union[Location, _Mapping]] = ..., enqueue_count: _Optional[int] = ..., delivery_count: _Optional[int] = ..., dependency: _Optional[str] = ...) -> None: ...
+    compensations: _containers.RepeatedCompositeFieldContainer[Compensation]
+    chain: CompensationChain
+    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., status: _Optional[_Union[RetryStatus, str]] = ..., attempt: _Optional[int] = ..., generation: _Optional[int] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., first_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., location: _Optional[_Union[Location, _Mapping]] = ..., enqueue_count: _Optional[int] = ..., delivery_count: _Optional[int] = ..., dependency: _Optional[str] = ..., compensations: _Optional[_Iterable[_Union[Compensation, _Mapping]]] = ..., chain: _Optional[_Union[CompensationChain, _Mapping]] = ...) -> None: ...
+
+class Compensation(_message.Message):
+    __slots__ = ("service", "transaction_id", "payload", "attributes", "policy")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    transaction_id: str
+    payload: bytes
+    attributes: _containers.ScalarMap[str, str]
+    policy: RetryPolicy
+    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., policy: _Optional[_Union[RetryPolicy, _Mapping]] = ...) -> None: ...
+
+class CompensationChain(_message.Message):
+    __slots__ = ("saga_service", "saga_transaction_id", "position", "compensations")
+    SAGA_SERVICE_FIELD_NUMBER: _ClassVar[int]
+    SAGA_TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATIONS_FIELD_NUMBER: _ClassVar[int]
+    saga_service: str
+    saga_transaction_id: str
+    position: int
+    compensations: _containers.RepeatedCompositeFieldContainer[CompensationProgress]
+    def __init__(self, saga_service: _Optional[str] = ..., saga_transaction_id: _Optional[str] = ..., position: _Optional[int] = ..., compensations: _Optional[_Iterable[_Union[CompensationProgress, _Mapping]]] = ...) -> None: ...
+
+class CompensationProgress(_message.Message):
+    __slots__ = ("service", "transaction_id", "status")
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    transaction_id: str
+    status: RetryStatus
+    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., status: _Optional[_Union[RetryStatus, str]] = ...) -> None: ...
 
 class TraceContext(_message.Message):
     __slots__ = ("traceparent", "tracestate")

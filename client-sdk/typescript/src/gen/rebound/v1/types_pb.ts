@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rebound/v1/types.proto.
  */
 export const file_rebound_v1_types: GenFile = /*@__PURE__*/
-  fileDesc("ChZyZWJvdW5kL3YxL3R5cGVzLnByb3RvEgpyZWJvdW5kLnYxIvEDCgtSZXRyeVBvbGljeRIZCgxtYXhfYXR0ZW1wdHMYASABKA1IAIgBARIyCg9pbml0aWFsX2JhY2tvZmYYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoLbWF4X2JhY2tvZmYYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFwoKbXVsdGlwbGllchgEIAEoAUgBiAEBEhMKBmppdHRlchgFIAEoAUgCiAEBEjUKEm1heF9yZXRyeV9kdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgthY2tfdGltZW91dBgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInChptYXhfZGVsaXZlcmllc19wZXJfYXR0ZW1wdBgIIAEoDUgDiAEBEiMKG25vbl9yZXRyeWFibGVfZXJyb3JfY2xhc3NlcxgJIAMoCRIfChJ1bmxpbWl0ZWRfYXR0ZW1wdHMYCiABKAhIBIgBAUIPCg1fbWF4X2F0dGVtcHRzQg0KC19tdWx0aXBsaWVyQgkKB19qaXR0ZXJCHQobX21heF9kZWxpdmVyaWVzX3Blcl9hdHRlbXB0QhUKE191bmxpbWl0ZWRfYXR0ZW1wdHMiSQoITG9jYXRpb24SCwoDZGF5GAEgASgJEg4KBndpbmRvdxgCIAEoDRIQCghpbnN0YW5jZRgDIAEoCRIOCgZidWNrZXQYBCABKA0i7AQKBVJldHJ5Eg8KB3NlcnZpY2UYASABKAkSFgoOdHJhbnNhY3Rpb25faWQYAiABKAkSJwoGc3RhdHVzGAMgASgOMhcucmVib3VuZC52MS5SZXRyeVN0YXR1cxIPCgdhdHRlbXB0GAQgASgNEhIKCmdlbmVyYXRpb24YBSABKAQSLAoIZHVlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYByABKAkSDwoHcGF5bG9hZBgIIAEoDBI1CgphdHRyaWJ1dGVzGAkgAygLMiEucmVib3VuZC52MS5SZXRyeS5BdHRyaWJ1dGVzRW50cnkSJwoGcG9saWN5GAogASgLMhcucmVib3VuZC52MS5SZXRyeVBvbGljeRI1ChFmaXJzdF9lbnF1ZXVlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoQbGFzdF9lbnF1ZXVlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoIbG9jYXRpb24YDiABKAsyFC5yZWJvdW5kLnYxLkxvY2F0aW9uEhUKDWVucXVldWVfY291bnQYDyABKA0SFgoOZGVsaXZlcnlfY291bnQYECABKA0SEgoKZGVwZW5kZW5jeRgRIAEoCRoxCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI3CgxUcmFjZUNvbnRleHQSEwoLdHJhY2VwYXJlbnQYASABKAkSEgoKdHJhY2VzdGF0ZRgCIAEoCSqWAQoLUmV0cnlTdGF0dXMSHAoYUkVUUllfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGgoWUkVUUllfU1RBVFVTX1NDSEVEVUxFRBABEhoKFlJFVFJZX1NUQVRVU19TVUNDRUVERUQQAhIVChFSRVRSWV9TVEFUVVNfREVBRBADEhoKFlJFVFJZX1NUQVRVU19DQU5DRUxMRUQQBEJgCg5kZXYucmVib3VuZC52MUIKVHlwZXNQcm90b1ABWkBnaXRodWIuY29tL3JlYm91bmQtZGV2L3JlYm91bmQvY2xpZW50LXNkay9nby9yZWJvdW5kdjE7cmVib3VuZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChZyZWJvdW5kL3YxL3R5cGVzLnByb3RvEgpyZWJvdW5kLnYxIvEDCgtSZXRyeVBvbGljeRIZCgxtYXhfYXR0ZW1wdHMYASABKA1IAIgBARIyCg9pbml0aWFsX2JhY2tvZmYYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoLbWF4X2JhY2tvZmYYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFwoKbXVsdGlwbGllchgEIAEoAUgBiAEBEhMKBmppdHRlchgFIAEoAUgCiAEBEjUKEm1heF9yZXRyeV9kdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgthY2tfdGltZW91dBgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInChptYXhfZGVsaXZlcmllc19wZXJfYXR0ZW1wdBgIIAEoDUgDiAEBEiMKG25vbl9yZXRyeWFibGVfZXJyb3JfY2xhc3NlcxgJIAMoCRIfChJ1bmxpbWl0ZWRfYXR0ZW1wdHMYCiABKAhIBIgBAUIPCg1fbWF4X2F0dGVtcHRzQg0KC19tdWx0aXBsaWVyQgkKB19qaXR0ZXJCHQobX21heF9kZWxpdmVyaWVzX3Blcl9hdHRlbXB0QhUKE191bmxpbWl0ZWRfYXR0ZW1wdHMiSQoITG9jYXRpb24SCwoDZGF5GAEgASgJEg4KBndpbmRvdxgCIAEoDRIQCghpbnN0YW5jZRgDIAEoCRIOCgZidWNrZXQYBCABKA0iywUKBVJldHJ5Eg8KB3NlcnZpY2UYASABKAkSFgoOdHJhbnNhY3Rpb25faWQYAiABKAkSJwoGc3RhdHVzGAMgASgOMhcucmVib3VuZC52MS5SZXRyeVN0YXR1cxIPCgdhdHRlbXB0GAQgASgNEhIKCmdlbmVyYXRpb24YBSABKAQSLAoIZHVlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYByABKAkSDwoHcGF5bG9hZBgIIAEoDBI1CgphdHRyaWJ1dGVzGAkgAygLMiEucmVib3VuZC52MS5SZXRyeS5BdHRyaWJ1dGVzRW50cnkSJwoGcG9saWN5GAogASgLMhcucmVib3VuZC52MS5SZXRyeVBvbGljeRI1ChFmaXJzdF9lbnF1ZXVlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoQbGFzdF9lbnF1ZXVlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoIbG9jYXRpb24YDiABKAsyFC5yZWJvdW5kLnYxLkxvY2F0aW9uEhUKDWVucXVldWVfY291bnQYDyABKA0SFgoOZGVsaXZlcnlfY291bnQYECABKA0SEgoKZGVwZW5kZW5jeRgRIAEoCRIvCg1jb21wZW5zYXRpb25zGBIgAygLMhgucmVib3VuZC52MS5Db21wZW5zYXRpb24SLAoFY2hhaW4YEyABKAsyHS5yZWJvdW5kLnYxLkNvbXBlbnNhdGlvbkNoYWluGjEKD0F0dHJpYnV0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIuIBCgxDb21wZW5zYXRpb24SDwoHc2VydmljZRgBIAEoCRIWCg50cmFuc2FjdGlvbl9pZBgCIAEoCRIPCgdwYXlsb2FkGAMgASgMEjwKCmF0dHJpYnV0ZXMYBCADKAsyKC5yZWJvdW5kLnYxLkNvbXBlbnNhdGlvbi5BdHRyaWJ1dGVzRW50cnkSJwoGcG9saWN5GAUgASgLMhcucmVib3VuZC52MS5SZXRyeVBvbGljeRoxCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKRAQoRQ29tcGVuc2F0aW9uQ2hhaW4SFAoMc2FnYV9zZXJ2aWNlGAEgASgJEhsKE3NhZ2FfdHJhbnNhY3Rpb25faWQYAiABKAkSEAoIcG9zaXRpb24YAyABKA0SNwoNY29tcGVuc2F0aW9ucxgEIAMoCzIgLnJlYm91bmQudjEuQ29tcGVuc2F0aW9uUHJvZ3Jlc3MiaAoUQ29tcGVuc2F0aW9uUHJvZ3Jlc3MSDwoHc2VydmljZRgBIAEoCRIWCg50cmFuc2FjdGlvbl9pZBgCIAEoCRInCgZzdGF0dXMYAyABKA4yFy5yZWJvdW5kLnYxLlJldHJ5U3RhdHVzIjcKDFRyYWNlQ29udGV4dBITCgt0cmFjZXBhcmVudBgBIAEoCRISCgp0cmFjZXN0YXRlGAIgASgJKpYBCgtSZXRyeVN0YXR1cxIcChhSRVRSWV9TVEFUVVNfVU5TUEVDSUZJRUQQABIaChZSRVRSWV9TVEFUVVNfU0NIRURVTEVEEAESGgoWUkVUUllfU1RBVFVTX1NVQ0NFRURFRBACEhUKEVJFVFJZX1NUQVRVU19ERUFEEAMSGgoWUkVUUllfU1RBVFVTX0NBTkNFTExFRBAEQmAKDmRldi5yZWJvdW5kLnYxQgpUeXBlc1Byb3RvUAFaQGdpdGh1Yi5jb20vcmVib3VuZC1kZXYvcmVib3VuZC9jbGllbnQtc2RrL2dvL3JlYm91bmR2MTtyZWJvdW5kdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Retry policy. Every field is optional: an unset field takes the service default, then the
@@ -238,6 +238,23 @@ export type Retry = Message<"rebound.v1.Retry"> & {
    * @generated from field: string dependency = 17;
    */
   dependency: string;
+
+  /**
+   * The compensations still to run after this retry, in order: for a saga step, all of
+   * EnqueueRetryRequest.compensations (enqueued when it ends DEAD); for a compensation, the
+   * ones after it (the next is enqueued when this one is acknowledged SUCCEEDED).
+   *
+   * @generated from field: repeated rebound.v1.Compensation compensations = 18;
+   */
+  compensations: Compensation[];
+
+  /**
+   * Where its compensation chain stands, read when GetRetry answered; unset when the retry
+   * has no compensations and is none.
+   *
+   * @generated from field: rebound.v1.CompensationChain chain = 19;
+   */
+  chain?: CompensationChain | undefined;
 };
 
 /**
@@ -246,6 +263,121 @@ export type Retry = Message<"rebound.v1.Retry"> & {
  */
 export const RetrySchema: GenMessage<Retry> = /*@__PURE__*/
   messageDesc(file_rebound_v1_types, 2);
+
+/**
+ * A compensation of a saga step (EnqueueRetryRequest.compensations): a retry of its own,
+ * enqueued when the step's retry ends DEAD (the first) or when the compensation before it was
+ * acknowledged SUCCEEDED (each next one).
+ *
+ * @generated from message rebound.v1.Compensation
+ */
+export type Compensation = Message<"rebound.v1.Compensation"> & {
+  /**
+   * The service that runs it and its idempotency key, by the rules of EnqueueRetryRequest.
+   *
+   * @generated from field: string service = 1;
+   */
+  service: string;
+
+  /**
+   * @generated from field: string transaction_id = 2;
+   */
+  transactionId: string;
+
+  /**
+   * @generated from field: bytes payload = 3;
+   */
+  payload: Uint8Array;
+
+  /**
+   * @generated from field: map<string, string> attributes = 4;
+   */
+  attributes: { [key: string]: string };
+
+  /**
+   * Overrides of the compensation service's policy. Unset max_attempts (and no
+   * unlimited_attempts): unlimited attempts; unset max_retry_duration: 24 h.
+   *
+   * @generated from field: rebound.v1.RetryPolicy policy = 5;
+   */
+  policy?: RetryPolicy | undefined;
+};
+
+/**
+ * Describes the message rebound.v1.Compensation.
+ * Use `create(CompensationSchema)` to create a new message.
+ */
+export const CompensationSchema: GenMessage<Compensation> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_types, 3);
+
+/**
+ * Where a compensation chain stands (Retry.chain, DeadLetter.chain).
+ *
+ * @generated from message rebound.v1.CompensationChain
+ */
+export type CompensationChain = Message<"rebound.v1.CompensationChain"> & {
+  /**
+   * The saga step whose retry ended DEAD and started the chain.
+   *
+   * @generated from field: string saga_service = 1;
+   */
+  sagaService: string;
+
+  /**
+   * @generated from field: string saga_transaction_id = 2;
+   */
+  sagaTransactionId: string;
+
+  /**
+   * This retry's place in the chain: 0 for the step itself, k for the k-th compensation.
+   *
+   * @generated from field: uint32 position = 3;
+   */
+  position: number;
+
+  /**
+   * Every compensation of the chain, in order, with its status as read for this answer.
+   *
+   * @generated from field: repeated rebound.v1.CompensationProgress compensations = 4;
+   */
+  compensations: CompensationProgress[];
+};
+
+/**
+ * Describes the message rebound.v1.CompensationChain.
+ * Use `create(CompensationChainSchema)` to create a new message.
+ */
+export const CompensationChainSchema: GenMessage<CompensationChain> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_types, 4);
+
+/**
+ * @generated from message rebound.v1.CompensationProgress
+ */
+export type CompensationProgress = Message<"rebound.v1.CompensationProgress"> & {
+  /**
+   * @generated from field: string service = 1;
+   */
+  service: string;
+
+  /**
+   * @generated from field: string transaction_id = 2;
+   */
+  transactionId: string;
+
+  /**
+   * RETRY_STATUS_UNSPECIFIED: not enqueued (yet), or its row has expired.
+   *
+   * @generated from field: rebound.v1.RetryStatus status = 3;
+   */
+  status: RetryStatus;
+};
+
+/**
+ * Describes the message rebound.v1.CompensationProgress.
+ * Use `create(CompensationProgressSchema)` to create a new message.
+ */
+export const CompensationProgressSchema: GenMessage<CompensationProgress> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_types, 5);
 
 /**
  * W3C trace context (https://www.w3.org/TR/trace-context/), as text. Empty: none.
@@ -273,7 +405,7 @@ export type TraceContext = Message<"rebound.v1.TraceContext"> & {
  * Use `create(TraceContextSchema)` to create a new message.
  */
 export const TraceContextSchema: GenMessage<TraceContext> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_types, 3);
+  messageDesc(file_rebound_v1_types, 6);
 
 /**
  * @generated from enum rebound.v1.RetryStatus
