@@ -10,7 +10,7 @@ use std::{
 
 use rebound_client::{
     executor::{Executor, Job, Outcome},
-    Client, RetryPolicy, RetryStatus,
+    Client, Compensation, RetryPolicy, RetryStatus,
 };
 use rebound_integration_tests::{credentials_file, dispatch_config, eventually, TestNode};
 
@@ -150,6 +150,108 @@ async fn the_sdk_enqueues_executes_retries_and_dead_letters() {
         }
     }
     n.finish().await;
+}
+
+/// `compensation_chain_runs_in_reverse_on_exhaustion` (client-sdk/CONFORMANCE.md): a saga's
+/// charge step fails until its 2 attempts are used; its two compensations then run in the
+/// order given (the reverse of the steps they undo), each once, each after the one before it
+/// succeeded, and `get` shows where the chain stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compensation_chain_runs_in_reverse_on_exhaustion() {
+    let n = TestNode::with_system_clock(dispatch_config("sdk_saga")).await;
+    let addr = format!("http://{}", n.node.as_ref().unwrap().local_addr());
+    let client = Client::connect(&addr).await.unwrap();
+    client
+        .enqueue("saga-orders", "charge-1")
+        .attempt(1)
+        .policy(
+            RetryPolicy::new()
+                .max_attempts(2)
+                .initial_backoff(Duration::from_millis(100)),
+        )
+        .delay(Duration::ZERO)
+        .compensation(Compensation::new("saga-undo", "refund-1").payload("refund charge-1"))
+        .compensation(Compensation::new("saga-undo", "release-1").payload("release stock"))
+        .send()
+        .await
+        .unwrap();
+    let undone: Arc<Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut stop = stop_rx.clone();
+    let orders = tokio::spawn(
+        Executor::builder(addr.as_str(), "saga-orders")
+            .executor_id("sdk-saga-orders")
+            .run(
+                |_job: Job| async { Outcome::retry("card declined") },
+                async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                },
+            ),
+    );
+    let mut stop = stop_rx.clone();
+    let seen = undone.clone();
+    let undo = tokio::spawn(
+        Executor::builder(addr.as_str(), "saga-undo")
+            .executor_id("sdk-saga-undo")
+            .run(
+                move |job: Job| {
+                    let seen = seen.clone();
+                    async move {
+                        seen.lock()
+                            .unwrap()
+                            .push((job.transaction_id.clone(), job.payload.clone()));
+                        Outcome::success()
+                    }
+                },
+                async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                },
+            ),
+    );
+    eventually(
+        Duration::from_secs(40),
+        "both compensations to succeed",
+        || {
+            let client = client.clone();
+            async move {
+                let chain = client.get("saga-orders", "charge-1").await.unwrap().chain;
+                chain.is_some_and(|c| {
+                    c.compensations
+                        .iter()
+                        .all(|m| m.status == Some(RetryStatus::Succeeded))
+                })
+            }
+        },
+    )
+    .await;
+    // Each ran once: nothing more arrives.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _ = stop_tx.send(true);
+    orders.await.unwrap().unwrap();
+    undo.await.unwrap().unwrap();
+    let undone = undone.lock().unwrap().clone();
+    assert_eq!(
+        undone,
+        [
+            ("refund-1".to_string(), b"refund charge-1".to_vec()),
+            ("release-1".to_string(), b"release stock".to_vec()),
+        ]
+    );
+    let step = client.get("saga-orders", "charge-1").await.unwrap();
+    assert_eq!(step.status, RetryStatus::Dead);
+    assert_eq!(step.attempt, 2);
+    let chain = step.chain.unwrap();
+    assert_eq!((chain.position, chain.compensations.len()), (0, 2));
+    let last = client.get("saga-undo", "release-1").await.unwrap();
+    let chain = last.chain.unwrap();
+    assert_eq!(
+        (
+            chain.saga_service.as_str(),
+            chain.saga_transaction_id.as_str()
+        ),
+        ("saga-orders", "charge-1")
+    );
+    assert_eq!(chain.position, 2);
 }
 
 /// `dependency_hold_defers_without_using_attempts` (client-sdk/CONFORMANCE.md): a handler
