@@ -469,7 +469,11 @@ pub async fn retry(
             )
             .await?;
             let trace_id = trace_id(&state.trace.traceparent);
-            let mut v = pj::retry_json(&wire::retry_pb(state));
+            let chain = crate::saga::progress(&d.admin.writer, &state).await?;
+            let mut v = pj::retry_json(&pb::Retry {
+                chain,
+                ..wire::retry_pb(state)
+            });
             v["trace_url"] = json!(trace_id.as_ref().and_then(|id| d
                 .trace_url_template
                 .as_ref()

@@ -61,6 +61,37 @@ export function retryPage(service, id) {
 	);
 }
 
+// Where a saga's compensation chain stands: the step, this retry's place, and each
+// compensation with its status (PENDING: not enqueued yet), linked to its own page.
+function chainView(c) {
+	if (!c) return "–";
+	const step = h(
+		"a",
+		{ href: `#/retry/${enc(c.saga_service)}/${enc(c.saga_transaction_id)}` },
+		c.saga_transaction_id,
+	);
+	return h(
+		"div",
+		{ "data-field": "chain" },
+		h("div", {}, [
+			"saga step ",
+			step,
+			` (${c.saga_service}), this is ${c.position === 0 ? "the step" : `compensation ${c.position} of ${c.compensations.length}`}`,
+		]),
+		h(
+			"ol",
+			{ class: "chain" },
+			c.compensations.map((m) =>
+				h("li", { "data-chain-step": m.transaction_id }, [
+					h("a", { href: `#/retry/${enc(m.service)}/${enc(m.transaction_id)}` }, m.transaction_id),
+					` (${m.service}) `,
+					h("span", { class: `badge s-${String(m.status).toLowerCase()}` }, m.status),
+				]),
+			),
+		),
+	);
+}
+
 function retryView(r) {
 	const payload =
 		r.payload != null
@@ -71,7 +102,12 @@ function retryView(r) {
 		? r.trace_url
 			? h(
 					"a",
-					{ href: r.trace_url, target: "_blank", rel: "noopener noreferrer", "data-field": "trace" },
+					{
+						href: r.trace_url,
+						target: "_blank",
+						rel: "noopener noreferrer",
+						"data-field": "trace",
+					},
 					r.trace_id,
 				)
 			: h("code", { "data-field": "trace" }, r.trace_id)
@@ -82,7 +118,14 @@ function retryView(r) {
 		["Transaction id", h("code", {}, r.transaction_id)],
 		[
 			"State",
-			h("span", { class: `badge s-${String(r.status).toLowerCase()}`, "data-field": "status" }, r.status),
+			h(
+				"span",
+				{
+					class: `badge s-${String(r.status).toLowerCase()}`,
+					"data-field": "status",
+				},
+				r.status,
+			),
 		],
 		["Attempt", h("span", { "data-field": "attempt" }, num(r.attempt))],
 		["Due", timeEl(r.due_time)],
@@ -104,6 +147,7 @@ function retryView(r) {
 					]
 				: "–",
 		],
+		["Compensation chain", chainView(r.chain)],
 		["Generation", h("code", {}, r.generation ?? "–")],
 		["Trace", trace],
 		[
