@@ -175,7 +175,8 @@ async fn compensation_chain_runs_in_reverse_on_exhaustion() {
         .send()
         .await
         .unwrap();
-    let undone: Arc<Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
+    type Undone = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+    let undone: Undone = Arc::default();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut stop = stop_rx.clone();
     let orders = tokio::spawn(
