@@ -234,6 +234,67 @@ func Dependency(name string) EnqueueOption {
 	return func(r *pb.EnqueueRetryRequest) { r.Dependency = name }
 }
 
+// WithCompensation adds a compensation of this saga step, after those already added (give it
+// once per compensation). When the retry ends DEAD (attempts or duration exhausted, FAILED, a
+// non-retryable class), Rebound enqueues the first, and each next one only once the one before
+// it was acknowledged SUCCEEDED; so add them in the order they must run (usually the reverse
+// of the steps they undo). A retry that ends SUCCEEDED or CANCELLED runs none. At most 32,
+// with at most REBOUND_MAX_PAYLOAD_BYTES of payloads in all.
+func WithCompensation(c Compensation) EnqueueOption {
+	return func(r *pb.EnqueueRetryRequest) { r.Compensations = append(r.Compensations, c.Proto()) }
+}
+
+// Compensation is a compensation of a saga step, for WithCompensation: a retry of its own, of
+// service with the idempotency key transactionID, which that service's executors run like any
+// other delivery (so its handler must be idempotent). Unless its WithPolicy says otherwise, it
+// is retried with unlimited attempts for at most 24 hours, then dead-lettered for a human.
+// Build one with NewCompensation and its setters:
+//
+//	rebound.NewCompensation("payments", "refund-7f3a").Payload([]byte(`{"order":"7f3a"}`))
+type Compensation struct{ c *pb.Compensation }
+
+// NewCompensation returns a compensation of service with the idempotency key transactionID.
+func NewCompensation(service, transactionID string) Compensation {
+	return Compensation{c: &pb.Compensation{Service: service, TransactionId: transactionID}}
+}
+
+func (c Compensation) with(f func(*pb.Compensation)) Compensation {
+	m := &pb.Compensation{}
+	if c.c != nil {
+		m = cloneProto(c.c)
+	}
+	f(m)
+	return Compensation{c: m}
+}
+
+// Payload: opaque bytes handed to the compensation's executor.
+func (c Compensation) Payload(p []byte) Compensation {
+	return c.with(func(m *pb.Compensation) { m.Payload = p })
+}
+
+// Attribute sets one attribute; a repeated key keeps the last value.
+func (c Compensation) Attribute(key, value string) Compensation {
+	return c.with(func(m *pb.Compensation) {
+		if m.Attributes == nil {
+			m.Attributes = map[string]string{}
+		}
+		m.Attributes[key] = value
+	})
+}
+
+// WithPolicy overrides the compensation service's policy.
+func (c Compensation) WithPolicy(p RetryPolicy) Compensation {
+	return c.with(func(m *pb.Compensation) { m.Policy = p.Proto() })
+}
+
+// Proto returns a copy of the message this compensation is sent as.
+func (c Compensation) Proto() *pb.Compensation {
+	if c.c == nil {
+		return &pb.Compensation{}
+	}
+	return cloneProto(c.c)
+}
+
 // WithPolicy overrides the service's retry policy.
 func WithPolicy(p RetryPolicy) EnqueueOption {
 	return func(r *pb.EnqueueRetryRequest) { r.Policy = p.Proto() }
@@ -344,7 +405,12 @@ const (
 	Cancelled = pb.RetryStatus_RETRY_STATUS_CANCELLED
 )
 
-// Get returns the state of a retry (NOT_FOUND when there is none).
+// Get returns the state of a retry (NOT_FOUND when there is none). For a saga step or a
+// compensation, GetChain() tells where its compensation chain stands: the saga step
+// (SagaService, SagaTransactionId), the retry's Position in it (0 for the step itself, k for
+// the k-th compensation) and every compensation in order with its Status
+// (RETRY_STATUS_UNSPECIFIED: not enqueued yet, or its record has expired); nil for a retry in
+// no chain. GetCompensations() lists those still to run after this retry.
 func (c *Client) Get(ctx context.Context, service, transactionID string) (*pb.Retry, error) {
 	ctx, cancel := c.call(ctx)
 	defer cancel()

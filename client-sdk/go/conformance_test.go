@@ -288,6 +288,94 @@ func TestDependencyHoldDefersWithoutUsingAttempts(t *testing.T) {
 	}
 }
 
+// TestCompensationChainRunsInReverseOnExhaustion: a saga's charge step fails until its 2
+// attempts are used; its two compensations then run in the order given (the reverse of the
+// steps they undo), each once, each after the one before it succeeded, and Get shows where
+// the chain stands.
+func TestCompensationChainRunsInReverseOnExhaustion(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	ctx := context.Background()
+	const orders, undo = "saga-orders", "saga-undo"
+	if _, err := c.Enqueue(ctx, orders, "charge-1", rebound.Attempt(1), rebound.Delay(0),
+		rebound.WithPolicy(rebound.NewPolicy().MaxAttempts(2).InitialBackoff(100*time.Millisecond)),
+		rebound.WithCompensation(rebound.NewCompensation(undo, "refund-1").Payload([]byte("refund charge-1"))),
+		rebound.WithCompensation(rebound.NewCompensation(undo, "release-1").Payload([]byte("release stock")))); err != nil {
+		t.Fatalf("enqueue charge-1: %v", err)
+	}
+	var mu sync.Mutex
+	var undone []string
+	ordersEx := rebound.NewExecutor(n.Address, orders, func(ctx context.Context, j *rebound.Job) rebound.Outcome {
+		return rebound.Retry("card declined")
+	})
+	undoEx := rebound.NewExecutor(n.Address, undo, func(ctx context.Context, j *rebound.Job) rebound.Outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		undone = append(undone, j.TransactionID+": "+string(j.Payload))
+		return rebound.Success()
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	results := make(chan error, 2)
+	for _, ex := range []*rebound.Executor{ordersEx, undoEx} {
+		go func() { results <- ex.Run(runCtx) }()
+	}
+	stopAll := sync.OnceValue(func() error {
+		stop()
+		return errors.Join(<-results, <-results)
+	})
+	defer stopAll()
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		r, err := c.Get(ctx, orders, "charge-1")
+		if err != nil {
+			t.Fatalf("get charge-1: %v", err)
+		}
+		steps := r.GetChain().GetCompensations()
+		done := len(steps) > 0
+		for _, m := range steps {
+			done = done && m.GetStatus() == rebound.Succeeded
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the compensations did not both succeed: %v", r)
+		}
+		select {
+		case err := <-results:
+			results <- err // for stopAll
+			t.Fatalf("an executor stopped early: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	// Each ran once: nothing more arrives.
+	time.Sleep(3 * time.Second)
+	if err := stopAll(); err != nil {
+		t.Fatalf("executors: %v", err)
+	}
+	mu.Lock()
+	got := strings.Join(undone, ", ")
+	mu.Unlock()
+	if want := "refund-1: refund charge-1, release-1: release stock"; got != want {
+		t.Fatalf("undone: %s, want %s", got, want)
+	}
+	step, err := c.Get(ctx, orders, "charge-1")
+	if err != nil || step.GetStatus() != rebound.Dead || step.GetAttempt() != 2 {
+		t.Fatalf("charge-1: %v %v", step, err)
+	}
+	if ch := step.GetChain(); ch.GetPosition() != 0 || len(ch.GetCompensations()) != 2 {
+		t.Fatalf("charge-1's chain: %v", ch)
+	}
+	last, err := c.Get(ctx, undo, "release-1")
+	if err != nil {
+		t.Fatalf("get release-1: %v", err)
+	}
+	if ch := last.GetChain(); ch.GetSagaService() != orders || ch.GetSagaTransactionId() != "charge-1" ||
+		ch.GetPosition() != 2 {
+		t.Fatalf("release-1's chain: %v", ch)
+	}
+}
+
 func TestFailedGoesToDeadLetters(t *testing.T) {
 	n := newCluster(t).start()
 	c := client(t, n.Address)

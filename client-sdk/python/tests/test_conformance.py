@@ -17,6 +17,7 @@ from conftest import Cluster, Node, credentials_file, free_port, make_certs
 
 from rebound_client import (
     Client,
+    Compensation,
     EnqueueRequest,
     Executor,
     ItemError,
@@ -199,6 +200,68 @@ async def test_dependency_hold_defers_without_using_attempts(node: Node) -> None
         assert all(attempt == 2 for _, attempt, _ in seen), seen
         assert c.get(SERVICE, "tx-h1").status == RetryStatus.SUCCEEDED
         assert c.get("py-other", "tx-h2").status == RetryStatus.SUCCEEDED
+
+
+async def test_compensation_chain_runs_in_reverse_on_exhaustion(node: Node) -> None:
+    with Client(node.address) as c:
+        c.enqueue(
+            "saga-orders",
+            "charge-1",
+            attempt=1,
+            policy=RetryPolicy(max_attempts=2, initial_backoff=timedelta(milliseconds=100)),
+            delay=0,
+            # In the order they must run: the reverse of the steps they undo.
+            compensations=[
+                Compensation("saga-undo", "refund-1", payload=b"refund charge-1"),
+                Compensation("saga-undo", "release-1", payload=b"release stock"),
+            ],
+        )
+        undone: list[tuple[str, bytes]] = []
+
+        async def charge(job: Job) -> Outcome:
+            return Outcome.retry("card declined")
+
+        async def undo(job: Job) -> Outcome:
+            undone.append((job.transaction_id, job.payload))
+            return Outcome.success()
+
+        orders = Executor(node.address, "saga-orders", charge)
+        undoer = Executor(node.address, "saga-undo", undo)
+        tasks = [asyncio.create_task(orders.run()), asyncio.create_task(undoer.run())]
+        try:
+            deadline = time.monotonic() + 40
+            while True:
+                chain = c.get("saga-orders", "charge-1").chain
+                if chain is not None and all(
+                    m.status == RetryStatus.SUCCEEDED for m in chain.compensations
+                ):
+                    break
+                for t in tasks:
+                    if t.done():
+                        t.result()
+                        pytest.fail("an executor stopped early")
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the compensations did not both succeed: {chain}")
+                await asyncio.sleep(0.2)
+            # Each ran once: nothing more arrives.
+            await asyncio.sleep(3)
+        finally:
+            orders.stop()
+            undoer.stop()
+            for t in tasks:
+                await t
+        assert undone == [("refund-1", b"refund charge-1"), ("release-1", b"release stock")]
+        step = c.get("saga-orders", "charge-1")
+        assert (step.status, step.attempt) == (RetryStatus.DEAD, 2)
+        assert step.chain is not None
+        assert (step.chain.position, len(step.chain.compensations)) == (0, 2)
+        last = c.get("saga-undo", "release-1").chain
+        assert last is not None
+        assert (last.saga_service, last.saga_transaction_id, last.position) == (
+            "saga-orders",
+            "charge-1",
+            2,
+        )
 
 
 async def test_failed_goes_to_dead_letters(node: Node) -> None:

@@ -25,7 +25,17 @@ The service's workers run an :class:`Executor`::
 The generated messages and stubs are in ``rebound.v1`` (``retry_pb2``, ``executor_pb2``, ...).
 """
 
-from ._client import Cancelled, Client, Enqueued, EnqueueRequest, Retry, RetryStatus
+from ._client import (
+    Cancelled,
+    Chain,
+    ChainStep,
+    Client,
+    Compensation,
+    Enqueued,
+    EnqueueRequest,
+    Retry,
+    RetryStatus,
+)
 from ._errors import ItemError, ReboundError
 from ._executor import Executor, Job, Outcome, backoff
 from ._policy import RetryPolicy
@@ -33,7 +43,10 @@ from ._transport import Tls
 
 __all__ = [
     "Cancelled",
+    "Chain",
+    "ChainStep",
     "Client",
+    "Compensation",
     "EnqueueRequest",
     "Enqueued",
     "Executor",

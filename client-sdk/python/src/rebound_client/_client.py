@@ -34,6 +34,40 @@ class RetryStatus(enum.Enum):
 
 
 @dataclass
+class Compensation:
+    """A compensation of a saga step, for ``compensations=`` on an enqueue: a retry of its own,
+    of ``service`` with the idempotency key ``transaction_id``, which that service's executors
+    run like any other delivery (so its handler must be idempotent).
+
+    A step's compensations run in the order given when its retry ends DEAD (attempts or
+    duration exhausted, FAILED, a non-retryable class): Rebound enqueues the first, and each
+    next one only once the one before it was acknowledged SUCCEEDED; so list them in the order
+    they must run (usually the reverse of the steps they undo). None runs when the retry ends
+    SUCCEEDED or CANCELLED. At most 32 per enqueue, with at most ``REBOUND_MAX_PAYLOAD_BYTES``
+    of payloads in all. Unless ``policy`` says otherwise, each is retried with unlimited
+    attempts for at most 24 hours, then dead-lettered for a human."""
+
+    service: str
+    transaction_id: str
+    #: Opaque bytes handed to the compensation's executor.
+    payload: bytes = b""
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    #: Overrides of the compensation service's policy.
+    policy: RetryPolicy | None = None
+
+    def to_proto(self) -> types_pb2.Compensation:
+        c = types_pb2.Compensation(
+            service=self.service,
+            transaction_id=self.transaction_id,
+            payload=self.payload,
+            attributes=dict(self.attributes),
+        )
+        if self.policy is not None:
+            c.policy.CopyFrom(self.policy.to_proto())
+        return c
+
+
+@dataclass
 class EnqueueRequest:
     """One retry to schedule. ``delay`` or ``due_time`` (not both); neither: the policy's
     backoff for ``attempt``. ``attempt`` counts the tries the caller already made."""
@@ -53,6 +87,9 @@ class EnqueueRequest:
     #: The downstream dependency the retry waits on (e.g. ``"payments-gateway"``): while it
     #: is held, the retry is not delivered and uses no attempt. Empty: none.
     dependency: str = ""
+    #: The compensations of this saga step, in the order they must run should it end DEAD
+    #: (see :class:`Compensation`).
+    compensations: Sequence[Compensation] = field(default_factory=list)
 
     def to_proto(self) -> retry_pb2.EnqueueRetryRequest:
         if self.delay is not None and self.due_time is not None:
@@ -65,6 +102,7 @@ class EnqueueRequest:
             attempt=self.attempt,
             last_error=self.last_error,
             dependency=self.dependency,
+            compensations=[c.to_proto() for c in self.compensations],
         )
         if self.delay is not None:
             r.delay.CopyFrom(to_duration(self.delay))
@@ -93,6 +131,47 @@ class Enqueued:
 
 
 @dataclass(frozen=True)
+class ChainStep:
+    """One compensation of a :class:`Chain`."""
+
+    service: str
+    transaction_id: str
+    #: None: not enqueued yet (or its record has expired).
+    status: RetryStatus | None
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Where a compensation chain stands (:attr:`Retry.chain`), as read when ``get`` answered."""
+
+    #: The saga step whose retry ended DEAD and started the chain.
+    saga_service: str
+    saga_transaction_id: str
+    #: The retry's place in the chain: 0 for the step itself, k for the k-th compensation.
+    position: int
+    #: Every compensation of the chain, in order.
+    compensations: list[ChainStep]
+
+    @classmethod
+    def from_proto(cls, c: types_pb2.CompensationChain) -> Chain:
+        def status(s: int) -> RetryStatus | None:
+            try:
+                known = RetryStatus(s)
+            except ValueError:
+                return None
+            return None if known == RetryStatus.UNSPECIFIED else known
+
+        return cls(
+            saga_service=c.saga_service,
+            saga_transaction_id=c.saga_transaction_id,
+            position=c.position,
+            compensations=[
+                ChainStep(m.service, m.transaction_id, status(m.status)) for m in c.compensations
+            ],
+        )
+
+
+@dataclass(frozen=True)
 class Retry:
     """The state of one retry, as ``GetRetry`` returns it (``raw``: the whole message)."""
 
@@ -112,6 +191,8 @@ class Retry:
     enqueue_count: int
     delivery_count: int
     raw: types_pb2.Retry
+    #: For a saga step or a compensation: where its compensation chain stands (None: neither).
+    chain: Chain | None = None
 
     @classmethod
     def from_proto(cls, r: types_pb2.Retry) -> Retry:
@@ -132,6 +213,7 @@ class Retry:
             enqueue_count=r.enqueue_count,
             delivery_count=r.delivery_count,
             raw=r,
+            chain=Chain.from_proto(r.chain) if r.HasField("chain") else None,
         )
 
 
@@ -219,10 +301,18 @@ class Client:
         attempt: int = 1,
         last_error: str = "",
         dependency: str = "",
+        compensations: Sequence[Compensation] = (),
     ) -> Enqueued:
         """Schedules a retry. Idempotent by (service, transaction_id): a repeat reschedules or
         confirms the pending retry (``deduplicated``) and never doubles it, so re-sending after
-        a retryable error is safe."""
+        a retryable error is safe.
+
+        ``compensations``: for a saga step, what undoes it and the steps before it, in the
+        order they must run. They run when the retry ends DEAD (attempts or duration
+        exhausted, FAILED, a non-retryable class), each only after the one before it was
+        acknowledged SUCCEEDED; none runs when it ends SUCCEEDED or CANCELLED. At most 32, with
+        at most ``REBOUND_MAX_PAYLOAD_BYTES`` of payloads in all; each is retried by default
+        with unlimited attempts for at most 24 hours (see :class:`Compensation`)."""
         request = EnqueueRequest(
             service=service,
             transaction_id=transaction_id,
@@ -234,6 +324,7 @@ class Client:
             attempt=attempt,
             last_error=last_error,
             dependency=dependency,
+            compensations=list(compensations),
         )
         message, metadata = request.to_proto(), self._metadata()
         r = self._call(lambda t: self._stub.EnqueueRetry(message, timeout=t, metadata=metadata))
