@@ -9,8 +9,11 @@ import {
   type EnqueueRetryResponse,
 } from "./gen/rebound/v1/retry_pb.js";
 import {
+  CompensationSchema,
   RetryPolicySchema,
   RetryStatus,
+  type Compensation as CompensationMessage,
+  type CompensationChain,
   type Retry as RetryMessage,
   type RetryPolicy as PolicyMessage,
 } from "./gen/rebound/v1/types_pb.js";
@@ -93,25 +96,95 @@ export interface EnqueueRequest {
    * delivered, in any service, and none uses an attempt.
    */
   dependency?: string;
+  /**
+   * The compensations of this saga step, in the order they must run (usually the reverse of the
+   * steps they undo). When the retry ends DEAD (attempts or duration exhausted, FAILED, a
+   * non-retryable class), Rebound enqueues the first, and each next one only after the one
+   * before it was acknowledged SUCCEEDED; none run when it ends SUCCEEDED or CANCELLED. At most
+   * 32, with at most `REBOUND_MAX_PAYLOAD_BYTES` of payloads in all.
+   */
+  compensations?: Compensation[];
   /** The W3C trace context of the failed call, when it is not the current one. */
   traceparent?: string;
   tracestate?: string;
+}
+
+/**
+ * A compensation of a saga step ({@link EnqueueRequest.compensations}): a retry of its own, of
+ * `service` with the idempotency key `transactionId`, which that service's executors run like
+ * any other delivery (so its handler must be idempotent). Unless its `policy` says otherwise,
+ * it is retried with unlimited attempts for at most 24 hours, then dead-lettered.
+ */
+export interface Compensation {
+  service: string;
+  transactionId: string;
+  /** Opaque bytes handed to the compensation's executor (a string is sent as UTF-8). */
+  payload?: Uint8Array | string;
+  attributes?: Record<string, string>;
+  /** Overrides of the compensation service's policy. */
+  policy?: RetryPolicy;
+}
+
+/** Where a compensation chain stands ({@link Retry.chain}), as read when `get` answered. */
+export interface Chain {
+  /** The saga step whose retry ended DEAD and started the chain. */
+  sagaService: string;
+  sagaTransactionId: string;
+  /** The retry's place in the chain: 0 for the step itself, k for the k-th compensation. */
+  position: number;
+  /** Every compensation of the chain, in order. */
+  compensations: ChainStep[];
+}
+
+/** One compensation of a {@link Chain}. */
+export interface ChainStep {
+  service: string;
+  transactionId: string;
+  /** undefined: not enqueued yet (or its record has expired). */
+  status: RetryStatus | undefined;
+}
+
+function bytes(payload: Uint8Array | string | undefined): Uint8Array {
+  return typeof payload === "string" ? new TextEncoder().encode(payload) : (payload ?? new Uint8Array());
+}
+
+export function compensationToProto(c: Compensation): CompensationMessage {
+  return create(CompensationSchema, {
+    service: c.service,
+    transactionId: c.transactionId,
+    payload: bytes(c.payload),
+    attributes: c.attributes ?? {},
+    policy: c.policy ? policyToProto(c.policy) : undefined,
+  });
+}
+
+export function chainFromProto(c: CompensationChain | undefined): Chain | undefined {
+  if (!c) return undefined;
+  return {
+    sagaService: c.sagaService,
+    sagaTransactionId: c.sagaTransactionId,
+    position: c.position,
+    compensations: c.compensations.map((m) => ({
+      service: m.service,
+      transactionId: m.transactionId,
+      status: m.status === RetryStatus.UNSPECIFIED ? undefined : m.status,
+    })),
+  };
 }
 
 export function enqueueToProto(r: EnqueueRequest): EnqueueRetryRequest {
   if (r.delayMs !== undefined && r.dueTime !== undefined) {
     throw new TypeError("enqueue: set delayMs or dueTime, not both");
   }
-  const payload =
-    typeof r.payload === "string" ? new TextEncoder().encode(r.payload) : (r.payload ?? new Uint8Array());
   return create(EnqueueRetryRequestSchema, {
     service: r.service,
     transactionId: r.transactionId,
-    payload,
+    payload: bytes(r.payload),
     attributes: r.attributes ?? {},
     attempt: r.attempt ?? 1,
     lastError: r.lastError ?? "",
     dependency: r.dependency ?? "",
+    compensations: (r.compensations ?? []).map(compensationToProto),
     policy: r.policy ? policyToProto(r.policy) : undefined,
     schedule:
       r.delayMs !== undefined
@@ -158,6 +231,11 @@ export interface Retry {
   updatedAt: Date | undefined;
   enqueueCount: number;
   deliveryCount: number;
+  /**
+   * For a saga step or a compensation: where its compensation chain stands (undefined: the
+   * retry is neither). The compensations still to run after it are in `raw.compensations`.
+   */
+  chain: Chain | undefined;
   raw: RetryMessage;
 }
 
@@ -283,6 +361,7 @@ export class Client {
       updatedAt: dateOf(r.updatedAt),
       enqueueCount: r.enqueueCount,
       deliveryCount: r.deliveryCount,
+      chain: chainFromProto(r.chain),
       raw: r,
     };
   }

@@ -16,6 +16,9 @@
 export {
   Client,
   RetryStatus,
+  type Chain,
+  type ChainStep,
+  type Compensation,
   type Enqueued,
   type EnqueueRequest,
   type Retry,

@@ -254,6 +254,65 @@ test("dependency hold defers without using attempts", async () => {
   assert.equal((await c.get(other, "tx-h2")).status, RetryStatus.SUCCEEDED);
 });
 
+test("compensation chain runs in reverse on exhaustion", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  await c.enqueue({
+    service: "saga-orders",
+    transactionId: "charge-1",
+    attempt: 1,
+    policy: { maxAttempts: 2, initialBackoffMs: 100 },
+    delayMs: 0,
+    // In the order they must run: the reverse of the steps they undo.
+    compensations: [
+      { service: "saga-undo", transactionId: "refund-1", payload: "refund charge-1" },
+      { service: "saga-undo", transactionId: "release-1", payload: "release stock" },
+    ],
+  });
+  const undone: [string, string][] = [];
+  const orders = new Executor(node.address, "saga-orders", () => Outcome.retry("card declined"));
+  const undo = new Executor(node.address, "saga-undo", (job) => {
+    undone.push([job.transactionId, new TextDecoder().decode(job.payload)]);
+    return Outcome.success();
+  });
+  let failed: unknown;
+  const running = [orders, undo].map((ex) =>
+    ex.run().catch((e) => {
+      failed ??= e;
+    }),
+  );
+  try {
+    const deadline = Date.now() + 40_000;
+    for (;;) {
+      if (failed !== undefined) throw failed;
+      const chain = (await c.get("saga-orders", "charge-1")).chain;
+      if (chain && chain.compensations.every((m) => m.status === RetryStatus.SUCCEEDED)) break;
+      assert.ok(Date.now() < deadline, `both compensations to succeed: ${JSON.stringify(undone)}`);
+      await new Promise((ok) => setTimeout(ok, 100));
+    }
+    // Each ran once: nothing more arrives.
+    await new Promise((ok) => setTimeout(ok, 3000));
+  } finally {
+    orders.stop();
+    undo.stop();
+    await Promise.all(running);
+  }
+  if (failed !== undefined) throw failed;
+  assert.deepEqual(undone, [
+    ["refund-1", "refund charge-1"],
+    ["release-1", "release stock"],
+  ]);
+  const step = await c.get("saga-orders", "charge-1");
+  assert.equal(step.status, RetryStatus.DEAD);
+  assert.equal(step.attempt, 2);
+  assert.equal(step.chain?.position, 0);
+  assert.equal(step.chain?.compensations.length, 2);
+  const last = await c.get("saga-undo", "release-1");
+  assert.equal(last.chain?.sagaService, "saga-orders");
+  assert.equal(last.chain?.sagaTransactionId, "charge-1");
+  assert.equal(last.chain?.position, 2);
+});
+
 test("failed goes to dead letters", async () => {
   const node = await start();
   const c = await connect(node.address);

@@ -112,6 +112,20 @@ public final class EnqueueRequest {
       return this;
     }
 
+    /**
+     * Adds a compensation of this saga step, after those already added: add them in the order they
+     * must run (usually the reverse of the steps they undo). When the retry ends DEAD (attempts or
+     * duration exhausted, FAILED, a non-retryable class), Rebound enqueues the first, and each next
+     * one only after the one before it was acknowledged SUCCEEDED; none run when it ends SUCCEEDED
+     * or CANCELLED. At most 32, with at most {@code REBOUND_MAX_PAYLOAD_BYTES} of payloads in all.
+     * Each is retried, unless its own policy says otherwise, with unlimited attempts for at most 24
+     * hours. {@link ReboundClient#get} shows where the chain stands ({@code Retry.getChain()}).
+     */
+    public Builder compensation(Compensation compensation) {
+      b.addCompensations(compensation.toProto());
+      return this;
+    }
+
     /** The W3C trace context of the failed call, when it is not the current one. */
     public Builder traceContext(String traceparent, String tracestate) {
       b.setTraceContext(

@@ -157,7 +157,17 @@ public final class ReboundClient implements AutoCloseable {
     return out;
   }
 
-  /** The state of a retry; NOT_FOUND when there is none (or it expired). */
+  /**
+   * The state of a retry; NOT_FOUND when there is none (or it expired).
+   *
+   * <p>For a saga step or a compensation ({@link EnqueueRequest.Builder#compensation}), {@code
+   * hasChain()} is true and {@code getChain()} tells where its compensation chain stands: the saga
+   * step ({@code getSagaService()}, {@code getSagaTransactionId()}), the retry's {@code
+   * getPosition()} (0 for the step itself, k for the k-th compensation) and every compensation in
+   * order ({@code getCompensationsList()}), each with its {@code getStatus()} ({@code
+   * RETRY_STATUS_UNSPECIFIED}: not enqueued yet, or its record has expired). {@code
+   * getCompensationsList()} of the retry itself lists the compensations still to run after it.
+   */
   public Retry get(String service, String transactionId) {
     GetRetryRequest proto = request(service, transactionId);
     return blocking(s -> s.getRetry(proto));

@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import dev.rebound.v1.CompensationChain;
 import dev.rebound.v1.Retry;
 import dev.rebound.v1.RetryStatus;
 import io.grpc.Status;
@@ -302,6 +303,77 @@ class ConformanceTest {
     }
     assertEquals(RetryStatus.RETRY_STATUS_SUCCEEDED, c.get(SERVICE, "tx-h1").getStatus());
     assertEquals(RetryStatus.RETRY_STATUS_SUCCEEDED, c.get(other, "tx-h2").getStatus());
+  }
+
+  @Test
+  void compensationChainRunsInReverseOnExhaustion() throws Exception {
+    String node = cluster.start();
+    ReboundClient c = client(node);
+    c.enqueue(
+        EnqueueRequest.builder("saga-orders", "charge-1")
+            .attempt(1)
+            .policy(
+                RetryPolicy.builder().maxAttempts(2).initialBackoff(Duration.ofMillis(100)).build())
+            .delay(Duration.ZERO)
+            // In the order they must run: the reverse of the steps they undo.
+            .compensation(
+                Compensation.builder("saga-undo", "refund-1").payload("refund charge-1").build())
+            .compensation(
+                Compensation.builder("saga-undo", "release-1").payload("release stock").build())
+            .build());
+    List<List<String>> undone = Collections.synchronizedList(new ArrayList<>());
+    Executor orders =
+        Executor.builder(node, "saga-orders", job -> Outcome.retry("card declined")).build();
+    Executor undo =
+        Executor.builder(
+                node,
+                "saga-undo",
+                job -> {
+                  undone.add(
+                      List.of(
+                          job.transactionId(), new String(job.payload(), StandardCharsets.UTF_8)));
+                  return Outcome.success();
+                })
+            .build();
+    orders.start();
+    undo.start();
+    try {
+      long end = System.currentTimeMillis() + 40_000;
+      while (true) {
+        for (Executor ex : List.of(orders, undo)) {
+          if (ex.failure() != null) {
+            fail("the executor stopped: " + ex.failure());
+          }
+        }
+        Retry step = c.get("saga-orders", "charge-1");
+        if (step.hasChain()
+            && step.getChain().getCompensationsList().stream()
+                .allMatch(m -> m.getStatus() == RetryStatus.RETRY_STATUS_SUCCEEDED)) {
+          break;
+        }
+        if (System.currentTimeMillis() > end) {
+          fail("timed out waiting for both compensations to succeed: " + step + undone);
+        }
+        Thread.sleep(100);
+      }
+      // Each ran once: nothing more arrives.
+      Thread.sleep(3000);
+    } finally {
+      orders.stop();
+      undo.stop();
+    }
+    assertEquals(
+        List.of(List.of("refund-1", "refund charge-1"), List.of("release-1", "release stock")),
+        List.copyOf(undone));
+    Retry step = c.get("saga-orders", "charge-1");
+    assertEquals(RetryStatus.RETRY_STATUS_DEAD, step.getStatus());
+    assertEquals(2, step.getAttempt());
+    assertEquals(0, step.getChain().getPosition());
+    assertEquals(2, step.getChain().getCompensationsCount());
+    CompensationChain chain = c.get("saga-undo", "release-1").getChain();
+    assertEquals("saga-orders", chain.getSagaService());
+    assertEquals("charge-1", chain.getSagaTransactionId());
+    assertEquals(2, chain.getPosition());
   }
 
   @Test
