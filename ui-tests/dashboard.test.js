@@ -196,6 +196,35 @@ describe("dashboard", { concurrency: false }, () => {
 		await page.close_();
 	});
 
+	test("the overview lists the dependency holds; a saga step's page shows its compensation chain", async () => {
+		await cli("holds", "set", "ui-gateway", "--duration", "5m", "--reason", "gateway maintenance");
+		await cli(
+			"enqueue",
+			"t6-saga",
+			"order-1/charge",
+			"--delay",
+			"1h",
+			"--compensation",
+			"t6-undo=order-1/void",
+			"--compensation",
+			"t6-undo=order-1/release",
+		);
+		const page = await open(ADMIN);
+		await go(page, "#/");
+		await page.waitForSelector('tr[data-hold="ui-gateway"]');
+		const row = await page.textContent('tr[data-hold="ui-gateway"]');
+		assert.match(row, /gateway maintenance/);
+		assert.match(row, /admin/);
+		await go(page, "#/retry/t6-saga/order-1%2Fcharge");
+		await page.waitForSelector('[data-field="chain"]');
+		const steps = await page.$$eval("[data-chain-step]", (li) => li.map((x) => x.textContent));
+		assert.equal(steps.length, 2);
+		assert.match(steps[0], /order-1\/void \(t6-undo\) PENDING/);
+		assert.match(steps[1], /order-1\/release \(t6-undo\) PENDING/);
+		await cli("holds", "release", "ui-gateway");
+		await page.close_();
+	});
+
 	test("pause through the page stops delivery; resume delivers", async () => {
 		const service = "t2-pause";
 		await admin.enqueue({ service, transactionId: "seed", delayMs: 3600_000 });

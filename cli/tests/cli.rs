@@ -413,12 +413,44 @@ async fn dependency_holds_set_list_and_release() {
             "o-1",
             "--dependency",
             "payments-gateway",
+            "--compensation",
+            "payments=o-1/void",
+            "--compensation",
+            "stock=o-1/release",
         ],
     )
     .await
     .ok();
     let r = rebound(&a, &["get", "orders", "o-1", "--json"]).await.ok();
     assert_eq!(r.json()["dependency"], "payments-gateway", "{r:#?}");
+    // Its compensations, none enqueued while it lives.
+    let chain = &r.json()["chain"];
+    assert_eq!(chain["position"], 0, "{r:#?}");
+    assert_eq!(chain["compensations"][1]["transaction_id"], "o-1/release");
+    assert_eq!(chain["compensations"][1]["status"], "PENDING");
+    let r = rebound(&a, &["get", "orders", "o-1"]).await.ok();
+    assert!(
+        r.stdout
+            .contains("1. payments o-1/void PENDING; 2. stock o-1/release PENDING"),
+        "{r:#?}"
+    );
+    let r = rebound(
+        &a,
+        &["enqueue", "orders", "o-2", "--compensation", "no-equals"],
+    )
+    .await
+    .exits(2);
+    assert!(r.stderr.contains("SERVICE=TRANSACTION_ID"), "{r:#?}");
+    // Stats list the holds in force with their reason.
+    let stats = rebound(&a, &["stats"]).await.ok().stdout;
+    assert!(
+        stats
+            .lines()
+            .any(|l| l.starts_with("payments-gateway ") && l.ends_with("gateway maintenance")),
+        "{stats}"
+    );
+    let doc = rebound(&a, &["stats", "--json"]).await.ok().json();
+    assert_eq!(doc["holds"][0]["dependency"], "payments-gateway", "{doc:#}");
     let r = rebound(&a, &["holds", "set", "bad/name", "--duration", "5m"])
         .await
         .exits(4);

@@ -175,6 +175,17 @@ pub fn delivery_json(d: &pb::Delivery) -> Value {
     })
 }
 
+/// A dependency hold (`DependencyHoldInfo`), as ListDependencyHolds and GetStats give it.
+pub fn hold_json(h: &pb::DependencyHoldInfo) -> Value {
+    json!({
+        "dependency": h.dependency,
+        "until": time_json(h.until.as_ref()),
+        "reason": h.reason,
+        "held_at": time_json(h.held_at.as_ref()),
+        "source": h.source,
+    })
+}
+
 pub fn dead_letter_json(d: &pb::DeadLetter) -> Value {
     json!({
         "service": d.service,

@@ -8,19 +8,11 @@ use serde_json::{json, Value};
 use super::{Ctx, Out};
 use crate::{
     error::CliError,
-    render::{duration_to_proto, time_cell, time_json},
+    render::{duration_to_proto, time_cell},
     table::{key_values, Table},
 };
 
-fn hold_json(h: &pb::DependencyHoldInfo) -> Value {
-    json!({
-        "dependency": h.dependency,
-        "until": time_json(h.until.as_ref()),
-        "reason": h.reason,
-        "held_at": time_json(h.held_at.as_ref()),
-        "source": h.source,
-    })
-}
+use rebound_proto::json::hold_json;
 
 pub(super) async fn holds_list(ctx: &Ctx) -> Result<Out, CliError> {
     let r = ctx
@@ -29,8 +21,19 @@ pub(super) async fn holds_list(ctx: &Ctx) -> Result<Out, CliError> {
                 .list_dependency_holds(ctx.req(pb::ListDependencyHoldsRequest {})),
         )
         .await?;
+    let text = holds_text(&r.holds);
+    Ok(Out::new(holds_json(&r.holds), text))
+}
+
+/// The holds as JSON: `{"holds": [...]}`'s list.
+pub(super) fn holds_json(holds: &[pb::DependencyHoldInfo]) -> Value {
+    json!({ "holds": holds.iter().map(hold_json).collect::<Vec<_>>() })
+}
+
+/// The holds as a table, or a line saying there is none.
+pub(super) fn holds_text(holds: &[pb::DependencyHoldInfo]) -> String {
     let mut t = Table::new(&["dependency", "until", "source", "held_at", "reason"]).left_aligned();
-    for h in &r.holds {
+    for h in holds {
         t.row(vec![
             h.dependency.clone(),
             time_cell(h.until.as_ref()),
@@ -39,15 +42,11 @@ pub(super) async fn holds_list(ctx: &Ctx) -> Result<Out, CliError> {
             h.reason.clone(),
         ]);
     }
-    let text = if t.is_empty() {
+    if t.is_empty() {
         "no dependency is held\n".to_string()
     } else {
         t.render()
-    };
-    Ok(Out::new(
-        json!({ "holds": r.holds.iter().map(hold_json).collect::<Vec<_>>() }),
-        text,
-    ))
+    }
 }
 
 pub(super) async fn holds_set(

@@ -76,9 +76,12 @@ pub(super) async fn stats(ctx: &Ctx, service: Option<&str>) -> Result<Out, CliEr
     };
     text.push('\n');
     text.push_str(&nodes.render());
+    text.push('\n');
+    text.push_str(&super::holds::holds_text(&r.holds));
     let json = json!({
         "services": r.services.iter().map(render::service_stats_json).collect::<Vec<_>>(),
         "nodes": r.nodes.iter().map(render::node_stats_json).collect::<Vec<_>>(),
+        "holds": super::holds::holds_json(&r.holds)["holds"],
     });
     Ok(Out::new(json, text))
 }

@@ -728,9 +728,12 @@ func (x *NodeStats) GetClockOffsetMs() int64 {
 }
 
 type GetStatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Services      []*ServiceStats        `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
-	Nodes         []*NodeStats           `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Services []*ServiceStats        `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	Nodes    []*NodeStats           `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The dependency holds in force, with their reason (as ListDependencyHolds answers them;
+	// unset on a local_only answer).
+	Holds         []*DependencyHoldInfo `protobuf:"bytes,3,rep,name=holds,proto3" json:"holds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -775,6 +778,13 @@ func (x *GetStatsResponse) GetServices() []*ServiceStats {
 func (x *GetStatsResponse) GetNodes() []*NodeStats {
 	if x != nil {
 		return x.Nodes
+	}
+	return nil
+}
+
+func (x *GetStatsResponse) GetHolds() []*DependencyHoldInfo {
+	if x != nil {
+		return x.Holds
 	}
 	return nil
 }
@@ -2793,10 +2803,11 @@ const file_rebound_v1_admin_proto_rawDesc = "" +
 	"\vsubscribers\x18\x06 \x01(\rR\vsubscribers\x12\x1c\n" +
 	"\treachable\x18\a \x01(\bR\treachable\x12+\n" +
 	"\x0fclock_offset_ms\x18\b \x01(\x03H\x00R\rclockOffsetMs\x88\x01\x01B\x12\n" +
-	"\x10_clock_offset_ms\"u\n" +
+	"\x10_clock_offset_ms\"\xab\x01\n" +
 	"\x10GetStatsResponse\x124\n" +
 	"\bservices\x18\x01 \x03(\v2\x18.rebound.v1.ServiceStatsR\bservices\x12+\n" +
-	"\x05nodes\x18\x02 \x03(\v2\x15.rebound.v1.NodeStatsR\x05nodes\"/\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x15.rebound.v1.NodeStatsR\x05nodes\x124\n" +
+	"\x05holds\x18\x03 \x03(\v2\x1e.rebound.v1.DependencyHoldInfoR\x05holds\"/\n" +
 	"\x13PauseServiceRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\"I\n" +
 	"\x14PauseServiceResponse\x121\n" +
@@ -3038,80 +3049,81 @@ var file_rebound_v1_admin_proto_depIdxs = []int32{
 	7,  // 10: rebound.v1.ServiceStats.bands:type_name -> rebound.v1.DueBands
 	8,  // 11: rebound.v1.GetStatsResponse.services:type_name -> rebound.v1.ServiceStats
 	9,  // 12: rebound.v1.GetStatsResponse.nodes:type_name -> rebound.v1.NodeStats
-	2,  // 13: rebound.v1.PauseServiceResponse.service:type_name -> rebound.v1.ServiceInfo
-	2,  // 14: rebound.v1.ResumeServiceResponse.service:type_name -> rebound.v1.ServiceInfo
-	45, // 15: rebound.v1.SetServicePolicyRequest.policy:type_name -> rebound.v1.RetryPolicy
-	45, // 16: rebound.v1.SetServicePolicyResponse.policy:type_name -> rebound.v1.RetryPolicy
-	45, // 17: rebound.v1.SetServicePolicyResponse.effective_policy:type_name -> rebound.v1.RetryPolicy
-	1,  // 18: rebound.v1.SetServiceLimitsRequest.limits:type_name -> rebound.v1.ServiceLimits
-	1,  // 19: rebound.v1.SetServiceLimitsResponse.limits:type_name -> rebound.v1.ServiceLimits
-	46, // 20: rebound.v1.PurgeServiceRequest.before:type_name -> google.protobuf.Timestamp
-	46, // 21: rebound.v1.PurgeServiceResponse.before:type_name -> google.protobuf.Timestamp
-	46, // 22: rebound.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	46, // 23: rebound.v1.DeadLetter.redriven_at:type_name -> google.protobuf.Timestamp
-	48, // 24: rebound.v1.DeadLetter.chain:type_name -> rebound.v1.CompensationChain
-	46, // 25: rebound.v1.ListDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
-	46, // 26: rebound.v1.ListDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
-	21, // 27: rebound.v1.ListDeadLettersResponse.dead_letters:type_name -> rebound.v1.DeadLetter
-	46, // 28: rebound.v1.RedriveDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
-	46, // 29: rebound.v1.RedriveDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
-	47, // 30: rebound.v1.RedriveDeadLettersRequest.delay:type_name -> google.protobuf.Duration
-	46, // 31: rebound.v1.PurgeDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
-	46, // 32: rebound.v1.PurgeDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
-	30, // 33: rebound.v1.InstanceEntry.buckets:type_name -> rebound.v1.BucketEntry
-	29, // 34: rebound.v1.InspectWindowResponse.instances:type_name -> rebound.v1.InstanceEntry
-	46, // 35: rebound.v1.InspectWindowResponse.window_start:type_name -> google.protobuf.Timestamp
-	46, // 36: rebound.v1.InspectWindowResponse.window_end:type_name -> google.protobuf.Timestamp
-	47, // 37: rebound.v1.PushTarget.timeout:type_name -> google.protobuf.Duration
-	44, // 38: rebound.v1.PushTarget.headers:type_name -> rebound.v1.PushTarget.HeadersEntry
-	46, // 39: rebound.v1.PushTarget.updated_at:type_name -> google.protobuf.Timestamp
-	32, // 40: rebound.v1.SetPushTargetRequest.target:type_name -> rebound.v1.PushTarget
-	32, // 41: rebound.v1.SetPushTargetResponse.target:type_name -> rebound.v1.PushTarget
-	47, // 42: rebound.v1.HoldDependencyRequest.duration:type_name -> google.protobuf.Duration
-	46, // 43: rebound.v1.DependencyHoldInfo.until:type_name -> google.protobuf.Timestamp
-	46, // 44: rebound.v1.DependencyHoldInfo.held_at:type_name -> google.protobuf.Timestamp
-	39, // 45: rebound.v1.ListDependencyHoldsResponse.holds:type_name -> rebound.v1.DependencyHoldInfo
-	0,  // 46: rebound.v1.AdminService.ListServices:input_type -> rebound.v1.ListServicesRequest
-	4,  // 47: rebound.v1.AdminService.GetService:input_type -> rebound.v1.GetServiceRequest
-	5,  // 48: rebound.v1.AdminService.GetStats:input_type -> rebound.v1.GetStatsRequest
-	11, // 49: rebound.v1.AdminService.PauseService:input_type -> rebound.v1.PauseServiceRequest
-	13, // 50: rebound.v1.AdminService.ResumeService:input_type -> rebound.v1.ResumeServiceRequest
-	15, // 51: rebound.v1.AdminService.SetServicePolicy:input_type -> rebound.v1.SetServicePolicyRequest
-	17, // 52: rebound.v1.AdminService.SetServiceLimits:input_type -> rebound.v1.SetServiceLimitsRequest
-	19, // 53: rebound.v1.AdminService.PurgeService:input_type -> rebound.v1.PurgeServiceRequest
-	22, // 54: rebound.v1.AdminService.ListDeadLetters:input_type -> rebound.v1.ListDeadLettersRequest
-	24, // 55: rebound.v1.AdminService.RedriveDeadLetters:input_type -> rebound.v1.RedriveDeadLettersRequest
-	26, // 56: rebound.v1.AdminService.PurgeDeadLetters:input_type -> rebound.v1.PurgeDeadLettersRequest
-	28, // 57: rebound.v1.AdminService.InspectWindow:input_type -> rebound.v1.InspectWindowRequest
-	33, // 58: rebound.v1.AdminService.SetPushTarget:input_type -> rebound.v1.SetPushTargetRequest
-	35, // 59: rebound.v1.AdminService.GetPushTarget:input_type -> rebound.v1.GetPushTargetRequest
-	36, // 60: rebound.v1.AdminService.ClearPushTarget:input_type -> rebound.v1.ClearPushTargetRequest
-	38, // 61: rebound.v1.AdminService.HoldDependency:input_type -> rebound.v1.HoldDependencyRequest
-	40, // 62: rebound.v1.AdminService.ReleaseDependency:input_type -> rebound.v1.ReleaseDependencyRequest
-	42, // 63: rebound.v1.AdminService.ListDependencyHolds:input_type -> rebound.v1.ListDependencyHoldsRequest
-	3,  // 64: rebound.v1.AdminService.ListServices:output_type -> rebound.v1.ListServicesResponse
-	2,  // 65: rebound.v1.AdminService.GetService:output_type -> rebound.v1.ServiceInfo
-	10, // 66: rebound.v1.AdminService.GetStats:output_type -> rebound.v1.GetStatsResponse
-	12, // 67: rebound.v1.AdminService.PauseService:output_type -> rebound.v1.PauseServiceResponse
-	14, // 68: rebound.v1.AdminService.ResumeService:output_type -> rebound.v1.ResumeServiceResponse
-	16, // 69: rebound.v1.AdminService.SetServicePolicy:output_type -> rebound.v1.SetServicePolicyResponse
-	18, // 70: rebound.v1.AdminService.SetServiceLimits:output_type -> rebound.v1.SetServiceLimitsResponse
-	20, // 71: rebound.v1.AdminService.PurgeService:output_type -> rebound.v1.PurgeServiceResponse
-	23, // 72: rebound.v1.AdminService.ListDeadLetters:output_type -> rebound.v1.ListDeadLettersResponse
-	25, // 73: rebound.v1.AdminService.RedriveDeadLetters:output_type -> rebound.v1.RedriveDeadLettersResponse
-	27, // 74: rebound.v1.AdminService.PurgeDeadLetters:output_type -> rebound.v1.PurgeDeadLettersResponse
-	31, // 75: rebound.v1.AdminService.InspectWindow:output_type -> rebound.v1.InspectWindowResponse
-	34, // 76: rebound.v1.AdminService.SetPushTarget:output_type -> rebound.v1.SetPushTargetResponse
-	32, // 77: rebound.v1.AdminService.GetPushTarget:output_type -> rebound.v1.PushTarget
-	37, // 78: rebound.v1.AdminService.ClearPushTarget:output_type -> rebound.v1.ClearPushTargetResponse
-	39, // 79: rebound.v1.AdminService.HoldDependency:output_type -> rebound.v1.DependencyHoldInfo
-	41, // 80: rebound.v1.AdminService.ReleaseDependency:output_type -> rebound.v1.ReleaseDependencyResponse
-	43, // 81: rebound.v1.AdminService.ListDependencyHolds:output_type -> rebound.v1.ListDependencyHoldsResponse
-	64, // [64:82] is the sub-list for method output_type
-	46, // [46:64] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	39, // 13: rebound.v1.GetStatsResponse.holds:type_name -> rebound.v1.DependencyHoldInfo
+	2,  // 14: rebound.v1.PauseServiceResponse.service:type_name -> rebound.v1.ServiceInfo
+	2,  // 15: rebound.v1.ResumeServiceResponse.service:type_name -> rebound.v1.ServiceInfo
+	45, // 16: rebound.v1.SetServicePolicyRequest.policy:type_name -> rebound.v1.RetryPolicy
+	45, // 17: rebound.v1.SetServicePolicyResponse.policy:type_name -> rebound.v1.RetryPolicy
+	45, // 18: rebound.v1.SetServicePolicyResponse.effective_policy:type_name -> rebound.v1.RetryPolicy
+	1,  // 19: rebound.v1.SetServiceLimitsRequest.limits:type_name -> rebound.v1.ServiceLimits
+	1,  // 20: rebound.v1.SetServiceLimitsResponse.limits:type_name -> rebound.v1.ServiceLimits
+	46, // 21: rebound.v1.PurgeServiceRequest.before:type_name -> google.protobuf.Timestamp
+	46, // 22: rebound.v1.PurgeServiceResponse.before:type_name -> google.protobuf.Timestamp
+	46, // 23: rebound.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	46, // 24: rebound.v1.DeadLetter.redriven_at:type_name -> google.protobuf.Timestamp
+	48, // 25: rebound.v1.DeadLetter.chain:type_name -> rebound.v1.CompensationChain
+	46, // 26: rebound.v1.ListDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 27: rebound.v1.ListDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
+	21, // 28: rebound.v1.ListDeadLettersResponse.dead_letters:type_name -> rebound.v1.DeadLetter
+	46, // 29: rebound.v1.RedriveDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 30: rebound.v1.RedriveDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
+	47, // 31: rebound.v1.RedriveDeadLettersRequest.delay:type_name -> google.protobuf.Duration
+	46, // 32: rebound.v1.PurgeDeadLettersRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 33: rebound.v1.PurgeDeadLettersRequest.to:type_name -> google.protobuf.Timestamp
+	30, // 34: rebound.v1.InstanceEntry.buckets:type_name -> rebound.v1.BucketEntry
+	29, // 35: rebound.v1.InspectWindowResponse.instances:type_name -> rebound.v1.InstanceEntry
+	46, // 36: rebound.v1.InspectWindowResponse.window_start:type_name -> google.protobuf.Timestamp
+	46, // 37: rebound.v1.InspectWindowResponse.window_end:type_name -> google.protobuf.Timestamp
+	47, // 38: rebound.v1.PushTarget.timeout:type_name -> google.protobuf.Duration
+	44, // 39: rebound.v1.PushTarget.headers:type_name -> rebound.v1.PushTarget.HeadersEntry
+	46, // 40: rebound.v1.PushTarget.updated_at:type_name -> google.protobuf.Timestamp
+	32, // 41: rebound.v1.SetPushTargetRequest.target:type_name -> rebound.v1.PushTarget
+	32, // 42: rebound.v1.SetPushTargetResponse.target:type_name -> rebound.v1.PushTarget
+	47, // 43: rebound.v1.HoldDependencyRequest.duration:type_name -> google.protobuf.Duration
+	46, // 44: rebound.v1.DependencyHoldInfo.until:type_name -> google.protobuf.Timestamp
+	46, // 45: rebound.v1.DependencyHoldInfo.held_at:type_name -> google.protobuf.Timestamp
+	39, // 46: rebound.v1.ListDependencyHoldsResponse.holds:type_name -> rebound.v1.DependencyHoldInfo
+	0,  // 47: rebound.v1.AdminService.ListServices:input_type -> rebound.v1.ListServicesRequest
+	4,  // 48: rebound.v1.AdminService.GetService:input_type -> rebound.v1.GetServiceRequest
+	5,  // 49: rebound.v1.AdminService.GetStats:input_type -> rebound.v1.GetStatsRequest
+	11, // 50: rebound.v1.AdminService.PauseService:input_type -> rebound.v1.PauseServiceRequest
+	13, // 51: rebound.v1.AdminService.ResumeService:input_type -> rebound.v1.ResumeServiceRequest
+	15, // 52: rebound.v1.AdminService.SetServicePolicy:input_type -> rebound.v1.SetServicePolicyRequest
+	17, // 53: rebound.v1.AdminService.SetServiceLimits:input_type -> rebound.v1.SetServiceLimitsRequest
+	19, // 54: rebound.v1.AdminService.PurgeService:input_type -> rebound.v1.PurgeServiceRequest
+	22, // 55: rebound.v1.AdminService.ListDeadLetters:input_type -> rebound.v1.ListDeadLettersRequest
+	24, // 56: rebound.v1.AdminService.RedriveDeadLetters:input_type -> rebound.v1.RedriveDeadLettersRequest
+	26, // 57: rebound.v1.AdminService.PurgeDeadLetters:input_type -> rebound.v1.PurgeDeadLettersRequest
+	28, // 58: rebound.v1.AdminService.InspectWindow:input_type -> rebound.v1.InspectWindowRequest
+	33, // 59: rebound.v1.AdminService.SetPushTarget:input_type -> rebound.v1.SetPushTargetRequest
+	35, // 60: rebound.v1.AdminService.GetPushTarget:input_type -> rebound.v1.GetPushTargetRequest
+	36, // 61: rebound.v1.AdminService.ClearPushTarget:input_type -> rebound.v1.ClearPushTargetRequest
+	38, // 62: rebound.v1.AdminService.HoldDependency:input_type -> rebound.v1.HoldDependencyRequest
+	40, // 63: rebound.v1.AdminService.ReleaseDependency:input_type -> rebound.v1.ReleaseDependencyRequest
+	42, // 64: rebound.v1.AdminService.ListDependencyHolds:input_type -> rebound.v1.ListDependencyHoldsRequest
+	3,  // 65: rebound.v1.AdminService.ListServices:output_type -> rebound.v1.ListServicesResponse
+	2,  // 66: rebound.v1.AdminService.GetService:output_type -> rebound.v1.ServiceInfo
+	10, // 67: rebound.v1.AdminService.GetStats:output_type -> rebound.v1.GetStatsResponse
+	12, // 68: rebound.v1.AdminService.PauseService:output_type -> rebound.v1.PauseServiceResponse
+	14, // 69: rebound.v1.AdminService.ResumeService:output_type -> rebound.v1.ResumeServiceResponse
+	16, // 70: rebound.v1.AdminService.SetServicePolicy:output_type -> rebound.v1.SetServicePolicyResponse
+	18, // 71: rebound.v1.AdminService.SetServiceLimits:output_type -> rebound.v1.SetServiceLimitsResponse
+	20, // 72: rebound.v1.AdminService.PurgeService:output_type -> rebound.v1.PurgeServiceResponse
+	23, // 73: rebound.v1.AdminService.ListDeadLetters:output_type -> rebound.v1.ListDeadLettersResponse
+	25, // 74: rebound.v1.AdminService.RedriveDeadLetters:output_type -> rebound.v1.RedriveDeadLettersResponse
+	27, // 75: rebound.v1.AdminService.PurgeDeadLetters:output_type -> rebound.v1.PurgeDeadLettersResponse
+	31, // 76: rebound.v1.AdminService.InspectWindow:output_type -> rebound.v1.InspectWindowResponse
+	34, // 77: rebound.v1.AdminService.SetPushTarget:output_type -> rebound.v1.SetPushTargetResponse
+	32, // 78: rebound.v1.AdminService.GetPushTarget:output_type -> rebound.v1.PushTarget
+	37, // 79: rebound.v1.AdminService.ClearPushTarget:output_type -> rebound.v1.ClearPushTargetResponse
+	39, // 80: rebound.v1.AdminService.HoldDependency:output_type -> rebound.v1.DependencyHoldInfo
+	41, // 81: rebound.v1.AdminService.ReleaseDependency:output_type -> rebound.v1.ReleaseDependencyResponse
+	43, // 82: rebound.v1.AdminService.ListDependencyHolds:output_type -> rebound.v1.ListDependencyHoldsResponse
+	65, // [65:83] is the sub-list for method output_type
+	47, // [47:65] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_rebound_v1_admin_proto_init() }

@@ -470,6 +470,7 @@ impl Admin {
                     })
                     .collect(),
                 nodes: vec![me],
+                holds: Vec::new(),
             });
         }
         let (in_flight, nodes) = self.nodes(&r.service, authorization).await?;
@@ -537,6 +538,13 @@ impl Admin {
                 })
                 .collect(),
             nodes,
+            holds: self
+                .holds
+                .list()
+                .await?
+                .into_iter()
+                .map(holds::hold_pb)
+                .collect(),
         })
     }
 

@@ -154,6 +154,7 @@ pub async fn stats(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
             Ok(json!({
                 "services": r.services.iter().map(pj::service_stats_json).collect::<Vec<_>>(),
                 "nodes": r.nodes.iter().map(pj::node_stats_json).collect::<Vec<_>>(),
+                "holds": r.holds.iter().map(pj::hold_json).collect::<Vec<_>>(),
             }))
         }
         .await,

@@ -132,12 +132,14 @@ class NodeStats(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., held_slots: _Optional[int] = ..., compactor: _Optional[bool] = ..., in_flight: _Optional[int] = ..., subscribers: _Optional[int] = ..., reachable: _Optional[bool] = ..., clock_offset_ms: _Optional[int] = ...) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("services", "nodes")
+    __slots__ = ("services", "nodes", "holds")
     SERVICES_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
+    HOLDS_FIELD_NUMBER: _ClassVar[int]
     services: _containers.RepeatedCompositeFieldContainer[ServiceStats]
     nodes: _containers.RepeatedCompositeFieldContainer[NodeStats]
-    def __init__(self, services: _Optional[_Iterable[_Union[ServiceStats, _Mapping]]] = ..., nodes: _Optional[_Iterable[_Union[NodeStats, _Mapping]]] = ...) -> None: ...
+    holds: _containers.RepeatedCompositeFieldContainer[DependencyHoldInfo]
+    def __init__(self, services: _Optional[_Iterable[_Union[ServiceStats, _Mapping]]] = ..., nodes: _Optional[_Iterable[_Union[NodeStats, _Mapping]]] = ..., holds: _Optional[_Iterable[_Union[DependencyHoldInfo, _Mapping]]] = ...) -> None: ...
 
 class PauseServiceRequest(_message.Message):
     __slots__ = ("service",)

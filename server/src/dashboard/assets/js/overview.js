@@ -49,7 +49,12 @@ function statsSection() {
 			const [stats, services] = await Promise.all([api("stats"), api("services")]);
 			box.show(null);
 			clear(measured, timeEl(new Date().toISOString()));
-			clear(body, statsTable(stats, services), nodesSummary(stats.nodes ?? []));
+			clear(
+				body,
+				statsTable(stats, services),
+				nodesSummary(stats.nodes ?? []),
+				holdsTable(stats.holds ?? []),
+			);
 		} catch (e) {
 			box.show(e);
 			loaded(body);
@@ -130,6 +135,39 @@ function limitsText(l) {
 	if (l.dispatch_burst != null) parts.push(`burst ${l.dispatch_burst}`);
 	if (l.max_concurrent != null) parts.push(`${l.max_concurrent} concurrent`);
 	return parts.length ? parts.join(", ") : "unlimited";
+}
+
+// The dependency holds in force: no retry naming one is delivered until it ends.
+function holdsTable(holds) {
+	if (holds.length === 0) return h("p", { class: "muted", "data-field": "holds" }, "No dependency is held.");
+	return h(
+		"table",
+		{ class: "holds", "data-field": "holds" },
+		h("caption", {}, "Dependency holds"),
+		h(
+			"thead",
+			{},
+			h(
+				"tr",
+				{},
+				["Dependency", "Until", "Source", "Reason"].map((t) => h("th", { scope: "col" }, t)),
+			),
+		),
+		h(
+			"tbody",
+			{},
+			holds.map((x) =>
+				h(
+					"tr",
+					{ "data-hold": x.dependency },
+					h("td", {}, x.dependency),
+					h("td", {}, timeEl(x.until)),
+					h("td", {}, x.source),
+					h("td", {}, x.reason || "–"),
+				),
+			),
+		),
+	);
 }
 
 function nodesSummary(nodes) {
