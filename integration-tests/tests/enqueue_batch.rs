@@ -420,3 +420,56 @@ async fn the_request_byte_budget_sheds_whole_requests_with_a_retry_hint() {
     assert!(again.iter().all(Result::is_ok));
     n.finish().await;
 }
+
+/// Saga steps whose compensations carry the most payload allowed, in a batch (their state rows
+/// go out together): every one is written, and `GetRetry` gives the compensations back whole.
+/// (CI then checks Cassandra's log for batch warnings: a state row's weight counts its
+/// compensations, so such rows go in batches under `batch_size_warn_threshold`.)
+#[tokio::test]
+async fn saga_steps_with_the_largest_compensations_are_written_in_batches() {
+    let cfg = test_config("batch_saga");
+    let max = cfg.max_payload_bytes;
+    let (n, _clock) = TestNode::with_manual_clock(cfg, utc_ms("2026-11-30 09:30:00.000")).await;
+    let mut c = n.client.clone();
+    let step = |i: usize| {
+        let mut r = req("orders", &format!("step-{i}"), 0);
+        r.compensations = (0..4)
+            .map(|k| pb::Compensation {
+                service: "undo".into(),
+                transaction_id: format!("step-{i}/c{k}"),
+                payload: vec![b'a' + k as u8; max / 4],
+                ..Default::default()
+            })
+            .collect();
+        r
+    };
+    let resp = c
+        .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {
+            requests: (0..6).map(step).collect(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(batch_outcomes(resp).iter().filter(|o| o.is_ok()).count(), 6);
+    let r = c
+        .get_retry(pb::GetRetryRequest {
+            service: "orders".into(),
+            transaction_id: "step-5".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.compensations.len(), 4);
+    assert_eq!(r.compensations[3].payload, vec![b'd'; max / 4]);
+    let chain = r.chain.expect("a saga step shows its chain");
+    assert_eq!(chain.position, 0);
+    assert_eq!(chain.compensations.len(), 4);
+    // One over: refused by name, nothing written.
+    let mut over = step(99);
+    over.compensations[0].payload.push(0);
+    let e = c.enqueue_retry(over).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("compensations"), "{}", e.message());
+    assert_eq!(states(&n).await.len(), 6);
+    n.finish().await;
+}

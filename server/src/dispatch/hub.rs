@@ -152,6 +152,13 @@ fn held_bytes(s: &TxState) -> usize {
             .iter()
             .map(|(k, v)| k.len() + v.len())
             .sum::<usize>()
+        + s.saga.compensations.iter().map(Vec::len).sum::<usize>()
+        + s.saga.chain.as_ref().map_or(0, |c| {
+            c.members
+                .iter()
+                .map(|(service, tx)| service.len() + tx.len())
+                .sum::<usize>()
+        })
 }
 
 #[derive(Debug, Default)]

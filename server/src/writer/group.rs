@@ -119,6 +119,7 @@ const ENQUEUE_GROUP_BYTES: usize = 8 << 20;
 /// What a queued enqueue weighs in a group (its bytes, roughly).
 fn input_weight(input: &EnqueueInput) -> usize {
     256 + input.payload.len()
+        + input.saga.compensations.iter().map(Vec::len).sum::<usize>()
         + input.last_error.len()
         + input
             .attributes

@@ -60,7 +60,23 @@ fn state_write_weight(s: &TxState) -> usize {
             .iter()
             .map(|c| c.len() + 2)
             .sum::<usize>()
-        + s.location.as_ref().map_or(0, |l| l.instance.len());
+        + s.location.as_ref().map_or(0, |l| l.instance.len())
+        + s.dependency.len()
+        + s.trace.traceparent.len()
+        + s.trace.tracestate.len()
+        + s.saga
+            .compensations
+            .iter()
+            .map(|c| c.len() + 4)
+            .sum::<usize>()
+        + s.saga.chain.as_ref().map_or(0, |c| {
+            c.saga_service.len()
+                + c.saga_transaction_id.len()
+                + c.members
+                    .iter()
+                    .map(|(service, tx)| service.len() + tx.len() + 6)
+                    .sum::<usize>()
+        });
     if s.legacy_columns {
         768 + variable
     } else {
