@@ -8,6 +8,7 @@ pub mod auth;
 pub mod backlog;
 pub mod budget;
 pub mod clock;
+pub mod clock_sync;
 pub mod coalesce;
 pub mod compactor;
 pub mod config;

@@ -24,10 +24,8 @@ use crate::{
     admin::Admin,
     api::{AdminApi, Api, ExecutorApi},
     auth::{AdminGate, Auth},
-    clock::{
-        sync::{measure_offset, run_clock_sync, sync_clock},
-        ClusterClock, SharedClock,
-    },
+    clock::{ClusterClock, SharedClock},
+    clock_sync::{measure_offset, run_clock_sync, sync_clock},
     compactor::Compactor,
     config::{Config, StoreKind},
     connections::Connections,

@@ -75,6 +75,20 @@ pub struct PolicyError {
     pub message: String,
 }
 
+/// How long a compensation is retried when its policy does not say (the saga pattern's
+/// "retried with backoff for up to 24 h, then a human"; docs/architecture.md, "Compensation
+/// chains").
+pub const COMPENSATION_RETRY_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// A compensation's policy overrides with the compensation defaults: unlimited attempts and
+/// at most `COMPENSATION_RETRY_DURATION`, unless it sets them.
+pub fn compensation_overrides(mut o: PolicyOverrides) -> PolicyOverrides {
+    o.max_attempts.get_or_insert(UNLIMITED_ATTEMPTS);
+    o.max_retry_duration
+        .get_or_insert(COMPENSATION_RETRY_DURATION);
+    o
+}
+
 /// Longest single backoff, ack timeout or retry duration a policy may ask for.
 pub const MAX_POLICY_DURATION: Duration = Duration::from_secs(365 * 86_400);
 pub const MAX_ATTEMPTS_LIMIT: u32 = 1_000_000;

@@ -15,26 +15,14 @@ use rebound_proto::v1 as pb;
 
 use crate::{
     error::Error,
-    policy::{PolicyOverrides, UNLIMITED_ATTEMPTS},
     store::{Chain, Saga, TxState},
     validate::{EnqueueInput, Schedule},
 };
 
-/// Most compensations one enqueue may carry.
-pub const MAX_COMPENSATIONS: usize = 32;
-
-/// How long a compensation is retried when its policy does not say (the saga pattern's
-/// "retried with backoff for up to 24 h, then a human").
-pub const COMPENSATION_RETRY_DURATION: Duration = Duration::from_secs(24 * 3600);
-
-/// A compensation's policy overrides with the compensation defaults: unlimited attempts and
-/// at most `COMPENSATION_RETRY_DURATION`, unless it sets them.
-pub fn overrides(mut o: PolicyOverrides) -> PolicyOverrides {
-    o.max_attempts.get_or_insert(UNLIMITED_ATTEMPTS);
-    o.max_retry_duration
-        .get_or_insert(COMPENSATION_RETRY_DURATION);
-    o
-}
+pub use crate::{
+    policy::{compensation_overrides as overrides, COMPENSATION_RETRY_DURATION},
+    validate::MAX_COMPENSATIONS,
+};
 
 /// Whether a retry ending DEAD starts a chain: a saga step with compensations (a dead
 /// compensation stops its chain instead).
@@ -182,6 +170,7 @@ pub fn members(state: &TxState) -> Result<Vec<(String, String)>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::{PolicyOverrides, UNLIMITED_ATTEMPTS};
 
     fn comp(service: &str, tx: &str) -> Vec<u8> {
         pb::Compensation {

@@ -429,6 +429,9 @@ pub struct EnqueueInput {
     pub compensation_policies: Vec<(String, PolicyOverrides)>,
 }
 
+/// Most compensations one enqueue may carry (`EnqueueRetryRequest.compensations`).
+pub const MAX_COMPENSATIONS: usize = 32;
+
 /// Validated compensations: each encoded, and each one's service and policy overrides.
 type Compensations = (Vec<Vec<u8>>, Vec<(String, PolicyOverrides)>);
 
@@ -442,7 +445,6 @@ pub fn compensations(
     own: (&str, &str),
     max_payload_bytes: usize,
 ) -> Result<Compensations, Error> {
-    use crate::saga::MAX_COMPENSATIONS;
     use prost::Message;
     let field = format!("{prefix}compensations");
     if list.len() > MAX_COMPENSATIONS {
@@ -484,7 +486,10 @@ pub fn compensations(
             ));
         }
         let overrides = policy(&f("policy"), c.policy.as_ref())?;
-        policies.push((c.service.clone(), crate::saga::overrides(overrides)));
+        policies.push((
+            c.service.clone(),
+            crate::policy::compensation_overrides(overrides),
+        ));
         encoded.push(c.encode_to_vec());
     }
     Ok((encoded, policies))

@@ -63,7 +63,13 @@ pub fn retry_pb(s: TxState) -> pb::Retry {
         enqueue_count: s.enqueue_count,
         delivery_count: s.delivery_count,
         dependency: s.dependency,
-        compensations: crate::saga::decode(&s.saga).unwrap_or_default(),
+        // Stored as validated; one that does not decode (never written so) is left out.
+        compensations: s
+            .saga
+            .compensations
+            .iter()
+            .filter_map(|b| prost::Message::decode(b.as_slice()).ok())
+            .collect(),
         chain: None,
         service: s.service,
         transaction_id: s.transaction_id,

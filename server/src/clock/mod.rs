@@ -3,13 +3,11 @@
 //! `ManualClock` without sleeping.
 //!
 //! A node with clock sync on (`REBOUND_CLOCK_SYNC`, the default) runs on a `ClusterClock`:
-//! the machine's clock corrected by its offset from Cassandra's, which `clock::sync::sync_clock`
+//! the machine's clock corrected by its offset from Cassandra's, which `clock_sync::sync_clock`
 //! measures at start and every `REBOUND_CLOCK_SYNC_INTERVAL_MS` (`offset_sample` is one
 //! measurement). With it off the node runs on the machine's clock, and the other nodes judge
 //! its windows and leases in its own clock (`peers`). `SkewedClock` stands for a machine whose
 //! clock is off (`REBOUND_TEST_CLOCK_SKEW_MS`).
-
-pub mod sync;
 
 use std::sync::{
     atomic::{AtomicI64, Ordering},
@@ -79,7 +77,7 @@ impl Clock for ManualClock {
 }
 
 /// A node's clock corrected to Cassandra's: `base + offset`, where the offset is measured
-/// against the coordinator's `currentTimestamp()` (see `clock::sync::sync_clock`). Windows are
+/// against the coordinator's `currentTimestamp()` (see `clock_sync::sync_clock`). Windows are
 /// read `skew_margin` after they end and written no earlier than the next one, which is safe
 /// only while nodes agree on the time to within the margin; measuring every node against the
 /// same database makes that hold even when a node's own clock is off by minutes.

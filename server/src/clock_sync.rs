@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::sync::watch;
 
-use super::{offset_sample, Clock, ClusterClock};
+use crate::clock::{offset_sample, Clock, ClusterClock};
 use crate::store::LeaseStore;
 
 /// An offset change smaller than this is measurement noise and is not applied, so the
