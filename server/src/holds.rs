@@ -4,13 +4,17 @@
 //! applies them and they survive restarts; each node keeps them in memory, refreshed every
 //! `REFRESH_EVERY` and at once for a hold set through it.
 //!
-//! When a hold ends, each node lets one delivery of the dependency go first, the probe:
-//! - acked SUCCEEDED (or FAILED: the dependency answered), the rest are released at a
-//!   ramping rate, `RAMP_START` deliveries in the first second, doubling every second, then
-//!   without limit after `RAMP_FOR` (a service's own limits still cap them);
-//! - acked RETRY, the hold is renewed: for the duration the ack's own hold gives, else for
-//!   twice the last hold's length (at most `MAX_RENEWAL`);
-//! - not acked within `PROBE_TIMEOUT`, another probe may go.
+//! When a hold ends, one delivery of the dependency goes first, the probe: one in the whole
+//! cluster, sent by the node that claims it in the store (`HoldStore::claim_probe`, a
+//! lightweight transaction on Cassandra); the other nodes keep their retries of the dependency
+//! waiting and ask the store again every `RECHECK_MS`. The probe's ack decides:
+//! - SUCCEEDED (or FAILED: the dependency answered): the owner marks the probe answered in the
+//!   store, and every node releases its retries at a ramping rate, `RAMP_START` deliveries in
+//!   the first second, doubling every second, then without limit after `RAMP_FOR` (a
+//!   service's own limits still cap them);
+//! - RETRY: the hold is renewed (a new hold end, so a new probe): for the duration the ack's
+//!   own hold gives, else for twice the last hold's length (at most `MAX_RENEWAL`);
+//! - not acked within `PROBE_TIMEOUT`: another node (or the same) claims the probe over.
 //!
 //! A released hold (`ReleaseDependency`) ramps the same way from the release, without a probe.
 
@@ -25,7 +29,7 @@ use tokio::sync::watch;
 use crate::{
     clock::SharedClock,
     error::Error,
-    store::{HoldRow, HoldStore},
+    store::{HoldRow, HoldStore, ProbeClaim},
 };
 
 /// How often every node reads the holds table.
@@ -47,6 +51,8 @@ pub const RAMP_FOR: Duration = Duration::from_secs(10);
 const KEEP_AFTER_END_SECONDS: u32 = 7 * 24 * 3600;
 /// A retry waiting for a probe or the ramp asks again after this.
 const RECHECK_MS: i64 = 1000;
+/// How long a probe's row outlives its claim in the store.
+const PROBE_ROW_TTL_SECONDS: u32 = 7 * 24 * 3600;
 
 /// What a delivery of a retry naming a dependency may do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,8 +77,10 @@ pub enum ProbeAnswer {
 /// This node's view of one dependency after its hold ended.
 #[derive(Debug, Clone, Copy)]
 enum After {
-    /// A probe is out since (ms), for the hold that ended at `until`.
+    /// This node's probe is out since (ms), for the hold that ended at `until`.
     Probing { since: i64, until: i64 },
+    /// Another node's probe is out: ask the store again at `next` (ms).
+    Watching { next: i64, until: i64 },
     /// Released at (ms): `released` deliveries let through since.
     Ramping {
         from: i64,
@@ -85,17 +93,32 @@ enum After {
 pub struct Holds {
     store: Arc<dyn HoldStore>,
     clock: SharedClock,
+    /// This node's id: the owner of the probes it claims.
+    node: String,
     rows: RwLock<HashMap<String, HoldRow>>,
     after: Mutex<HashMap<String, After>>,
+    /// One claim in the store at a time on this node.
+    claiming: tokio::sync::Mutex<()>,
+}
+
+/// What `Holds::decide` leaves to do.
+enum Decision {
+    Now(Gate),
+    /// Ask the store for the probe of the hold that ended at `until`.
+    Claim {
+        until: i64,
+    },
 }
 
 impl Holds {
-    pub fn new(store: Arc<dyn HoldStore>, clock: SharedClock) -> Self {
+    pub fn new(store: Arc<dyn HoldStore>, clock: SharedClock, node: &str) -> Self {
         Self {
             store,
             clock,
+            node: node.to_string(),
             rows: RwLock::default(),
             after: Mutex::default(),
+            claiming: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -220,10 +243,65 @@ impl Holds {
         rows
     }
 
-    /// Whether a retry naming `dependency` may be delivered now.
-    pub fn gate(&self, dependency: &str) -> Gate {
+    /// Whether a retry naming `dependency` may be delivered now. Asks the store only when the
+    /// hold ended and this node does not know yet who sends the probe (then once a second).
+    pub async fn gate(&self, dependency: &str) -> Gate {
+        let until = match self.decide(dependency) {
+            Decision::Now(g) => return g,
+            Decision::Claim { until } => until,
+        };
+        let _one = self.claiming.lock().await;
+        // Another task of this node may have asked meanwhile.
+        if let Decision::Now(g) = self.decide(dependency) {
+            return g;
+        }
+        let now = self.clock.now_ms();
+        // A claim PROBE_TIMEOUT old or older is stale (as `decide` sees this node's own).
+        let stale_before = now - PROBE_TIMEOUT.as_millis() as i64 + 1;
+        let claim = self
+            .store
+            .claim_probe(
+                dependency,
+                until,
+                &self.node,
+                now,
+                stale_before,
+                PROBE_ROW_TTL_SECONDS,
+            )
+            .await;
+        let mut after = self.after.lock().expect("holds lock");
+        match claim {
+            Ok(ProbeClaim::Won) => {
+                tracing::info!(dependency, "the hold ended; this node sends the probe");
+                after.insert(dependency.to_string(), After::Probing { since: now, until });
+                Gate::Probe
+            }
+            Ok(ProbeClaim::Lost(p)) if p.answered_at_ms != 0 => {
+                after.insert(
+                    dependency.to_string(),
+                    After::Ramping {
+                        from: p.answered_at_ms,
+                        released: 1,
+                        until,
+                    },
+                );
+                Gate::Go
+            }
+            other => {
+                if let Err(e) = other {
+                    tracing::warn!(dependency, error = %e, "cannot claim the probe of an ended hold; asking again");
+                }
+                let next = now + RECHECK_MS;
+                after.insert(dependency.to_string(), After::Watching { next, until });
+                Gate::Wait(next)
+            }
+        }
+    }
+
+    /// `gate` from what this node knows, or the claim it must make first.
+    fn decide(&self, dependency: &str) -> Decision {
         if dependency.is_empty() {
-            return Gate::Go;
+            return Decision::Now(Gate::Go);
         }
         let now = self.clock.now_ms();
         let Some(row) = self
@@ -233,61 +311,54 @@ impl Holds {
             .get(dependency)
             .cloned()
         else {
-            return Gate::Go;
+            return Decision::Now(Gate::Go);
         };
         if row.until_ms > now {
-            return Gate::Wait(row.until_ms);
+            return Decision::Now(Gate::Wait(row.until_ms));
         }
+        let until = row.until_ms;
         let mut after = self.after.lock().expect("holds lock");
-        let state = after.get(dependency).copied();
         // A state left from an earlier hold does not apply to this one.
-        let state = state.filter(|s| match s {
-            After::Probing { until, .. } | After::Ramping { until, .. } => *until == row.until_ms,
+        let state = after.get(dependency).copied().filter(|s| match s {
+            After::Probing { until: u, .. }
+            | After::Watching { until: u, .. }
+            | After::Ramping { until: u, .. } => *u == until,
         });
-        match state {
+        let gate = match state {
             None if row.source == "release" => {
                 after.insert(
                     dependency.to_string(),
                     After::Ramping {
-                        from: row.until_ms,
+                        from: until,
                         released: 1,
-                        until: row.until_ms,
+                        until,
                     },
                 );
                 Gate::Go
             }
             // The ramp of this hold is over (or it ended long ago): nothing to hold back.
-            None if now - row.until_ms
+            None if now - until
                 > RAMP_FOR.as_millis() as i64 + PROBE_TIMEOUT.as_millis() as i64 =>
             {
                 Gate::Go
             }
-            None => {
-                after.insert(
-                    dependency.to_string(),
-                    After::Probing {
-                        since: now,
-                        until: row.until_ms,
-                    },
-                );
-                Gate::Probe
-            }
-            Some(After::Probing { since, until }) => {
+            None => return Decision::Claim { until },
+            Some(After::Probing { since, .. }) => {
                 if now - since >= PROBE_TIMEOUT.as_millis() as i64 {
-                    after.insert(dependency.to_string(), After::Probing { since: now, until });
-                    Gate::Probe
-                } else {
-                    Gate::Wait(now + RECHECK_MS)
+                    return Decision::Claim { until };
                 }
+                Gate::Wait(now + RECHECK_MS)
             }
-            Some(After::Ramping {
-                from,
-                released,
-                until,
-            }) => {
+            Some(After::Watching { next, .. }) => {
+                if now >= next {
+                    return Decision::Claim { until };
+                }
+                Gate::Wait(next)
+            }
+            Some(After::Ramping { from, released, .. }) => {
                 let elapsed = now - from;
                 if elapsed >= RAMP_FOR.as_millis() as i64 {
-                    return Gate::Go;
+                    return Decision::Now(Gate::Go);
                 }
                 if released < ramp_allowance(elapsed) {
                     after.insert(
@@ -303,7 +374,8 @@ impl Holds {
                     Gate::Wait(now + RECHECK_MS)
                 }
             }
-        }
+        };
+        Decision::Now(gate)
     }
 
     /// The answer to the probe of `dependency`. A renewal writes the hold again.
@@ -326,6 +398,27 @@ impl Holds {
         match answer {
             ProbeAnswer::Answered => {
                 tracing::info!(dependency, "probe answered; releasing the held retries");
+                // Every node's retries of the dependency go once this is stored; should the
+                // write fail, they go when another probe (after PROBE_TIMEOUT) is answered.
+                match self
+                    .store
+                    .answer_probe(
+                        dependency,
+                        row.until_ms,
+                        &self.node,
+                        now,
+                        PROBE_ROW_TTL_SECONDS,
+                    )
+                    .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::info!(dependency, "another node took the probe over meanwhile")
+                    }
+                    Err(e) => {
+                        tracing::warn!(dependency, error = %e, "cannot record the probe's answer; the other nodes probe again")
+                    }
+                }
                 self.after.lock().expect("holds lock").insert(
                     dependency.to_string(),
                     After::Ramping {
@@ -375,35 +468,113 @@ mod tests {
     use crate::{clock::ManualClock, store::embedded::EmbeddedStore};
 
     async fn holds() -> (Arc<Holds>, ManualClock, tempfile::TempDir) {
+        let (mut nodes, clock, dir) = nodes(1).await;
+        (nodes.remove(0), clock, dir)
+    }
+
+    /// `n` nodes' holds over one store.
+    async fn nodes(n: usize) -> (Vec<Arc<Holds>>, ManualClock, tempfile::TempDir) {
         use crate::store::MigrationStore;
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(1_000_000);
         let shared: SharedClock = Arc::new(clock.clone());
         let store = EmbeddedStore::open(dir.path(), "r", "c", shared.clone()).unwrap();
         store.migrate(0).await.unwrap();
-        (Arc::new(Holds::new(Arc::new(store), shared)), clock, dir)
+        let store: Arc<dyn HoldStore> = Arc::new(store);
+        let nodes = (0..n)
+            .map(|i| {
+                Arc::new(Holds::new(
+                    store.clone(),
+                    shared.clone(),
+                    &format!("node-{i}"),
+                ))
+            })
+            .collect();
+        (nodes, clock, dir)
+    }
+
+    #[tokio::test]
+    async fn one_probe_in_the_cluster_and_every_node_ramps_on_its_answer() {
+        let (nodes, clock, _dir) = nodes(3).await;
+        nodes[0]
+            .hold("pay", Duration::from_secs(30), "503", "executor", 0)
+            .await
+            .unwrap();
+        for n in &nodes[1..] {
+            n.refresh().await.unwrap();
+            assert!(matches!(n.gate("pay").await, Gate::Wait(_)), "held");
+        }
+        clock.advance(30_000);
+        let mut probes = 0;
+        for n in &nodes {
+            for _ in 0..5 {
+                if n.gate("pay").await == Gate::Probe {
+                    probes += 1;
+                }
+            }
+        }
+        assert_eq!(probes, 1, "one probe in the whole cluster");
+        assert!(
+            matches!(nodes[1].gate("pay").await, Gate::Wait(_)),
+            "the others wait for its answer"
+        );
+        nodes[0].probe_answered("pay", ProbeAnswer::Answered).await;
+        // The others learn the answer from the store within a second.
+        clock.advance(RECHECK_MS);
+        for n in &nodes[1..] {
+            assert_eq!(n.gate("pay").await, Gate::Go, "the ramp is open");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_probe_unanswered_for_a_minute_is_taken_over_by_another_node() {
+        let (nodes, clock, _dir) = nodes(2).await;
+        nodes[0]
+            .hold("db", Duration::from_secs(5), "", "admin", 0)
+            .await
+            .unwrap();
+        nodes[1].refresh().await.unwrap();
+        clock.advance(5_000);
+        assert_eq!(nodes[0].gate("db").await, Gate::Probe);
+        assert!(matches!(nodes[1].gate("db").await, Gate::Wait(_)));
+        clock.advance(PROBE_TIMEOUT.as_millis() as i64 - 1_000);
+        assert!(
+            matches!(nodes[1].gate("db").await, Gate::Wait(_)),
+            "not stale yet"
+        );
+        clock.advance(1_000);
+        assert_eq!(nodes[1].gate("db").await, Gate::Probe, "taken over");
+        assert!(
+            matches!(nodes[0].gate("db").await, Gate::Wait(_)),
+            "the first node's late answer is not the probe any more"
+        );
     }
 
     #[tokio::test]
     async fn a_hold_waits_then_one_probe_goes_then_the_ramp() {
         let (h, clock, _dir) = holds().await;
-        assert_eq!(h.gate("pay"), Gate::Go);
+        assert_eq!(h.gate("pay").await, Gate::Go);
         h.hold("pay", Duration::from_secs(30), "503", "admin", 0)
             .await
             .unwrap();
-        assert_eq!(h.gate("pay"), Gate::Wait(1_030_000));
-        assert_eq!(h.gate("other"), Gate::Go);
+        assert_eq!(h.gate("pay").await, Gate::Wait(1_030_000));
+        assert_eq!(h.gate("other").await, Gate::Go);
         clock.advance(30_000);
-        assert_eq!(h.gate("pay"), Gate::Probe);
+        assert_eq!(h.gate("pay").await, Gate::Probe);
         assert!(
-            matches!(h.gate("pay"), Gate::Wait(_)),
+            matches!(h.gate("pay").await, Gate::Wait(_)),
             "one probe at a time"
         );
         h.probe_answered("pay", ProbeAnswer::Answered).await;
-        let first_second = (0..100).filter(|_| h.gate("pay") == Gate::Go).count();
+        let mut first_second = 0;
+        for _ in 0..100 {
+            if h.gate("pay").await == Gate::Go {
+                first_second += 1;
+            }
+        }
         assert_eq!(first_second as u64, RAMP_START - 1);
         clock.advance(RAMP_FOR.as_millis() as i64);
-        assert_eq!(h.gate("pay"), Gate::Go);
+        assert_eq!(h.gate("pay").await, Gate::Go);
     }
 
     #[tokio::test]
@@ -413,12 +584,12 @@ mod tests {
             .await
             .unwrap();
         clock.advance(10_000);
-        assert_eq!(h.gate("pay"), Gate::Probe);
+        assert_eq!(h.gate("pay").await, Gate::Probe);
         h.probe_answered("pay", ProbeAnswer::Retry(None)).await;
         let row = h.list().await.unwrap().pop().unwrap();
         assert_eq!(row.until_ms - row.held_at_ms, 20_000, "twice the last hold");
         assert_eq!(row.renewals, 1);
-        assert!(matches!(h.gate("pay"), Gate::Wait(_)));
+        assert!(matches!(h.gate("pay").await, Gate::Wait(_)));
     }
 
     #[tokio::test]
@@ -429,17 +600,17 @@ mod tests {
             .await
             .unwrap();
         assert!(h.release("pay").await.unwrap());
-        assert_eq!(h.gate("pay"), Gate::Go);
+        assert_eq!(h.gate("pay").await, Gate::Go);
         assert!(h.list().await.unwrap().is_empty());
 
         h.hold("db", Duration::from_secs(5), "", "admin", 0)
             .await
             .unwrap();
         clock.advance(5_000);
-        assert_eq!(h.gate("db"), Gate::Probe);
+        assert_eq!(h.gate("db").await, Gate::Probe);
         clock.advance(PROBE_TIMEOUT.as_millis() as i64);
         assert_eq!(
-            h.gate("db"),
+            h.gate("db").await,
             Gate::Probe,
             "the first probe was never answered"
         );

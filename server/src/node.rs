@@ -355,7 +355,7 @@ impl Node {
             .refresh()
             .await
             .context("reading service settings")?;
-        let holds = Arc::new(Holds::new(store.clone(), clock.clone()));
+        let holds = Arc::new(Holds::new(store.clone(), clock.clone(), &config.node_id));
         holds.refresh().await.context("reading dependency holds")?;
         let writer = Writer::new(
             store.clone(),

@@ -646,7 +646,7 @@ impl Dispatcher {
                 return Ok((Feed::Abandoned, pending));
             }
             // A held dependency: postponed to the hold's end, without using an attempt.
-            if let Gate::Wait(until) = self.holds.gate(&state.dependency) {
+            if let Gate::Wait(until) = self.holds.gate(&state.dependency).await {
                 if !self.postpone_held(&state, until).await {
                     whole = false;
                 }

@@ -537,6 +537,48 @@ pub trait HoldStore: Send + Sync + std::fmt::Debug {
     async fn put_hold(&self, hold: &HoldRow, ttl_seconds: u32) -> StoreResult<()>;
     /// Every row, ended holds included.
     async fn list_holds(&self) -> StoreResult<Vec<HoldRow>>;
+    /// Claims for `owner` the one probe that follows the hold of `dependency` ending at
+    /// `until_ms` (a compare-and-set, across nodes): won when no node claimed it yet, when
+    /// `owner` holds it already, or when its claim is older than `stale_before_ms` and was
+    /// never answered. Else the claim that stands. The row expires `ttl_seconds` from now.
+    async fn claim_probe(
+        &self,
+        dependency: &str,
+        until_ms: i64,
+        owner: &str,
+        now_ms: i64,
+        stale_before_ms: i64,
+        ttl_seconds: u32,
+    ) -> StoreResult<ProbeClaim>;
+    /// Records that `owner`'s probe of that hold was answered at `answered_at_ms`; false (and
+    /// nothing written) when another node holds the claim now.
+    async fn answer_probe(
+        &self,
+        dependency: &str,
+        until_ms: i64,
+        owner: &str,
+        answered_at_ms: i64,
+        ttl_seconds: u32,
+    ) -> StoreResult<bool>;
+}
+
+/// A `dependency_probes` row: the probe that follows one hold of a dependency.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProbeRow {
+    /// The node that sends it (its node id).
+    pub owner: String,
+    pub claimed_at_ms: i64,
+    /// When its ack came (SUCCEEDED or FAILED); 0 while it is out.
+    pub answered_at_ms: i64,
+}
+
+/// The outcome of [`HoldStore::claim_probe`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeClaim {
+    /// The caller sends the probe.
+    Won,
+    /// Another node's claim stands.
+    Lost(ProbeRow),
 }
 
 /// A `dependency_holds` row.

@@ -133,6 +133,7 @@ macro_rules! all_conformance_tests {
             services_are_touched_paused_resumed_and_configured,
             push_targets_are_set_replaced_and_cleared,
             dependency_holds_are_put_replaced_listed_and_expire,
+            a_dependency_probe_is_claimed_by_one_node,
             // Dead letters.
             dead_letters_stream_in_order_within_a_range,
             dead_letters_stream_to_the_end_over_many_pages,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rebound_server::store::{HoldRow, ServiceRow};
+use rebound_server::store::{HoldRow, ProbeClaim, ProbeRow, ServiceRow};
 
 use crate::fixture::Fixture;
 
@@ -234,4 +234,100 @@ pub async fn dependency_holds_are_put_replaced_listed_and_expire(f: &dyn Fixture
     // The row written with a 2 s TTL is gone after it; the other stays.
     f.advance(Duration::from_secs(3)).await;
     assert_eq!(s.list_holds().await.unwrap(), vec![renewed]);
+}
+
+/// The probe after a hold: one claim wins (a second node loses and is told the claim that
+/// stands), the owner claims again and wins, a claim is taken over only once stale and
+/// unanswered, only the owner records the answer, and each hold end has a probe of its own.
+pub async fn a_dependency_probe_is_claimed_by_one_node(f: &dyn Fixture) {
+    let s = f.store();
+    let ttl = 3_600;
+    let won = s
+        .claim_probe("pay", 2_000, "a", 2_100, 0, ttl)
+        .await
+        .unwrap();
+    assert_eq!(won, ProbeClaim::Won);
+    let lost = s
+        .claim_probe("pay", 2_000, "b", 2_200, 0, ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        lost,
+        ProbeClaim::Lost(ProbeRow {
+            owner: "a".into(),
+            claimed_at_ms: 2_100,
+            answered_at_ms: 0,
+        })
+    );
+    assert_eq!(
+        s.claim_probe("pay", 2_000, "a", 2_300, 0, ttl)
+            .await
+            .unwrap(),
+        ProbeClaim::Won,
+        "the owner's own claim"
+    );
+    // Another hold end of the same dependency, and another dependency: probes of their own.
+    assert_eq!(
+        s.claim_probe("pay", 9_000, "b", 9_100, 0, ttl)
+            .await
+            .unwrap(),
+        ProbeClaim::Won
+    );
+    assert_eq!(
+        s.claim_probe("db", 2_000, "b", 2_100, 0, ttl)
+            .await
+            .unwrap(),
+        ProbeClaim::Won
+    );
+
+    // Stale (claimed before the 5th argument) and unanswered: c takes it over, once.
+    assert_eq!(
+        s.claim_probe("pay", 2_000, "c", 70_000, 2_100, ttl)
+            .await
+            .unwrap(),
+        ProbeClaim::Lost(ProbeRow {
+            owner: "a".into(),
+            claimed_at_ms: 2_100,
+            answered_at_ms: 0,
+        }),
+        "claimed at 2_100, not stale before 2_100"
+    );
+    assert_eq!(
+        s.claim_probe("pay", 2_000, "c", 70_000, 2_101, ttl)
+            .await
+            .unwrap(),
+        ProbeClaim::Won,
+        "taken over"
+    );
+    assert!(matches!(
+        s.claim_probe("pay", 2_000, "b", 70_001, 70_000, ttl).await.unwrap(),
+        ProbeClaim::Lost(ProbeRow { ref owner, claimed_at_ms: 70_000, .. }) if owner == "c"
+    ));
+
+    // Only the owner records the answer; once answered, it is never taken over.
+    assert!(!s
+        .answer_probe("pay", 2_000, "a", 71_000, ttl)
+        .await
+        .unwrap());
+    assert!(s
+        .answer_probe("pay", 2_000, "c", 71_000, ttl)
+        .await
+        .unwrap());
+    let answered = ProbeClaim::Lost(ProbeRow {
+        owner: "c".into(),
+        claimed_at_ms: 70_000,
+        answered_at_ms: 71_000,
+    });
+    assert_eq!(
+        s.claim_probe("pay", 2_000, "b", 500_000, 500_000, ttl)
+            .await
+            .unwrap(),
+        answered
+    );
+    assert!(
+        !s.answer_probe("nothing", 2_000, "c", 71_000, ttl)
+            .await
+            .unwrap(),
+        "no claim, no answer"
+    );
 }

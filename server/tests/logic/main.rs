@@ -161,6 +161,7 @@ impl Rig {
         let holds = Arc::new(rebound_server::holds::Holds::new(
             store.clone(),
             shared.clone(),
+            "logic-node",
         ));
         let dispatcher = Arc::new(Dispatcher::new(
             hub,

@@ -1,15 +1,31 @@
-//! Dependency holds: one small `dependency_holds` partition per namespace.
+//! Dependency holds: one small `dependency_holds` partition per namespace; and the probe that
+//! follows each hold's end, a `dependency_probes` row claimed by one node with a lightweight
+//! transaction.
 
 use async_trait::async_trait;
-use scylla::{statement::prepared::PreparedStatement, value::CqlTimestamp};
+use scylla::{
+    response::query_result::QueryResult,
+    statement::prepared::PreparedStatement,
+    value::{CqlTimestamp, CqlValue},
+};
 
-use super::{CassandraStore, Prep};
-use crate::store::{HoldRow, HoldStore, StoreResult};
+use super::{map_execution_error, observed, CassandraStore, Prep};
+use crate::store::{HoldRow, HoldStore, ProbeClaim, ProbeRow, StoreError, StoreResult};
 
 /// The statements of this group, prepared once.
 pub(super) struct Statements {
     list_holds: PreparedStatement,
     put_hold: PreparedStatement,
+    claim_probe: PreparedStatement,
+    take_probe: PreparedStatement,
+    answer_probe: PreparedStatement,
+}
+
+/// A lightweight transaction's statement: never retried blindly by the driver.
+async fn lwt(p: &Prep, cql: String) -> StoreResult<PreparedStatement> {
+    let mut ps = p.prepare(cql).await?;
+    ps.set_is_idempotent(false);
+    Ok(ps)
 }
 
 impl Statements {
@@ -29,6 +45,33 @@ impl Statements {
                      VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
                 ))
                 .await?,
+            claim_probe: lwt(
+                p,
+                format!(
+                    "INSERT INTO {ks}.dependency_probes \
+                     (region, cluster, dependency, until, owner, claimed_at) \
+                     VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
+                ),
+            )
+            .await?,
+            take_probe: lwt(
+                p,
+                format!(
+                    "UPDATE {ks}.dependency_probes USING TTL ? SET owner = ?, claimed_at = ? \
+                     WHERE region = ? AND cluster = ? AND dependency = ? AND until = ? \
+                     IF owner = ? AND claimed_at = ? AND answered_at = null"
+                ),
+            )
+            .await?,
+            answer_probe: lwt(
+                p,
+                format!(
+                    "UPDATE {ks}.dependency_probes USING TTL ? SET answered_at = ? \
+                     WHERE region = ? AND cluster = ? AND dependency = ? AND until = ? \
+                     IF owner = ?"
+                ),
+            )
+            .await?,
         })
     }
 }
@@ -52,6 +95,38 @@ impl HoldStore for CassandraStore {
             ),
         )
         .await
+    }
+
+    async fn claim_probe(
+        &self,
+        dependency: &str,
+        until_ms: i64,
+        owner: &str,
+        now_ms: i64,
+        stale_before_ms: i64,
+        ttl_seconds: u32,
+    ) -> StoreResult<ProbeClaim> {
+        self.claim_probe_row(
+            dependency,
+            until_ms,
+            owner,
+            now_ms,
+            stale_before_ms,
+            ttl_seconds,
+        )
+        .await
+    }
+
+    async fn answer_probe(
+        &self,
+        dependency: &str,
+        until_ms: i64,
+        owner: &str,
+        answered_at_ms: i64,
+        ttl_seconds: u32,
+    ) -> StoreResult<bool> {
+        self.answer_probe_row(dependency, until_ms, owner, answered_at_ms, ttl_seconds)
+            .await
     }
 
     async fn list_holds(&self) -> StoreResult<Vec<HoldRow>> {
@@ -79,5 +154,151 @@ impl HoldStore for CassandraStore {
                 },
             )
             .collect())
+    }
+}
+
+fn ttl(seconds: u32) -> i32 {
+    i32::try_from(seconds.max(1)).unwrap_or(i32::MAX)
+}
+
+/// Reads an LWT result: `[applied]`, then (when not applied) the row as it stands, if any.
+fn lwt_outcome(res: QueryResult) -> StoreResult<(bool, Option<ProbeRow>)> {
+    let rows = res
+        .into_rows_result()
+        .map_err(|e| StoreError::Internal(format!("LWT returned no rows result: {e}")))?;
+    let names: Vec<String> = rows
+        .column_specs()
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect();
+    let Some(row) = rows
+        .rows::<scylla::value::Row>()
+        .map_err(|e| StoreError::Internal(format!("LWT result: {e}")))?
+        .next()
+        .transpose()
+        .map_err(|e| StoreError::Internal(format!("LWT result: {e}")))?
+    else {
+        return Err(StoreError::Internal("LWT returned no row".into()));
+    };
+    let applied = matches!(row.columns.first(), Some(Some(CqlValue::Boolean(true))));
+    let col = |name: &str| {
+        names
+            .iter()
+            .position(|n| n == name)
+            .and_then(|i| row.columns.get(i).cloned().flatten())
+    };
+    let ms = |name: &str| match col(name) {
+        Some(CqlValue::Timestamp(t)) => t.0,
+        _ => 0,
+    };
+    let current = match col("owner") {
+        Some(CqlValue::Text(owner)) => Some(ProbeRow {
+            owner,
+            claimed_at_ms: ms("claimed_at"),
+            answered_at_ms: ms("answered_at"),
+        }),
+        _ => None,
+    };
+    Ok((applied, current))
+}
+
+impl CassandraStore {
+    async fn lwt(
+        &self,
+        ps: &PreparedStatement,
+        values: impl scylla::serialize::row::SerializeRow,
+    ) -> StoreResult<(bool, Option<ProbeRow>)> {
+        let res = observed(ps.get_statement(), self.session.execute_unpaged(ps, values))
+            .await
+            .map_err(|e| map_execution_error(&e))?;
+        lwt_outcome(res)
+    }
+
+    pub(super) async fn claim_probe_row(
+        &self,
+        dependency: &str,
+        until_ms: i64,
+        owner: &str,
+        now_ms: i64,
+        stale_before_ms: i64,
+        ttl_seconds: u32,
+    ) -> StoreResult<ProbeClaim> {
+        let s = &self.holds;
+        let (applied, current) = self
+            .lwt(
+                &s.claim_probe,
+                (
+                    &self.region,
+                    &self.cluster,
+                    dependency,
+                    CqlTimestamp(until_ms),
+                    owner,
+                    CqlTimestamp(now_ms),
+                    ttl(ttl_seconds),
+                ),
+            )
+            .await?;
+        let current = match (applied, current) {
+            (true, _) => return Ok(ProbeClaim::Won),
+            (false, Some(c)) => c,
+            (false, None) => {
+                return Err(StoreError::Internal(
+                    "dependency_probes: INSERT IF NOT EXISTS not applied and no row".into(),
+                ))
+            }
+        };
+        if current.owner == owner {
+            return Ok(ProbeClaim::Won);
+        }
+        if current.answered_at_ms != 0 || current.claimed_at_ms >= stale_before_ms {
+            return Ok(ProbeClaim::Lost(current));
+        }
+        // The claim went stale unanswered: take it over, if it is still that claim.
+        let (applied, now_current) = self
+            .lwt(
+                &s.take_probe,
+                (
+                    ttl(ttl_seconds),
+                    owner,
+                    CqlTimestamp(now_ms),
+                    &self.region,
+                    &self.cluster,
+                    dependency,
+                    CqlTimestamp(until_ms),
+                    &current.owner,
+                    CqlTimestamp(current.claimed_at_ms),
+                ),
+            )
+            .await?;
+        Ok(if applied {
+            ProbeClaim::Won
+        } else {
+            ProbeClaim::Lost(now_current.unwrap_or(current))
+        })
+    }
+
+    pub(super) async fn answer_probe_row(
+        &self,
+        dependency: &str,
+        until_ms: i64,
+        owner: &str,
+        answered_at_ms: i64,
+        ttl_seconds: u32,
+    ) -> StoreResult<bool> {
+        let (applied, _) = self
+            .lwt(
+                &self.holds.answer_probe,
+                (
+                    ttl(ttl_seconds),
+                    CqlTimestamp(answered_at_ms),
+                    &self.region,
+                    &self.cluster,
+                    dependency,
+                    CqlTimestamp(until_ms),
+                    owner,
+                ),
+            )
+            .await?;
+        Ok(applied)
     }
 }

@@ -70,6 +70,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0010_dependency_holds.cql",
         cql: include_str!("../../../../schema/0010_dependency_holds.cql"),
     },
+    Migration {
+        version: 11,
+        name: "0011_dependency_probes.cql",
+        cql: include_str!("../../../../schema/0011_dependency_probes.cql"),
+    },
 ];
 
 /// Splits a migration file into statements: drops `--` comment lines, splits on `;`.

@@ -29,6 +29,7 @@ pub enum Table {
     Services = 13,
     Meta = 14,
     Holds = 15,
+    Probes = 16,
 }
 
 /// A key under construction (or a partition prefix).
