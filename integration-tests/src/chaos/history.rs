@@ -89,6 +89,8 @@ pub enum Outcome {
     RetryAfter,
     Failed,
     Snooze,
+    /// RETRY with a hold on the retry's dependency (`AckRequest.hold`; `chaos::hold`).
+    Hold,
 }
 
 /// What the harness's push receiver (`chaos::push`) answered one request with.

@@ -9,6 +9,11 @@
 //! directory is sampled every second, and at the end [`checker`] checks the history against
 //! the contract of docs/architecture.md ("Dispatch", "Guarantees across nodes").
 //!
+//! Saga steps ([`saga::STEP`]) carry two compensations each, which the nodes enqueue in
+//! [`saga::UNDO`] when a step dies; [`saga::check`] holds the chains to their rule. The
+//! retries of [`hold::SERVICE`] name a dependency that goes down for a while: their executors
+//! then answer with a hold, and [`hold::check`] holds them to the rules of holds.
+//!
 //! Beside the streamed services, one service ([`push::SERVICE`]) has a push target: the nodes
 //! POST its due retries to a receiver in this process, whose answers (mostly 2xx, sometimes
 //! 503, 429, 422, or none before the timeout) decide their outcomes (docs/push.md). Its
@@ -25,7 +30,9 @@ pub mod checker;
 pub mod cluster;
 pub mod directory;
 pub mod history;
+pub mod hold;
 pub mod push;
+pub mod saga;
 pub mod soak;
 
 use std::{
@@ -74,6 +81,10 @@ pub struct Options {
     pub max_skew_ms: i64,
     /// Whether the workload includes the pushed service ([`push::SERVICE`]).
     pub push: bool,
+    /// Whether the workload includes saga steps with compensations ([`saga`]).
+    pub saga: bool,
+    /// Whether the workload includes retries naming a dependency that goes down ([`hold`]).
+    pub holds: bool,
 }
 
 impl Options {
@@ -95,6 +106,8 @@ impl Options {
             fault_every: Duration::from_secs(9),
             max_skew_ms: MAX_SKEW_MS,
             push: true,
+            saga: true,
+            holds: true,
         }
     }
 }
@@ -105,7 +118,7 @@ const SKEW_MARGIN_MS: u64 = 500;
 const LEASE_TTL_MS: u64 = 2_000;
 const REQUEST_TIMEOUT_MS: u64 = 1_000;
 /// Clock offsets of the skew fault stay within half the skew margin.
-const MAX_SKEW_MS: i64 = 250;
+pub const MAX_SKEW_MS: i64 = 250;
 
 fn policy() -> pb::RetryPolicy {
     let d = |ms: i64| prost_types::Duration {
@@ -189,6 +202,8 @@ pub struct PlannedFault {
 pub struct Plan {
     pub ops: Vec<(i64, Op)>,
     pub faults: Vec<PlannedFault>,
+    /// When [`hold::DEPENDENCY`] is down (ms from the start of the workload).
+    pub outages: Vec<(i64, i64)>,
 }
 
 pub fn plan(o: &Options) -> Plan {
@@ -204,6 +219,19 @@ pub fn plan(o: &Options) -> Plan {
         let at = (i as i64 * span_ms) / n_ops as i64;
         ops.push((at, draw.next(&mut rng)));
     }
+    if o.saga {
+        // A generator of its own, so that the rest of a seed's plan stays as it was.
+        let mut saga_rng = StdRng::seed_from_u64(o.seed ^ 0x5a6a);
+        ops.extend(saga::plan(&mut saga_rng, span_ms, o.nodes));
+    }
+    let mut outages = Vec::new();
+    if o.holds {
+        let mut hold_rng = StdRng::seed_from_u64(o.seed ^ 0x401d);
+        let (hold_ops, o) = hold::plan(&mut hold_rng, span_ms, o.nodes);
+        ops.extend(hold_ops);
+        outages = o;
+    }
+    ops.sort_by_key(|(at, _)| *at);
     let mut faults = Vec::new();
     let every = o.fault_every.as_millis() as i64;
     let mut at = 4_000 + rng.random_range(0..every);
@@ -211,7 +239,11 @@ pub fn plan(o: &Options) -> Plan {
         faults.push(draw_fault(&mut rng, at, o.nodes, o.max_skew_ms));
         at += every / 2 + rng.random_range(0..every);
     }
-    Plan { ops, faults }
+    Plan {
+        ops,
+        faults,
+        outages,
+    }
 }
 
 /// The workload's operations, drawn one at a time from a seeded generator: enqueues (single
@@ -362,6 +394,8 @@ pub struct Shared {
     /// How many times each executor saw (service, tx, attempt), for its deterministic choice.
     seen: Mutex<HashMap<(String, String, u32), u32>>,
     pub ignored: AtomicUsize,
+    /// When [`hold::DEPENDENCY`] is down (ms, our clock).
+    pub outages: Mutex<Vec<(i64, i64)>>,
 }
 
 /// The summary of a run and what the checker found.
@@ -461,6 +495,7 @@ pub async fn start_cluster(o: &Options, s: Setup) -> anyhow::Result<Started> {
         let_deadlines_pass: s.let_deadlines_pass,
         seen: Mutex::new(HashMap::new()),
         ignored: AtomicUsize::new(0),
+        outages: Mutex::new(Vec::new()),
     });
     // Let the ring settle: every node holds slots.
     tokio::time::sleep(Duration::from_millis(2 * LEASE_TTL_MS)).await;
@@ -481,7 +516,11 @@ impl Started {
     pub fn spawn_executors(&self) -> Vec<tokio::task::JoinHandle<()>> {
         let mut out = Vec::new();
         for node in 0..self.shared.nodes.len() {
-            for svc in SERVICES {
+            for svc in SERVICES
+                .iter()
+                .chain(saga::SERVICES)
+                .chain([&hold::SERVICE])
+            {
                 out.push(tokio::spawn(executor(
                     self.shared.clone(),
                     node,
@@ -562,7 +601,40 @@ impl Started {
     pub async fn finish(&self, f: Finish<'_>) -> anyhow::Result<Ending> {
         let shared = &self.shared;
         let (cql, keyspace) = (&self.cql, &self.keyspace);
-        let (finals, drain_s) = drain(shared, f.touched, f.drain_timeout).await;
+        let (mut finals, drain_s) = drain(shared, f.touched, f.drain_timeout).await;
+        // The compensation chains of the steps that died, run to their ends.
+        let dead_steps: Vec<String> = finals
+            .iter()
+            .filter(|((s, _), r)| {
+                s == saga::STEP
+                    && matches!(r, Answer::Ok(x) if x.status == pb::RetryStatus::Dead as i32)
+            })
+            .map(|((_, t), _)| t.clone())
+            .collect();
+        let saga_steps = f.touched.iter().filter(|(s, _)| s == saga::STEP).count();
+        if saga_steps > 0 {
+            let keys = saga::chain_keys(&dead_steps);
+            let started = Instant::now();
+            let mut chains = final_states(shared, &keys).await;
+            while started.elapsed() < Duration::from_secs(45) {
+                let mut all = finals.clone();
+                all.extend(chains.clone());
+                if dead_steps.iter().all(|t| saga::settled(&all, t)) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                chains = final_states(shared, &keys).await;
+            }
+            // The chains of the steps that did not die: none may exist.
+            let others: Vec<String> = f
+                .touched
+                .iter()
+                .filter(|(s, t)| s == saga::STEP && !dead_steps.contains(t))
+                .map(|(_, t)| t.clone())
+                .collect();
+            chains.extend(final_states(shared, &saga::chain_keys(&others)).await);
+            finals.extend(chains);
+        }
         // Compaction: tiers 2-5 empty, Tier 1 at most today's day.
         let end_state =
             directory::wait_end_state_with(cql, keyspace, Duration::from_secs(30), &f.scan).await;
@@ -598,7 +670,21 @@ impl Started {
             timeout_ms: push::TIMEOUT_MS,
             unstored: &unstored,
         };
-        let result = checker::check_with(&input, (!f.pushed.is_empty()).then_some(&push_rules));
+        let mut result = checker::check_with(&input, (!f.pushed.is_empty()).then_some(&push_rules));
+        let saga_counts = if saga_steps > 0 {
+            let (v, c) = saga::check(&events, &finals, &letters);
+            result.violations.extend(v);
+            Some(c)
+        } else {
+            None
+        };
+        let hold_counts = if f.touched.iter().any(|(s, _)| s == hold::SERVICE) {
+            let (v, c) = hold::check(&events, &finals);
+            result.violations.extend(v);
+            Some(c)
+        } else {
+            None
+        };
 
         let mut text = String::new();
         use std::fmt::Write;
@@ -680,6 +766,24 @@ impl Started {
                 result.pushes_after_2xx,
                 result.explained_pushes_after_2xx,
                 unstored.len()
+            );
+        }
+        if let Some(c) = &saga_counts {
+            let _ = writeln!(
+                text,
+                "sagas: {} steps, {} died: chains run to their end {}, stopped at a dead compensation {}; {} compensation deliveries ({} after its SUCCEEDED was acknowledged); SUCCEEDED steps with a chain run by the stated SUCCEEDED/FAILED race: {}",
+                c.steps, c.dead, c.completed, c.stopped, c.deliveries, c.after_success, c.races
+            );
+        }
+        if let Some(c) = &hold_counts {
+            let _ = writeln!(
+                text,
+                "holds: {} retries naming {:?} ({} deliveries, {} holds asked for by the executors; {} deliveries excused by a SIGSTOP)",
+                c.retries,
+                hold::DEPENDENCY,
+                c.deliveries,
+                c.holds,
+                c.excused
             );
         }
         let _ = writeln!(
@@ -937,6 +1041,8 @@ pub async fn run(o: Options) -> anyhow::Result<Report> {
     let pushed: &[&str] = if o.push { &[push::SERVICE] } else { &[] };
     let t0 = now_ms();
     let plan = plan(&o);
+    *shared.outages.lock().expect("outages") =
+        plan.outages.iter().map(|(a, b)| (t0 + a, t0 + b)).collect();
 
     let mut executors = cluster.spawn_executors();
     if o.push {
@@ -1071,6 +1177,16 @@ async fn perform(shared: Arc<Shared>, op: Op) {
                             policy: Some(policy()),
                             attempt: 1,
                             last_error: "first try failed".into(),
+                            compensations: if svc == saga::STEP {
+                                saga::compensations(tx)
+                            } else {
+                                Vec::new()
+                            },
+                            dependency: if svc == hold::SERVICE {
+                                hold::DEPENDENCY.into()
+                            } else {
+                                String::new()
+                            },
                             ..Default::default()
                         },
                         asked,
@@ -1290,17 +1406,21 @@ async fn answer(shared: Arc<Shared>, node: usize, idx: usize, d: pb::Delivery) {
         Outcome::Succeeded => String::new(),
         _ => format!("chaos-{outcome:?}-#{idx}"),
     };
-    let req = pb::AckRequest {
-        delivery_id: d.delivery_id.clone(),
-        outcome: match outcome {
-            Outcome::Succeeded => pb::AckOutcome::Succeeded,
-            Outcome::Failed => pb::AckOutcome::Failed,
-            _ => pb::AckOutcome::Retry,
-        } as i32,
-        retry_after: after.map(dur),
-        error: error.clone(),
-        snooze: outcome == Outcome::Snooze,
-        ..Default::default()
+    let (req, outcome, after, error) = if d.service == hold::SERVICE {
+        // Its dependency decides: a hold while it is down, else SUCCEEDED.
+        let now = now_ms();
+        let down = !shared.draining.load(Ordering::SeqCst)
+            && hold::down(&shared.outages.lock().expect("outages"), now);
+        let (req, outcome) = hold::ack_request(&d, down);
+        let error = req.error.clone();
+        (req, outcome, None, error)
+    } else {
+        (
+            ack_request(&d, outcome, after, &error),
+            outcome,
+            after,
+            error,
+        )
     };
     let mut client = ExecutorServiceClient::new(shared.channels[node].clone());
     let start = now_ms();
@@ -1330,6 +1450,27 @@ async fn answer(shared: Arc<Shared>, node: usize, idx: usize, d: pb::Delivery) {
             answer,
         },
     });
+}
+
+/// The ack of `d` with `outcome` chosen by [`choose`].
+fn ack_request(
+    d: &pb::Delivery,
+    outcome: Outcome,
+    after: Option<i64>,
+    error: &str,
+) -> pb::AckRequest {
+    pb::AckRequest {
+        delivery_id: d.delivery_id.clone(),
+        outcome: match outcome {
+            Outcome::Succeeded => pb::AckOutcome::Succeeded,
+            Outcome::Failed => pb::AckOutcome::Failed,
+            _ => pb::AckOutcome::Retry,
+        } as i32,
+        retry_after: after.map(dur),
+        error: error.to_string(),
+        snooze: outcome == Outcome::Snooze,
+        ..Default::default()
+    }
 }
 
 /// Runs the planned faults one after the other; every fault ends with its target running.
@@ -1496,7 +1637,7 @@ fn logged_delivery_id(line: &str) -> Option<String> {
 async fn dead_letters(shared: &Shared, pushed: &[&str]) -> HashMap<(String, String), Vec<String>> {
     let mut out: HashMap<(String, String), Vec<String>> = HashMap::new();
     let mut admin = AdminServiceClient::new(shared.channels[0].clone());
-    for svc in SERVICES.iter().chain(pushed) {
+    for svc in SERVICES.iter().chain(saga::SERVICES).chain(pushed) {
         let mut token = String::new();
         loop {
             let r = call(admin.list_dead_letters(pb::ListDeadLettersRequest {
