@@ -13,7 +13,7 @@ use super::{
 };
 use crate::{
     error::Error,
-    holds::ProbeAnswer,
+    holds::{Gate, ProbeAnswer},
     metrics, saga,
     store::{DeadLetter, Status, TxState},
     telemetry::{rpc::code_name, spans},
@@ -369,6 +369,14 @@ impl Dispatcher {
                         tracing::warn!(error = %e, "cannot read the state of a delivery to redeliver, will retry");
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
+                }
+            }
+            // Its dependency held meanwhile: postponed to the hold's end, as the feed does,
+            // rather than delivered during the hold. Should that write fail, it is delivered.
+            if let Gate::Wait(until) = this.holds.gate(&work.state.dependency).await {
+                if this.postpone_held(&work.state, until).await {
+                    work.resolve();
+                    return;
                 }
             }
             let keep = {

@@ -193,3 +193,52 @@ async fn an_executor_holds_the_dependency_with_its_retry_ack() {
     let b1 = rig.state("billing", "b1").await;
     assert_eq!((b1.attempt, b1.delivery_count), (1, 0));
 }
+
+#[tokio::test]
+async fn a_delivery_whose_deadline_passes_during_a_hold_waits_for_its_end() {
+    let rig = Rig::new(utc_ms(START)).await;
+    rig.start_reaper();
+    let holds = rig.dispatcher.holds.clone();
+    let w = rig.grid.next(rig.grid.window_of(rig.now()));
+    enqueue_naming(&rig, "orders", "o1", "payments-gateway").await;
+    let ack_timeout = rig
+        .state("orders", "o1")
+        .await
+        .policy
+        .ack_timeout
+        .as_millis() as i64;
+    let mut orders = rig.subscribe("orders", 10).await;
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let d1 = expect_delivery(&mut orders).await;
+    // Another retry's executor holds the dependency while this delivery is out, unanswered.
+    let hold = holds
+        .hold(
+            "payments-gateway",
+            Duration::from_secs(300),
+            "503",
+            "executor",
+            0,
+        )
+        .await
+        .unwrap();
+    rig.clock.advance(ack_timeout);
+    assert!(
+        next_delivery(&mut orders, 100).await.is_none(),
+        "not redelivered during the hold"
+    );
+    let s = rig.state("orders", "o1").await;
+    assert_eq!(s.status, Status::Scheduled);
+    assert!(s.due_at_ms >= hold.until_ms, "postponed to the hold's end");
+    assert_eq!(s.attempt, d1.attempt - 1, "no attempt used");
+    // After the hold it comes again (as the probe), the same attempt.
+    let after = rig.grid.window_of(s.due_at_ms + 1_000);
+    let got = scan_at(
+        &rig,
+        readable_at(&rig, rig.grid.next(after)),
+        &mut [&mut orders],
+    )
+    .await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].attempt, d1.attempt);
+}
