@@ -106,123 +106,6 @@ impl HoldStore for CassandraStore {
         stale_before_ms: i64,
         ttl_seconds: u32,
     ) -> StoreResult<ProbeClaim> {
-        self.claim_probe_row(
-            dependency,
-            until_ms,
-            owner,
-            now_ms,
-            stale_before_ms,
-            ttl_seconds,
-        )
-        .await
-    }
-
-    async fn answer_probe(
-        &self,
-        dependency: &str,
-        until_ms: i64,
-        owner: &str,
-        answered_at_ms: i64,
-        ttl_seconds: u32,
-    ) -> StoreResult<bool> {
-        self.answer_probe_row(dependency, until_ms, owner, answered_at_ms, ttl_seconds)
-            .await
-    }
-
-    async fn list_holds(&self) -> StoreResult<Vec<HoldRow>> {
-        type Row = (
-            String,
-            Option<CqlTimestamp>,
-            Option<String>,
-            Option<CqlTimestamp>,
-            Option<String>,
-            Option<i32>,
-        );
-        let rows: Vec<Row> = self
-            .collect(&self.holds.list_holds, (&self.region, &self.cluster))
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(dependency, until, reason, held_at, source, renewals)| HoldRow {
-                    dependency,
-                    until_ms: until.map_or(0, |t| t.0),
-                    reason: reason.unwrap_or_default(),
-                    held_at_ms: held_at.map_or(0, |t| t.0),
-                    source: source.unwrap_or_default(),
-                    renewals: renewals.map_or(0, |r| r.max(0) as u32),
-                },
-            )
-            .collect())
-    }
-}
-
-fn ttl(seconds: u32) -> i32 {
-    i32::try_from(seconds.max(1)).unwrap_or(i32::MAX)
-}
-
-/// Reads an LWT result: `[applied]`, then (when not applied) the row as it stands, if any.
-fn lwt_outcome(res: QueryResult) -> StoreResult<(bool, Option<ProbeRow>)> {
-    let rows = res
-        .into_rows_result()
-        .map_err(|e| StoreError::Internal(format!("LWT returned no rows result: {e}")))?;
-    let names: Vec<String> = rows
-        .column_specs()
-        .iter()
-        .map(|c| c.name().to_string())
-        .collect();
-    let Some(row) = rows
-        .rows::<scylla::value::Row>()
-        .map_err(|e| StoreError::Internal(format!("LWT result: {e}")))?
-        .next()
-        .transpose()
-        .map_err(|e| StoreError::Internal(format!("LWT result: {e}")))?
-    else {
-        return Err(StoreError::Internal("LWT returned no row".into()));
-    };
-    let applied = matches!(row.columns.first(), Some(Some(CqlValue::Boolean(true))));
-    let col = |name: &str| {
-        names
-            .iter()
-            .position(|n| n == name)
-            .and_then(|i| row.columns.get(i).cloned().flatten())
-    };
-    let ms = |name: &str| match col(name) {
-        Some(CqlValue::Timestamp(t)) => t.0,
-        _ => 0,
-    };
-    let current = match col("owner") {
-        Some(CqlValue::Text(owner)) => Some(ProbeRow {
-            owner,
-            claimed_at_ms: ms("claimed_at"),
-            answered_at_ms: ms("answered_at"),
-        }),
-        _ => None,
-    };
-    Ok((applied, current))
-}
-
-impl CassandraStore {
-    async fn lwt(
-        &self,
-        ps: &PreparedStatement,
-        values: impl scylla::serialize::row::SerializeRow,
-    ) -> StoreResult<(bool, Option<ProbeRow>)> {
-        let res = observed(ps.get_statement(), self.session.execute_unpaged(ps, values))
-            .await
-            .map_err(|e| map_execution_error(&e))?;
-        lwt_outcome(res)
-    }
-
-    pub(super) async fn claim_probe_row(
-        &self,
-        dependency: &str,
-        until_ms: i64,
-        owner: &str,
-        now_ms: i64,
-        stale_before_ms: i64,
-        ttl_seconds: u32,
-    ) -> StoreResult<ProbeClaim> {
         let s = &self.holds;
         let (applied, current) = self
             .lwt(
@@ -277,7 +160,7 @@ impl CassandraStore {
         })
     }
 
-    pub(super) async fn answer_probe_row(
+    async fn answer_probe(
         &self,
         dependency: &str,
         until_ms: i64,
@@ -300,5 +183,68 @@ impl CassandraStore {
             )
             .await?;
         Ok(applied)
+    }
+
+    async fn list_holds(&self) -> StoreResult<Vec<HoldRow>> {
+        type Row = (
+            String,
+            Option<CqlTimestamp>,
+            Option<String>,
+            Option<CqlTimestamp>,
+            Option<String>,
+            Option<i32>,
+        );
+        let rows: Vec<Row> = self
+            .collect(&self.holds.list_holds, (&self.region, &self.cluster))
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(dependency, until, reason, held_at, source, renewals)| HoldRow {
+                    dependency,
+                    until_ms: until.map_or(0, |t| t.0),
+                    reason: reason.unwrap_or_default(),
+                    held_at_ms: held_at.map_or(0, |t| t.0),
+                    source: source.unwrap_or_default(),
+                    renewals: renewals.map_or(0, |r| r.max(0) as u32),
+                },
+            )
+            .collect())
+    }
+}
+
+fn ttl(seconds: u32) -> i32 {
+    i32::try_from(seconds.max(1)).unwrap_or(i32::MAX)
+}
+
+/// Reads a probe LWT's answer (`lwt_result`): the claim as it stands when not applied.
+fn lwt_outcome(res: QueryResult) -> StoreResult<(bool, Option<ProbeRow>)> {
+    let (applied, row) = super::lwt_result(res)?;
+    let ms = |name: &str| match row.get(name) {
+        Some(CqlValue::Timestamp(t)) => t.0,
+        _ => 0,
+    };
+    let current = match row.get("owner") {
+        Some(CqlValue::Text(owner)) => Some(ProbeRow {
+            owner: owner.clone(),
+            claimed_at_ms: ms("claimed_at"),
+            answered_at_ms: ms("answered_at"),
+        }),
+        _ => None,
+    };
+    Ok((applied, current))
+}
+
+impl CassandraStore {
+    /// Runs a probe LWT and reads its answer.
+    async fn lwt(
+        &self,
+        ps: &PreparedStatement,
+        values: impl scylla::serialize::row::SerializeRow,
+    ) -> StoreResult<(bool, Option<ProbeRow>)> {
+        let res = observed(ps.get_statement(), self.session.execute_unpaged(ps, values))
+            .await
+            .map_err(|e| map_execution_error(&e))?;
+        lwt_outcome(res)
     }
 }

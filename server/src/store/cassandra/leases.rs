@@ -288,37 +288,14 @@ fn lease_row(
     }
 }
 
-/// Reads an LWT result. Cassandra answers `[applied]` alone when applied, and `[applied]`
-/// plus the current row when not; the first column is the verdict either way.
+/// Reads a lease LWT's answer (`lwt_result`): the lease as it stands when not applied.
 fn cas_outcome(res: scylla::response::query_result::QueryResult, slot: i32) -> StoreResult<Cas> {
     use scylla::value::CqlValue;
-    let rows = res
-        .into_rows_result()
-        .map_err(|e| StoreError::Internal(format!("LWT returned no rows result: {e}")))?;
-    let names: Vec<String> = rows
-        .column_specs()
-        .iter()
-        .map(|c| c.name().to_string())
-        .collect();
-    let Some(row) = rows
-        .rows::<scylla::value::Row>()
-        .map_err(|e| StoreError::Internal(format!("LWT result: {e}")))?
-        .next()
-        .transpose()
-        .map_err(|e| StoreError::Internal(format!("LWT result: {e}")))?
-    else {
-        return Err(StoreError::Internal("LWT returned no row".into()));
-    };
-    let applied = matches!(row.columns.first(), Some(Some(CqlValue::Boolean(true))));
+    let (applied, row) = super::lwt_result(res)?;
     if applied {
         return Ok(Cas::Applied);
     }
-    let col = |name: &str| {
-        names
-            .iter()
-            .position(|n| n == name)
-            .and_then(|i| row.columns.get(i).cloned().flatten())
-    };
+    let col = |name: &str| row.get(name).cloned();
     let current = col("epoch").map(|epoch| LeaseRow {
         slot,
         owner: match col("owner") {

@@ -16,7 +16,7 @@ pub mod migrate;
 mod services;
 mod state;
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
@@ -443,6 +443,40 @@ fn batchable<K: std::hash::Hash + Eq>(keys: impl ExactSizeIterator<Item = K>) ->
 }
 
 /// Maps a driver error to the three kinds of `StoreError`: the only place that knows them.
+/// A lightweight transaction's answer: whether it applied, and the row as it stands (by column
+/// name) when it did not. Cassandra answers `[applied]` alone when applied, and `[applied]`
+/// plus the current row (if any) when not; the first column is the verdict either way.
+pub(super) fn lwt_result(
+    res: scylla::response::query_result::QueryResult,
+) -> StoreResult<(bool, HashMap<String, scylla::value::CqlValue>)> {
+    use scylla::value::CqlValue;
+    let rows = res
+        .into_rows_result()
+        .map_err(|e| StoreError::Internal(format!("LWT returned no rows result: {e}")))?;
+    let names: Vec<String> = rows
+        .column_specs()
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect();
+    let Some(row) = rows
+        .rows::<scylla::value::Row>()
+        .map_err(|e| StoreError::Internal(format!("LWT result: {e}")))?
+        .next()
+        .transpose()
+        .map_err(|e| StoreError::Internal(format!("LWT result: {e}")))?
+    else {
+        return Err(StoreError::Internal("LWT returned no row".into()));
+    };
+    let applied = matches!(row.columns.first(), Some(Some(CqlValue::Boolean(true))));
+    let current = names
+        .into_iter()
+        .zip(row.columns)
+        .skip(1)
+        .filter_map(|(n, v)| Some((n, v?)))
+        .collect();
+    Ok((applied, current))
+}
+
 pub fn map_execution_error(e: &ExecutionError) -> StoreError {
     match e {
         ExecutionError::RequestTimeout(_) => StoreError::Timeout(e.to_string()),
