@@ -539,8 +539,8 @@ pub trait HoldStore: Send + Sync + std::fmt::Debug {
     async fn list_holds(&self) -> StoreResult<Vec<HoldRow>>;
     /// Claims for `owner` the one probe that follows the hold of `dependency` ending at
     /// `until_ms` (a compare-and-set, across nodes): won when no node claimed it yet, when
-    /// `owner` holds it already, or when its claim is older than `stale_before_ms` and was
-    /// never answered. Else the claim that stands. The row expires `ttl_seconds` from now.
+    /// `owner` holds it already, or when its claim is older than `stale_before_ms`; never once
+    /// it was answered. Else the claim that stands. The row expires `ttl_seconds` from now.
     async fn claim_probe(
         &self,
         dependency: &str,

@@ -238,7 +238,8 @@ pub async fn dependency_holds_are_put_replaced_listed_and_expire(f: &dyn Fixture
 
 /// The probe after a hold: one claim wins (a second node loses and is told the claim that
 /// stands), the owner claims again and wins, a claim is taken over only once stale and
-/// unanswered, only the owner records the answer, and each hold end has a probe of its own.
+/// unanswered, only the owner records the answer, an answered probe is never claimed again,
+/// and each hold end has a probe of its own.
 pub async fn a_dependency_probe_is_claimed_by_one_node(f: &dyn Fixture) {
     let s = f.store();
     let ttl = 3_600;
@@ -323,6 +324,13 @@ pub async fn a_dependency_probe_is_claimed_by_one_node(f: &dyn Fixture) {
             .await
             .unwrap(),
         answered
+    );
+    assert_eq!(
+        s.claim_probe("pay", 2_000, "c", 500_000, 500_000, ttl)
+            .await
+            .unwrap(),
+        answered,
+        "not even by its owner (after a restart, say)"
     );
     assert!(
         !s.answer_probe("nothing", 2_000, "c", 71_000, ttl)

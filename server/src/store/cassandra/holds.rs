@@ -130,10 +130,14 @@ impl HoldStore for CassandraStore {
                 ))
             }
         };
+        // Answered: nobody probes again, its owner included (say after a restart).
+        if current.answered_at_ms != 0 {
+            return Ok(ProbeClaim::Lost(current));
+        }
         if current.owner == owner {
             return Ok(ProbeClaim::Won);
         }
-        if current.answered_at_ms != 0 || current.claimed_at_ms >= stale_before_ms {
+        if current.claimed_at_ms >= stale_before_ms {
             return Ok(ProbeClaim::Lost(current));
         }
         // The claim went stale unanswered: take it over, if it is still that claim.

@@ -68,13 +68,15 @@ impl HoldStore for EmbeddedStore {
             i.write(|w| {
                 if let Some(v) = w.get(key.as_bytes())? {
                     let current = decode_probe(&v)?;
-                    let stale =
-                        current.answered_at_ms == 0 && current.claimed_at_ms < stale_before_ms;
-                    if current.owner != owner && !stale {
+                    // Answered: nobody probes again, its owner included.
+                    if current.answered_at_ms != 0 {
                         return Ok(ProbeClaim::Lost(current));
                     }
                     if current.owner == owner {
                         return Ok(ProbeClaim::Won);
+                    }
+                    if current.claimed_at_ms >= stale_before_ms {
+                        return Ok(ProbeClaim::Lost(current));
                     }
                 }
                 let row = ProbeRow {
