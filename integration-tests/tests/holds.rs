@@ -20,6 +20,24 @@ const SERVICES: [&str; 3] = ["orders", "billing", "shipping"];
 const PER_SERVICE: usize = 10;
 const DEPENDENCY: &str = "payments-gateway";
 
+/// No dead letter in any of `services`.
+async fn assert_no_dead_letters(
+    admin: &mut AdminServiceClient<tonic::transport::Channel>,
+    services: &[&str],
+) {
+    for service in services {
+        let dead = admin
+            .list_dead_letters(pb::ListDeadLettersRequest {
+                service: service.to_string(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(dead.dead_letters.is_empty(), "{service}: {dead:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_held_dependency_defers_without_using_attempts_then_drains() {
     let n = TestNode::with_system_clock(test_config("holds")).await;
@@ -111,15 +129,7 @@ async fn a_held_dependency_defers_without_using_attempts_then_drains() {
     );
     // Every delivery is the retry's first attempt by Rebound: the holds used none.
     assert!(seen.iter().all(|(.., attempt)| *attempt == 2), "{seen:?}");
-    let dead = admin
-        .list_dead_letters(pb::ListDeadLettersRequest {
-            service: "orders".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(dead.dead_letters.is_empty(), "{dead:?}");
+    assert_no_dead_letters(&mut admin, &["orders"]).await;
     for e in executors {
         e.abort();
     }
@@ -274,17 +284,7 @@ async fn two_thousand_retries_on_two_nodes_wait_out_an_outage_with_one_probe_at_
         HashSet::from([2]),
         "every delivery is the retry's first attempt by Rebound: the holds used none"
     );
-    for service in SERVICES {
-        let dead = admin
-            .list_dead_letters(pb::ListDeadLettersRequest {
-                service: service.into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(dead.dead_letters.is_empty(), "{service}: {dead:?}");
-    }
+    assert_no_dead_letters(&mut admin, &SERVICES).await;
     for e in executors {
         e.abort();
     }

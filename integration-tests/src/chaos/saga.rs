@@ -150,19 +150,18 @@ pub fn check(
     let mut out = Vec::new();
     let mut counts = Counts::default();
     // The events of each transaction of both services.
-    let mut by_tx: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    let mut by_tx: HashMap<(String, String), Vec<usize>> = HashMap::new();
     for (i, e) in ev.iter().enumerate() {
         if let Some((s, t)) = e.tx() {
             if SERVICES.contains(&s) {
-                by_tx.entry((s, t)).or_default().push(i);
+                by_tx.entry((s.into(), t.into())).or_default().push(i);
             }
         }
     }
     let events_of = |s: &str, t: &str| -> Vec<usize> {
         by_tx
-            .iter()
-            .find(|((bs, bt), _)| *bs == s && *bt == t)
-            .map(|(_, v)| v.clone())
+            .get(&(s.to_string(), t.to_string()))
+            .cloned()
             .unwrap_or_default()
     };
     let deliveries = |t: &str| -> Vec<usize> {
