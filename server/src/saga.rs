@@ -15,7 +15,7 @@ use rebound_proto::v1 as pb;
 
 use crate::{
     error::Error,
-    store::{Chain, Saga, TxState},
+    store::{Chain, Saga, Status, TxState},
     validate::{EnqueueInput, Schedule},
 };
 
@@ -34,6 +34,50 @@ pub fn starts_on_dead(state: &TxState) -> bool {
 pub fn continues_on_success(state: &TxState) -> bool {
     state.saga.chain.is_some() && !state.saga.compensations.is_empty()
 }
+
+/// The saga step (service, transaction id) whose death enqueued `state`, when `state` is the
+/// first compensation of a chain. It goes out only once that step reads DEAD ([`step_gate`]).
+pub fn step_of(state: &TxState) -> Option<(&str, &str)> {
+    state
+        .saga
+        .chain
+        .as_ref()
+        .filter(|c| c.position == 1)
+        .map(|c| (c.saga_service.as_str(), c.saga_transaction_id.as_str()))
+}
+
+/// What the feed does with a chain's first compensation, given its step's state row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepGate {
+    /// The step is DEAD, which is final (`TxState::apply_settled`), or its row is gone.
+    Deliver,
+    /// The step has not ended (its hand-off landed, its DEAD row not yet, or a node died in
+    /// between): postponed to this time, when the step may have ended.
+    Wait(i64),
+    /// The step ended SUCCEEDED or CANCELLED: the compensation is cancelled, never delivered.
+    Cancel,
+}
+
+/// The gate of a chain's first compensation at `now`, given its step's row.
+pub fn step_gate(step: Option<&TxState>, now: i64) -> StepGate {
+    match step {
+        None => StepGate::Deliver,
+        Some(s) => match s.status {
+            Status::Dead => StepGate::Deliver,
+            Status::Succeeded | Status::Cancelled => StepGate::Cancel,
+            // Not before the step's own next delivery can end it; checked at least every
+            // STEP_RECHECK_MS meanwhile, as a cancel or an ack in flight may end it sooner.
+            Status::Scheduled => StepGate::Wait(
+                s.due_at_ms
+                    .saturating_add(1_000)
+                    .clamp(now + 1_000, now + STEP_RECHECK_MS),
+            ),
+        },
+    }
+}
+
+/// The longest a chain's first compensation waits before its step is read again.
+pub const STEP_RECHECK_MS: i64 = 60_000;
 
 /// The stored compensations of `saga`, decoded. They were validated when stored.
 pub fn decode(saga: &Saga) -> Result<Vec<pb::Compensation>, Error> {
@@ -234,6 +278,44 @@ mod tests {
             pb::RetryStatus::Succeeded as i32
         );
         assert_eq!(members(&head).unwrap(), members(&s2).unwrap());
+    }
+
+    #[test]
+    fn a_first_compensation_goes_out_only_once_its_step_reads_dead() {
+        let head = step();
+        let first = next_enqueue(&head).unwrap().unwrap();
+        let mut c1 = TxState::cancelled_ghost("payments", "refund-1", 9);
+        c1.saga = first.saga;
+        assert_eq!(step_of(&c1), Some(("orders", "o-1")));
+        assert_eq!(step_of(&head), None);
+        let mut c2 = c1.clone();
+        c2.saga = next_enqueue(&c1).unwrap().unwrap().saga;
+        assert_eq!(step_of(&c2), None, "only the first compensation is gated");
+
+        let now = 1_000_000;
+        let at = |status: Status, due: i64| {
+            let mut s = head.clone();
+            s.status = status;
+            s.due_at_ms = due;
+            step_gate(Some(&s), now)
+        };
+        assert_eq!(step_gate(None, now), StepGate::Deliver);
+        assert_eq!(at(Status::Dead, 0), StepGate::Deliver);
+        assert_eq!(at(Status::Succeeded, 0), StepGate::Cancel);
+        assert_eq!(at(Status::Cancelled, 0), StepGate::Cancel);
+        // Being delivered (due in the past): looked at again a second later.
+        assert_eq!(
+            at(Status::Scheduled, now - 5_000),
+            StepGate::Wait(now + 1_000)
+        );
+        assert_eq!(
+            at(Status::Scheduled, now + 9_000),
+            StepGate::Wait(now + 10_000)
+        );
+        assert_eq!(
+            at(Status::Scheduled, now + 3_600_000),
+            StepGate::Wait(now + STEP_RECHECK_MS)
+        );
     }
 
     #[test]

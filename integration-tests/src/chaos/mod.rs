@@ -771,8 +771,8 @@ impl Started {
         if let Some(c) = &saga_counts {
             let _ = writeln!(
                 text,
-                "sagas: {} steps, {} died: chains run to their end {}, stopped at a dead compensation {}; {} compensation deliveries ({} after its SUCCEEDED was acknowledged); SUCCEEDED steps with a chain run by the stated SUCCEEDED/FAILED race: {}",
-                c.steps, c.dead, c.completed, c.stopped, c.deliveries, c.after_success, c.races
+                "sagas: {} steps, {} died: chains run to their end {}, stopped at a dead compensation {}; {} compensation deliveries ({} after its SUCCEEDED was acknowledged); DEAD steps one of whose deliveries was acknowledged SUCCEEDED: {}",
+                c.steps, c.dead, c.completed, c.stopped, c.deliveries, c.after_success, c.dead_over_success
             );
         }
         if let Some(c) = &hold_counts {

@@ -134,10 +134,10 @@ pub struct Counts {
     /// Deliveries of a compensation after an acknowledged SUCCEEDED of it (at least once:
     /// not a violation).
     pub after_success: usize,
-    /// Steps that ended SUCCEEDED with a compensation run: two deliveries of one attempt
-    /// answered SUCCEEDED and FAILED (or RETRY) at once, the race docs/architecture.md states
-    /// it does not close ("Compensation chains").
-    pub races: usize,
+    /// Steps that ended DEAD although one of their deliveries was acknowledged SUCCEEDED
+    /// (two deliveries of one attempt answered SUCCEEDED and FAILED at once: DEAD is final,
+    /// docs/architecture.md, "Compensation chains").
+    pub dead_over_success: usize,
 }
 
 /// The saga rule over a run: `finals` holds the end states of the steps and of their
@@ -218,9 +218,7 @@ pub fn check(
         let f2 = finals.get(&(UNDO.to_string(), c2.clone()));
         if step != Some(pb::RetryStatus::Dead) {
             let ran = !d1.is_empty() || !d2.is_empty() || !not_found(f1) || !not_found(f2);
-            if ran && step == Some(pb::RetryStatus::Succeeded) && raced(ev, &events_of(STEP, tx)) {
-                counts.races += 1;
-            } else if ran {
+            if ran {
                 v(
                     "compensation of a step that did not die",
                     format!("step {step:?}; {c1}: {f1:?}, {c2}: {f2:?}"),
@@ -229,6 +227,9 @@ pub fn check(
             continue;
         }
         counts.dead += 1;
+        if raced(ev, &events_of(STEP, tx)) {
+            counts.dead_over_success += 1;
+        }
         let (s1, s2) = (status(f1), status(f2));
         let letter = |c: &str| letters.contains_key(&(UNDO.to_string(), c.to_string()));
         match (s1, s2) {
@@ -463,6 +464,22 @@ mod tests {
 
         // A step that succeeded runs no compensation.
         let (ev, mut finals) = run(false);
+        finals.insert(
+            (STEP.into(), "s0".into()),
+            retry(pb::RetryStatus::Succeeded),
+        );
+        let (v, _) = check(&ev, &finals, &letters);
+        assert_eq!(v[0].kind, "compensation of a step that did not die");
+
+        // Two deliveries of the step's attempt answered FAILED and SUCCEEDED: it must end DEAD
+        // (counted) and run its chain; SUCCEEDED with its chain run is a violation.
+        let (mut ev, finals) = run(false);
+        ev.insert(2, delivery(1_050, STEP, "s0"));
+        ev.insert(4, ack(1_150, STEP, "s0", 2, Outcome::Succeeded));
+        let (v, counts) = check(&ev, &finals, &letters);
+        assert!(v.is_empty(), "{v:?}");
+        assert_eq!((counts.dead, counts.dead_over_success), (1, 1));
+        let mut finals = finals;
         finals.insert(
             (STEP.into(), "s0".into()),
             retry(pb::RetryStatus::Succeeded),

@@ -184,17 +184,17 @@ impl TxState {
     /// concurrent writer on another node put in its status afterwards: a schedule, a
     /// SUCCEEDED ack or a dead letter. So a cancel that wrote its cell is never undone, and
     /// the ack that raced it (answered OK, its write landing on either side of the cancel)
-    /// loses. Otherwise a schedule, or a dead letter, derived from a generation acknowledged
-    /// SUCCEEDED is SUCCEEDED: a schedule written by a writer that read the row before the
-    /// ack, or a dead letter of a second delivery of the same attempt (one executor reported
-    /// the step done, and it was: its compensations must not run).
+    /// loses. Otherwise a schedule derived from a generation acknowledged SUCCEEDED is
+    /// SUCCEEDED (written by a writer that read the row before the ack). A DEAD row stays
+    /// DEAD: the dead letter of a second delivery of the same attempt, written over or under
+    /// a concurrent SUCCEEDED ack, wins, so that a saga step whose first compensation may
+    /// have gone out never reads SUCCEEDED afterwards (docs/architecture.md, "Compensation
+    /// chains").
     pub fn apply_settled(mut self) -> Self {
         let covers = |cell: Option<i64>| cell.is_some_and(|g| g >= self.base_generation);
         if covers(self.cancelled_generation) && self.status != Status::Cancelled {
             self.status = Status::Cancelled;
-        } else if matches!(self.status, Status::Scheduled | Status::Dead)
-            && covers(self.succeeded_generation)
-        {
+        } else if self.status == Status::Scheduled && covers(self.succeeded_generation) {
             self.status = Status::Succeeded;
         }
         self

@@ -395,8 +395,9 @@ pub async fn a_settle_lands_on_the_row_it_read(f: &dyn Fixture) {
 
 /// A settle loses to every write made after the read it settles, wherever it lands: a cancel
 /// stays CANCELLED, a fresh start after a cancel stays SCHEDULED (the settle must not write
-/// the old generation back over it), and a schedule or a dead letter derived from the settled
-/// generation reads as SUCCEEDED through the success cell the settle still sets.
+/// the old generation back over it), a schedule derived from the settled generation reads as
+/// SUCCEEDED through the success cell the settle still sets, and a dead letter of the settled
+/// generation stays DEAD, landing before or after the settle.
 pub async fn a_settle_loses_to_every_write_after_its_read(f: &dyn Fixture) {
     let s = f.store();
     let settle = |read: &TxState| TxState {
@@ -447,27 +448,36 @@ pub async fn a_settle_loses_to_every_write_after_its_read(f: &dyn Fixture) {
         (Status::Succeeded, 7, Some(5))
     );
 
-    // A dead letter of the same attempt after the read (a second delivery of it, on another
-    // node, acked FAILED): the SUCCEEDED ack's row loses, its success cell does not, and
-    // the step that did succeed reads SUCCEEDED. A dead letter of a later, fresh start is not
-    // covered.
-    let live = TxState {
-        base_generation: 4,
-        ..state(SVC, "dead", 5)
-    };
-    s.put_state(&live, None).await.unwrap();
-    let read = s.get_state(SVC, "dead").await.unwrap().unwrap();
-    let dead = TxState {
-        status: Status::Dead,
-        ..live.clone()
-    };
-    s.put_state(&dead, Some(3600)).await.unwrap();
-    s.settle_state(&settle(&read), 3600).await.unwrap();
-    let after = s.get_state(SVC, "dead").await.unwrap().unwrap();
-    assert_eq!(
-        (after.status, after.generation, after.succeeded_generation),
-        (Status::Succeeded, 5, Some(5))
-    );
+    // A dead letter of the same attempt (a second delivery of it, on another node, acked
+    // FAILED), written after the read, landing before or after the settle: it stays DEAD, so a
+    // saga step whose first compensation may have gone out never reads SUCCEEDED. A settle
+    // of a later, fresh start still covers nothing dead.
+    for settle_first in [false, true] {
+        let id = if settle_first { "dead-after" } else { "dead" };
+        let live = TxState {
+            base_generation: 4,
+            ..state(SVC, id, 5)
+        };
+        s.put_state(&live, None).await.unwrap();
+        let read = s.get_state(SVC, id).await.unwrap().unwrap();
+        let dead = TxState {
+            status: Status::Dead,
+            ..live.clone()
+        };
+        if settle_first {
+            s.settle_state(&settle(&read), 3600).await.unwrap();
+            s.put_state(&dead, Some(3600)).await.unwrap();
+        } else {
+            s.put_state(&dead, Some(3600)).await.unwrap();
+            s.settle_state(&settle(&read), 3600).await.unwrap();
+        }
+        let after = s.get_state(SVC, id).await.unwrap().unwrap();
+        assert_eq!(
+            (after.status, after.generation, after.succeeded_generation),
+            (Status::Dead, 5, Some(5)),
+            "settle first: {settle_first}"
+        );
+    }
     let fresh_dead = TxState {
         status: Status::Dead,
         base_generation: 9,

@@ -4,7 +4,13 @@
 //! stops the chain, and a redrive of it resumes the chain.
 
 use rebound_proto::v1::{self as pb, enqueue_retry_request::Schedule};
-use rebound_server::{error::Error, saga, store::Status, validate};
+use rebound_server::{
+    dispatch::{AttemptOutcome, Resolution},
+    error::Error,
+    saga,
+    store::Status,
+    validate,
+};
 
 use crate::{next_delivery, utc_ms, Deliveries, Rig};
 
@@ -305,4 +311,71 @@ async fn a_chain_over_the_limits_is_refused_by_name_before_anything_is_written()
             "{txid} was written"
         );
     }
+}
+
+#[tokio::test]
+async fn a_first_compensation_waits_for_its_step_and_is_cancelled_when_the_step_succeeds() {
+    let rig = Rig::new(utc_ms(START)).await;
+    enqueue(
+        &rig,
+        step("o-5", vec![compensation("payments", "refund-5")]),
+    )
+    .await
+    .unwrap();
+    let mut orders = rig.subscribe("orders", 10).await;
+    let mut payments = rig.subscribe("payments", 10).await;
+    let d = next(&rig, &mut orders).await;
+    // The hand-off of a delivery that is about to die landed (or its node died right after
+    // it), and the step is not DEAD: its compensation waits, without using an attempt.
+    let input = saga::next_enqueue(&rig.state("orders", "o-5").await)
+        .unwrap()
+        .unwrap();
+    rig.writer.enqueue(input).await.unwrap();
+    quiet(&rig, &mut payments).await;
+    let waiting = rig.state("payments", "refund-5").await;
+    assert_eq!((waiting.status, waiting.attempt), (Status::Scheduled, 0));
+    // The step's delivery in flight then succeeds: the compensation never goes out.
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    quiet(&rig, &mut payments).await;
+    assert_eq!(rig.state("orders", "o-5").await.status, Status::Succeeded);
+    assert_eq!(
+        rig.state("payments", "refund-5").await.status,
+        Status::Cancelled
+    );
+}
+
+#[tokio::test]
+async fn a_step_answered_succeeded_and_failed_at_once_ends_dead_and_compensates() {
+    let rig = Rig::new(utc_ms(START)).await;
+    enqueue(
+        &rig,
+        step("o-6", vec![compensation("payments", "refund-6")]),
+    )
+    .await
+    .unwrap();
+    let mut orders = rig.subscribe("orders", 10).await;
+    let mut payments = rig.subscribe("payments", 10).await;
+    let d = next(&rig, &mut orders).await;
+    // Two deliveries of the last attempt, on two nodes, both read the row before either
+    // answer landed: one is acknowledged SUCCEEDED (one write, no read), the other FAILED.
+    let read = rig.state("orders", "o-6").await;
+    rig.writer.settle_succeeded(read.clone()).await.unwrap();
+    let failed = rig
+        .dispatcher
+        .resolve(
+            read,
+            1,
+            AttemptOutcome::Failed {
+                error: "declined".into(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed, Resolution::Dead);
+    // DEAD is final over the SUCCEEDED of the same attempt, whichever landed first: the step
+    // reads DEAD, its compensation runs, and the first delivery's late answer changes nothing.
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    assert_eq!(rig.state("orders", "o-6").await.status, Status::Dead);
+    let c = next(&rig, &mut payments).await;
+    assert_eq!(c.transaction_id, "refund-6");
 }
