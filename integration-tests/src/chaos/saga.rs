@@ -134,9 +134,9 @@ pub struct Counts {
     /// Deliveries of a compensation after an acknowledged SUCCEEDED of it (at least once:
     /// not a violation).
     pub after_success: usize,
-    /// Steps that ended DEAD although one of their deliveries was acknowledged SUCCEEDED
-    /// (two deliveries of one attempt answered SUCCEEDED and FAILED at once: DEAD is final,
-    /// docs/architecture.md, "Compensation chains").
+    /// Steps that ended DEAD although one of their deliveries was answered SUCCEEDED with OK
+    /// or an unknown outcome (two deliveries of one attempt answered SUCCEEDED and FAILED at
+    /// once, docs/architecture.md, "Compensation chains").
     pub dead_over_success: usize,
 }
 
@@ -471,8 +471,9 @@ mod tests {
         let (v, _) = check(&ev, &finals, &letters);
         assert_eq!(v[0].kind, "compensation of a step that did not die");
 
-        // Two deliveries of the step's attempt answered FAILED and SUCCEEDED: it must end DEAD
-        // (counted) and run its chain; SUCCEEDED with its chain run is a violation.
+        // Two deliveries of the step's attempt answered FAILED and SUCCEEDED (one of them is
+        // refused by the store, unless an answer was unknown): a DEAD end runs its chain
+        // (counted), a SUCCEEDED end with its chain run is a violation.
         let (mut ev, finals) = run(false);
         ev.insert(2, delivery(1_050, STEP, "s0"));
         ev.insert(4, ack(1_150, STEP, "s0", 2, Outcome::Succeeded));

@@ -103,7 +103,12 @@ impl Dispatcher {
         inflight: InFlight,
         outcome: AttemptOutcome,
     ) -> Result<Resolution, Error> {
-        if matches!(outcome, AttemptOutcome::Succeeded) && inflight.work.state.written.0.is_some() {
+        // A saga step's SUCCEEDED is decided against its FAILED (`Writer::end`), so it reads
+        // the row as the other answers do.
+        if matches!(outcome, AttemptOutcome::Succeeded)
+            && inflight.work.state.written.0.is_some()
+            && !guarded(&inflight.work.state)
+        {
             return self.settle_succeeded(delivery_id, inflight).await;
         }
         let (service, txid) = (
@@ -137,6 +142,11 @@ impl Dispatcher {
             Ok(res) => {
                 inflight.work.resolve();
                 Ok(res)
+            }
+            // Another answer ended it first (`ended_meanwhile`): stale, as above.
+            Err(e @ Error::FailedPrecondition(_)) => {
+                inflight.work.resolve();
+                Err(e)
             }
             Err(e) => {
                 self.keep_in_flight(delivery_id, inflight);
@@ -210,7 +220,14 @@ impl Dispatcher {
             AttemptOutcome::Succeeded => {
                 self.hand_off(&state, saga::continues_on_success(&state))
                     .await?;
-                self.writer.finish(state, Status::Succeeded).await?;
+                if guarded(&state) {
+                    let (service, txid) = (state.service.clone(), state.transaction_id.clone());
+                    if !self.writer.end(state, Status::Succeeded).await? {
+                        return Err(ended_meanwhile(&service, &txid));
+                    }
+                } else {
+                    self.writer.finish(state, Status::Succeeded).await?;
+                }
                 Ok(Resolution::Succeeded)
             }
             AttemptOutcome::Failed { error } => {
@@ -328,8 +345,17 @@ impl Dispatcher {
         self.store
             .put_dead_letter(&letter, self.opts.dead_letter_ttl_seconds)
             .await?;
-        let service = state.service.clone();
-        self.writer.finish(state, Status::Dead).await?;
+        let (service, txid) = (state.service.clone(), state.transaction_id.clone());
+        if guarded(&state) {
+            // Another delivery's answer ended or changed it first: its letter stays listed
+            // (a redrive skips a retry that is not DEAD), and its first compensation, enqueued
+            // above, is cancelled before it is delivered (`Dispatcher::step_gate`).
+            if !self.writer.end(state, Status::Dead).await? {
+                return Err(ended_meanwhile(&service, &txid));
+            }
+        } else {
+            self.writer.finish(state, Status::Dead).await?;
+        }
         metrics::global().dead_letter(&service);
         Ok(())
     }
@@ -450,4 +476,17 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// Whether the terminal write of `state` is conditional (`Writer::end`): a saga step with
+/// compensations, whose SUCCEEDED and DEAD must not both land (docs/architecture.md,
+/// "Compensation chains"). Rows in the layout of before 0007 keep the plain write.
+fn guarded(state: &TxState) -> bool {
+    saga::starts_on_dead(state) && !state.legacy_columns
+}
+
+fn ended_meanwhile(service: &str, transaction_id: &str) -> Error {
+    Error::FailedPrecondition(format!(
+        "transaction {transaction_id:?} of service {service:?} was ended, rescheduled or cancelled by another answer meanwhile; this answer did not end it"
+    ))
 }

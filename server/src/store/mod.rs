@@ -184,17 +184,17 @@ impl TxState {
     /// concurrent writer on another node put in its status afterwards: a schedule, a
     /// SUCCEEDED ack or a dead letter. So a cancel that wrote its cell is never undone, and
     /// the ack that raced it (answered OK, its write landing on either side of the cancel)
-    /// loses. Otherwise a schedule derived from a generation acknowledged SUCCEEDED is
-    /// SUCCEEDED (written by a writer that read the row before the ack). A DEAD row stays
-    /// DEAD: the dead letter of a second delivery of the same attempt, written over or under
-    /// a concurrent SUCCEEDED ack, wins, so that a saga step whose first compensation may
-    /// have gone out never reads SUCCEEDED afterwards (docs/architecture.md, "Compensation
-    /// chains").
+    /// loses. Otherwise a schedule, or a dead letter, derived from a generation acknowledged
+    /// SUCCEEDED is SUCCEEDED: a schedule written by a writer that read the row before the
+    /// ack, or a dead letter of a second delivery of the same attempt (one executor reported
+    /// the step done, and it was: its compensations must not run).
     pub fn apply_settled(mut self) -> Self {
         let covers = |cell: Option<i64>| cell.is_some_and(|g| g >= self.base_generation);
         if covers(self.cancelled_generation) && self.status != Status::Cancelled {
             self.status = Status::Cancelled;
-        } else if self.status == Status::Scheduled && covers(self.succeeded_generation) {
+        } else if matches!(self.status, Status::Scheduled | Status::Dead)
+            && covers(self.succeeded_generation)
+        {
             self.status = Status::Succeeded;
         }
         self
@@ -451,6 +451,12 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
     /// a new schedule) wins over it, in any order of arrival. Coalesced with other writes
     /// where the store can. Internal error when `state.written` is unknown.
     async fn settle_state(&self, state: &TxState, ttl_seconds: u32) -> StoreResult<()>;
+    /// Writes the terminal `state` (SUCCEEDED with its succeeded cell, or DEAD; with
+    /// `ttl_seconds`) only if its row is SCHEDULED at `state.generation` as it stands, a
+    /// lightweight transaction in Cassandra; true when written. Of two deliveries of a saga
+    /// step's attempt answered SUCCEEDED and FAILED at once, one ends it, and the other finds
+    /// it ended. A timeout is an unknown outcome.
+    async fn end_state(&self, state: &TxState, ttl_seconds: u32) -> StoreResult<bool>;
 }
 
 /// The lease ring and its members, and the database's clock. Lease changes are

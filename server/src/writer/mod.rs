@@ -695,6 +695,30 @@ impl Writer {
         Ok(())
     }
 
+    /// Ends the retry `state` (SUCCEEDED or DEAD) only if its row is still SCHEDULED at its
+    /// generation (`StateStore::end_state`): the terminal write of a saga step, so that of two
+    /// deliveries of one attempt answered SUCCEEDED and FAILED at once exactly one ends it.
+    /// False when the row had changed, unless it already reads as this write would make it
+    /// (this call's own write, repeated after an unknown outcome).
+    pub async fn end(&self, mut state: TxState, status: Status) -> Result<bool, Error> {
+        debug_assert!(matches!(status, Status::Succeeded | Status::Dead));
+        state.status = status;
+        state.updated_at_ms = self.clock.now_ms();
+        let ttl = if status == Status::Dead {
+            self.opts.dead_ttl_seconds
+        } else {
+            self.opts.terminal_ttl_seconds
+        };
+        if self.store.end_state(&state, ttl).await? {
+            return Ok(true);
+        }
+        let now = self
+            .store
+            .get_state(&state.service, &state.transaction_id)
+            .await?;
+        Ok(now.is_some_and(|n| n.status == status && n.generation == state.generation))
+    }
+
     /// Writes SUCCEEDED for the generation of `state` as it was read when it was delivered,
     /// with the terminal TTL, without reading the row again (`StateStore::settle_state`):
     /// the write goes just above the row's write time as read, so a cancel or a new schedule

@@ -395,9 +395,8 @@ pub async fn a_settle_lands_on_the_row_it_read(f: &dyn Fixture) {
 
 /// A settle loses to every write made after the read it settles, wherever it lands: a cancel
 /// stays CANCELLED, a fresh start after a cancel stays SCHEDULED (the settle must not write
-/// the old generation back over it), a schedule derived from the settled generation reads as
-/// SUCCEEDED through the success cell the settle still sets, and a dead letter of the settled
-/// generation stays DEAD, landing before or after the settle.
+/// the old generation back over it), and a schedule or a dead letter derived from the settled
+/// generation reads as SUCCEEDED through the success cell the settle still sets.
 pub async fn a_settle_loses_to_every_write_after_its_read(f: &dyn Fixture) {
     let s = f.store();
     let settle = |read: &TxState| TxState {
@@ -448,36 +447,27 @@ pub async fn a_settle_loses_to_every_write_after_its_read(f: &dyn Fixture) {
         (Status::Succeeded, 7, Some(5))
     );
 
-    // A dead letter of the same attempt (a second delivery of it, on another node, acked
-    // FAILED), written after the read, landing before or after the settle: it stays DEAD, so a
-    // saga step whose first compensation may have gone out never reads SUCCEEDED. A settle
-    // of a later, fresh start still covers nothing dead.
-    for settle_first in [false, true] {
-        let id = if settle_first { "dead-after" } else { "dead" };
-        let live = TxState {
-            base_generation: 4,
-            ..state(SVC, id, 5)
-        };
-        s.put_state(&live, None).await.unwrap();
-        let read = s.get_state(SVC, id).await.unwrap().unwrap();
-        let dead = TxState {
-            status: Status::Dead,
-            ..live.clone()
-        };
-        if settle_first {
-            s.settle_state(&settle(&read), 3600).await.unwrap();
-            s.put_state(&dead, Some(3600)).await.unwrap();
-        } else {
-            s.put_state(&dead, Some(3600)).await.unwrap();
-            s.settle_state(&settle(&read), 3600).await.unwrap();
-        }
-        let after = s.get_state(SVC, id).await.unwrap().unwrap();
-        assert_eq!(
-            (after.status, after.generation, after.succeeded_generation),
-            (Status::Dead, 5, Some(5)),
-            "settle first: {settle_first}"
-        );
-    }
+    // A dead letter of the same attempt after the read (a second delivery of it, on another
+    // node, acked FAILED): the SUCCEEDED ack's row loses, its success cell does not, and
+    // the step that did succeed reads SUCCEEDED. A dead letter of a later, fresh start is not
+    // covered.
+    let live = TxState {
+        base_generation: 4,
+        ..state(SVC, "dead", 5)
+    };
+    s.put_state(&live, None).await.unwrap();
+    let read = s.get_state(SVC, "dead").await.unwrap().unwrap();
+    let dead = TxState {
+        status: Status::Dead,
+        ..live.clone()
+    };
+    s.put_state(&dead, Some(3600)).await.unwrap();
+    s.settle_state(&settle(&read), 3600).await.unwrap();
+    let after = s.get_state(SVC, "dead").await.unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.generation, after.succeeded_generation),
+        (Status::Succeeded, 5, Some(5))
+    );
     let fresh_dead = TxState {
         status: Status::Dead,
         base_generation: 9,
@@ -486,4 +476,84 @@ pub async fn a_settle_loses_to_every_write_after_its_read(f: &dyn Fixture) {
     s.put_state(&fresh_dead, Some(3600)).await.unwrap();
     let after = s.get_state(SVC, "dead").await.unwrap().unwrap();
     assert_eq!((after.status, after.generation), (Status::Dead, 9));
+}
+
+/// `end_state` writes a terminal row only over the SCHEDULED row of its generation: of two
+/// ends of one generation (a SUCCEEDED and a DEAD answered at once) the first lands and the
+/// second finds it; a row rescheduled, cancelled or missing is not ended; the row it writes
+/// carries its TTL on every cell (it expires whole, as a plain terminal write does).
+pub async fn an_end_lands_only_on_the_scheduled_row_of_its_generation(f: &dyn Fixture) {
+    let s = f.store();
+    let ended = |live: &TxState, status: Status| TxState {
+        status,
+        ..live.clone()
+    };
+    let live = state(SVC, "end", 5);
+    s.put_state(&live, None).await.unwrap();
+    assert!(s
+        .end_state(&ended(&live, Status::Succeeded), 2)
+        .await
+        .unwrap());
+    assert!(!s
+        .end_state(&ended(&live, Status::Dead), 3600)
+        .await
+        .unwrap());
+    let after = s.get_state(SVC, "end").await.unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.generation, after.succeeded_generation),
+        (Status::Succeeded, 5, Some(5))
+    );
+
+    // DEAD first, then SUCCEEDED: DEAD stays.
+    let live = state(SVC, "dead", 5);
+    s.put_state(&live, None).await.unwrap();
+    assert!(s
+        .end_state(&ended(&live, Status::Dead), 3600)
+        .await
+        .unwrap());
+    assert!(!s
+        .end_state(&ended(&live, Status::Succeeded), 3600)
+        .await
+        .unwrap());
+    let after = s.get_state(SVC, "dead").await.unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.succeeded_generation),
+        (Status::Dead, None)
+    );
+
+    // Rescheduled (another generation), cancelled, or never written: not ended.
+    let moved = state(SVC, "moved", 7);
+    s.put_state(&moved, None).await.unwrap();
+    let stale = state(SVC, "moved", 5);
+    assert!(!s
+        .end_state(&ended(&stale, Status::Dead), 3600)
+        .await
+        .unwrap());
+    assert_eq!(
+        s.get_state(SVC, "moved").await.unwrap().map(|r| r.status),
+        Some(Status::Scheduled)
+    );
+    let gone = state(SVC, "gone", 5);
+    s.put_state(&gone, None).await.unwrap();
+    s.cancel_state(&ended(&gone, Status::Cancelled), 3600, 7200)
+        .await
+        .unwrap();
+    assert!(!s
+        .end_state(&ended(&gone, Status::Dead), 3600)
+        .await
+        .unwrap());
+    assert_eq!(
+        s.get_state(SVC, "gone").await.unwrap().map(|r| r.status),
+        Some(Status::Cancelled)
+    );
+    let never = state(SVC, "never", 5);
+    assert!(!s
+        .end_state(&ended(&never, Status::Dead), 3600)
+        .await
+        .unwrap());
+    assert_eq!(s.get_state(SVC, "never").await.unwrap(), None);
+
+    // The ended row expires whole with its TTL.
+    f.advance(Duration::from_secs(3)).await;
+    assert_eq!(s.get_state(SVC, "end").await.unwrap(), None);
 }

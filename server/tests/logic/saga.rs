@@ -345,37 +345,58 @@ async fn a_first_compensation_waits_for_its_step_and_is_cancelled_when_the_step_
 }
 
 #[tokio::test]
-async fn a_step_answered_succeeded_and_failed_at_once_ends_dead_and_compensates() {
-    let rig = Rig::new(utc_ms(START)).await;
-    enqueue(
-        &rig,
-        step("o-6", vec![compensation("payments", "refund-6")]),
-    )
-    .await
-    .unwrap();
-    let mut orders = rig.subscribe("orders", 10).await;
-    let mut payments = rig.subscribe("payments", 10).await;
-    let d = next(&rig, &mut orders).await;
-    // Two deliveries of the last attempt, on two nodes, both read the row before either
-    // answer landed: one is acknowledged SUCCEEDED (one write, no read), the other FAILED.
-    let read = rig.state("orders", "o-6").await;
-    rig.writer.settle_succeeded(read.clone()).await.unwrap();
-    let failed = rig
-        .dispatcher
-        .resolve(
-            read,
-            1,
-            AttemptOutcome::Failed {
-                error: "declined".into(),
-            },
+async fn of_two_answers_at_once_succeeded_and_failed_the_first_ends_the_step() {
+    for succeeded_first in [false, true] {
+        let rig = Rig::new(utc_ms(START)).await;
+        enqueue(
+            &rig,
+            step("o-6", vec![compensation("payments", "refund-6")]),
         )
         .await
         .unwrap();
-    assert_eq!(failed, Resolution::Dead);
-    // DEAD is final over the SUCCEEDED of the same attempt, whichever landed first: the step
-    // reads DEAD, its compensation runs, and the first delivery's late answer changes nothing.
-    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
-    assert_eq!(rig.state("orders", "o-6").await.status, Status::Dead);
-    let c = next(&rig, &mut payments).await;
-    assert_eq!(c.transaction_id, "refund-6");
+        let mut orders = rig.subscribe("orders", 10).await;
+        let mut payments = rig.subscribe("payments", 10).await;
+        let d = next(&rig, &mut orders).await;
+        // Two deliveries of the last attempt, on two nodes, both read the row before either
+        // answer landed; one is acknowledged SUCCEEDED, the other FAILED.
+        let read = rig.state("orders", "o-6").await;
+        let failed = |rig: &Rig| {
+            let dispatcher = rig.dispatcher.clone();
+            let read = read.clone();
+            async move {
+                dispatcher
+                    .resolve(
+                        read,
+                        1,
+                        AttemptOutcome::Failed {
+                            error: "declined".into(),
+                        },
+                    )
+                    .await
+            }
+        };
+        if succeeded_first {
+            rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+            // The FAILED answer finds the step ended: refused, and the compensation it
+            // enqueued first is cancelled, never delivered.
+            assert!(matches!(
+                failed(&rig).await,
+                Err(Error::FailedPrecondition(_))
+            ));
+            quiet(&rig, &mut payments).await;
+            assert_eq!(rig.state("orders", "o-6").await.status, Status::Succeeded);
+            assert_eq!(
+                rig.state("payments", "refund-6").await.status,
+                Status::Cancelled
+            );
+        } else {
+            assert_eq!(failed(&rig).await.unwrap(), Resolution::Dead);
+            // The SUCCEEDED answer finds the step DEAD: refused, and the chain runs.
+            let late = rig.ack(&d, pb::AckOutcome::Succeeded, None).await;
+            assert_eq!(late.unwrap_err().code(), tonic::Code::FailedPrecondition);
+            assert_eq!(rig.state("orders", "o-6").await.status, Status::Dead);
+            let c = next(&rig, &mut payments).await;
+            assert_eq!(c.transaction_id, "refund-6");
+        }
+    }
 }

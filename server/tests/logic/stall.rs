@@ -220,4 +220,9 @@ impl StateStore for StallingStore {
         self.stall(&self.state_ms);
         r
     }
+    async fn end_state(&self, state: &TxState, ttl_seconds: u32) -> StoreResult<bool> {
+        let r = self.inner.end_state(state, ttl_seconds).await;
+        self.stall(&self.state_ms);
+        r
+    }
 }

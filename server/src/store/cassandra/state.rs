@@ -94,6 +94,8 @@ type StateWrites = Coalescer<(), StateWrite, (), StoreError>;
 /// The state-row statements, and the coalescers that run them.
 pub(super) struct States {
     put_cancel: PreparedStatement,
+    /// The condition of `end_state`'s batch (the row itself goes by `StateIo::put`).
+    end_if: PreparedStatement,
     /// State-row reads of one service coalesced into `IN` queries.
     reads: Arc<Coalescer<String, String, Option<TxState>, StoreError>>,
     /// State-row writes coalesced into small unlogged batches.
@@ -124,6 +126,13 @@ impl States {
             .prepare(format!(
                 "UPDATE {ks}.transactions USING TTL ? SET cancelled_generation = ? \
              WHERE region = ? AND cluster = ? AND service = ? AND transaction_id = ?"
+            ))
+            .await?;
+        let end_if = p
+            .prepare(format!(
+                "UPDATE {ks}.transactions USING TTL ? SET status = ? \
+             WHERE region = ? AND cluster = ? AND service = ? AND transaction_id = ? \
+             IF status = 'SCHEDULED' AND generation = ?"
             ))
             .await?;
         let get_states = p
@@ -170,6 +179,7 @@ impl States {
         );
         Ok(Self {
             put_cancel,
+            end_if,
             reads: state_reads,
             writes: state_writes,
             io: state_io,
@@ -493,6 +503,38 @@ impl StateStore for CassandraStore {
                 state_write_weight(s),
             )
             .await
+    }
+
+    async fn end_state(&self, s: &TxState, ttl_seconds: u32) -> StoreResult<bool> {
+        if s.legacy_columns {
+            return Err(StoreError::Internal(format!(
+                "state row {}/{} is in the layout of before 0007: it cannot be ended conditionally",
+                s.service, s.transaction_id
+            )));
+        }
+        // One partition: the row as a plain insert (its TTL on every cell, as every terminal
+        // write has), applied only with the condition of the update beside it.
+        let io = &self.state.io;
+        let mut batch = Batch::new(BatchType::Logged);
+        batch.append_statement(io.put.clone());
+        batch.append_statement(self.state.end_if.clone());
+        let condition = (
+            ttl_of(Some(ttl_seconds)),
+            s.status.as_str(),
+            &self.region,
+            &self.cluster,
+            &s.service,
+            &s.transaction_id,
+            s.generation,
+        );
+        let res = observed(
+            self.state.end_if.get_statement(),
+            self.session
+                .batch(&batch, (io.values(s, Some(ttl_seconds)), condition)),
+        )
+        .await
+        .map_err(|e| map_execution_error(&e))?;
+        Ok(super::lwt_result(res)?.0)
     }
 
     async fn cancel_state(

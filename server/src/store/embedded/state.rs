@@ -174,6 +174,26 @@ impl StateStore for EmbeddedStore {
             .await
     }
 
+    async fn end_state(&self, s: &TxState, ttl_seconds: u32) -> StoreResult<bool> {
+        let k = self.state_keys(&s.service, &s.transaction_id);
+        let s = s.clone();
+        self.blocking(move |i| {
+            i.write(|w| {
+                let Some(main) = w.get(k.main.as_bytes())? else {
+                    return Ok(false);
+                };
+                let mut d = Dec::new(&main);
+                let (status, generation) = (d.str()?, d.i64()?);
+                if status != Status::Scheduled.as_str() || generation != s.generation {
+                    return Ok(false);
+                }
+                put_state(w, &k, &s, Some(ttl_seconds), None)?;
+                Ok(true)
+            })
+        })
+        .await
+    }
+
     async fn cancel_state(
         &self,
         s: &TxState,
