@@ -17,6 +17,7 @@ use crate::{
     metrics, saga,
     store::{DeadLetter, Status, TxState},
     telemetry::{rpc::code_name, spans},
+    writer::changed_meanwhile,
 };
 
 impl Dispatcher {
@@ -107,7 +108,7 @@ impl Dispatcher {
         // the row as the other answers do.
         if matches!(outcome, AttemptOutcome::Succeeded)
             && inflight.work.state.written.0.is_some()
-            && !guarded(&inflight.work.state)
+            && !inflight.work.state.conditional_writes()
         {
             return self.settle_succeeded(delivery_id, inflight).await;
         }
@@ -143,7 +144,7 @@ impl Dispatcher {
                 inflight.work.resolve();
                 Ok(res)
             }
-            // Another answer ended it first (`ended_meanwhile`): stale, as above.
+            // Another answer ended it first (`changed_meanwhile`): stale, as above.
             Err(e @ Error::FailedPrecondition(_)) => {
                 inflight.work.resolve();
                 Err(e)
@@ -220,10 +221,10 @@ impl Dispatcher {
             AttemptOutcome::Succeeded => {
                 self.hand_off(&state, saga::continues_on_success(&state))
                     .await?;
-                if guarded(&state) {
+                if state.conditional_writes() {
                     let (service, txid) = (state.service.clone(), state.transaction_id.clone());
                     if !self.writer.end(state, Status::Succeeded).await? {
-                        return Err(ended_meanwhile(&service, &txid));
+                        return Err(changed_meanwhile(&service, &txid));
                     }
                 } else {
                     self.writer.finish(state, Status::Succeeded).await?;
@@ -346,12 +347,12 @@ impl Dispatcher {
             .put_dead_letter(&letter, self.opts.dead_letter_ttl_seconds)
             .await?;
         let (service, txid) = (state.service.clone(), state.transaction_id.clone());
-        if guarded(&state) {
+        if state.conditional_writes() {
             // Another delivery's answer ended or changed it first: its letter stays listed
             // (a redrive skips a retry that is not DEAD), and its first compensation, enqueued
             // above, is cancelled before it is delivered (`Dispatcher::step_gate`).
             if !self.writer.end(state, Status::Dead).await? {
-                return Err(ended_meanwhile(&service, &txid));
+                return Err(changed_meanwhile(&service, &txid));
             }
         } else {
             self.writer.finish(state, Status::Dead).await?;
@@ -476,17 +477,4 @@ impl Dispatcher {
             }
         }
     }
-}
-
-/// Whether the terminal write of `state` is conditional (`Writer::end`): a saga step with
-/// compensations, whose SUCCEEDED and DEAD must not both land (docs/architecture.md,
-/// "Compensation chains"). Rows in the layout of before 0007 keep the plain write.
-fn guarded(state: &TxState) -> bool {
-    saga::starts_on_dead(state) && !state.legacy_columns
-}
-
-fn ended_meanwhile(service: &str, transaction_id: &str) -> Error {
-    Error::FailedPrecondition(format!(
-        "transaction {transaction_id:?} of service {service:?} was ended, rescheduled or cancelled by another answer meanwhile; this answer did not end it"
-    ))
 }

@@ -200,6 +200,14 @@ impl TxState {
         self
     }
 
+    /// Whether the writes that answer a delivery of this retry (its end, a RETRY's next
+    /// schedule) and its cancel are conditional (`StateStore::put_state_if`,
+    /// `cancel_state_if`): a saga step with compensations, whose SUCCEEDED and DEAD must not
+    /// both land (docs/architecture.md, "Compensation chains"), in the layout of 0007 on.
+    pub fn conditional_writes(&self) -> bool {
+        self.saga.chain.is_none() && !self.saga.compensations.is_empty() && !self.legacy_columns
+    }
+
     /// The generation a new schedule must go above: every generation this row has seen.
     pub fn generation_floor(&self) -> i64 {
         self.generation
@@ -451,12 +459,25 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
     /// a new schedule) wins over it, in any order of arrival. Coalesced with other writes
     /// where the store can. Internal error when `state.written` is unknown.
     async fn settle_state(&self, state: &TxState, ttl_seconds: u32) -> StoreResult<()>;
-    /// Writes the terminal `state` (SUCCEEDED with its succeeded cell, or DEAD; with
-    /// `ttl_seconds`) only if its row is SCHEDULED at `state.generation` as it stands, a
-    /// lightweight transaction in Cassandra; true when written. Of two deliveries of a saga
-    /// step's attempt answered SUCCEEDED and FAILED at once, one ends it, and the other finds
-    /// it ended. A timeout is an unknown outcome.
-    async fn end_state(&self, state: &TxState, ttl_seconds: u32) -> StoreResult<bool>;
+    /// `put_state`, only if the row is SCHEDULED at `if_generation` as it stands (a
+    /// lightweight transaction in Cassandra); true when written. The writes of a saga step
+    /// that answer a delivery (its end, SUCCEEDED or DEAD, and a RETRY's next schedule) go
+    /// this way, so that of two deliveries of one attempt answered at once one ends or
+    /// reschedules it and the other finds it changed. A timeout is an unknown outcome.
+    async fn put_state_if(
+        &self,
+        state: &TxState,
+        ttl_seconds: Option<u32>,
+        if_generation: i64,
+    ) -> StoreResult<bool>;
+    /// `cancel_state`, only if the row is SCHEDULED at `state.generation` as it stands (a
+    /// lightweight transaction in Cassandra); true when written. The cancel of a saga step.
+    async fn cancel_state_if(
+        &self,
+        state: &TxState,
+        ttl_seconds: u32,
+        cancel_ttl_seconds: u32,
+    ) -> StoreResult<bool>;
 }
 
 /// The lease ring and its members, and the database's clock. Lease changes are

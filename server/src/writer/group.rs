@@ -491,7 +491,7 @@ impl Writer {
                 state.generation = new_generation(state.generation, now);
                 state.due_at_ms = self.grid.end_ms(target);
                 state.updated_at_ms = now;
-                self.write_schedule(&mut state, target, now).await
+                self.write_schedule(&mut state, target, now, None).await
             }
             .await;
             results[i] = Some(r.map(|()| outcome(state, deduplicated)));

@@ -576,6 +576,8 @@ impl Writer {
     ) -> Result<TxState, Error> {
         let now = self.clock.now_ms();
         let target = self.grid.target(now, due_ms);
+        // A saga step's next schedule lands only over the row it follows (`end`).
+        let guard = (!fresh && state.conditional_writes()).then_some(state.generation);
         state.status = Status::Scheduled;
         let above = state.generation_floor();
         state.base_generation = state.generation;
@@ -585,7 +587,7 @@ impl Writer {
         }
         state.due_at_ms = self.grid.end_ms(target);
         state.updated_at_ms = now;
-        self.write_schedule(&mut state, target, now).await?;
+        self.write_schedule(&mut state, target, now, guard).await?;
         Ok(state)
     }
 
@@ -601,11 +603,16 @@ impl Writer {
     /// that landed late is deleted (its bucket may be gone). If the state row then lands later
     /// than a reader waits for it, the outcome is unknown and the caller is told so
     /// (DEADLINE_EXCEEDED: repeating the enqueue settles it).
+    ///
+    /// With `guard`, the state row is written only over the SCHEDULED row of that generation
+    /// (`StateStore::put_state_if`); FAILED_PRECONDITION when it changed (the pointer written
+    /// is then stale).
     async fn write_schedule(
         &self,
         state: &mut TxState,
         target: WindowId,
         now: i64,
+        guard: Option<i64>,
     ) -> Result<(), Error> {
         let (mut target, mut now) = (target, now);
         for placement in 0..PLACEMENTS {
@@ -643,7 +650,14 @@ impl Writer {
             let after = self.clock.now_ms();
             if after < end {
                 state.location = Some(location);
-                self.store.put_state(state, None).await?;
+                match guard {
+                    None => self.store.put_state(state, None).await?,
+                    Some(g) => {
+                        if !self.store.put_state_if(state, None, g).await? {
+                            return Err(changed_meanwhile(&state.service, &state.transaction_id));
+                        }
+                    }
+                }
                 return self.check_state_landed(now);
             }
             tracing::warn!(
@@ -709,7 +723,11 @@ impl Writer {
         } else {
             self.opts.terminal_ttl_seconds
         };
-        if self.store.end_state(&state, ttl).await? {
+        if self
+            .store
+            .put_state_if(&state, Some(ttl), state.generation)
+            .await?
+        {
             return Ok(true);
         }
         let now = self
@@ -783,6 +801,9 @@ impl Writer {
             return Ok((state.status, false));
         }
         let cancel_ttl = self.cancel_ttl();
+        if state.conditional_writes() {
+            return self.cancel_conditionally(state, cancel_ttl).await;
+        }
         for _ in 0..CANCEL_ROUNDS {
             state.status = Status::Cancelled;
             state.updated_at_ms = self.clock.now_ms();
@@ -800,6 +821,53 @@ impl Writer {
 
 /// Writes of one cancel at most (the first, and one per schedule derived meanwhile).
 const CANCEL_ROUNDS: usize = 3;
+
+impl Writer {
+    /// The cancel of a saga step (`TxState::conditional_writes`): the CANCELLED row and its
+    /// cell land only over the SCHEDULED row that was read (`StateStore::cancel_state_if`),
+    /// so that it never lands over the step's DEAD or SUCCEEDED end, and a DEAD end never
+    /// lands over it. A new schedule meanwhile is read and cancelled in its turn; an end
+    /// meanwhile is answered as it stands (not cancelled by this call).
+    async fn cancel_conditionally(
+        &self,
+        mut state: TxState,
+        cancel_ttl: u32,
+    ) -> Result<(Status, bool), Error> {
+        let (service, transaction_id) = (state.service.clone(), state.transaction_id.clone());
+        for _ in 0..CANCEL_ROUNDS {
+            let generation = state.generation;
+            state.status = Status::Cancelled;
+            state.updated_at_ms = self.clock.now_ms();
+            if self
+                .store
+                .cancel_state_if(&state, self.opts.terminal_ttl_seconds, cancel_ttl)
+                .await?
+            {
+                return Ok((Status::Cancelled, true));
+            }
+            state = self.get(&service, &transaction_id).await?;
+            match state.status {
+                Status::Scheduled => continue,
+                // This call's own write, repeated after an unknown outcome.
+                Status::Cancelled if state.generation == generation => {
+                    return Ok((Status::Cancelled, true))
+                }
+                other => return Ok((other, false)),
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "retry {transaction_id:?} of service {service:?} was rescheduled {CANCEL_ROUNDS} times while it was being cancelled; nothing was cancelled, try again"
+        )))
+    }
+}
+
+/// A conditional write (`TxState::conditional_writes`) that found its row changed: another
+/// answer ended, rescheduled or cancelled the retry meanwhile.
+pub fn changed_meanwhile(service: &str, transaction_id: &str) -> Error {
+    Error::FailedPrecondition(format!(
+        "transaction {transaction_id:?} of service {service:?} was ended, rescheduled or cancelled by another answer meanwhile; this answer changed nothing"
+    ))
+}
 
 fn not_found(service: &str, transaction_id: &str) -> Error {
     Error::NotFound(format!(

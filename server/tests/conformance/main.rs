@@ -27,8 +27,8 @@
 //! - a read state row carries its write time (`TxState::written`), and `settle_state` writes
 //!   just above it: it lands on a row nothing changed since the read, and loses to every write
 //!   made after the read (a cancel, a fresh start, a derived schedule) in any order;
-//! - `end_state` writes only over the SCHEDULED row of its generation (an LWT in Cassandra),
-//!   and the row it writes expires whole with its TTL;
+//! - `put_state_if` and `cancel_state_if` write only over the SCHEDULED row of the generation
+//!   they name (an LWT in Cassandra), and a terminal row written so expires whole with its TTL;
 //! - a rejected `create_lease` carries the current owner, epoch, expiry and address; a
 //!   rejected `replace_lease` only its epoch (Cassandra answers nothing else), and one on a
 //!   slot never created carries None;
@@ -119,7 +119,7 @@ macro_rules! all_conformance_tests {
             a_cancel_wins_over_an_ack_that_raced_it,
             a_settle_lands_on_the_row_it_read,
             a_settle_loses_to_every_write_after_its_read,
-            an_end_lands_only_on_the_scheduled_row_of_its_generation,
+            conditional_writes_land_only_on_the_scheduled_row_they_name,
             terminal_state_rows_expire_with_their_ttl,
             a_row_rewritten_without_ttl_lives_on_and_its_cells_expire,
             a_cancel_cell_outlives_its_row_as_a_ghost,

@@ -478,82 +478,107 @@ pub async fn a_settle_loses_to_every_write_after_its_read(f: &dyn Fixture) {
     assert_eq!((after.status, after.generation), (Status::Dead, 9));
 }
 
-/// `end_state` writes a terminal row only over the SCHEDULED row of its generation: of two
-/// ends of one generation (a SUCCEEDED and a DEAD answered at once) the first lands and the
-/// second finds it; a row rescheduled, cancelled or missing is not ended; the row it writes
-/// carries its TTL on every cell (it expires whole, as a plain terminal write does).
-pub async fn an_end_lands_only_on_the_scheduled_row_of_its_generation(f: &dyn Fixture) {
+/// `put_state_if` and `cancel_state_if` write only over the SCHEDULED row of the generation
+/// they name: of two ends of one generation (a SUCCEEDED and a DEAD answered at once) the
+/// first lands and the second finds it; a next schedule lands over its generation's row and
+/// not over an end; a cancel lands over neither an end nor a newer schedule, and no end lands
+/// over it; a missing row is not written. A terminal row written so expires whole with its
+/// TTL, as a plain terminal write does.
+pub async fn conditional_writes_land_only_on_the_scheduled_row_they_name(f: &dyn Fixture) {
     let s = f.store();
-    let ended = |live: &TxState, status: Status| TxState {
+    let with = |live: &TxState, status: Status| TxState {
         status,
         ..live.clone()
     };
+    let status = |id: &'static str| {
+        let s = s.clone();
+        async move { s.get_state(SVC, id).await.unwrap().map(|r| r.status) }
+    };
+    // SUCCEEDED first, then DEAD: SUCCEEDED stays (with its cell), and expires whole.
     let live = state(SVC, "end", 5);
     s.put_state(&live, None).await.unwrap();
-    assert!(s
-        .end_state(&ended(&live, Status::Succeeded), 2)
-        .await
-        .unwrap());
-    assert!(!s
-        .end_state(&ended(&live, Status::Dead), 3600)
-        .await
-        .unwrap());
+    let done = with(&live, Status::Succeeded);
+    assert!(s.put_state_if(&done, Some(2), 5).await.unwrap());
+    let dead = with(&live, Status::Dead);
+    assert!(!s.put_state_if(&dead, Some(3600), 5).await.unwrap());
     let after = s.get_state(SVC, "end").await.unwrap().unwrap();
     assert_eq!(
         (after.status, after.generation, after.succeeded_generation),
         (Status::Succeeded, 5, Some(5))
     );
 
-    // DEAD first, then SUCCEEDED: DEAD stays.
+    // DEAD first: neither a SUCCEEDED, nor a next schedule, nor a cancel lands over it.
     let live = state(SVC, "dead", 5);
     s.put_state(&live, None).await.unwrap();
     assert!(s
-        .end_state(&ended(&live, Status::Dead), 3600)
+        .put_state_if(&with(&live, Status::Dead), Some(3600), 5)
         .await
         .unwrap());
     assert!(!s
-        .end_state(&ended(&live, Status::Succeeded), 3600)
+        .put_state_if(&with(&live, Status::Succeeded), Some(3600), 5)
+        .await
+        .unwrap());
+    let next = state(SVC, "dead", 6);
+    assert!(!s.put_state_if(&next, None, 5).await.unwrap());
+    assert!(!s
+        .cancel_state_if(&with(&live, Status::Cancelled), 3600, 7200)
         .await
         .unwrap());
     let after = s.get_state(SVC, "dead").await.unwrap().unwrap();
     assert_eq!(
-        (after.status, after.succeeded_generation),
-        (Status::Dead, None)
+        (
+            after.status,
+            after.generation,
+            after.succeeded_generation,
+            after.cancelled_generation
+        ),
+        (Status::Dead, 5, None, None)
     );
 
-    // Rescheduled (another generation), cancelled, or never written: not ended.
-    let moved = state(SVC, "moved", 7);
-    s.put_state(&moved, None).await.unwrap();
-    let stale = state(SVC, "moved", 5);
+    // A next schedule lands over its generation's row; an end of the old generation then
+    // does not, and a cancel of the old generation does not either.
+    let live = state(SVC, "moved", 5);
+    s.put_state(&live, None).await.unwrap();
+    let next = state(SVC, "moved", 7);
+    assert!(s.put_state_if(&next, None, 5).await.unwrap());
     assert!(!s
-        .end_state(&ended(&stale, Status::Dead), 3600)
+        .put_state_if(&with(&live, Status::Dead), Some(3600), 5)
         .await
         .unwrap());
-    assert_eq!(
-        s.get_state(SVC, "moved").await.unwrap().map(|r| r.status),
-        Some(Status::Scheduled)
-    );
-    let gone = state(SVC, "gone", 5);
-    s.put_state(&gone, None).await.unwrap();
-    s.cancel_state(&ended(&gone, Status::Cancelled), 3600, 7200)
-        .await
-        .unwrap();
     assert!(!s
-        .end_state(&ended(&gone, Status::Dead), 3600)
+        .cancel_state_if(&with(&live, Status::Cancelled), 3600, 7200)
         .await
         .unwrap());
+    let after = s.get_state(SVC, "moved").await.unwrap().unwrap();
+    assert_eq!((after.status, after.generation), (Status::Scheduled, 7));
+
+    // A cancel of the current generation lands, with its cell; no end lands over it.
+    assert!(s
+        .cancel_state_if(&with(&next, Status::Cancelled), 3600, 7200)
+        .await
+        .unwrap());
+    assert!(!s
+        .put_state_if(&with(&next, Status::Dead), Some(3600), 7)
+        .await
+        .unwrap());
+    let after = s.get_state(SVC, "moved").await.unwrap().unwrap();
     assert_eq!(
-        s.get_state(SVC, "gone").await.unwrap().map(|r| r.status),
-        Some(Status::Cancelled)
+        (after.status, after.cancelled_generation),
+        (Status::Cancelled, Some(7))
     );
+
+    // No row: nothing written.
     let never = state(SVC, "never", 5);
     assert!(!s
-        .end_state(&ended(&never, Status::Dead), 3600)
+        .put_state_if(&with(&never, Status::Dead), Some(3600), 5)
         .await
         .unwrap());
-    assert_eq!(s.get_state(SVC, "never").await.unwrap(), None);
+    assert!(!s
+        .cancel_state_if(&with(&never, Status::Cancelled), 3600, 7200)
+        .await
+        .unwrap());
+    assert_eq!(status("never").await, None);
 
-    // The ended row expires whole with its TTL.
     f.advance(Duration::from_secs(3)).await;
-    assert_eq!(s.get_state(SVC, "end").await.unwrap(), None);
+    assert_eq!(status("end").await, None);
 }

@@ -400,3 +400,80 @@ async fn of_two_answers_at_once_succeeded_and_failed_the_first_ends_the_step() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_cancel_or_a_retry_racing_a_failed_answer_never_lands_over_the_other() {
+    let failed = AttemptOutcome::Failed {
+        error: "declined".into(),
+    };
+    // The cancel first: the FAILED answer is refused, its compensation never goes out.
+    let rig = Rig::new(utc_ms(START)).await;
+    enqueue(&rig, step("c-1", vec![compensation("payments", "undo-c1")]))
+        .await
+        .unwrap();
+    let mut orders = rig.subscribe("orders", 10).await;
+    let mut payments = rig.subscribe("payments", 10).await;
+    next(&rig, &mut orders).await;
+    let read = rig.state("orders", "c-1").await;
+    assert_eq!(
+        rig.writer.cancel("orders", "c-1").await.unwrap(),
+        (Status::Cancelled, true)
+    );
+    assert!(matches!(
+        rig.dispatcher.resolve(read, 1, failed.clone()).await,
+        Err(Error::FailedPrecondition(_))
+    ));
+    quiet(&rig, &mut payments).await;
+    assert_eq!(rig.state("orders", "c-1").await.status, Status::Cancelled);
+    assert_eq!(
+        rig.state("payments", "undo-c1").await.status,
+        Status::Cancelled
+    );
+
+    // The FAILED answer first: the cancel finds the step DEAD and cancels nothing.
+    enqueue(&rig, step("c-2", vec![compensation("payments", "undo-c2")]))
+        .await
+        .unwrap();
+    next(&rig, &mut orders).await;
+    let read = rig.state("orders", "c-2").await;
+    rig.dispatcher
+        .resolve(read, 1, failed.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        rig.writer.cancel("orders", "c-2").await.unwrap(),
+        (Status::Dead, false)
+    );
+    assert_eq!(next(&rig, &mut payments).await.transaction_id, "undo-c2");
+
+    // A RETRY answer first: the FAILED answer of the same attempt is refused, and the
+    // compensation it enqueued waits for the step's end.
+    enqueue(&rig, step("c-3", vec![compensation("payments", "undo-c3")]))
+        .await
+        .unwrap();
+    let _in_flight = next(&rig, &mut orders).await;
+    let read = rig.state("orders", "c-3").await;
+    let again = rig
+        .dispatcher
+        .resolve(
+            read.clone(),
+            1,
+            AttemptOutcome::Retry {
+                after: Some(std::time::Duration::from_secs(3600)),
+                error: "busy".into(),
+                error_class: String::new(),
+                snooze: true,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(again, Resolution::Rescheduled { .. }));
+    assert!(matches!(
+        rig.dispatcher.resolve(read, 1, failed).await,
+        Err(Error::FailedPrecondition(_))
+    ));
+    quiet(&rig, &mut payments).await;
+    assert_eq!(rig.state("orders", "c-3").await.status, Status::Scheduled);
+    let waiting = rig.state("payments", "undo-c3").await;
+    assert_eq!((waiting.status, waiting.attempt), (Status::Scheduled, 0));
+}

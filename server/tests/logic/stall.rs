@@ -220,8 +220,29 @@ impl StateStore for StallingStore {
         self.stall(&self.state_ms);
         r
     }
-    async fn end_state(&self, state: &TxState, ttl_seconds: u32) -> StoreResult<bool> {
-        let r = self.inner.end_state(state, ttl_seconds).await;
+    async fn put_state_if(
+        &self,
+        state: &TxState,
+        ttl_seconds: Option<u32>,
+        if_generation: i64,
+    ) -> StoreResult<bool> {
+        let r = self
+            .inner
+            .put_state_if(state, ttl_seconds, if_generation)
+            .await;
+        self.stall(&self.state_ms);
+        r
+    }
+    async fn cancel_state_if(
+        &self,
+        state: &TxState,
+        ttl_seconds: u32,
+        cancel_ttl_seconds: u32,
+    ) -> StoreResult<bool> {
+        let r = self
+            .inner
+            .cancel_state_if(state, ttl_seconds, cancel_ttl_seconds)
+            .await;
         self.stall(&self.state_ms);
         r
     }

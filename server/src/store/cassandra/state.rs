@@ -94,8 +94,10 @@ type StateWrites = Coalescer<(), StateWrite, (), StoreError>;
 /// The state-row statements, and the coalescers that run them.
 pub(super) struct States {
     put_cancel: PreparedStatement,
-    /// The condition of `end_state`'s batch (the row itself goes by `StateIo::put`).
-    end_if: PreparedStatement,
+    /// The condition of `put_state_if`'s batch (the row itself goes by `StateIo::put`).
+    put_if: PreparedStatement,
+    /// `put_cancel` with the condition of `cancel_state_if`.
+    put_cancel_if: PreparedStatement,
     /// State-row reads of one service coalesced into `IN` queries.
     reads: Arc<Coalescer<String, String, Option<TxState>, StoreError>>,
     /// State-row writes coalesced into small unlogged batches.
@@ -128,9 +130,16 @@ impl States {
              WHERE region = ? AND cluster = ? AND service = ? AND transaction_id = ?"
             ))
             .await?;
-        let end_if = p
+        let put_if = p
             .prepare(format!(
                 "UPDATE {ks}.transactions USING TTL ? SET status = ? \
+             WHERE region = ? AND cluster = ? AND service = ? AND transaction_id = ? \
+             IF status = 'SCHEDULED' AND generation = ?"
+            ))
+            .await?;
+        let put_cancel_if = p
+            .prepare(format!(
+                "UPDATE {ks}.transactions USING TTL ? SET cancelled_generation = ? \
              WHERE region = ? AND cluster = ? AND service = ? AND transaction_id = ? \
              IF status = 'SCHEDULED' AND generation = ?"
             ))
@@ -179,7 +188,8 @@ impl States {
         );
         Ok(Self {
             put_cancel,
-            end_if,
+            put_if,
+            put_cancel_if,
             reads: state_reads,
             writes: state_writes,
             io: state_io,
@@ -429,6 +439,18 @@ struct AtValues<'a> {
     timestamp: i64,
 }
 
+/// The conditional writes go in the layout of 0007 and after only (a row of before is
+/// rewritten in it by its next plain write).
+fn not_legacy(s: &TxState) -> StoreResult<()> {
+    if s.legacy_columns {
+        return Err(StoreError::Internal(format!(
+            "state row {}/{} is in the layout of before 0007: it cannot be written conditionally",
+            s.service, s.transaction_id
+        )));
+    }
+    Ok(())
+}
+
 /// The transaction a write's values are for (`batchable`).
 trait Keyed {
     fn key(&self) -> (&str, &str);
@@ -505,22 +527,52 @@ impl StateStore for CassandraStore {
             .await
     }
 
-    async fn end_state(&self, s: &TxState, ttl_seconds: u32) -> StoreResult<bool> {
-        if s.legacy_columns {
-            return Err(StoreError::Internal(format!(
-                "state row {}/{} is in the layout of before 0007: it cannot be ended conditionally",
-                s.service, s.transaction_id
-            )));
-        }
-        // One partition: the row as a plain insert (its TTL on every cell, as every terminal
-        // write has), applied only with the condition of the update beside it.
+    async fn put_state_if(
+        &self,
+        s: &TxState,
+        ttl_seconds: Option<u32>,
+        if_generation: i64,
+    ) -> StoreResult<bool> {
+        not_legacy(s)?;
+        // One partition: the row as a plain insert (a TTL, when set, on every cell, as every
+        // terminal write has), applied only with the condition of the update beside it.
         let io = &self.state.io;
         let mut batch = Batch::new(BatchType::Logged);
         batch.append_statement(io.put.clone());
-        batch.append_statement(self.state.end_if.clone());
+        batch.append_statement(self.state.put_if.clone());
         let condition = (
-            ttl_of(Some(ttl_seconds)),
+            ttl_of(ttl_seconds),
             s.status.as_str(),
+            &self.region,
+            &self.cluster,
+            &s.service,
+            &s.transaction_id,
+            if_generation,
+        );
+        let res = observed(
+            self.state.put_if.get_statement(),
+            self.session
+                .batch(&batch, (io.values(s, ttl_seconds), condition)),
+        )
+        .await
+        .map_err(|e| map_execution_error(&e))?;
+        Ok(super::lwt_result(res)?.0)
+    }
+
+    async fn cancel_state_if(
+        &self,
+        s: &TxState,
+        ttl_seconds: u32,
+        cancel_ttl_seconds: u32,
+    ) -> StoreResult<bool> {
+        not_legacy(s)?;
+        let io = &self.state.io;
+        let mut batch = Batch::new(BatchType::Logged);
+        batch.append_statement(io.put.clone());
+        batch.append_statement(self.state.put_cancel_if.clone());
+        let cancel = (
+            ttl_of(Some(cancel_ttl_seconds)),
+            s.generation,
             &self.region,
             &self.cluster,
             &s.service,
@@ -528,9 +580,9 @@ impl StateStore for CassandraStore {
             s.generation,
         );
         let res = observed(
-            self.state.end_if.get_statement(),
+            self.state.put_cancel_if.get_statement(),
             self.session
-                .batch(&batch, (io.values(s, Some(ttl_seconds)), condition)),
+                .batch(&batch, (io.values(s, Some(ttl_seconds)), cancel)),
         )
         .await
         .map_err(|e| map_execution_error(&e))?;

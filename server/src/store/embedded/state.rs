@@ -109,6 +109,17 @@ fn put_state(
     Ok(())
 }
 
+/// Whether the state row of `k` is SCHEDULED at `generation` as it stands in `w`: the
+/// condition of `put_state_if` and `cancel_state_if` (its status column, as Cassandra's).
+fn scheduled_at(w: &Writer<'_>, k: &StateKeys, generation: i64) -> StoreResult<bool> {
+    let Some(main) = w.get(k.main.as_bytes())? else {
+        return Ok(false);
+    };
+    let mut d = Dec::new(&main);
+    let (status, g) = (d.str()?, d.i64()?);
+    Ok(status == Status::Scheduled.as_str() && g == generation)
+}
+
 fn read_state(
     i: &Snapshot,
     service: &str,
@@ -174,20 +185,42 @@ impl StateStore for EmbeddedStore {
             .await
     }
 
-    async fn end_state(&self, s: &TxState, ttl_seconds: u32) -> StoreResult<bool> {
+    async fn put_state_if(
+        &self,
+        s: &TxState,
+        ttl_seconds: Option<u32>,
+        if_generation: i64,
+    ) -> StoreResult<bool> {
         let k = self.state_keys(&s.service, &s.transaction_id);
         let s = s.clone();
         self.blocking(move |i| {
             i.write(|w| {
-                let Some(main) = w.get(k.main.as_bytes())? else {
+                if !scheduled_at(w, &k, if_generation)? {
                     return Ok(false);
-                };
-                let mut d = Dec::new(&main);
-                let (status, generation) = (d.str()?, d.i64()?);
-                if status != Status::Scheduled.as_str() || generation != s.generation {
+                }
+                put_state(w, &k, &s, ttl_seconds, None)?;
+                Ok(true)
+            })
+        })
+        .await
+    }
+
+    async fn cancel_state_if(
+        &self,
+        s: &TxState,
+        ttl_seconds: u32,
+        cancel_ttl_seconds: u32,
+    ) -> StoreResult<bool> {
+        let k = self.state_keys(&s.service, &s.transaction_id);
+        let s = s.clone();
+        self.blocking(move |i| {
+            i.write(|w| {
+                if !scheduled_at(w, &k, s.generation)? {
                     return Ok(false);
                 }
                 put_state(w, &k, &s, Some(ttl_seconds), None)?;
+                let exp = expiry(w.now_ms, Some(cancel_ttl_seconds));
+                w.put(k.cancel.as_bytes(), &generation_cell(s.generation), exp)?;
                 Ok(true)
             })
         })
