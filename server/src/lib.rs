@@ -1,6 +1,6 @@
 //! Rebound: retry-as-a-service over Apache Cassandra. See docs/architecture.md for the
-//! architecture (its "Module map" lists these modules); each module says which part of it it
-//! owns.
+//! architecture (its "Crates and module map" lists these modules); each module says which
+//! part of it it owns.
 
 pub mod admin;
 pub mod api;
@@ -25,7 +25,6 @@ pub mod node;
 pub mod outcome;
 pub mod ownership;
 pub mod peers;
-pub mod policy;
 pub mod push;
 pub mod redrive;
 pub mod ring;
@@ -38,6 +37,8 @@ pub mod tls;
 pub mod txlock;
 pub mod validate;
 pub mod walk;
-pub mod window;
 pub mod wire;
 pub mod writer;
+
+/// The contract's value types, where the rest of the node has always named them.
+pub use rebound_store::{policy, window};

@@ -8,7 +8,7 @@
 //! endpoint no span is made at all (`enabled()` is false, and the spans of `rpc`, the
 //! handlers and the store are skipped). `context` reads and writes W3C trace context.
 
-pub mod context;
+pub use rebound_store::context;
 pub mod json;
 pub mod otel;
 pub mod rpc;

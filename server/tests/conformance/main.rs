@@ -1,4 +1,4 @@
-//! The storage conformance suite: one set of tests of the store traits (`store/mod.rs`),
+//! The storage conformance suite: one set of tests of the store traits (`rebound-store`),
 //! written once against `&dyn Fixture` and run against every store by `conformance_tests!`,
 //! so each test shows as `<store>::<test>`. What these tests assert is the storage contract:
 //! a new store passes them all, and a test that only one store passes is a bug in the

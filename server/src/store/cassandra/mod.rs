@@ -591,6 +591,32 @@ mod tests {
     use scylla::errors::{BrokenConnectionErrorKind, WriteType};
     use scylla::statement::Consistency;
 
+    mod tokens {
+        use crate::store::token::{instance_token, token_of};
+        use proptest::prelude::*;
+        use scylla::routing::partitioner::{Murmur3Partitioner, Partitioner, PartitionerHasher};
+
+        proptest! {
+            /// The contract's own Murmur3 (it does not depend on the driver) is the driver's,
+            /// which is Cassandra's: the instance tokens split work as the lease ring does.
+            #[test]
+            fn the_contract_computes_the_tokens_the_driver_does(
+                key in proptest::collection::vec(any::<u8>(), 0..80),
+                service in "[a-z-]{1,40}",
+                instance in "[0-9a-f-]{0,40}",
+            ) {
+                prop_assert_eq!(token_of(&key), Murmur3Partitioner.hash_one(&key).value());
+                let mut h = Murmur3Partitioner.build_hasher();
+                for part in [service.as_bytes(), instance.as_bytes()] {
+                    h.write(&(part.len() as u16).to_be_bytes());
+                    h.write(part);
+                    h.write(&[0]);
+                }
+                prop_assert_eq!(instance_token(&service, &instance), h.finish().value());
+            }
+        }
+    }
+
     fn kind(a: RequestAttemptError) -> &'static str {
         match map_attempt_error(&a, &"x") {
             StoreError::Timeout(_) => "unknown",

@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, time::Duration};
 use prost::Message;
 
 use super::{Chain, Location, Saga, Status, StoreError, StoreResult, TxState, WriteTime};
-use crate::{policy::RetryPolicy, telemetry::context::TextContext, window::WindowId};
+use crate::{context::TextContext, policy::RetryPolicy, window::WindowId};
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Body {
