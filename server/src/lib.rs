@@ -7,7 +7,6 @@ pub mod api;
 pub mod auth;
 pub mod backlog;
 pub mod budget;
-pub mod clock;
 pub mod clock_sync;
 pub mod coalesce;
 pub mod compactor;
@@ -41,4 +40,4 @@ pub mod wire;
 pub mod writer;
 
 /// The contract's value types, where the rest of the node has always named them.
-pub use rebound_store::{policy, window};
+pub use rebound_store::{clock, policy, window};

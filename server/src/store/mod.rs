@@ -1,9 +1,9 @@
 //! The stores: the storage contract (`rebound-store`, re-exported here whole) and its two
 //! implementations, Cassandra (`cassandra/`, its migrations in `migrate.rs`) and embedded
-//! (`embedded/`, redb, one node). Nothing outside `store` knows CQL exists. See
+//! (`rebound-store-embedded`, redb, one node). Nothing outside `store` knows CQL exists. See
 //! docs/architecture.md, "Stores".
 
 pub use rebound_store::*;
 
 pub mod cassandra;
-pub mod embedded;
+pub use rebound_store_embedded as embedded;

@@ -19,6 +19,7 @@
 //! ack that raced it.
 
 pub mod body;
+pub mod clock;
 pub mod context;
 pub mod policy;
 pub mod token;

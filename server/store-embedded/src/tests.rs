@@ -4,10 +4,8 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::{
-    clock::ManualClock,
-    store::{DirectoryStore, LeaseStore, Member, StateStore},
-    window::WindowId,
+use rebound_store::{
+    clock::ManualClock, window::WindowId, DirectoryStore, LeaseStore, Member, StateStore,
 };
 
 fn open(dir: &Path, clock: &ManualClock) -> StoreResult<EmbeddedStore> {
@@ -79,7 +77,7 @@ async fn expired_rows_read_as_gone_at_once_and_the_sweeper_deletes_them() {
 
 #[tokio::test]
 async fn a_newer_layout_is_refused() {
-    use crate::store::MigrationStore;
+    use rebound_store::MigrationStore;
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(1_000);
     let s = open(dir.path(), &clock).unwrap();

@@ -7,9 +7,8 @@ use super::{
     keys::{Dec, Enc, Key, KeyReader, Table},
     EmbeddedStore,
 };
-use crate::{
-    store::{DirectoryStore, InstanceRow, Location, Pointer, StoreResult, TokenRange},
-    window::WindowId,
+use rebound_store::{
+    window::WindowId, DirectoryStore, InstanceRow, Location, Pointer, StoreResult, TokenRange,
 };
 
 impl EmbeddedStore {

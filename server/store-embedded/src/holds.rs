@@ -10,7 +10,7 @@ use super::{
     keys::{Dec, Enc, KeyReader, Table},
     EmbeddedStore,
 };
-use crate::store::{HoldRow, HoldStore, ProbeClaim, ProbeRow, StoreResult};
+use rebound_store::{HoldRow, HoldStore, ProbeClaim, ProbeRow, StoreResult};
 
 fn encode(h: &HoldRow) -> Vec<u8> {
     Enc::new()

@@ -8,7 +8,7 @@ use super::{
     keys::{Dec, Enc, Key, KeyReader, Table},
     EmbeddedStore,
 };
-use crate::store::{DeadLetter, DeadLetterRow, DeadLetterStore, StoreResult};
+use rebound_store::{DeadLetter, DeadLetterRow, DeadLetterStore, StoreResult};
 
 impl EmbeddedStore {
     fn letter_day(&self, service: &str, day: i32) -> Key {

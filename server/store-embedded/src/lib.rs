@@ -37,8 +37,8 @@ use std::{path::Path, sync::Arc, time::Duration};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use self::keys::{Enc, Key, Table};
-use super::{StoreError, StoreResult};
-use crate::clock::SharedClock;
+use rebound_store::clock::SharedClock;
+use rebound_store::{StoreError, StoreResult};
 
 const ROWS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("rows");
 const EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("expiry");
@@ -502,7 +502,7 @@ impl EmbeddedStore {
 }
 
 #[async_trait::async_trait]
-impl super::MigrationStore for EmbeddedStore {
+impl rebound_store::MigrationStore for EmbeddedStore {
     async fn migrate(&self, _now_ms: i64) -> StoreResult<Vec<i32>> {
         let key = Key::ns(Table::Meta, "", "").str("layout");
         self.blocking(move |i| {

@@ -9,7 +9,7 @@ use super::{
     keys::{Dec, Enc, Key, KeyReader, Table},
     EmbeddedStore, NEVER,
 };
-use crate::store::{ServiceRow, ServiceStore, StoreResult};
+use rebound_store::{ServiceRow, ServiceStore, StoreResult};
 
 fn encode(r: &ServiceRow) -> Vec<u8> {
     Enc::new()

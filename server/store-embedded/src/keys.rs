@@ -8,7 +8,7 @@
 //!
 //! Both decoders are total: a short or malformed buffer is an `Internal` error, never a panic.
 
-use crate::store::{StoreError, StoreResult};
+use rebound_store::{StoreError, StoreResult};
 
 /// Table tags: the first byte of every key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use super::{
     keys::{Dec, Enc, KeyReader, Table},
     EmbeddedStore, NEVER,
 };
-use crate::store::{Cas, LeaseChange, LeaseRow, LeaseStore, Member, StoreResult};
+use rebound_store::{Cas, LeaseChange, LeaseRow, LeaseStore, Member, StoreResult};
 
 fn encode_lease(l: &LeaseRow) -> Vec<u8> {
     Enc::new()

@@ -11,7 +11,7 @@ use super::{
     keys::{Dec, Enc, Key, Table},
     EmbeddedStore, Snapshot, Writer,
 };
-use crate::store::{
+use rebound_store::{
     body::{Body, StateCells},
     StateStore, Status, StoreError, StoreResult, TxState, WriteTime,
 };
