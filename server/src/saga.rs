@@ -49,7 +49,8 @@ pub fn step_of(state: &TxState) -> Option<(&str, &str)> {
 /// What the feed does with a chain's first compensation, given its step's state row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepGate {
-    /// The step is DEAD, which is final (`TxState::apply_settled`), or its row is gone.
+    /// The step is DEAD, which is final (no answer or cancel lands over it:
+    /// `TxState::conditional_writes`), or its row is gone.
     Deliver,
     /// The step has not ended (its hand-off landed, its DEAD row not yet, or a node died in
     /// between): postponed to this time, when the step may have ended.

@@ -693,11 +693,7 @@ impl Writer {
         debug_assert!(status.is_terminal());
         state.status = status;
         state.updated_at_ms = self.clock.now_ms();
-        let ttl = if status == Status::Dead {
-            self.opts.dead_ttl_seconds
-        } else {
-            self.opts.terminal_ttl_seconds
-        };
+        let ttl = self.terminal_ttl(status);
         if status == Status::Cancelled {
             // Every cancel carries the cancel cell (see `cancel`).
             self.store
@@ -710,19 +706,15 @@ impl Writer {
     }
 
     /// Ends the retry `state` (SUCCEEDED or DEAD) only if its row is still SCHEDULED at its
-    /// generation (`StateStore::end_state`): the terminal write of a saga step, so that of two
-    /// deliveries of one attempt answered SUCCEEDED and FAILED at once exactly one ends it.
+    /// generation (`StateStore::put_state_if`): the terminal write of a saga step, so that of
+    /// two deliveries of one attempt answered SUCCEEDED and FAILED at once exactly one ends it.
     /// False when the row had changed, unless it already reads as this write would make it
     /// (this call's own write, repeated after an unknown outcome).
     pub async fn end(&self, mut state: TxState, status: Status) -> Result<bool, Error> {
         debug_assert!(matches!(status, Status::Succeeded | Status::Dead));
         state.status = status;
         state.updated_at_ms = self.clock.now_ms();
-        let ttl = if status == Status::Dead {
-            self.opts.dead_ttl_seconds
-        } else {
-            self.opts.terminal_ttl_seconds
-        };
+        let ttl = self.terminal_ttl(status);
         if self
             .store
             .put_state_if(&state, Some(ttl), state.generation)
@@ -749,6 +741,16 @@ impl Writer {
             .settle_state(&state, self.opts.terminal_ttl_seconds)
             .await?;
         Ok(())
+    }
+
+    /// The TTL of a terminal row: a DEAD row keeps its payload as long as its dead letter is
+    /// kept, so it can be redriven.
+    fn terminal_ttl(&self, status: Status) -> u32 {
+        if status == Status::Dead {
+            self.opts.dead_ttl_seconds
+        } else {
+            self.opts.terminal_ttl_seconds
+        }
     }
 
     /// How long a cancel cell lives: as long as a schedule it covers could still fall due

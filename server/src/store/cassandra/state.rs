@@ -439,6 +439,33 @@ struct AtValues<'a> {
     timestamp: i64,
 }
 
+impl CassandraStore {
+    /// One conditional batch on the row's partition: the row as a plain insert (a TTL, when
+    /// set, on every cell, as every terminal write has) and `condition`, an update whose `IF`
+    /// (SCHEDULED at a generation) decides whether both apply. True when they did.
+    async fn put_row_if(
+        &self,
+        s: &TxState,
+        ttl_seconds: Option<u32>,
+        condition: &PreparedStatement,
+        values: impl scylla::serialize::row::SerializeRow,
+    ) -> StoreResult<bool> {
+        not_legacy(s)?;
+        let io = &self.state.io;
+        let mut batch = Batch::new(BatchType::Logged);
+        batch.append_statement(io.put.clone());
+        batch.append_statement(condition.clone());
+        let res = observed(
+            condition.get_statement(),
+            self.session
+                .batch(&batch, (io.values(s, ttl_seconds), values)),
+        )
+        .await
+        .map_err(|e| map_execution_error(&e))?;
+        Ok(super::lwt_result(res)?.0)
+    }
+}
+
 /// The conditional writes go in the layout of 0007 and after only (a row of before is
 /// rewritten in it by its next plain write).
 fn not_legacy(s: &TxState) -> StoreResult<()> {
@@ -533,13 +560,6 @@ impl StateStore for CassandraStore {
         ttl_seconds: Option<u32>,
         if_generation: i64,
     ) -> StoreResult<bool> {
-        not_legacy(s)?;
-        // One partition: the row as a plain insert (a TTL, when set, on every cell, as every
-        // terminal write has), applied only with the condition of the update beside it.
-        let io = &self.state.io;
-        let mut batch = Batch::new(BatchType::Logged);
-        batch.append_statement(io.put.clone());
-        batch.append_statement(self.state.put_if.clone());
         let condition = (
             ttl_of(ttl_seconds),
             s.status.as_str(),
@@ -549,14 +569,8 @@ impl StateStore for CassandraStore {
             &s.transaction_id,
             if_generation,
         );
-        let res = observed(
-            self.state.put_if.get_statement(),
-            self.session
-                .batch(&batch, (io.values(s, ttl_seconds), condition)),
-        )
-        .await
-        .map_err(|e| map_execution_error(&e))?;
-        Ok(super::lwt_result(res)?.0)
+        self.put_row_if(s, ttl_seconds, &self.state.put_if, condition)
+            .await
     }
 
     async fn cancel_state_if(
@@ -565,11 +579,6 @@ impl StateStore for CassandraStore {
         ttl_seconds: u32,
         cancel_ttl_seconds: u32,
     ) -> StoreResult<bool> {
-        not_legacy(s)?;
-        let io = &self.state.io;
-        let mut batch = Batch::new(BatchType::Logged);
-        batch.append_statement(io.put.clone());
-        batch.append_statement(self.state.put_cancel_if.clone());
         let cancel = (
             ttl_of(Some(cancel_ttl_seconds)),
             s.generation,
@@ -579,14 +588,8 @@ impl StateStore for CassandraStore {
             &s.transaction_id,
             s.generation,
         );
-        let res = observed(
-            self.state.put_cancel_if.get_statement(),
-            self.session
-                .batch(&batch, (io.values(s, Some(ttl_seconds)), cancel)),
-        )
-        .await
-        .map_err(|e| map_execution_error(&e))?;
-        Ok(super::lwt_result(res)?.0)
+        self.put_row_if(s, Some(ttl_seconds), &self.state.put_cancel_if, cancel)
+            .await
     }
 
     async fn cancel_state(
