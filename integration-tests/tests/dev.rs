@@ -15,7 +15,8 @@ use rebound_proto::v1::{
 use tonic::transport::Channel;
 
 fn dev(dir: &std::path::Path, port: u16) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_rebound-server"));
+    let bin = rebound_integration_tests::process::server_bin().expect("the rebound-server binary");
+    let mut c = Command::new(bin);
     c.args(["dev", "--data-dir"])
         .arg(dir)
         .env("REBOUND_LISTEN", format!("127.0.0.1:{port}"))
