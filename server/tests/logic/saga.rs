@@ -334,8 +334,11 @@ async fn a_first_compensation_waits_for_its_step_and_is_cancelled_when_the_step_
     quiet(&rig, &mut payments).await;
     let waiting = rig.state("payments", "refund-5").await;
     assert_eq!((waiting.status, waiting.attempt), (Status::Scheduled, 0));
-    // The step's delivery in flight then succeeds: the compensation never goes out.
+    // The step's delivery in flight then succeeds: the compensation never goes out. Its
+    // postponed schedule falls due up to three windows on (a second, a second of jitter, and
+    // W+1), so six windows pass before it is looked at.
     rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    quiet(&rig, &mut payments).await;
     quiet(&rig, &mut payments).await;
     assert_eq!(rig.state("orders", "o-5").await.status, Status::Succeeded);
     assert_eq!(
