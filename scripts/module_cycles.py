@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Import circles between the modules of a Rust crate (scripts/test runs it on server/src).
+"""Import circles between the modules of a Rust crate (scripts/test runs it on server/node/src).
 
     scripts/module_cycles.py [--edges] [--max-top N] DIR
 

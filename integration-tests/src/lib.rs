@@ -1,11 +1,12 @@
 //! The one harness for end-to-end tests against the real Cassandra started by
-//! `scripts/cassandra`, used by the tests of this crate and (as a dev-dependency) by those of
-//! rebound-server. Each test gets its own keyspace, and either an in-process node on port 0
-//! with an injected clock ([`TestNode`]) or real `rebound-server` processes ([`process`]).
-//! Request builders and executor calls shared by the tests live here too; [`rows`] reads the
-//! directory and state rows back for tests that check what was written.
+//! `scripts/cassandra`, used by the tests of this crate, by those of rebound-cli (as a
+//! dev-dependency) and by the test tools of rebound-tools (`integration-tests/tools`: chaos,
+//! soak, benchmarks, node loss), which depend on it and never the other way round. Each test
+//! gets its own keyspace, and either an in-process node on port 0 with an injected clock
+//! ([`TestNode`]) or real `rebound-server` processes ([`process`]). Request builders and
+//! executor calls shared by the tests live here too; [`rows`] reads the directory and state
+//! rows back for tests that check what was written.
 
-pub mod chaos;
 pub mod http;
 pub mod pki;
 pub mod process;

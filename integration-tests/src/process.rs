@@ -36,6 +36,18 @@ pub fn free_port() -> u16 {
     panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
+/// Sends `sig` (e.g. "STOP", "CONT", "KILL") to `pid` with kill(1) (this crate has no unsafe).
+pub fn signal(pid: u32, sig: &str) -> bool {
+    Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
 /// A node process, killed (SIGKILL) and reaped when dropped.
 pub struct Proc(pub Child);
 

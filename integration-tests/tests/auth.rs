@@ -1,4 +1,4 @@
-//! Per-service credentials against a real node (server/src/auth.rs: a caller can enqueue to and
+//! Per-service credentials against a real node (server/node/src/auth.rs: a caller can enqueue to and
 //! subscribe on only its own services; admin calls need admin credentials). Every refused call is
 //! refused before anything is written.
 

@@ -819,7 +819,7 @@ async fn a_cancel_racing_an_ack_is_never_undone() {
     n.finish().await;
 }
 
-/// Memory stays bounded whatever executors ask for (server/src/dispatch/hub.rs; docs/operations.md,
+/// Memory stays bounded whatever executors ask for (server/engine/src/dispatch/hub.rs; docs/operations.md,
 /// "Memory per node"). A node refuses streams beyond `max_subscribers` with RESOURCE_EXHAUSTED, and
 /// holds at most `max_in_flight_bytes` of unacknowledged payload: further deliveries wait for acks
 /// even though the stream asked for more.

@@ -1,6 +1,6 @@
 //! Bad input over gRPC, against a real Cassandra: refused with INVALID_ARGUMENT naming the
 //! field, and nothing is written. The field-by-field rules of `validate` are unit tests in
-//! server/src/validate_tests.rs; here are one of them end to end, and the refusals that need
+//! server/engine/src/validate_tests.rs; here are one of them end to end, and the refusals that need
 //! the node's configuration, clock or message limit.
 
 use rebound_integration_tests::{
@@ -29,7 +29,7 @@ async fn bad_input_is_refused_by_name_and_writes_nothing() {
         }
     }
     type Mutation = Box<dyn Fn(&mut pb::EnqueueRetryRequest)>;
-    // The rules of `validate` alone are table-driven unit tests (server/src/validate_tests.rs);
+    // The rules of `validate` alone are table-driven unit tests (server/engine/src/validate_tests.rs);
     // one of them here proves the way from gRPC: the field is named first.
     let mut r = req("svc", "tx-bad", 0);
     r.service = "my service".into();

@@ -216,7 +216,7 @@ async fn batches_and_concurrent_enqueues_are_written_in_few_requests() {
     assert_eq!(node.writer.pointer_writes(), (2, 300));
     // Reads of at most 64 ids; writes of at most 10 rows and under Cassandra's 5 KiB batch
     // warning (each of these rows counts about 800 bytes there, so 5 a batch).
-    let (state_reads, state_writes) = node.cassandra.as_ref().unwrap().state_io_counts();
+    let (state_reads, state_writes) = node.store.state_io_counts();
     assert_eq!((state_reads.flushes, state_reads.items), (5, 300));
     assert_eq!(state_writes.items, 300);
     assert!(
@@ -258,7 +258,7 @@ async fn batches_and_concurrent_enqueues_are_written_in_few_requests() {
     let st = states(&n).await;
     assert_eq!(st.len(), 600);
     // Concurrent reads, coalesced, each find their own row.
-    let (before, _) = node.cassandra.as_ref().unwrap().state_io_counts();
+    let (before, _) = node.store.state_io_counts();
     let reads = futures::future::join_all((0..600).map(|i| {
         let mut c = c.clone();
         async move {
@@ -281,7 +281,7 @@ async fn batches_and_concurrent_enqueues_are_written_in_few_requests() {
         };
         assert_eq!(r.generation, expected);
     }
-    let (after, _) = node.cassandra.as_ref().unwrap().state_io_counts();
+    let (after, _) = node.store.state_io_counts();
     assert_eq!(after.items - before.items, 600);
     assert!(after.flushes - before.flushes < 600);
     n.finish().await;

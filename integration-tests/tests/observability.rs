@@ -250,13 +250,21 @@ async fn a_retry_is_traced_from_the_failing_call_to_the_final_ack() {
     assert_eq!(rpc.name, "rebound.v1.RetryService/EnqueueRetry");
     assert_eq!(rpc.kind, SpanKind::Server as i32);
     assert_eq!(hex(&rpc.parent_span_id), format!("{caller_id}"));
-    // The store calls of the enqueue are spans of the database conventions in T.
-    assert!(
-        spans.iter().any(|s| hex(&s.trace_id) == t_hex
-            && attr(s, "db.system.name").as_deref() == Some("cassandra")
-            && attr(s, "db.operation.name").is_some()),
-        "no Cassandra span in the trace of the enqueue"
-    );
+    // The store calls of the enqueue are `store <method>` spans in T (the layer over any
+    // store), each over its requests: spans of the database conventions.
+    let db = spans
+        .iter()
+        .find(|s| {
+            hex(&s.trace_id) == t_hex
+                && attr(s, "db.system.name").as_deref() == Some("cassandra")
+                && attr(s, "db.operation.name").is_some()
+        })
+        .unwrap_or_else(|| panic!("no Cassandra span in the trace of the enqueue: {tree:#?}"));
+    let call = by_id
+        .get(&hex(&db.parent_span_id))
+        .unwrap_or_else(|| panic!("the parent of {db:?} among {tree:#?}"));
+    assert!(call.name.starts_with("store "), "{tree:#?}");
+    assert_eq!(attr(call, "rebound.store").as_deref(), Some("cassandra"));
     // process: one CONSUMER span per attempt, each linked to T; the first failed.
     let process: Vec<&Span> = spans.iter().filter(|s| s.name == "process obs").collect();
     assert_eq!(process.len(), 2, "{tree:#?}");

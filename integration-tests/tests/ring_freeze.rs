@@ -9,10 +9,8 @@ use std::{
 };
 
 use rebound_integration_tests::{
-    ack, ack_req,
-    chaos::cluster::signal,
-    drop_keyspace, enqueue_req, get_retry,
-    process::{connect, free_port, spawn_node, wait_for_shared_ring},
+    ack, ack_req, drop_keyspace, enqueue_req, get_retry,
+    process::{connect, free_port, signal, spawn_node, wait_for_shared_ring},
     unique_keyspace,
 };
 use rebound_proto::v1::{

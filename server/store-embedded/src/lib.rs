@@ -37,8 +37,9 @@ use std::{path::Path, sync::Arc, time::Duration};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use self::keys::{Enc, Key, Table};
+use futures::future::BoxFuture;
 use rebound_store::clock::SharedClock;
-use rebound_store::{StoreError, StoreResult};
+use rebound_store::{StoreError, StoreLifecycle, StoreResult};
 
 const ROWS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("rows");
 const EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("expiry");
@@ -531,6 +532,19 @@ impl rebound_store::MigrationStore for EmbeddedStore {
             Some(v) => (1..=keys::Dec::new(&v).u32()? as i32).collect(),
             None => Vec::new(),
         })
+    }
+}
+
+/// How often the embedded store deletes its expired rows (reads skip them regardless).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// The sweeper is the store's one loop; it owns no other task and coalesces nothing.
+impl StoreLifecycle for EmbeddedStore {
+    fn background(
+        self: Arc<Self>,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Option<BoxFuture<'static, ()>> {
+        Some(Box::pin(self.run_sweeper(SWEEP_EVERY, stop)))
     }
 }
 

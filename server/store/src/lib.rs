@@ -4,7 +4,7 @@
 //! policies, windows, trace contexts, tokens). No store is implemented here: the Cassandra
 //! store and the embedded one (redb, one node) implement these traits (`rebound-server`'s
 //! `store::cassandra` and `store::embedded`), and both pass one conformance suite
-//! (`server/tests/conformance`). See docs/architecture.md.
+//! (`server/node/tests/conformance`). See docs/architecture.md.
 //!
 //! Every write here is an idempotent upsert or a whole-partition delete (the one row delete is
 //! `delete_late_pointer`, on the rare late-write path), so a write whose
@@ -21,13 +21,16 @@
 pub mod body;
 pub mod clock;
 pub mod context;
+pub mod observed;
 pub mod policy;
 pub mod token;
 pub mod window;
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
+use rebound_common::{coalesce::Counts, tasks::Tasks};
 
 use crate::{context::TextContext, policy::RetryPolicy, window::WindowId};
 
@@ -316,7 +319,25 @@ pub enum StoreError {
     Internal(String),
 }
 
+impl StoreError {
+    /// The kind, as metrics and spans name it: `unavailable`, `unknown_outcome`, `internal`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Timeout(_) => "unknown_outcome",
+            StoreError::Internal(_) => "internal",
+        }
+    }
+}
+
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A coalesced store request that broke in the coalescer is an internal store error.
+impl From<rebound_common::coalesce::Broken> for StoreError {
+    fn from(b: rebound_common::coalesce::Broken) -> Self {
+        StoreError::Internal(b.to_string())
+    }
+}
 
 /// Inclusive range of Murmur3 tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -637,11 +658,44 @@ pub trait MigrationStore: Send + Sync + std::fmt::Debug {
     async fn applied_migrations(&self) -> StoreResult<Vec<i32>>;
 }
 
-/// The whole store: the union of the table groups. Components take the narrowest group
-/// they need (the ring a `LeaseStore`, the compactor a `DirectoryStore`); the node and
-/// the admin API hold the union.
+/// A store's life beside its calls: the loop it runs, the tasks it owns and what it counts.
+/// The node holds only the trait object (`RetryStore`) and drives these through it.
+pub trait StoreLifecycle: Send + Sync {
+    /// The store's own loop, if it has one (the embedded store deletes its expired rows); it
+    /// returns once `stop` turns true. The node owns the task that runs it.
+    fn background(
+        self: Arc<Self>,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Option<BoxFuture<'static, ()>> {
+        let _ = stop;
+        None
+    }
+
+    /// The owners of the store's own tasks (the Cassandra store's coalesced flushes), by
+    /// name, for the node to count them and to stop them last, after every task that writes
+    /// through the store.
+    fn task_owners(&self) -> Vec<(&'static str, &Tasks)> {
+        Vec::new()
+    }
+
+    /// The coalesced state-row requests since start: reads, then writes, each as the
+    /// requests issued and the rows they carried (zero where nothing is coalesced).
+    fn state_io_counts(&self) -> (Counts, Counts) {
+        Default::default()
+    }
+}
+
+/// The whole store: the union of the table groups and the lifecycle. Components take the
+/// narrowest group they need (the ring a `LeaseStore`, the compactor a `DirectoryStore`);
+/// the node and the admin API hold the union.
 pub trait RetryStore:
-    DispatchStore + ScheduleStore + LeaseStore + ServiceStore + HoldStore + MigrationStore
+    DispatchStore
+    + ScheduleStore
+    + LeaseStore
+    + ServiceStore
+    + HoldStore
+    + MigrationStore
+    + StoreLifecycle
 {
 }
 
@@ -653,6 +707,7 @@ impl<T> RetryStore for T where
         + HoldStore
         + DeadLetterStore
         + MigrationStore
+        + StoreLifecycle
 {
 }
 

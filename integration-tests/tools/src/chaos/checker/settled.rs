@@ -1,0 +1,212 @@
+//! The rules of what an acknowledged outcome settles: 2. nothing is delivered after a
+//! SUCCEEDED ack answered OK, and no later call is accepted as if it were not SUCCEEDED; 3.
+//! after a cancel answered cancelled = true, that generation is never delivered again and no
+//! ack undoes the cancel; 5. every DEAD retry is in the dead letters, with its last error.
+
+use rebound_proto::v1 as pb;
+
+use super::{
+    view::{effect_end, role, status_name, Role, Tx, View},
+    CheckResult, Input,
+};
+use crate::chaos::history::{Answer, Kind, Outcome};
+
+/// Rules 2, 3 and 5, event by event.
+pub(super) fn outcomes(input: &Input, view: &View, tx: &Tx, out: &mut CheckResult) {
+    let ev = view.ev;
+    let (key, idx, deliveries) = (tx.key, tx.idx, &tx.deliveries);
+    let sent_lb = |i: usize| view.sent_lb(i);
+    let enqueue_between = |from: i64, to: i64| tx.enqueue_between(ev, from, to);
+    let mut v = |kind: &'static str, detail: String, focus: &[usize]| {
+        out.violations.push(tx.violation(kind, detail, focus));
+    };
+    for &a in idx {
+        let e = &ev[a];
+        match &e.kind {
+            // 2. Nothing after SUCCEEDED acknowledged.
+            Kind::Ack {
+                outcome: Outcome::Succeeded,
+                answer: Answer::Ok(_),
+                delivery,
+                ..
+            } => {
+                // A SUCCEEDED ack writes without reading the row again, just above the
+                // row its delivery was read from: a cancel that may have taken effect
+                // after that read wins over it (docs/architecture.md), and the retry
+                // stays CANCELLED, so a later enqueue starts afresh.
+                let read_at = sent_lb(*delivery);
+                let cancelled_after_read = idx.iter().any(|&j| {
+                    matches!(
+                        &ev[j].kind,
+                        Kind::Cancel {
+                            answer: Answer::Ok((true, _)) | Answer::Unknown(_),
+                            ..
+                        }
+                    ) && ev[j].start_ms < e.end_ms
+                        && effect_end(&ev[j]) > read_at
+                });
+                if let Some(&d) = deliveries
+                    .iter()
+                    .find(|&&d| sent_lb(d) > e.end_ms && !enqueue_between(e.start_ms, ev[d].end_ms))
+                {
+                    v(
+                        "delivered after SUCCEEDED was acknowledged",
+                        format!("ack #{a} returned OK, delivery #{d} sent after it"),
+                        &[a, d],
+                    );
+                }
+                if let Some(&x) = idx.iter().find(|&&x| {
+                    !cancelled_after_read
+                        && ev[x].start_ms > e.end_ms
+                        && matches!(
+                            &ev[x].kind,
+                            Kind::Enqueue {
+                                answer: Answer::Ok(_),
+                                ..
+                            } | Kind::Cancel {
+                                answer: Answer::Ok((true, _)),
+                                ..
+                            }
+                        )
+                }) {
+                    v(
+                        "SUCCEEDED undone (a later call was accepted)",
+                        format!(
+                            "ack #{a} SUCCEEDED returned OK, later call #{x} was accepted as if the retry were not SUCCEEDED"
+                        ),
+                        &[a, x],
+                    );
+                }
+            }
+            // 3. After cancelled = true, that generation is never delivered again, no
+            // ack undoes the cancel.
+            Kind::Cancel {
+                answer: Answer::Ok((true, _)),
+                ..
+            } => {
+                let (cs, ce) = (e.start_ms, e.end_ms);
+                if let Some(&d) = deliveries
+                    .iter()
+                    .find(|&&d| sent_lb(d) > ce && !enqueue_between(cs, ev[d].end_ms))
+                {
+                    v(
+                        "delivered after cancel",
+                        format!("cancel #{a} answered cancelled=true, delivery #{d} sent after it"),
+                        &[a, d],
+                    );
+                }
+                for &k in idx {
+                    let Kind::Ack {
+                        delivery,
+                        answer: Answer::Ok(_),
+                        ..
+                    } = &ev[k].kind
+                    else {
+                        continue;
+                    };
+                    if ev[*delivery].end_ms >= cs {
+                        continue;
+                    }
+                    // An ack that raced the cancel may answer OK either way: its write
+                    // loses to the cancel cell (`TxState::apply_settled`), checked by the
+                    // final status below. One that started after the cancel answered must
+                    // have found the retry cancelled, except a SUCCEEDED ack: it does not
+                    // read the row again, answers OK (its executor did the work), and its
+                    // write, just above the row its delivery was read from, loses to the
+                    // cancel's; the final status below checks that.
+                    let ack = &ev[k];
+                    let succeeded = matches!(
+                        ack.kind,
+                        Kind::Ack {
+                            outcome: Outcome::Succeeded,
+                            ..
+                        }
+                    );
+                    let undone = match role(ack) {
+                        Role::End | Role::Schedule => ack.start_ms > ce && !succeeded,
+                        _ => false,
+                    };
+                    if undone {
+                        v(
+                            "cancel undone by an ack",
+                            format!(
+                                "cancel #{a} answered cancelled=true and ack #{k} of delivery #{delivery} (received before the cancel) answered OK"
+                            ),
+                            &[a, k],
+                        );
+                    }
+                }
+                // Nothing after the cancel could have changed it: it must be CANCELLED.
+                // An ack that ends the retry (SUCCEEDED, FAILED, dead-lettered) loses to
+                // the cancel wherever it lands, so it does not count; an enqueue after
+                // the cancel starts a new retry, and an unknown outcome may be one.
+                let later = idx.iter().any(|&j| {
+                    j != a
+                        && match role(&ev[j]) {
+                            Role::Schedule | Role::Unknown => true,
+                            Role::End => matches!(ev[j].kind, Kind::Cancel { .. }),
+                            _ => false,
+                        }
+                        && effect_end(&ev[j]) > cs
+                });
+                if !later {
+                    if let Some(Answer::Ok(r)) = input.finals.get(key) {
+                        if r.status != pb::RetryStatus::Cancelled as i32 {
+                            v(
+                                "cancel undone",
+                                format!(
+                                    "cancel #{a} answered cancelled=true and nothing later touched it, final status {}",
+                                    status_name(r.status)
+                                ),
+                                &[a],
+                            );
+                        }
+                    }
+                }
+            }
+            // 5. Every DEAD retry is in the dead letters, with its last error.
+            Kind::Ack {
+                answer: Answer::Ok(ok),
+                outcome,
+                error,
+                ..
+            } if ok.dead_lettered || *outcome == Outcome::Failed => {
+                // Two deliveries of one attempt (a duplicate after a fault) may both be
+                // acked into the dead letters at once: one letter is kept, with the error
+                // of either ack.
+                let concurrent: Vec<&str> = idx
+                    .iter()
+                    .filter_map(|&j| match &ev[j].kind {
+                        Kind::Ack {
+                            answer: Answer::Ok(o),
+                            outcome: oc,
+                            error: er,
+                            ..
+                        } if (o.dead_lettered || *oc == Outcome::Failed)
+                            && (ev[j].start_ms - e.start_ms).abs() < 1_000 =>
+                        {
+                            Some(er.as_str())
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                let found = input.letters.get(key).is_some_and(|ls| {
+                    ls.iter().any(|l| {
+                        l.contains(error.as_str()) || concurrent.iter().any(|c| l.contains(c))
+                    })
+                });
+                if !found {
+                    v(
+                        "dead-lettered retry missing from the dead letters",
+                        format!(
+                            "ack #{a} answered dead-lettered; letters of it: {:?}",
+                            input.letters.get(key)
+                        ),
+                        &[a],
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+}

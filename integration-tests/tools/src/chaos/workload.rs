@@ -1,0 +1,137 @@
+//! The workload's calls: each planned operation ([`Op`]) performed on its node, its answer
+//! recorded in the history.
+
+use std::sync::Arc;
+
+use rebound_proto::v1::{self as pb, retry_service_client::RetryServiceClient};
+
+use super::{
+    call, dur,
+    history::{now_ms, Answer, EnqueueOk, Event, Kind},
+    hold,
+    ops::{Op, Sched},
+    policy, saga, ts, ts_ms, Shared,
+};
+
+pub(super) async fn perform(shared: Arc<Shared>, op: Op) {
+    match op {
+        Op::Enqueue { node, items, batch } => {
+            let now = now_ms();
+            let reqs: Vec<(pb::EnqueueRetryRequest, String)> = items
+                .iter()
+                .map(|(svc, tx, s)| {
+                    let (schedule, asked) = match s {
+                        Sched::Delay(ms) => (
+                            pb::enqueue_retry_request::Schedule::Delay(dur(*ms)),
+                            format!("delay={ms}ms"),
+                        ),
+                        Sched::DueIn(ms) => (
+                            pb::enqueue_retry_request::Schedule::DueTime(ts(now + ms)),
+                            format!("due_in={ms}ms"),
+                        ),
+                    };
+                    (
+                        pb::EnqueueRetryRequest {
+                            service: svc.clone(),
+                            transaction_id: tx.clone(),
+                            payload: tx.as_bytes().to_vec(),
+                            schedule: Some(schedule),
+                            policy: Some(policy()),
+                            attempt: 1,
+                            last_error: "first try failed".into(),
+                            compensations: if svc == saga::STEP {
+                                saga::compensations(tx)
+                            } else {
+                                Vec::new()
+                            },
+                            dependency: if svc == hold::SERVICE {
+                                hold::DEPENDENCY.into()
+                            } else {
+                                String::new()
+                            },
+                            ..Default::default()
+                        },
+                        asked,
+                    )
+                })
+                .collect();
+            let mut client = RetryServiceClient::new(shared.channels[node].clone());
+            let start = now_ms();
+            let answers: Vec<Answer<EnqueueOk>> = if batch {
+                let r = call(client.enqueue_retry_batch(pb::EnqueueRetryBatchRequest {
+                    requests: reqs.iter().map(|(r, _)| r.clone()).collect(),
+                }))
+                .await;
+                match r {
+                    Ok(resp) => resp
+                        .results
+                        .into_iter()
+                        .map(|r| match r.result {
+                            Some(pb::enqueue_retry_result::Result::Response(x)) => {
+                                Answer::Ok(enqueue_ok(&x))
+                            }
+                            Some(pb::enqueue_retry_result::Result::Error(e)) => {
+                                Answer::from_item_error(e.code, &e.message)
+                            }
+                            None => Answer::Unknown("empty result".into()),
+                        })
+                        .collect(),
+                    Err(s) => reqs.iter().map(|_| Answer::from_status(&s)).collect(),
+                }
+            } else {
+                let r = call(client.enqueue_retry(reqs[0].0.clone())).await;
+                vec![match r {
+                    Ok(x) => Answer::Ok(enqueue_ok(&x)),
+                    Err(s) => Answer::from_status(&s),
+                }]
+            };
+            let end = now_ms();
+            for ((req, asked), answer) in reqs.into_iter().zip(answers) {
+                shared.history.push(Event {
+                    start_ms: start,
+                    end_ms: end,
+                    kind: Kind::Enqueue {
+                        node,
+                        service: req.service,
+                        tx: req.transaction_id,
+                        asked,
+                        batch,
+                        answer,
+                    },
+                });
+            }
+        }
+        Op::Cancel { node, service, tx } => {
+            let mut client = RetryServiceClient::new(shared.channels[node].clone());
+            let start = now_ms();
+            let r = call(client.cancel_retry(pb::CancelRetryRequest {
+                service: service.clone(),
+                transaction_id: tx.clone(),
+            }))
+            .await;
+            let end = now_ms();
+            let answer = match r {
+                Ok(x) => Answer::Ok((x.cancelled, x.status)),
+                Err(s) => Answer::from_status(&s),
+            };
+            shared.history.push(Event {
+                start_ms: start,
+                end_ms: end,
+                kind: Kind::Cancel {
+                    node,
+                    service,
+                    tx,
+                    answer,
+                },
+            });
+        }
+    }
+}
+
+fn enqueue_ok(x: &pb::EnqueueRetryResponse) -> EnqueueOk {
+    EnqueueOk {
+        due_ms: ts_ms(&x.due_time).unwrap_or(0),
+        generation: x.generation,
+        deduplicated: x.deduplicated,
+    }
+}

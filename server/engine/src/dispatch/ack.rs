@@ -1,0 +1,479 @@
+//! The executor's side of a delivery: its acknowledgement (`ack`, then `settle` under the
+//! transaction's lock, then `resolve` on the state row), deadline extensions, and the
+//! redelivery of work handed back or overdue (`requeue`, the reaper).
+
+use std::{sync::Arc, time::Duration};
+
+use rand::Rng;
+use tracing::Instrument;
+
+use super::{
+    hub::{InFlight, Work},
+    AttemptOutcome, Dispatcher, Resolution,
+};
+use crate::{
+    error::Error,
+    holds::{Gate, ProbeAnswer},
+    metrics, saga, spans,
+    store::{DeadLetter, Status, TxState},
+    writer::changed_meanwhile,
+};
+
+impl Dispatcher {
+    /// Applies an executor's acknowledgement of `delivery_id`. NOT_FOUND when it is not in
+    /// flight here, FAILED_PRECONDITION when its retry changed since it was delivered; when
+    /// the outcome cannot be stored the delivery stays in flight, to be acknowledged again.
+    pub async fn ack(
+        self: &Arc<Self>,
+        delivery_id: &str,
+        outcome: AttemptOutcome,
+    ) -> Result<Resolution, Error> {
+        let kind = match &outcome {
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Retry { snooze: true, .. } => "snoozed",
+            AttemptOutcome::Retry { .. } => "retry",
+            AttemptOutcome::Failed { .. } => "failed",
+        };
+        let m = metrics::global();
+        let Some(inflight) = self.hub.take(delivery_id) else {
+            m.ack("_unknown", "refused");
+            return Err(Error::NotFound(format!(
+                "delivery {delivery_id:?} is not in flight on this node: unknown, already acknowledged, or its deadline passed"
+            )));
+        };
+        let state = &inflight.work.state;
+        let span = spans::settle(&state.service, &state.transaction_id, kind, &state.trace);
+        let service = state.service.clone();
+        let dependency = state.dependency.clone();
+        // What the ack says of its dependency, should this delivery be its probe.
+        let answer = match &outcome {
+            AttemptOutcome::Succeeded | AttemptOutcome::Failed { .. } => {
+                Some(ProbeAnswer::Answered)
+            }
+            AttemptOutcome::Retry { snooze: false, .. } => Some(ProbeAnswer::Retry(None)),
+            AttemptOutcome::Retry { snooze: true, .. } => None,
+        };
+        let r = self
+            .settle(delivery_id, inflight, outcome)
+            .instrument(span.clone())
+            .await;
+        if let (Ok(_), false, Some(answer)) = (&r, dependency.is_empty(), answer) {
+            self.holds.probe_answered(&dependency, answer).await;
+        }
+        match &r {
+            Ok(_) => m.ack(&service, kind),
+            Err(e) => {
+                m.ack(&service, "refused");
+                spans::failed(&span, rebound_common::trace::code_name(e.code() as i32));
+            }
+        }
+        r
+    }
+
+    /// An ack with outcome RETRY that holds the delivery's dependency (`AckRequest.hold`):
+    /// the hold is written first, so that no other retry naming it goes out, then the ack
+    /// (made a snooze to the hold's end by the caller) settles this one. INVALID_ARGUMENT,
+    /// nothing changed, when the retry names no dependency.
+    pub async fn ack_holding(
+        self: &Arc<Self>,
+        delivery_id: &str,
+        outcome: AttemptOutcome,
+        duration: Duration,
+        reason: &str,
+        prefix: &str,
+    ) -> Result<Resolution, Error> {
+        if let Some(dependency) = self.hub.dependency_of(delivery_id) {
+            if dependency.is_empty() {
+                return Err(Error::invalid(
+                    format!("{prefix}hold"),
+                    "the delivery's retry names no dependency (EnqueueRetryRequest.dependency); nothing changed",
+                ));
+            }
+            self.holds
+                .hold(&dependency, duration, reason, "executor", 0)
+                .await?;
+        }
+        self.ack(delivery_id, outcome).await
+    }
+
+    /// `ack` once the delivery is taken out of flight.
+    async fn settle(
+        self: &Arc<Self>,
+        delivery_id: &str,
+        inflight: InFlight,
+        outcome: AttemptOutcome,
+    ) -> Result<Resolution, Error> {
+        // A saga step's SUCCEEDED is decided against its FAILED (`Writer::end`), so it reads
+        // the row as the other answers do.
+        if matches!(outcome, AttemptOutcome::Succeeded)
+            && inflight.work.state.written.0.is_some()
+            && !inflight.work.state.conditional_writes()
+        {
+            return self.settle_succeeded(delivery_id, inflight).await;
+        }
+        let (service, txid) = (
+            inflight.work.state.service.clone(),
+            inflight.work.state.transaction_id.clone(),
+        );
+        // The read, the generation check and the write happen under the transaction's lock,
+        // so a cancel or enqueue on this node cannot land between them and be undone.
+        let _lock = self.lock_transaction(&service, &txid).await;
+        let current = match self.store.get_state(&service, &txid).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.keep_in_flight(delivery_id, inflight);
+                return Err(e.into());
+            }
+        };
+        let live = current
+            .as_ref()
+            .is_some_and(|s| s.is_live(inflight.work.state.generation));
+        if !live {
+            inflight.work.resolve();
+            return Err(Error::FailedPrecondition(format!(
+                "delivery {delivery_id:?} is stale: transaction {txid:?} was rescheduled, cancelled or finished since; nothing changed"
+            )));
+        }
+        let state = current.expect("checked live");
+        match self
+            .resolve(state, inflight.work.deliveries + 1, outcome)
+            .await
+        {
+            Ok(res) => {
+                inflight.work.resolve();
+                Ok(res)
+            }
+            // Another answer ended it first (`changed_meanwhile`): stale, as above.
+            Err(e @ Error::FailedPrecondition(_)) => {
+                inflight.work.resolve();
+                Err(e)
+            }
+            Err(e) => {
+                self.keep_in_flight(delivery_id, inflight);
+                Err(e)
+            }
+        }
+    }
+
+    /// A SUCCEEDED ack: one write, no read. The state row is written as the feed read it,
+    /// SUCCEEDED, just above that read's write time, so whatever changed the row since (a
+    /// cancel, a new schedule, on any node) wins over it in every order of arrival; the
+    /// succeeded cell it carries makes a schedule derived from this generation read as
+    /// SUCCEEDED (`TxState::apply_settled`). When the write fails the delivery stays in
+    /// flight, to be acknowledged again.
+    async fn settle_succeeded(
+        self: &Arc<Self>,
+        delivery_id: &str,
+        inflight: InFlight,
+    ) -> Result<Resolution, Error> {
+        let mut state = (*inflight.work.state).clone();
+        let deliveries = inflight.work.deliveries.saturating_add(1);
+        state.delivery_count = state.delivery_count.saturating_add(deliveries);
+        let settled = match self
+            .hand_off(&state, saga::continues_on_success(&state))
+            .await
+        {
+            Ok(()) => self.writer.settle_succeeded(state).await,
+            Err(e) => Err(e),
+        };
+        match settled {
+            Ok(()) => {
+                inflight.work.resolve();
+                Ok(Resolution::Succeeded)
+            }
+            Err(e) => {
+                self.keep_in_flight(delivery_id, inflight);
+                Err(e)
+            }
+        }
+    }
+
+    /// An ack whose outcome could not be stored: the delivery goes back in flight, to be
+    /// acknowledged again, or (its stream gone) is delivered again.
+    fn keep_in_flight(self: &Arc<Self>, delivery_id: &str, inflight: InFlight) {
+        if let Some(w) = self.hub.put_back(delivery_id.to_string(), inflight) {
+            self.requeue(w, None);
+        }
+    }
+
+    /// Pushes the ack deadline of `delivery_id` to now plus `extension`; returns the new
+    /// deadline. NOT_FOUND when it is not in flight here.
+    pub fn extend(&self, delivery_id: &str, extension: Duration) -> Result<i64, Error> {
+        self.hub.extend(delivery_id, extension).ok_or_else(|| {
+            Error::NotFound(format!(
+                "delivery {delivery_id:?} is not in flight on this node"
+            ))
+        })
+    }
+
+    /// Applies an attempt's outcome to the state row of `state`'s transaction. The caller has
+    /// checked that `state` is current (same generation, SCHEDULED).
+    pub async fn resolve(
+        &self,
+        mut state: TxState,
+        deliveries: u32,
+        outcome: AttemptOutcome,
+    ) -> Result<Resolution, Error> {
+        let now = self.clock.now_ms();
+        state.delivery_count = state.delivery_count.saturating_add(deliveries.max(1));
+        match outcome {
+            AttemptOutcome::Succeeded => {
+                self.hand_off(&state, saga::continues_on_success(&state))
+                    .await?;
+                if state.conditional_writes() {
+                    let (service, txid) = (state.service.clone(), state.transaction_id.clone());
+                    if !self.writer.end(state, Status::Succeeded).await? {
+                        return Err(changed_meanwhile(&service, &txid));
+                    }
+                } else {
+                    self.writer.finish(state, Status::Succeeded).await?;
+                }
+                Ok(Resolution::Succeeded)
+            }
+            AttemptOutcome::Failed { error } => {
+                state.attempt += 1;
+                state.last_error = error;
+                self.dead_letter(state, now).await?;
+                Ok(Resolution::Dead)
+            }
+            AttemptOutcome::Retry {
+                after,
+                error,
+                error_class,
+                snooze,
+            } => {
+                if !snooze && state.policy.is_non_retryable(&error_class) {
+                    state.attempt += 1;
+                    state.last_error =
+                        format!("{error} (error class {error_class:?} is non-retryable)");
+                    self.dead_letter(state, now).await?;
+                    return Ok(Resolution::Dead);
+                }
+                if !snooze {
+                    state.attempt += 1;
+                }
+                if !error.is_empty() || !snooze {
+                    state.last_error = error;
+                }
+                if !snooze && state.policy.attempts_exhausted(state.attempt) {
+                    state.last_error = format!(
+                        "{} (attempts exhausted: {} of {})",
+                        state.last_error, state.attempt, state.policy.max_attempts
+                    );
+                    self.dead_letter(state, now).await?;
+                    return Ok(Resolution::Dead);
+                }
+                let delay = after.unwrap_or_else(|| {
+                    state
+                        .policy
+                        .backoff(state.attempt, rand::rng().random::<f64>())
+                });
+                let due = now + delay.min(self.writer.max_delay()).as_millis() as i64;
+                if let Some(max) = state.policy.max_retry_duration {
+                    if due - state.first_enqueued_at_ms > max.as_millis() as i64 {
+                        state.last_error = format!(
+                            "{} (max_retry_duration of {}s exhausted)",
+                            state.last_error,
+                            max.as_secs()
+                        );
+                        self.dead_letter(state, now).await?;
+                        return Ok(Resolution::Dead);
+                    }
+                }
+                let state = self.writer.reschedule(state, due).await?;
+                Ok(Resolution::Rescheduled {
+                    due_at_ms: state.due_at_ms,
+                    snoozed: snooze,
+                })
+            }
+        }
+    }
+
+    /// Enqueues the compensation after `state` in its chain when `due` (docs/architecture.md,
+    /// "Compensation chains"), before the write that ends `state`: a crash in between leaves
+    /// `state` live, and its next ending enqueues the same compensation again, which is
+    /// deduplicated, or refused as ALREADY_EXISTS once it succeeded (done either way). A chain
+    /// that can no longer be enqueued as stored (its service's policy changed since) is logged
+    /// and stops there, so that the retry still ends.
+    async fn hand_off(&self, state: &TxState, due: bool) -> Result<(), Error> {
+        if !due {
+            return Ok(());
+        }
+        let Some(input) = saga::next_enqueue(state)? else {
+            return Ok(());
+        };
+        let (service, transaction_id) = (input.service.clone(), input.transaction_id.clone());
+        let position = input.saga.chain.as_ref().map_or(0, |c| c.position);
+        // Not through the group commit and without the compensation's lock: the caller may
+        // hold the step's (`Writer::enqueue_unlocked`).
+        match self.writer.enqueue_unlocked(input).await {
+            Ok(_) | Err(Error::AlreadyExists(_)) => {
+                tracing::info!(
+                    saga_service = %state.service,
+                    saga_transaction_id = %state.transaction_id,
+                    %service, %transaction_id, position,
+                    "compensation enqueued"
+                );
+                metrics::global().compensation(&service);
+                Ok(())
+            }
+            Err(Error::InvalidArgument { field, message }) => {
+                tracing::error!(
+                    %service, %transaction_id, position, %field, %message,
+                    "a compensation could not be enqueued as stored; its chain stops here"
+                );
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Dead letter first, then the terminal state: a crash in between leaves the retry
+    /// SCHEDULED (delivered again later), never DEAD without its letter. A saga step's first
+    /// compensation is enqueued before both.
+    async fn dead_letter(&self, state: TxState, now: i64) -> Result<(), Error> {
+        self.hand_off(&state, saga::starts_on_dead(&state)).await?;
+        let letter = DeadLetter {
+            service: state.service.clone(),
+            transaction_id: state.transaction_id.clone(),
+            day: self.grid.window_of(now).day,
+            dead_at_ms: now,
+            attempt: state.attempt,
+            last_error: state.last_error.clone(),
+            generation: state.generation,
+        };
+        self.store
+            .put_dead_letter(&letter, self.opts.dead_letter_ttl_seconds)
+            .await?;
+        let (service, txid) = (state.service.clone(), state.transaction_id.clone());
+        if state.conditional_writes() {
+            // Another delivery's answer ended or changed it first: its letter stays listed
+            // (a redrive skips a retry that is not DEAD), and its first compensation, enqueued
+            // above, is cancelled before it is delivered (`Dispatcher::step_gate`).
+            if !self.writer.end(state, Status::Dead).await? {
+                return Err(changed_meanwhile(&service, &txid));
+            }
+        } else {
+            self.writer.finish(state, Status::Dead).await?;
+        }
+        metrics::global().dead_letter(&service);
+        Ok(())
+    }
+
+    /// Redelivers work handed back by a closed stream or an expired deadline; after
+    /// `max_deliveries_per_attempt` deliveries the attempt counts as failed.
+    pub fn requeue(self: &Arc<Self>, work: Work, avoid: Option<u64>) {
+        let this = self.clone();
+        // Once shut down the work is dropped unresolved: the bucket stays and is replayed.
+        let _ = self.tasks.spawn(async move {
+            if work.deliveries >= work.state.policy.max_deliveries_per_attempt {
+                let error = format!("not acknowledged after {} deliveries", work.deliveries);
+                this.resolve_expired(work, error).await;
+                return;
+            }
+            // Cancelled, purged or finished meanwhile: nothing to redeliver. Only a state read
+            // that answered says so: on a read error the check is repeated (an unchecked
+            // redelivery could run a step whose SUCCEEDED ack another node already took).
+            loop {
+                match this
+                    .store
+                    .get_state(&work.state.service, &work.state.transaction_id)
+                    .await
+                {
+                    Ok(current) => {
+                        if !current.is_some_and(|s| s.is_live(work.state.generation)) {
+                            work.resolve();
+                            return;
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        if this.stopping() {
+                            // Dropped unresolved: the bucket stays and is replayed.
+                            return;
+                        }
+                        tracing::warn!(error = %e, "cannot read the state of a delivery to redeliver, will retry");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
+            // Its dependency held meanwhile: postponed to the hold's end, as the feed does,
+            // rather than delivered during the hold. Should that write fail, it is delivered.
+            if let Gate::Wait(until) = this.holds.gate(&work.state.dependency).await {
+                if this.postpone_held(&work.state, until).await {
+                    work.resolve();
+                    return;
+                }
+            }
+            let keep = {
+                let this = this.clone();
+                move || !this.stopping()
+            };
+            // Dropped unresolved on shutdown: the bucket stays and is replayed.
+            let _ = this.hub.deliver(work, avoid, &keep).await;
+        });
+    }
+
+    async fn resolve_expired(self: &Arc<Self>, mut work: Work, error: String) {
+        loop {
+            let lock = self
+                .lock_transaction(&work.state.service, &work.state.transaction_id)
+                .await;
+            let current = match self
+                .store
+                .get_state(&work.state.service, &work.state.transaction_id)
+                .await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read state of an expired delivery, will retry");
+                    drop(lock);
+                    if self.stopping() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let live = current
+                .as_ref()
+                .is_some_and(|s| s.is_live(work.state.generation));
+            if live {
+                let state = current.expect("checked");
+                let outcome = AttemptOutcome::Retry {
+                    after: None,
+                    error: error.clone(),
+                    error_class: String::new(),
+                    snooze: false,
+                };
+                if let Err(e) = self.resolve(state, work.deliveries, outcome).await {
+                    tracing::warn!(error = %e, "cannot record an expired delivery, will retry");
+                    drop(lock);
+                    if self.stopping() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            }
+            work.deliveries = 0;
+            work.resolve();
+            return;
+        }
+    }
+
+    /// Expires overdue deliveries every `tick` until the node stops.
+    pub async fn run_reaper(self: Arc<Self>, tick: Duration) {
+        let mut stop = self.stopping.clone();
+        loop {
+            for (sub, work) in self.hub.expired() {
+                tracing::debug!(transaction_id = %work.state.transaction_id, "ack deadline passed, redelivering");
+                self.requeue(work, Some(sub));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+}

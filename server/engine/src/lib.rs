@@ -1,0 +1,40 @@
+//! Rebound's engine, on the storage contract: the enqueue path (`writer`), dispatch and the
+//! executor protocol (`dispatch`), push delivery (`push`), the lease ring (`ring`,
+//! `ownership`, `peers`), the compactor, compensation chains (`saga`), dependency holds
+//! (`holds`), per-service settings (`services`), request checks (`validate`) and the one
+//! mapping of errors to gRPC codes (`error`). It knows no store implementation, no
+//! configuration file and no server: the node (`rebound-server`) builds each component from
+//! its options and serves it. See docs/architecture.md, "Crates and module map".
+
+pub mod backlog;
+pub mod clock_sync;
+pub mod compactor;
+pub mod dispatch;
+pub mod engine;
+pub mod error;
+pub mod holds;
+pub mod names;
+pub mod outcome;
+pub mod ownership;
+pub mod peers;
+pub mod push;
+pub mod ring;
+pub mod saga;
+pub mod services;
+pub mod spans;
+pub mod txlock;
+pub mod validate;
+pub mod walk;
+pub mod writer;
+
+/// The storage contract, under the name the engine's modules use.
+pub mod store {
+    pub use rebound_store::*;
+
+    #[cfg(test)]
+    pub use rebound_store_embedded as embedded;
+}
+
+/// The shared parts and the contract's value types, under the names the modules use.
+pub use rebound_common::{coalesce, metrics, tasks};
+pub use rebound_store::{clock, context, policy, window};

@@ -1,0 +1,498 @@
+//! gRPC handlers. They stay thin: decode and validate (module `validate`), call the component,
+//! encode (module `wire`). Errors become `tonic::Status` only through `From<Error>`.
+
+use std::{pin::Pin, sync::Arc};
+
+use futures::{stream, Stream, StreamExt};
+use opentelemetry::trace::TraceContextExt;
+use rebound_proto::v1::{self as pb};
+use tonic::{metadata::MetadataMap, Request, Response, Status};
+use tracing::{Instrument, Span};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::{
+    auth::{Auth, Credential},
+    dispatch::{Dispatcher, Resolution},
+    error::Error,
+    metrics, names,
+    outcome::AttemptOutcome,
+    ring::LeaseRing,
+    store::TokenRange,
+    telemetry::{context::TextContext, rpc::code_name, spans},
+    validate, wire,
+    writer::{EnqueueOutcome, Writer},
+};
+
+/// The trace context of a request's `traceparent` / `tracestate` metadata (empty: none or
+/// invalid).
+fn request_context(m: &MetadataMap) -> TextContext {
+    let get = |k: &str| m.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
+    TextContext::from_text(get("traceparent"), get("tracestate"))
+}
+
+/// An enqueue's own `trace_context` (empty: none, or invalid, which validation refuses).
+fn item_context(r: &pb::EnqueueRetryRequest) -> TextContext {
+    r.trace_context
+        .as_ref()
+        .map(|t| TextContext::from_text(&t.traceparent, &t.tracestate))
+        .unwrap_or_default()
+}
+
+/// The context stored with the retry: its `send` span's when traced, else the item's own,
+/// else the request's.
+fn stored_context(span: &Span, own: TextContext, request: &TextContext) -> TextContext {
+    if !span.is_disabled() {
+        let sc = span.context().span().span_context().clone();
+        if sc.is_valid() {
+            return TextContext::of(&sc);
+        }
+    }
+    if own.is_empty() {
+        request.clone()
+    } else {
+        own
+    }
+}
+
+/// Counts one enqueue item, and marks its span failed when it was refused.
+fn count_enqueue(service: &str, span: &Span, r: &Result<EnqueueOutcome, Error>) {
+    // A name that is not a valid service name never becomes a label.
+    let label = match names::service_problem(service) {
+        None => service,
+        Some(_) => "_invalid",
+    };
+    let m = metrics::global();
+    match r {
+        Ok(o) if o.deduplicated => m.enqueue(label, "deduplicated", "OK"),
+        Ok(_) => m.enqueue(label, "new", "OK"),
+        Err(e) => {
+            let code = code_name(e.code() as i32);
+            m.enqueue(label, "refused", code);
+            spans::failed(span, code);
+        }
+    }
+}
+
+/// Shared state of the handlers.
+#[derive(Debug, Clone)]
+pub struct Api {
+    pub auth: Arc<Auth>,
+    pub writer: Arc<Writer>,
+    pub max_payload_bytes: usize,
+    pub max_batch_items: usize,
+}
+
+/// How many acks of one `AckBatch` are settled concurrently: enough that their state reads
+/// and writes queue in the store's coalescers and go out as `IN` reads of up to 64 rows and
+/// batches of up to 10, rather than one request per ack.
+const BATCH_CONCURRENCY: usize = 256;
+
+#[tonic::async_trait]
+impl pb::retry_service_server::RetryService for Api {
+    async fn enqueue_retry(
+        &self,
+        request: Request<pb::EnqueueRetryRequest>,
+    ) -> Result<Response<pb::EnqueueRetryResponse>, Status> {
+        let (metadata, extensions, request) = request.into_parts();
+        let service = request.service.clone();
+        let span = spans::send(&service, &request.transaction_id, &item_context(&request));
+        let out = async {
+            let caller = self.auth.caller(&metadata, &extensions)?;
+            let caller = caller.as_deref();
+            let mut input = validate::enqueue("", request, self.max_payload_bytes)?;
+            Auth::may_use(caller, "service", &input.service)?;
+            let own = std::mem::take(&mut input.trace);
+            input.trace = stored_context(&span, own, &request_context(&metadata));
+            self.writer.enqueue(input).await
+        }
+        .instrument(span.clone())
+        .await;
+        count_enqueue(&service, &span, &out);
+        Ok(Response::new(wire::enqueue_pb(out?)))
+    }
+
+    async fn enqueue_retry_batch(
+        &self,
+        request: Request<pb::EnqueueRetryBatchRequest>,
+    ) -> Result<Response<pb::EnqueueRetryBatchResponse>, Status> {
+        let (metadata, extensions, request) = request.into_parts();
+        let caller = self.auth.caller(&metadata, &extensions)?;
+        let caller = caller.as_deref();
+        let requests = request.requests;
+        validate::enqueue_batch_len(requests.len(), self.max_batch_items)?;
+        // Validate every item first; a transaction that appears twice is refused after its
+        // first appearance, since the two would race each other.
+        let mut keys = validate::BatchKeys::default();
+        let context = request_context(&metadata);
+        let mut items: Vec<(String, Span)> = Vec::with_capacity(requests.len());
+        let checked: Vec<Result<validate::EnqueueInput, Error>> = requests
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let span = spans::send(&r.service, &r.transaction_id, &item_context(&r));
+                items.push((r.service.clone(), span.clone()));
+                let mut input =
+                    validate::enqueue(&format!("requests[{i}]."), r, self.max_payload_bytes)?;
+                Auth::may_use(caller, &format!("requests[{i}].service"), &input.service)?;
+                keys.first(i, &input)?;
+                let own = std::mem::take(&mut input.trace);
+                input.trace = stored_context(&span, own, &context);
+                Ok(input)
+            })
+            .collect();
+        let results = self.writer.enqueue_many(checked).await;
+        for ((service, span), r) in items.iter().zip(&results) {
+            count_enqueue(service, span, r);
+        }
+        drop(items);
+        Ok(Response::new(pb::EnqueueRetryBatchResponse {
+            results: results.into_iter().map(wire::enqueue_result_pb).collect(),
+        }))
+    }
+
+    async fn get_retry(
+        &self,
+        request: Request<pb::GetRetryRequest>,
+    ) -> Result<Response<pb::Retry>, Status> {
+        let (metadata, extensions, r) = request.into_parts();
+        let caller = self.auth.caller(&metadata, &extensions)?;
+        let state = lookup_retry(
+            &self.writer,
+            caller.as_deref(),
+            &r.service,
+            &r.transaction_id,
+        )
+        .await?;
+        let chain = crate::wire::chain_progress(&self.writer, &state).await?;
+        Ok(Response::new(pb::Retry {
+            chain,
+            ..wire::retry_pb(state)
+        }))
+    }
+
+    async fn cancel_retry(
+        &self,
+        request: Request<pb::CancelRetryRequest>,
+    ) -> Result<Response<pb::CancelRetryResponse>, Status> {
+        let (metadata, extensions, r) = request.into_parts();
+        let caller = self.auth.caller(&metadata, &extensions)?;
+        let caller = caller.as_deref();
+        validate::service("service", &r.service)?;
+        validate::transaction_id("transaction_id", &r.transaction_id)?;
+        Auth::may_use(caller, "service", &r.service)?;
+        let (status, cancelled) = self.writer.cancel(&r.service, &r.transaction_id).await?;
+        Ok(Response::new(pb::CancelRetryResponse {
+            status: wire::status_pb(status) as i32,
+            cancelled,
+        }))
+    }
+}
+
+/// The executor API: subscriptions, acknowledgements and deadline extensions.
+#[derive(Debug, Clone)]
+pub struct ExecutorApi {
+    pub auth: Arc<Auth>,
+    /// None when the node was given a fixed ownership (it then reports the whole ring).
+    pub ring: Option<Arc<LeaseRing>>,
+    pub node_id: String,
+    pub address: String,
+    pub dispatcher: Arc<Dispatcher>,
+    pub max_delay: std::time::Duration,
+}
+
+type DeliveryStream = Pin<Box<dyn Stream<Item = Result<pb::Delivery, Status>> + Send>>;
+
+impl ExecutorApi {
+    /// One ack: decoded and checked, the caller's credential checked against the delivery's
+    /// service, then applied by the dispatcher.
+    async fn ack_one(
+        &self,
+        caller: Option<&Credential>,
+        r: &pb::AckRequest,
+        prefix: &str,
+    ) -> Result<Resolution, Error> {
+        let mut outcome = validate::ack_outcome(r, self.max_delay, prefix)?;
+        let hold = validate::ack_hold(r, prefix)?;
+        if let Some(service) = self.dispatcher.service_of(&r.delivery_id) {
+            Auth::may_use(caller, &format!("{prefix}delivery_id"), &service)?;
+        }
+        match hold {
+            None => self.dispatcher.ack(&r.delivery_id, outcome).await,
+            Some((duration, reason)) => {
+                // The retry waits for the hold's end without using an attempt.
+                if let AttemptOutcome::Retry { after, snooze, .. } = &mut outcome {
+                    *after = Some(duration);
+                    *snooze = true;
+                }
+                self.dispatcher
+                    .ack_holding(&r.delivery_id, outcome, duration, &reason, prefix)
+                    .await
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::executor_service_server::ExecutorService for ExecutorApi {
+    type SubscribeStream = DeliveryStream;
+
+    async fn subscribe(
+        &self,
+        request: Request<pb::SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let (metadata, extensions, r) = request.into_parts();
+        let caller = self.auth.caller(&metadata, &extensions)?;
+        let caller = caller.as_deref();
+        validate::subscribe(&r)?;
+        Auth::may_use(caller, "service", &r.service)?;
+        let sub = self.dispatcher.subscribe(&r.service, r.max_in_flight)?;
+        tracing::info!(service = %r.service, executor_id = %r.executor_id, subscriber = sub.id(), max_in_flight = r.max_in_flight, "executor subscribed");
+        Ok(Response::new(Box::pin(
+            sub.map(|d| Ok(wire::delivery_pb(d))),
+        )))
+    }
+
+    async fn ack(&self, r: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
+        let caller = self.auth.caller(r.metadata(), r.extensions())?;
+        let caller = caller.as_deref();
+        let res = self.ack_one(caller, r.get_ref(), "").await?;
+        Ok(Response::new(wire::ack_response(res)))
+    }
+
+    async fn ack_batch(
+        &self,
+        r: Request<pb::AckBatchRequest>,
+    ) -> Result<Response<pb::AckBatchResponse>, Status> {
+        let (metadata, extensions, r) = r.into_parts();
+        let caller = self.auth.caller(&metadata, &extensions)?;
+        let caller = caller.as_deref();
+        let acks = r.acks;
+        validate::ack_batch_len(acks.len())?;
+        // Concurrently, so the state reads and writes of the batch coalesce into few Cassandra
+        // requests; `buffered` keeps the results in request order.
+        let results = stream::iter(acks.into_iter().enumerate())
+            .map(|(i, a)| async move {
+                wire::ack_result_pb(self.ack_one(caller, &a, &format!("acks[{i}].")).await)
+            })
+            .buffered(BATCH_CONCURRENCY)
+            .collect()
+            .await;
+        Ok(Response::new(pb::AckBatchResponse { results }))
+    }
+
+    async fn extend_deadline(
+        &self,
+        r: Request<pb::ExtendDeadlineRequest>,
+    ) -> Result<Response<pb::ExtendDeadlineResponse>, Status> {
+        let (metadata, extensions, r) = r.into_parts();
+        let caller = self.auth.caller(&metadata, &extensions)?;
+        let caller = caller.as_deref();
+        validate::delivery_id("delivery_id", &r.delivery_id)?;
+        let ext = validate::extension("extension", r.extension.as_ref())?;
+        if let Some(service) = self.dispatcher.service_of(&r.delivery_id) {
+            Auth::may_use(caller, "delivery_id", &service)?;
+        }
+        let deadline = self.dispatcher.extend(&r.delivery_id, ext)?;
+        Ok(Response::new(pb::ExtendDeadlineResponse {
+            ack_deadline: Some(wire::ts(deadline)),
+        }))
+    }
+
+    async fn get_ring(&self, r: Request<pb::GetRingRequest>) -> Result<Response<pb::Ring>, Status> {
+        self.auth.caller(r.metadata(), r.extensions())?;
+        let ring = ring_view(self.ring.as_deref(), &self.node_id, &self.address).await?;
+        Ok(Response::new(ring))
+    }
+}
+
+/// GetRetry's checks and read, shared by gRPC and the dashboard: the names are valid, the
+/// caller may use the service (`caller` None: authentication is off), then the state row.
+pub async fn lookup_retry(
+    writer: &Writer,
+    caller: Option<&Credential>,
+    service: &str,
+    transaction_id: &str,
+) -> Result<crate::store::TxState, Error> {
+    validate::service("service", service)?;
+    validate::transaction_id("transaction_id", transaction_id)?;
+    Auth::may_use(caller, "service", service)?;
+    writer.get(service, transaction_id).await
+}
+
+/// GetRing's answer: the live members and their token ranges, or this node alone with the
+/// whole ring when it was given a fixed ownership (`ring` None).
+pub async fn ring_view(
+    ring: Option<&LeaseRing>,
+    node_id: &str,
+    address: &str,
+) -> Result<pb::Ring, Error> {
+    let nodes = match ring {
+        None => vec![pb::RingNode {
+            node_id: node_id.to_string(),
+            address: address.to_string(),
+            compactor: true,
+            ranges: vec![wire::token_range_pb(&TokenRange::FULL)],
+        }],
+        Some(ring) => ring
+            .view()
+            .await?
+            .into_iter()
+            .map(|(m, compactor, ranges)| pb::RingNode {
+                node_id: m.node_id,
+                address: m.address,
+                compactor,
+                ranges: ranges.iter().map(wire::token_range_pb).collect(),
+            })
+            .collect(),
+    };
+    Ok(pb::Ring { nodes })
+}
+
+/// The operator API (see `admin.rs`).
+#[derive(Debug, Clone)]
+pub struct AdminApi {
+    pub admin: Arc<crate::admin::Admin>,
+}
+
+#[tonic::async_trait]
+impl pb::admin_service_server::AdminService for AdminApi {
+    async fn list_services(
+        &self,
+        _r: Request<pb::ListServicesRequest>,
+    ) -> Result<Response<pb::ListServicesResponse>, Status> {
+        Ok(Response::new(self.admin.list_services().await?))
+    }
+    async fn get_service(
+        &self,
+        r: Request<pb::GetServiceRequest>,
+    ) -> Result<Response<pb::ServiceInfo>, Status> {
+        Ok(Response::new(
+            self.admin.get_service(&r.into_inner().service).await?,
+        ))
+    }
+    async fn get_stats(
+        &self,
+        r: Request<pb::GetStatsRequest>,
+    ) -> Result<Response<pb::GetStatsResponse>, Status> {
+        // Peers are asked with the caller's own credential.
+        let authorization = r.metadata().get("authorization").cloned();
+        Ok(Response::new(
+            self.admin.stats(&r.into_inner(), authorization).await?,
+        ))
+    }
+    async fn pause_service(
+        &self,
+        r: Request<pb::PauseServiceRequest>,
+    ) -> Result<Response<pb::PauseServiceResponse>, Status> {
+        let s = self.admin.set_paused(&r.into_inner().service, true).await?;
+        Ok(Response::new(pb::PauseServiceResponse { service: Some(s) }))
+    }
+    async fn resume_service(
+        &self,
+        r: Request<pb::ResumeServiceRequest>,
+    ) -> Result<Response<pb::ResumeServiceResponse>, Status> {
+        let s = self
+            .admin
+            .set_paused(&r.into_inner().service, false)
+            .await?;
+        Ok(Response::new(pb::ResumeServiceResponse {
+            service: Some(s),
+        }))
+    }
+    async fn set_service_policy(
+        &self,
+        r: Request<pb::SetServicePolicyRequest>,
+    ) -> Result<Response<pb::SetServicePolicyResponse>, Status> {
+        Ok(Response::new(self.admin.set_policy(&r.into_inner()).await?))
+    }
+    async fn set_service_limits(
+        &self,
+        r: Request<pb::SetServiceLimitsRequest>,
+    ) -> Result<Response<pb::SetServiceLimitsResponse>, Status> {
+        Ok(Response::new(self.admin.set_limits(&r.into_inner()).await?))
+    }
+    async fn set_push_target(
+        &self,
+        r: Request<pb::SetPushTargetRequest>,
+    ) -> Result<Response<pb::SetPushTargetResponse>, Status> {
+        Ok(Response::new(
+            self.admin.set_push_target(&r.into_inner()).await?,
+        ))
+    }
+    async fn get_push_target(
+        &self,
+        r: Request<pb::GetPushTargetRequest>,
+    ) -> Result<Response<pb::PushTarget>, Status> {
+        Ok(Response::new(
+            self.admin.get_push_target(&r.into_inner()).await?,
+        ))
+    }
+    async fn clear_push_target(
+        &self,
+        r: Request<pb::ClearPushTargetRequest>,
+    ) -> Result<Response<pb::ClearPushTargetResponse>, Status> {
+        Ok(Response::new(
+            self.admin.clear_push_target(&r.into_inner()).await?,
+        ))
+    }
+    async fn hold_dependency(
+        &self,
+        r: Request<pb::HoldDependencyRequest>,
+    ) -> Result<Response<pb::DependencyHoldInfo>, Status> {
+        Ok(Response::new(
+            self.admin.hold_dependency(&r.into_inner()).await?,
+        ))
+    }
+    async fn release_dependency(
+        &self,
+        r: Request<pb::ReleaseDependencyRequest>,
+    ) -> Result<Response<pb::ReleaseDependencyResponse>, Status> {
+        Ok(Response::new(
+            self.admin.release_dependency(&r.into_inner()).await?,
+        ))
+    }
+    async fn list_dependency_holds(
+        &self,
+        _r: Request<pb::ListDependencyHoldsRequest>,
+    ) -> Result<Response<pb::ListDependencyHoldsResponse>, Status> {
+        Ok(Response::new(self.admin.list_dependency_holds().await?))
+    }
+    async fn purge_service(
+        &self,
+        r: Request<pb::PurgeServiceRequest>,
+    ) -> Result<Response<pb::PurgeServiceResponse>, Status> {
+        Ok(Response::new(
+            self.admin.purge_service(&r.into_inner()).await?,
+        ))
+    }
+    async fn list_dead_letters(
+        &self,
+        r: Request<pb::ListDeadLettersRequest>,
+    ) -> Result<Response<pb::ListDeadLettersResponse>, Status> {
+        Ok(Response::new(
+            self.admin.list_dead_letters(&r.into_inner()).await?,
+        ))
+    }
+    async fn redrive_dead_letters(
+        &self,
+        r: Request<pb::RedriveDeadLettersRequest>,
+    ) -> Result<Response<pb::RedriveDeadLettersResponse>, Status> {
+        Ok(Response::new(self.admin.redrive(&r.into_inner()).await?))
+    }
+    async fn purge_dead_letters(
+        &self,
+        r: Request<pb::PurgeDeadLettersRequest>,
+    ) -> Result<Response<pb::PurgeDeadLettersResponse>, Status> {
+        Ok(Response::new(
+            self.admin.purge_dead_letters(&r.into_inner()).await?,
+        ))
+    }
+    async fn inspect_window(
+        &self,
+        r: Request<pb::InspectWindowRequest>,
+    ) -> Result<Response<pb::InspectWindowResponse>, Status> {
+        Ok(Response::new(
+            self.admin.inspect_window(&r.into_inner()).await?,
+        ))
+    }
+}

@@ -1,0 +1,706 @@
+//! The state rows (`transactions`): one per (service, transaction). Single reads and writes
+//! are coalesced into `IN` queries and small unlogged batches; rows of the layout before
+//! schema 0007 go through `legacy.rs`.
+
+use std::{collections::HashMap, sync::Arc};
+
+use async_trait::async_trait;
+use futures::{stream, StreamExt, TryStreamExt};
+use prost::Message;
+use scylla::{
+    client::session::Session,
+    statement::{
+        batch::{Batch, BatchType},
+        prepared::PreparedStatement,
+    },
+    value::MaybeUnset,
+    DeserializeRow, SerializeRow,
+};
+
+use super::{
+    batchable, legacy, map_execution_error, observed, parse_status, ttl_of, CassandraStore, Prep,
+};
+use rebound_common::{
+    coalesce::{Coalescer, Counts, Limits},
+    tasks::Tasks,
+};
+use rebound_store::{
+    body::{Body, StateCells},
+    StateStore, Status, StoreError, StoreLifecycle, StoreResult, TxState, WriteTime,
+};
+
+/// Most state rows one read carries (`transaction_id IN ?`).
+const STATE_READ_BATCH: usize = 64;
+/// Most state rows one write batch carries. Cassandra warns about an unlogged batch over more
+/// than 10 partitions (`unlogged_batch_across_partitions_warn_threshold`) or 5 KiB
+/// (`batch_size_warn_threshold`); a batch stays under both.
+const STATE_WRITE_BATCH: usize = 10;
+const STATE_WRITE_BATCH_BYTES: usize = 4608;
+/// Coalesced state reads (per service) and writes (per node) in flight at once. Measured with
+/// `bench rebound` on 2 cores: 4 leaves Cassandra's request threads idle between requests
+/// (they spin and park, burning the CPU the node needs), unlimited loses the batching; 16 was
+/// best for enqueue and drain alike.
+const STATE_READS_PARALLEL: usize = 16;
+const STATE_WRITES_PARALLEL: usize = 16;
+
+/// What a state-row write adds to a batch's size as Cassandra counts it (the cells' data:
+/// timestamps, TTLs and values), over-estimated. A row of the layout before 0007 with empty
+/// values measures about 680 bytes there; one of today's 4 cells about 100 bytes, plus its
+/// values, and its body holds about 120 bytes of fixed fields besides the texts.
+fn state_write_weight(s: &TxState) -> usize {
+    let variable = s.service.len()
+        + s.transaction_id.len()
+        + s.payload.len()
+        + s.last_error.len()
+        + s.attributes
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 8)
+            .sum::<usize>()
+        + s.policy
+            .non_retryable
+            .iter()
+            .map(|c| c.len() + 2)
+            .sum::<usize>()
+        + s.location.as_ref().map_or(0, |l| l.instance.len())
+        + s.dependency.len()
+        + s.trace.traceparent.len()
+        + s.trace.tracestate.len()
+        + s.saga
+            .compensations
+            .iter()
+            .map(|c| c.len() + 4)
+            .sum::<usize>()
+        + s.saga.chain.as_ref().map_or(0, |c| {
+            c.saga_service.len()
+                + c.saga_transaction_id.len()
+                + c.members
+                    .iter()
+                    .map(|(service, tx)| service.len() + tx.len() + 6)
+                    .sum::<usize>()
+        });
+    if s.legacy_columns {
+        768 + variable
+    } else {
+        320 + variable
+    }
+}
+
+/// One state-row write: the row, its TTL, and the write timestamp of a settle (None: the
+/// coordinator's clock, as every other write).
+type StateWrite = (TxState, Option<u32>, Option<i64>);
+
+/// The coalescer of state-row writes.
+type StateWrites = Coalescer<(), StateWrite, (), StoreError>;
+
+/// The state-row statements, and the coalescers that run them.
+pub(super) struct States {
+    put_cancel: PreparedStatement,
+    /// The condition of `put_state_if`'s batch (the row itself goes by `StateIo::put`).
+    put_if: PreparedStatement,
+    /// `put_cancel` with the condition of `cancel_state_if`.
+    put_cancel_if: PreparedStatement,
+    /// State-row reads of one service coalesced into `IN` queries.
+    reads: Arc<Coalescer<String, String, Option<TxState>, StoreError>>,
+    /// State-row writes coalesced into small unlogged batches.
+    writes: Arc<StateWrites>,
+    /// The same statements, for callers that bring many rows at once.
+    io: Arc<StateIo>,
+}
+
+impl States {
+    pub(super) async fn prepare(p: &Prep, region: &str, cluster: &str) -> StoreResult<Self> {
+        let ks = p.ks();
+        let put_state = p
+            .prepare(format!(
+                "INSERT INTO {ks}.transactions (region, cluster, service, transaction_id, \
+             status, generation, payload, body, succeeded_generation) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+            ))
+            .await?;
+        // A settle: the same row at a timestamp of its own (`StateStore::settle_state`).
+        let put_state_at = p
+            .prepare(format!(
+                "INSERT INTO {ks}.transactions (region, cluster, service, transaction_id, \
+             status, generation, payload, body, succeeded_generation) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?"
+            ))
+            .await?;
+        let put_cancel = p
+            .prepare(format!(
+                "UPDATE {ks}.transactions USING TTL ? SET cancelled_generation = ? \
+             WHERE region = ? AND cluster = ? AND service = ? AND transaction_id = ?"
+            ))
+            .await?;
+        let put_if = p
+            .prepare(format!(
+                "UPDATE {ks}.transactions USING TTL ? SET status = ? \
+             WHERE region = ? AND cluster = ? AND service = ? AND transaction_id = ? \
+             IF status = 'SCHEDULED' AND generation = ?"
+            ))
+            .await?;
+        let put_cancel_if = p
+            .prepare(format!(
+                "UPDATE {ks}.transactions USING TTL ? SET cancelled_generation = ? \
+             WHERE region = ? AND cluster = ? AND service = ? AND transaction_id = ? \
+             IF status = 'SCHEDULED' AND generation = ?"
+            ))
+            .await?;
+        let get_states = p
+            .prepare(format!(
+                "SELECT transaction_id, status, generation, payload, body, cancelled_generation, \
+             succeeded_generation, WRITETIME(status) AS written FROM {ks}.transactions \
+             WHERE region = ? AND cluster = ? AND service = ? AND transaction_id IN ?"
+            ))
+            .await?;
+        let io = Arc::new(StateIo {
+            session: p.session.clone(),
+            region: region.to_string(),
+            cluster: cluster.to_string(),
+            put: put_state,
+            put_at: put_state_at,
+            get: get_states,
+            legacy: legacy::Statements::prepare(p).await?,
+        });
+        let reader = io.clone();
+        let state_io = io.clone();
+        let state_reads = Coalescer::new(
+            Limits {
+                max_items: STATE_READ_BATCH,
+                max_weight: usize::MAX,
+                parallel: STATE_READS_PARALLEL,
+            },
+            Arc::new(move |service, ids: Vec<String>| {
+                rebound_common::metrics::global().coalesced("state_reads", ids.len());
+                let io = reader.clone();
+                Box::pin(async move { io.get(service, ids).await })
+            }),
+        );
+        let state_writes = Coalescer::new(
+            Limits {
+                max_items: STATE_WRITE_BATCH,
+                max_weight: STATE_WRITE_BATCH_BYTES,
+                parallel: STATE_WRITES_PARALLEL,
+            },
+            Arc::new(move |(), rows: Vec<StateWrite>| {
+                rebound_common::metrics::global().coalesced("state_writes", rows.len());
+                let io = io.clone();
+                Box::pin(async move { io.put(rows).await })
+            }),
+        );
+        Ok(Self {
+            put_cancel,
+            put_if,
+            put_cancel_if,
+            reads: state_reads,
+            writes: state_writes,
+            io: state_io,
+        })
+    }
+}
+
+/// The store runs no loop of its own; its tasks are the coalesced state reads' and writes'
+/// flushes.
+impl StoreLifecycle for CassandraStore {
+    fn task_owners(&self) -> Vec<(&'static str, &Tasks)> {
+        vec![
+            ("state reads", self.state.reads.tasks()),
+            ("state writes", self.state.writes.tasks()),
+        ]
+    }
+
+    fn state_io_counts(&self) -> (Counts, Counts) {
+        (self.state.reads.counts(), self.state.writes.counts())
+    }
+}
+
+/// The state-row statements and what they bind, owned, so coalesced flushes can run them.
+struct StateIo {
+    session: Arc<Session>,
+    region: String,
+    cluster: String,
+    put: PreparedStatement,
+    put_at: PreparedStatement,
+    get: PreparedStatement,
+    legacy: legacy::Statements,
+}
+
+impl StateIo {
+    fn values<'a>(&'a self, s: &'a TxState, ttl_seconds: Option<u32>) -> BodyValues<'a> {
+        let body = Body::of_state(s);
+        BodyValues {
+            region: &self.region,
+            cluster: &self.cluster,
+            service: &s.service,
+            transaction_id: &s.transaction_id,
+            status: s.status.as_str(),
+            generation: s.generation,
+            payload: &s.payload,
+            body: body.encode_to_vec(),
+            succeeded_generation: if s.status == Status::Succeeded {
+                MaybeUnset::Set(s.generation)
+            } else {
+                MaybeUnset::Unset
+            },
+            ttl: ttl_of(ttl_seconds),
+        }
+    }
+
+    fn legacy_values<'a>(
+        &'a self,
+        s: &'a TxState,
+        ttl_seconds: Option<u32>,
+    ) -> legacy::StateValues<'a> {
+        legacy::values(&self.region, &self.cluster, s, ttl_seconds)
+    }
+
+    /// Writes the rows: the plain ones and the settles (each at its own timestamp) as one
+    /// statement or one unlogged batch each (each row its own partition). Two writes of one
+    /// transaction never share a batch (see `batchable`). A failure after some of the rows
+    /// may have been written is an unknown outcome, never "nothing written".
+    async fn put(&self, rows: Vec<StateWrite>) -> StoreResult<Vec<()>> {
+        let n = rows.len();
+        // Whether any row of this call may have been written before a failure.
+        let mut written = false;
+        let failed =
+            |e: &scylla::errors::ExecutionError, written: bool| match map_execution_error(e) {
+                StoreError::Unavailable(m) if written => StoreError::Timeout(format!(
+                    "part of a state write may have been made before: {m}"
+                )),
+                other => other,
+            };
+        // Rows in the layout of before 0007 (rare: live when the node was upgraded) go one by
+        // one, the rest together.
+        let (legacy, rows): (Vec<_>, Vec<_>) =
+            rows.into_iter().partition(|(s, _, _)| s.legacy_columns);
+        for (s, ttl, _) in &legacy {
+            observed(
+                self.legacy.put.get_statement(),
+                self.session
+                    .execute_unpaged(&self.legacy.put, self.legacy_values(s, *ttl)),
+            )
+            .await
+            .map_err(|e| failed(&e, written))?;
+            written = true;
+        }
+        let (at, plain): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, _, ts)| ts.is_some());
+        let plain: Vec<BodyValues<'_>> = plain
+            .iter()
+            .map(|(s, ttl, _)| self.values(s, *ttl))
+            .collect();
+        let at: Vec<AtValues<'_>> = at
+            .iter()
+            .map(|(s, ttl, ts)| AtValues {
+                row: self.values(s, *ttl),
+                timestamp: ts.unwrap_or_default(),
+            })
+            .collect();
+        let (a, b) = futures::join!(self.write(&self.put, plain), self.write(&self.put_at, at));
+        let mut error = None;
+        for r in [a, b] {
+            match r {
+                Ok(rows) => written |= rows > 0,
+                Err((e, partly)) => {
+                    written |= partly;
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        match error {
+            Some(e) => Err(failed(&e, written)),
+            None => Ok(vec![(); n]),
+        }
+    }
+
+    /// Runs `ps` once per row: one unlogged batch when the rows are batchable, else one after
+    /// the other, in order. Returns how many rows were written; an error says whether some
+    /// may have been written before it.
+    async fn write<V: scylla::serialize::row::SerializeRow + Keyed>(
+        &self,
+        ps: &PreparedStatement,
+        rows: Vec<V>,
+    ) -> Result<usize, (scylla::errors::ExecutionError, bool)> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let n = rows.len();
+        if !batchable(rows.iter().map(Keyed::key)) {
+            for (i, row) in rows.iter().enumerate() {
+                observed(ps.get_statement(), self.session.execute_unpaged(ps, row))
+                    .await
+                    .map_err(|e| (e, i > 0))?;
+            }
+            return Ok(n);
+        }
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_is_idempotent(true);
+        for _ in &rows {
+            batch.append_statement(ps.clone());
+        }
+        observed(ps.get_statement(), self.session.batch(&batch, rows))
+            .await
+            .map_err(|e| (e, false))?;
+        Ok(n)
+    }
+
+    /// Reads the rows of `ids` (of one service) in one query; None where there is none.
+    async fn get(&self, service: String, ids: Vec<String>) -> StoreResult<Vec<Option<TxState>>> {
+        let rows: Vec<BodyRow> = self.select(&self.get, &service, &ids).await?;
+        let mut found = HashMap::with_capacity(ids.len());
+        let mut legacy = Vec::new();
+        for row in rows {
+            if row.body.is_none() && row.status.is_none() {
+                // Only a cancel cell outlived the row (it lives longer): the retry reads as
+                // cancelled, at that generation, so a new enqueue starts above it.
+                if let Some(g) = row.cancelled_generation {
+                    let id = row.transaction_id.clone();
+                    found.insert(id.clone(), TxState::cancelled_ghost(&service, &id, g));
+                }
+                continue;
+            }
+            if row.body.is_none() {
+                legacy.push(row.transaction_id);
+                continue;
+            }
+            let id = row.transaction_id.clone();
+            let state = row.into_state(&service, &id)?;
+            found.insert(id, state);
+        }
+        if !legacy.is_empty() {
+            // Rows written before schema 0007, one column per field.
+            let rows: Vec<legacy::StateRow> =
+                self.select(&self.legacy.get, &service, &legacy).await?;
+            for row in rows {
+                let id = row.transaction_id.clone();
+                let state = row.into_state(&service, &id)?;
+                found.insert(id, state);
+            }
+        }
+        let mut out: Vec<Option<TxState>> = Vec::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            // The same id twice in one read: the second gets a copy of the first's row.
+            let state = found.remove(id).or_else(|| {
+                ids[..i]
+                    .iter()
+                    .position(|x| x == id)
+                    .and_then(|j| out[j].clone())
+            });
+            out.push(state);
+        }
+        Ok(out)
+    }
+
+    /// Runs a state read (`... transaction_id IN ?`) of one service and decodes its rows.
+    async fn select<R>(
+        &self,
+        ps: &PreparedStatement,
+        service: &str,
+        ids: &[String],
+    ) -> StoreResult<Vec<R>>
+    where
+        R: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
+    {
+        let bad = |e: &dyn std::fmt::Display| StoreError::Internal(format!("bad state row: {e}"));
+        observed(
+            ps.get_statement(),
+            self.session
+                .execute_unpaged(ps, (&self.region, &self.cluster, service, ids)),
+        )
+        .await
+        .map_err(|e| map_execution_error(&e))?
+        .into_rows_result()
+        .map_err(|e| StoreError::Internal(format!("state read returned no rows result: {e}")))?
+        .rows::<R>()
+        .map_err(|e| bad(&e))?
+        .map(|row| row.map_err(|e| bad(&e)))
+        .collect()
+    }
+}
+
+/// Bind values of the state-row upsert (schema 0007 layout), in column order (the last one is
+/// the TTL).
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct BodyValues<'a> {
+    region: &'a str,
+    cluster: &'a str,
+    service: &'a str,
+    transaction_id: &'a str,
+    status: &'a str,
+    generation: i64,
+    payload: &'a [u8],
+    body: Vec<u8>,
+    /// Set by a SUCCEEDED write only (the success cell); unset leaves the cell alone.
+    succeeded_generation: MaybeUnset<i64>,
+    ttl: i32,
+}
+
+/// Bind values of a settle: the upsert's, then its write timestamp (microseconds).
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct AtValues<'a> {
+    #[scylla(flatten)]
+    row: BodyValues<'a>,
+    timestamp: i64,
+}
+
+impl CassandraStore {
+    /// One conditional batch on the row's partition: the row as a plain insert (a TTL, when
+    /// set, on every cell, as every terminal write has) and `condition`, an update whose `IF`
+    /// (SCHEDULED at a generation) decides whether both apply. True when they did.
+    async fn put_row_if(
+        &self,
+        s: &TxState,
+        ttl_seconds: Option<u32>,
+        condition: &PreparedStatement,
+        values: impl scylla::serialize::row::SerializeRow,
+    ) -> StoreResult<bool> {
+        not_legacy(s)?;
+        let io = &self.state.io;
+        let mut batch = Batch::new(BatchType::Logged);
+        batch.append_statement(io.put.clone());
+        batch.append_statement(condition.clone());
+        let res = observed(
+            condition.get_statement(),
+            self.session
+                .batch(&batch, (io.values(s, ttl_seconds), values)),
+        )
+        .await
+        .map_err(|e| map_execution_error(&e))?;
+        Ok(super::lwt_result(res)?.0)
+    }
+}
+
+/// The conditional writes go in the layout of 0007 and after only (a row of before is
+/// rewritten in it by its next plain write).
+fn not_legacy(s: &TxState) -> StoreResult<()> {
+    if s.legacy_columns {
+        return Err(StoreError::Internal(format!(
+            "state row {}/{} is in the layout of before 0007: it cannot be written conditionally",
+            s.service, s.transaction_id
+        )));
+    }
+    Ok(())
+}
+
+/// The transaction a write's values are for (`batchable`).
+trait Keyed {
+    fn key(&self) -> (&str, &str);
+}
+
+impl Keyed for BodyValues<'_> {
+    fn key(&self) -> (&str, &str) {
+        (self.service, self.transaction_id)
+    }
+}
+
+impl Keyed for AtValues<'_> {
+    fn key(&self) -> (&str, &str) {
+        self.row.key()
+    }
+}
+
+#[derive(DeserializeRow)]
+struct BodyRow {
+    transaction_id: String,
+    status: Option<String>,
+    generation: Option<i64>,
+    payload: Option<Vec<u8>>,
+    body: Option<Vec<u8>>,
+    cancelled_generation: Option<i64>,
+    succeeded_generation: Option<i64>,
+    written: Option<i64>,
+}
+
+impl BodyRow {
+    fn into_state(self, service: &str, transaction_id: &str) -> StoreResult<TxState> {
+        let status = parse_status(self.status, service, transaction_id)?;
+        let what = format!("{service}/{transaction_id}");
+        let body = Body::decode_stored(self.body.as_deref().unwrap_or_default(), &what)?;
+        Ok(body.into_state(
+            service,
+            transaction_id,
+            StateCells {
+                status,
+                generation: self.generation.unwrap_or(0),
+                payload: self.payload.unwrap_or_default(),
+                cancelled_generation: self.cancelled_generation,
+                succeeded_generation: self.succeeded_generation,
+                written: WriteTime(self.written),
+            },
+        ))
+    }
+}
+
+#[async_trait]
+impl StateStore for CassandraStore {
+    async fn put_state(&self, s: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {
+        self.state
+            .writes
+            .submit((), (s.clone(), ttl_seconds, None), state_write_weight(s))
+            .await
+    }
+
+    async fn settle_state(&self, s: &TxState, ttl_seconds: u32) -> StoreResult<()> {
+        let Some(read) = s.written.0.filter(|_| !s.legacy_columns) else {
+            return Err(StoreError::Internal(format!(
+                "state row {}/{} has no known write time to settle above",
+                s.service, s.transaction_id
+            )));
+        };
+        let at = read.saturating_add(1);
+        self.state
+            .writes
+            .submit(
+                (),
+                (s.clone(), Some(ttl_seconds), Some(at)),
+                state_write_weight(s),
+            )
+            .await
+    }
+
+    async fn put_state_if(
+        &self,
+        s: &TxState,
+        ttl_seconds: Option<u32>,
+        if_generation: i64,
+    ) -> StoreResult<bool> {
+        let condition = (
+            ttl_of(ttl_seconds),
+            s.status.as_str(),
+            &self.region,
+            &self.cluster,
+            &s.service,
+            &s.transaction_id,
+            if_generation,
+        );
+        self.put_row_if(s, ttl_seconds, &self.state.put_if, condition)
+            .await
+    }
+
+    async fn cancel_state_if(
+        &self,
+        s: &TxState,
+        ttl_seconds: u32,
+        cancel_ttl_seconds: u32,
+    ) -> StoreResult<bool> {
+        let cancel = (
+            ttl_of(Some(cancel_ttl_seconds)),
+            s.generation,
+            &self.region,
+            &self.cluster,
+            &s.service,
+            &s.transaction_id,
+            s.generation,
+        );
+        self.put_row_if(s, Some(ttl_seconds), &self.state.put_cancel_if, cancel)
+            .await
+    }
+
+    async fn cancel_state(
+        &self,
+        state: &TxState,
+        ttl_seconds: u32,
+        cancel_ttl_seconds: u32,
+    ) -> StoreResult<()> {
+        // One partition, one batch: the CANCELLED row and the cancel cell land together.
+        let io = &self.state.io;
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_is_idempotent(true);
+        let cancel = (
+            ttl_of(Some(cancel_ttl_seconds)),
+            state.generation,
+            &self.region,
+            &self.cluster,
+            &state.service,
+            &state.transaction_id,
+        );
+        let r = if state.legacy_columns {
+            batch.append_statement(io.legacy.put.clone());
+            batch.append_statement(self.state.put_cancel.clone());
+            observed(
+                self.state.put_cancel.get_statement(),
+                self.session
+                    .batch(&batch, (io.legacy_values(state, Some(ttl_seconds)), cancel)),
+            )
+            .await
+        } else {
+            batch.append_statement(io.put.clone());
+            batch.append_statement(self.state.put_cancel.clone());
+            observed(
+                self.state.put_cancel.get_statement(),
+                self.session
+                    .batch(&batch, (io.values(state, Some(ttl_seconds)), cancel)),
+            )
+            .await
+        };
+        r.map(|_| ()).map_err(|e| map_execution_error(&e))
+    }
+
+    async fn get_state(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {
+        self.state
+            .reads
+            .submit(service.to_string(), txid.to_string(), 1)
+            .await
+    }
+
+    async fn get_states(&self, service: &str, ids: &[String]) -> StoreResult<Vec<Option<TxState>>> {
+        // Futures made up front (they start only when polled): a closure over borrowed chunks
+        // would not satisfy async_trait's lifetimes.
+        let reads: Vec<_> = ids
+            .chunks(STATE_READ_BATCH)
+            .map(|chunk| {
+                self.state.reads.record(chunk.len());
+                let (io, service, chunk) =
+                    (self.state.io.clone(), service.to_string(), chunk.to_vec());
+                async move { io.get(service, chunk).await }
+            })
+            .collect();
+        let parts: Vec<Vec<Option<TxState>>> = stream::iter(reads)
+            .buffered(STATE_READS_PARALLEL)
+            .try_collect()
+            .await?;
+        Ok(parts.into_iter().flatten().collect())
+    }
+
+    async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>> {
+        // The same limits as coalesced writes: at most STATE_WRITE_BATCH rows and
+        // STATE_WRITE_BATCH_BYTES per batch; a heavier row goes alone.
+        let mut chunks: Vec<Vec<StateWrite>> = Vec::new();
+        let mut weight = 0;
+        for (state, ttl) in rows {
+            let row = (state, ttl, None);
+            let w = state_write_weight(&row.0);
+            match chunks.last_mut() {
+                Some(last)
+                    if last.len() < STATE_WRITE_BATCH && weight + w <= STATE_WRITE_BATCH_BYTES =>
+                {
+                    weight += w;
+                    last.push(row);
+                }
+                _ => {
+                    weight = w;
+                    chunks.push(vec![row]);
+                }
+            }
+        }
+        let writes: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| {
+                self.state.writes.record(chunk.len());
+                let io = self.state.io.clone();
+                async move {
+                    let n = chunk.len();
+                    match io.put(chunk).await {
+                        Ok(_) => vec![Ok(()); n],
+                        Err(e) => vec![Err(e); n],
+                    }
+                }
+            })
+            .collect();
+        stream::iter(writes)
+            .buffered(STATE_WRITES_PARALLEL)
+            .flat_map(stream::iter)
+            .collect()
+            .await
+    }
+}
