@@ -21,7 +21,7 @@ use super::{
     batchable, legacy, map_execution_error, observed, parse_status, ttl_of, CassandraStore, Prep,
 };
 use rebound_common::{
-    coalesce::{Coalescer, Counts, Limits},
+    coalesce::{Counts, Group, Limits},
     tasks::Tasks,
 };
 use rebound_store::{
@@ -89,8 +89,8 @@ fn state_write_weight(s: &TxState) -> usize {
 /// coordinator's clock, as every other write).
 type StateWrite = (TxState, Option<u32>, Option<i64>);
 
-/// The coalescer of state-row writes.
-type StateWrites = Coalescer<(), StateWrite, (), StoreError>;
+/// The queue of coalesced state-row writes.
+type StateWrites = Group<(), StateWrite, (), StoreError>;
 
 /// The state-row statements, and the coalescers that run them.
 pub(super) struct States {
@@ -100,7 +100,7 @@ pub(super) struct States {
     /// `put_cancel` with the condition of `cancel_state_if`.
     put_cancel_if: PreparedStatement,
     /// State-row reads of one service coalesced into `IN` queries.
-    reads: Arc<Coalescer<String, String, Option<TxState>, StoreError>>,
+    reads: Arc<Group<String, String, Option<TxState>, StoreError>>,
     /// State-row writes coalesced into small unlogged batches.
     writes: Arc<StateWrites>,
     /// The same statements, for callers that bring many rows at once.
@@ -161,40 +161,67 @@ impl States {
             get: get_states,
             legacy: legacy::Statements::prepare(p).await?,
         });
-        let reader = io.clone();
-        let state_io = io.clone();
-        let state_reads = Coalescer::new(
-            Limits {
-                max_items: STATE_READ_BATCH,
-                max_weight: usize::MAX,
-                parallel: STATE_READS_PARALLEL,
-            },
-            Arc::new(move |service, ids: Vec<String>| {
-                rebound_common::metrics::global().coalesced("state_reads", ids.len());
-                let io = reader.clone();
-                Box::pin(async move { io.get(service, ids).await })
-            }),
-        );
-        let state_writes = Coalescer::new(
-            Limits {
-                max_items: STATE_WRITE_BATCH,
-                max_weight: STATE_WRITE_BATCH_BYTES,
-                parallel: STATE_WRITES_PARALLEL,
-            },
-            Arc::new(move |(), rows: Vec<StateWrite>| {
-                rebound_common::metrics::global().coalesced("state_writes", rows.len());
-                let io = io.clone();
-                Box::pin(async move { io.put(rows).await })
-            }),
-        );
+        let state_reads = Group::new(Limits {
+            max_items: STATE_READ_BATCH,
+            max_weight: usize::MAX,
+            parallel: STATE_READS_PARALLEL,
+        });
+        let state_writes = Group::new(Limits {
+            max_items: STATE_WRITE_BATCH,
+            max_weight: STATE_WRITE_BATCH_BYTES,
+            parallel: STATE_WRITES_PARALLEL,
+        });
         Ok(Self {
             put_cancel,
             put_if,
             put_cancel_if,
             reads: state_reads,
             writes: state_writes,
-            io: state_io,
+            io,
         })
+    }
+
+    /// Reads one state row, coalesced with the reads of the same service at the same moment
+    /// into one `IN` query: the call that finds the service's slot free starts the task that
+    /// reads the queued ids, query after query, until none is left.
+    async fn read(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {
+        let joined = self.reads.join(service.to_string(), txid.to_string(), 1);
+        if let Some(mut slot) = joined.slot {
+            let (io, service) = (self.io.clone(), service.to_string());
+            let carry = async move {
+                while let Some(mut batch) = slot.next_batch() {
+                    let ids = std::mem::take(&mut batch.items);
+                    rebound_common::metrics::global().coalesced("state_reads", ids.len());
+                    batch.answer(io.get(service.clone(), ids).await);
+                }
+            };
+            if let Err(carry) = self.reads.tasks().spawn(carry) {
+                carry.await;
+            }
+        }
+        joined.answer.get().await
+    }
+
+    /// Writes one state row, coalesced with the state writes in flight at the same moment
+    /// into small unlogged batches (at most `STATE_WRITE_BATCH` rows and
+    /// `STATE_WRITE_BATCH_BYTES`), as `read` does. Returns once this row is durable.
+    async fn write(&self, row: StateWrite) -> StoreResult<()> {
+        let weight = state_write_weight(&row.0);
+        let joined = self.writes.join((), row, weight);
+        if let Some(mut slot) = joined.slot {
+            let io = self.io.clone();
+            let carry = async move {
+                while let Some(mut batch) = slot.next_batch() {
+                    let rows = std::mem::take(&mut batch.items);
+                    rebound_common::metrics::global().coalesced("state_writes", rows.len());
+                    batch.answer(io.put(rows).await);
+                }
+            };
+            if let Err(carry) = self.writes.tasks().spawn(carry) {
+                carry.await;
+            }
+        }
+        joined.answer.get().await
     }
 }
 
@@ -534,10 +561,7 @@ impl BodyRow {
 #[async_trait]
 impl StateStore for CassandraStore {
     async fn put_state(&self, s: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {
-        self.state
-            .writes
-            .submit((), (s.clone(), ttl_seconds, None), state_write_weight(s))
-            .await
+        self.state.write((s.clone(), ttl_seconds, None)).await
     }
 
     async fn settle_state(&self, s: &TxState, ttl_seconds: u32) -> StoreResult<()> {
@@ -549,12 +573,7 @@ impl StateStore for CassandraStore {
         };
         let at = read.saturating_add(1);
         self.state
-            .writes
-            .submit(
-                (),
-                (s.clone(), Some(ttl_seconds), Some(at)),
-                state_write_weight(s),
-            )
+            .write((s.clone(), Some(ttl_seconds), Some(at)))
             .await
     }
 
@@ -637,10 +656,7 @@ impl StateStore for CassandraStore {
     }
 
     async fn get_state(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {
-        self.state
-            .reads
-            .submit(service.to_string(), txid.to_string(), 1)
-            .await
+        self.state.read(service, txid).await
     }
 
     async fn get_states(&self, service: &str, ids: &[String]) -> StoreResult<Vec<Option<TxState>>> {

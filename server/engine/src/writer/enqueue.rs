@@ -1,6 +1,8 @@
-//! An enqueue, top to bottom: `Writer::enqueue` (one retry) queues it for group commit, whose
-//! flush takes the batch path with the other single enqueues in flight; `enqueue_many` (a
-//! batch) takes that path directly. `write_items` then runs its steps in order: lock, check
+//! An enqueue, top to bottom: `Writer::enqueue` (one retry) queues it for group commit; the
+//! call that finds no group being written starts `write_groups`, which writes the queued
+//! single enqueues group after group through the batch path; `enqueue_many` (a batch) takes
+//! that path directly. No callback: the group commit's queues (`coalesce::Group`) hand the
+//! slot to this module's code. `write_items` then runs its steps in order: lock, check
 //! (`check`, below), read the state rows, decide (`plan`, below), place the new schedules
 //! (`place` in the module above), write the pointers, then the state rows, in few requests
 //! (one read round, one pointer round, one state round) and in the write order of the module
@@ -18,11 +20,11 @@ use rand::Rng;
 
 use super::{new_generation, DirRow, EnqueueOutcome, Writer};
 use crate::{
-    coalesce::{Coalescer, Limits},
+    coalesce::{Group, Limits, Slot},
     error::Error,
     policy::RetryPolicy,
     store::{
-        Location, Pointer, ScheduleStore, Status, StoreError, TxState, MAX_GROUPED_PARTITIONS,
+        Location, Pointer, Status, StoreError, TxState, MAX_GROUPED_PARTITIONS,
         MAX_GROUPED_POINTERS,
     },
     validate::{EnqueueInput, Schedule},
@@ -53,54 +55,14 @@ const BATCH_POINTER_WRITES_PARALLEL: usize = 8;
 /// low load nothing waits; under load a busy bucket costs one mutation per round trip instead
 /// of one per pointer. Each caller still returns only once its own pointer is durable, so the
 /// write order (pointer, then state) is unchanged.
-pub(super) type PointerWrites = Coalescer<(String, Location), Pointer, (), StoreError>;
+pub(super) type PointerWrites = Group<(String, Location), Pointer, (), StoreError>;
 
-pub(super) fn pointer_writes(store: Arc<dyn ScheduleStore>) -> Arc<PointerWrites> {
-    Coalescer::new(
-        Limits {
-            max_items: MAX_POINTER_BATCH,
-            max_weight: usize::MAX,
-            parallel: POINTER_WRITES_PARALLEL,
-        },
-        Arc::new(
-            move |(service, location): (String, Location), pointers: Vec<Pointer>| {
-                let store = store.clone();
-                Box::pin(async move {
-                    crate::metrics::global().coalesced("pointer_writes", pointers.len());
-                    store.put_pointers(&service, &location, &pointers).await?;
-                    Ok(vec![(); pointers.len()])
-                })
-            },
-        ),
-    )
-}
-
-pub(super) fn group_commit(writer: std::sync::Weak<Writer>) -> Arc<EnqueueGroup> {
-    Coalescer::new(
-        Limits {
-            max_items: GROUP_COMMIT_MAX,
-            max_weight: ENQUEUE_GROUP_BYTES,
-            parallel: GROUP_COMMIT_PARALLEL,
-        },
-        Arc::new(move |(), queued: Vec<(EnqueueInput, tracing::Span)>| {
-            let writer = writer.clone();
-            // The flush runs in the span of the call that opened it, so its store calls
-            // appear in that call's trace (the others' traces show their own RPC spans).
-            let span = queued
-                .first()
-                .map_or_else(tracing::Span::none, |(_, span)| span.clone());
-            let inputs: Vec<EnqueueInput> = queued.into_iter().map(|(input, _)| input).collect();
-            Box::pin(async move {
-                crate::metrics::global().coalesced("enqueue_group", inputs.len());
-                match writer.upgrade() {
-                    Some(writer) => Ok(writer.enqueue_group(inputs).instrument(span).await),
-                    None => Err(Error::Unavailable(
-                        "the node is stopping; nothing was scheduled".into(),
-                    )),
-                }
-            })
-        }),
-    )
+pub(super) fn pointer_writes() -> Arc<PointerWrites> {
+    Group::new(Limits {
+        max_items: MAX_POINTER_BATCH,
+        max_weight: usize::MAX,
+        parallel: POINTER_WRITES_PARALLEL,
+    })
 }
 
 /// Group commit: single enqueues (`EnqueueRetry`) that arrive while earlier ones are being written
@@ -110,7 +72,15 @@ pub(super) fn group_commit(writer: std::sync::Weak<Writer>) -> Arc<EnqueueGroup>
 /// still returns only once its own state row is durable, and every item keeps the write order of
 /// docs/architecture.md, invariant 2 (directory, pointer, state row).
 pub(super) type EnqueueGroup =
-    Coalescer<(), (EnqueueInput, tracing::Span), Result<EnqueueOutcome, Error>, Error>;
+    Group<(), (EnqueueInput, tracing::Span), Result<EnqueueOutcome, Error>, Error>;
+
+pub(super) fn group_commit() -> Arc<EnqueueGroup> {
+    Group::new(Limits {
+        max_items: GROUP_COMMIT_MAX,
+        max_weight: ENQUEUE_GROUP_BYTES,
+        parallel: GROUP_COMMIT_PARALLEL,
+    })
+}
 
 /// Group-commit flushes in flight at once. One: the calls that arrive while a flush is being
 /// written all go out in the next. Cassandra's CPU bounds single enqueues on a small box, and
@@ -144,9 +114,43 @@ impl Writer {
         // REBOUND_MAX_CONCURRENT_WRITES single enqueues are queued or in flight.
         let _permit = self.permits.try_acquire().map_err(|_| self.busy())?;
         let weight = input_weight(&input);
-        self.group
-            .submit((), (input, tracing::Span::current()), weight)
-            .await?
+        let joined = self
+            .group
+            .join((), (input, tracing::Span::current()), weight);
+        if let Some(slot) = joined.slot {
+            // No group was being written: this call starts the task that writes the queued
+            // enqueues, group after group, until none is left. The group owns that task, so a
+            // caller that hangs up stalls no one; once shut down, this call carries it itself.
+            let Some(writer) = self.me.upgrade() else {
+                return Err(Error::Unavailable(
+                    "the node is stopping; nothing was scheduled".into(),
+                ));
+            };
+            let carry = async move { writer.write_groups(slot).await };
+            if let Err(carry) = self.group.tasks().spawn(carry) {
+                carry.await;
+            }
+        }
+        joined.answer.get().await?
+    }
+
+    /// Writes the groups of a group-commit slot, one after the other, until its queue is empty.
+    /// A group runs in the span of the call that opened it, so its store calls appear in that
+    /// call's trace (the others' traces show their own RPC spans).
+    async fn write_groups(
+        &self,
+        mut slot: Slot<(), (EnqueueInput, tracing::Span), Result<EnqueueOutcome, Error>, Error>,
+    ) {
+        while let Some(mut group) = slot.next_batch() {
+            let queued = std::mem::take(&mut group.items);
+            let span = queued
+                .first()
+                .map_or_else(tracing::Span::none, |(_, span)| span.clone());
+            let inputs: Vec<EnqueueInput> = queued.into_iter().map(|(input, _)| input).collect();
+            crate::metrics::global().coalesced("enqueue_group", inputs.len());
+            let results = self.enqueue_group(inputs).instrument(span).await;
+            group.answer(Ok(results));
+        }
     }
 
     /// One group-commit flush: the queued single enqueues, as batch chunks in which each

@@ -122,6 +122,8 @@ pub struct Writer {
     services: Arc<Services>,
     pointers: Arc<PointerWrites>,
     group: Arc<EnqueueGroup>,
+    /// This writer, for the task that carries a group-commit slot.
+    me: std::sync::Weak<Writer>,
     tx_locks: TxLocks,
 }
 
@@ -134,8 +136,9 @@ impl Writer {
     ) -> Arc<Self> {
         Arc::new_cyclic(|writer: &std::sync::Weak<Writer>| Self {
             services,
-            pointers: pointer_writes(store.clone()),
-            group: group_commit(writer.clone()),
+            pointers: pointer_writes(),
+            group: group_commit(),
+            me: writer.clone(),
             tx_locks: TxLocks::default(),
             grid: WindowGrid::new(opts.window_seconds),
             permits: Semaphore::new(opts.max_concurrent_writes),
@@ -213,6 +216,36 @@ impl Writer {
             });
         }
         Ok(target)
+    }
+
+    /// Writes one pointer, coalesced with the other pointers of its bucket partition that are
+    /// written at the same moment (see `PointerWrites`): the call that finds the partition's
+    /// slot free starts the task that writes them, batch after batch, until none is left.
+    /// Returns once this pointer is durable.
+    async fn write_pointer(
+        &self,
+        service: &str,
+        location: &Location,
+        pointer: Pointer,
+    ) -> Result<(), StoreError> {
+        let key = (service.to_string(), location.clone());
+        let joined = self.pointers.join(key.clone(), pointer, 1);
+        if let Some(mut slot) = joined.slot {
+            let store = self.store.clone();
+            let carry = async move {
+                let (service, location) = key;
+                while let Some(mut batch) = slot.next_batch() {
+                    let pointers = std::mem::take(&mut batch.items);
+                    crate::metrics::global().coalesced("pointer_writes", pointers.len());
+                    let written = store.put_pointers(&service, &location, &pointers).await;
+                    batch.answer(written.map(|()| vec![(); pointers.len()]));
+                }
+            };
+            if let Err(carry) = self.pointers.tasks().spawn(carry) {
+                carry.await;
+            }
+        }
+        joined.answer.get().await
     }
 
     /// Picks lane and bucket for a new pointer in `window` and makes sure its directory rows
@@ -414,8 +447,7 @@ impl Writer {
                 attempt: state.attempt,
                 enqueued_at_ms: now,
             };
-            self.pointers
-                .submit((state.service.clone(), location.clone()), pointer, 1)
+            self.write_pointer(&state.service, &location, pointer)
                 .await?;
             let after = self.clock.now_ms();
             if after < end {
