@@ -15,6 +15,8 @@ use crate::{
     holds::Holds,
     ownership::Ownership,
     policy::RetryPolicy,
+    push::{client::Client, guard::Allow, PushOptions, Pusher},
+    ring::{LeaseRing, RingOptions},
     services::Services,
     store::{RetryStore, ScheduleStore},
     writer::{Writer, WriterOptions},
@@ -33,11 +35,21 @@ pub struct EngineOptions {
     pub dispatch: DispatchOptions,
     pub hub: HubLimits,
     pub compactor: CompactorOptions,
+    /// The lease ring's (unused when an `Ownership` is given to `Engine::build`).
+    pub ring: RingOptions,
+    /// The addresses push targets may resolve to (`REBOUND_PUSH_ALLOW`).
+    pub push_allow: Allow,
 }
 
 /// The engine's components, wired together. None runs yet: the node owns their loops.
 #[derive(Debug, Clone)]
 pub struct Engine {
+    /// The lease ring, unless an `Ownership` was given.
+    pub ring: Option<Arc<LeaseRing>>,
+    /// What the components divide their work by: the ring, or the given `Ownership`.
+    pub ownership: Arc<dyn Ownership>,
+    /// The pusher of the services with a push target.
+    pub pusher: Arc<Pusher>,
     pub services: Arc<Services>,
     pub holds: Arc<Holds>,
     pub writer: Arc<Writer>,
@@ -48,16 +60,27 @@ pub struct Engine {
 
 impl Engine {
     /// Builds the components on `store`, the writer on `writer_store` (the same store, or a
-    /// test's wrapper of it), the ranges from `ownership`; the dispatcher stops when
-    /// `stopping` turns true.
+    /// test's wrapper of it), the ranges from `ownership` when given (e.g. `WholeRing`), else
+    /// from a lease ring; the dispatcher stops when `stopping` turns true. Fails only when the
+    /// push client cannot be made (its TLS configuration).
     pub fn build(
         store: Arc<dyn RetryStore>,
         writer_store: Arc<dyn ScheduleStore>,
-        ownership: Arc<dyn Ownership>,
+        ownership: Option<Arc<dyn Ownership>>,
         clock: SharedClock,
         opts: EngineOptions,
         stopping: watch::Receiver<bool>,
-    ) -> Engine {
+    ) -> Result<Engine, String> {
+        let (ring, ownership): (_, Arc<dyn Ownership>) = match ownership {
+            Some(o) => (None, o),
+            None => {
+                crate::metrics::global()
+                    .ring_size
+                    .set(i64::from(opts.ring.slots));
+                let ring = Arc::new(LeaseRing::new(store.clone(), clock.clone(), opts.ring));
+                (Some(ring.clone()), ring)
+            }
+        };
         let services = Arc::new(Services::new(
             store.clone(),
             store.clone(),
@@ -80,18 +103,28 @@ impl Engine {
         ));
         let compactor = Arc::new(Compactor::new(
             store,
-            ownership,
-            clock,
+            ownership.clone(),
+            clock.clone(),
             writer.grid(),
             opts.compactor,
         ));
-        Engine {
+        let client = Client::new(opts.push_allow).map_err(|e| format!("push client: {e}"))?;
+        let pusher = Arc::new(Pusher::new(
+            dispatcher.clone(),
+            services.clone(),
+            clock,
+            PushOptions { client },
+        ));
+        Ok(Engine {
+            ring,
+            ownership,
+            pusher,
             services,
             holds,
             writer,
             hub,
             dispatcher,
             compactor,
-        }
+        })
     }
 }

@@ -8,6 +8,8 @@ use crate::{
     compactor::CompactorOptions,
     dispatch::{hub::HubLimits, DispatchOptions},
     engine::EngineOptions,
+    push::guard::Allow,
+    ring::RingOptions,
     writer::WriterOptions,
 };
 
@@ -26,9 +28,14 @@ impl Config {
 }
 
 impl Config {
-    /// Every engine component's options, for a process started at `boot_epoch`.
-    pub fn engine_options(&self, boot_epoch: i64) -> EngineOptions {
-        EngineOptions {
+    /// Every engine component's options, for a process started at `boot_epoch` that tells
+    /// executors its address is `advertised`.
+    pub fn engine_options(
+        &self,
+        boot_epoch: i64,
+        advertised: &str,
+    ) -> anyhow::Result<EngineOptions> {
+        Ok(EngineOptions {
             node_id: self.node_id.clone(),
             boot_epoch,
             default_policy: self.default_policy.clone(),
@@ -36,6 +43,21 @@ impl Config {
             dispatch: self.dispatch_options(),
             hub: self.hub_limits(),
             compactor: self.compactor_options(),
+            ring: self.ring_options(boot_epoch, advertised),
+            push_allow: Allow::parse(&self.push_allow)
+                .map_err(|e| anyhow::anyhow!("REBOUND_PUSH_ALLOW: {e}"))?,
+        })
+    }
+
+    /// The lease ring's options, for a process started at `boot_epoch` at `advertised`.
+    pub fn ring_options(&self, boot_epoch: i64, advertised: &str) -> RingOptions {
+        RingOptions {
+            node_id: self.node_id.clone(),
+            address: advertised.to_string(),
+            boot_epoch,
+            slots: self.slots,
+            lease_ttl_ms: self.lease_ttl_ms as i64,
+            clock_deadband_ms: (self.skew_margin_ms / 2) as i64,
         }
     }
 

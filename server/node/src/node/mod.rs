@@ -13,27 +13,24 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use tokio::{
-    net::TcpListener,
     sync::{oneshot, watch},
     time::Instant,
 };
 
 mod serve;
+mod start;
 
 use crate::{
-    admin::Admin,
-    api::{AdminApi, Api, ExecutorApi},
-    auth::{AdminGate, Auth},
-    clock::{ClusterClock, SharedClock},
-    clock_sync::{measure_offset, run_clock_sync, sync_clock},
+    auth::Auth,
+    clock::SharedClock,
     compactor::Compactor,
     config::{Config, StoreKind},
     connections::Connections,
     dispatch::Dispatcher,
     engine::Engine,
     ownership::Ownership,
-    push::{client::Client, guard::Allow, PushOptions, Pusher},
-    ring::{LeaseRing, RingOptions},
+    push::Pusher,
+    ring::LeaseRing,
     store::{
         cassandra::{connect_with_wait, CassandraOptions, CassandraStore, Connection},
         embedded::EmbeddedStore,
@@ -243,284 +240,81 @@ impl Node {
         ownership: Option<Arc<dyn Ownership>>,
     ) -> anyhow::Result<Node> {
         config.validate()?;
-        let auth = Arc::new(match &config.credentials_file {
-            Some(path) => {
-                Auth::load(path).map_err(|e| anyhow::anyhow!("REBOUND_CREDENTIALS_FILE: {e}"))?
-            }
-            None => Auth::off(),
-        });
-        // Read before anything starts, so that a bad file stops the node at once.
-        let tls = match config.tls_files() {
-            Some(files) => Some(Arc::new(
-                ServerTls::load(files).map_err(anyhow::Error::msg)?,
-            )),
-            None => None,
-        };
+        let (auth, tls) = start::secrets(&config)?;
         let OpenStore { store, applied } = open_store(&config, &clock).await?;
         if !applied.is_empty() {
             tracing::info!(?applied, store = ?config.store, keyspace = %config.keyspace, "schema migrated");
         }
-        // Every use of the clock below (windows, leases, backoff, the boot epoch) runs on
-        // Cassandra's time when clock sync is on.
-        let (clock, cluster_clock) = if config.clock_sync {
-            let cc = Arc::new(ClusterClock::new(clock));
-            if let Err(e) = sync_clock(store.as_ref(), &cc, config.skew_margin_ms as i64).await {
-                tracing::warn!(error = %e, "could not read Cassandra's clock; running on this node's own clock until it can");
-            }
-            (cc.clone() as SharedClock, Some(cc))
-        } else {
-            (clock, None)
-        };
+        let (clock, cluster_clock) = start::node_clock(&config, &store, clock).await;
         let boot_epoch = clock.now_ms();
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("binding {} (REBOUND_LISTEN)", config.listen))?;
-        let addr = listener.local_addr()?;
+        let listeners = start::Listeners::bind(&config).await?;
         crate::metrics::global().set_max_services(config.metrics_max_services);
-        let http_listener = match config.http_listen {
-            None => None,
-            Some(a) => match TcpListener::bind(a).await {
-                Ok(l) => Some(l),
-                // The default address, taken (another node on this machine): go on without.
-                Err(e) if !config.http_listen_set && e.kind() == std::io::ErrorKind::AddrInUse => {
-                    tracing::warn!(address = %a, "the metrics and probes listener's default address is in use (another node on this machine?); serving without it: set REBOUND_HTTP_LISTEN to give this node its own");
-                    None
-                }
-                Err(e) => {
-                    return Err(
-                        anyhow::Error::new(e).context(format!("binding {a} (REBOUND_HTTP_LISTEN)"))
-                    )
-                }
-            },
-        };
-        let http_addr = match &http_listener {
-            Some(l) => Some(l.local_addr()?),
-            None => None,
-        };
-        // What GetRing tells executors: the configured address, else the bound one, with the
-        // host name in place of an unspecified IP (0.0.0.0 is no use to a client).
-        let advertised = match &config.advertise {
-            Some(a) => a.clone(),
-            None if addr.ip().is_unspecified() => format!("{}:{}", config.node_id, addr.port()),
-            None => addr.to_string(),
-        };
-        let (ring, ownership): (Option<Arc<LeaseRing>>, Arc<dyn Ownership>) = match ownership {
-            Some(o) => (None, o),
-            None => {
-                let ring = Arc::new(LeaseRing::new(
-                    store.clone(),
-                    clock.clone(),
-                    RingOptions {
-                        node_id: config.node_id.clone(),
-                        address: advertised.clone(),
-                        boot_epoch,
-                        slots: config.slots,
-                        lease_ttl_ms: config.lease_ttl_ms as i64,
-                        clock_deadband_ms: (config.skew_margin_ms / 2) as i64,
-                    },
-                ));
-                crate::metrics::global()
-                    .ring_size
-                    .set(i64::from(config.slots));
-                (Some(ring.clone()), ring)
-            }
-        };
+        let advertised = listeners.advertised.clone();
         let (shutdown, _) = watch::channel(false);
-        let Engine {
-            services,
-            holds,
-            writer,
-            hub,
-            dispatcher,
-            compactor,
-        } = Engine::build(
+        let engine = Engine::build(
             store.clone(),
             store.clone(),
-            ownership.clone(),
+            ownership,
             clock.clone(),
-            config.engine_options(boot_epoch),
+            config.engine_options(boot_epoch, &advertised)?,
             shutdown.subscribe(),
-        );
-        services
+        )
+        .map_err(anyhow::Error::msg)?;
+        engine
+            .services
             .refresh()
             .await
             .context("reading service settings")?;
-        holds.refresh().await.context("reading dependency holds")?;
-        // One ring round before any call is served: this node's heartbeat (and so its clock,
-        // see `peers`) is known to the others before it writes anything they might read.
-        if let Some(r) = &ring {
-            // A clock off by more than half the margin with clock sync off: announce this
-            // node, then wait until every other node has read its heartbeat (one lease
-            // lifetime) before taking a lease or writing anything, so that they judge its
-            // leases and windows in its clock from the first one on.
-            if !config.clock_sync {
-                if let Some(offset) = measure_offset(store.as_ref(), clock.as_ref()).await {
-                    if offset.abs() * 2 > config.skew_margin_ms as i64 {
-                        tracing::warn!(
-                            offset_ms = offset,
-                            "this node's clock differs from Cassandra's by more than half the skew margin and clock sync is off (REBOUND_CLOCK_SYNC): the other nodes will judge its windows and leases in its own clock; waiting one lease lifetime before serving so they know it"
-                        );
-                        if let Err(e) = r.announce().await {
-                            tracing::warn!(error = %e, "cannot announce this node, will retry");
-                        }
-                        tokio::time::sleep(Duration::from_millis(config.lease_ttl_ms)).await;
-                    }
-                }
-            }
-            if let Err(e) = r.cycle().await {
-                tracing::warn!(error = %e, "first lease ring round failed, will retry");
-            }
+        engine
+            .holds
+            .refresh()
+            .await
+            .context("reading dependency holds")?;
+        if let Some(r) = &engine.ring {
+            start::first_ring_round(r, &config, &store, &clock).await;
         }
-        let push_client =
-            Client::new(Allow::parse(&config.push_allow).map_err(|e| anyhow::anyhow!(e))?)
-                .map_err(|e| anyhow::anyhow!("push client: {e}"))?;
-        let pusher = Arc::new(Pusher::new(
-            dispatcher.clone(),
-            services.clone(),
-            clock.clone(),
-            PushOptions {
-                client: push_client,
-            },
-        ));
         let tasks = NodeTasks {
             server: Arc::new(Tasks::new("server")),
             background: Arc::new(Tasks::new("node")),
             ring: Arc::new(Tasks::new("ring")),
             connections: Arc::default(),
-            dispatcher: dispatcher.clone(),
-            push: pusher.clone(),
-            writer: writer.clone(),
+            dispatcher: engine.dispatcher.clone(),
+            push: engine.pusher.clone(),
+            writer: engine.writer.clone(),
             store: store.clone(),
         };
-        if let Some(r) = &ring {
-            own(&tasks.ring, r.clone().run(shutdown.subscribe()));
-        }
-        own(
-            &tasks.background,
-            services.clone().run(
-                Duration::from_millis(config.settings_refresh_ms),
-                shutdown.subscribe(),
-            ),
-        );
-        own(
-            &tasks.background,
-            holds
-                .clone()
-                .run(crate::holds::REFRESH_EVERY, shutdown.subscribe()),
-        );
-        own(&tasks.background, dispatcher.clone().run_scanner());
-        own(&tasks.background, pusher.run(shutdown.subscribe()));
-        own(
-            &tasks.background,
-            dispatcher.clone().run_reaper(Duration::from_millis(100)),
-        );
-        own(
-            &tasks.background,
-            compactor.clone().run(
-                Duration::from_millis(config.compaction_interval_ms),
-                shutdown.subscribe(),
-            ),
-        );
-        own(
-            &tasks.background,
-            crate::backlog::run(
-                store.clone(),
-                ownership.clone(),
-                clock.clone(),
-                writer.grid(),
-                // A window's count is cached once it is closed by the compactor's gate margin.
-                config.compactor_options().gate_margin_ms,
-                Duration::from_millis(config.stats_interval_ms),
-                shutdown.subscribe(),
-            ),
-        );
-        if let Some(background) = store.clone().background(shutdown.subscribe()) {
-            own(&tasks.background, background);
-        }
-        if let Some(cc) = cluster_clock {
-            own(
-                &tasks.background,
-                run_clock_sync(
-                    store.clone(),
-                    cc,
-                    Duration::from_millis(config.clock_sync_interval_ms),
-                    config.skew_margin_ms as i64,
-                    shutdown.subscribe(),
-                ),
-            );
-        }
-
+        let parts = start::Parts {
+            config: &config,
+            engine: &engine,
+            store: &store,
+            clock: &clock,
+            advertised: &advertised,
+            tls: &tls,
+            shutdown: &shutdown,
+        };
+        parts.spawn_loops(&tasks, cluster_clock);
+        let admin = parts.admin();
+        let start::Listeners {
+            grpc: listener,
+            addr,
+            http: http_listener,
+            http_addr,
+            ..
+        } = listeners;
         if !auth.is_on() && !addr.ip().is_loopback() {
             tracing::warn!(%addr, "no credentials file (REBOUND_CREDENTIALS_FILE): anyone who can reach this address can call every method, AdminService included");
         }
-        let admin = Arc::new(Admin {
-            store: store.clone(),
-            services: services.clone(),
-            holds: holds.clone(),
-            writer: writer.clone(),
-            hub: hub.clone(),
-            ownership: ownership.clone(),
-            ring: ring.clone(),
-            clock: clock.clone(),
-            node_id: config.node_id.clone(),
-            address: advertised.clone(),
-            slots: config.slots,
-            skew_margin_ms: config.skew_margin_ms as i64,
-            orphan_grace_ms: config.orphan_grace_ms(),
-            dead_letter_retention_seconds: config.dead_letter_retention_seconds,
-            peer_tls: tls.clone(),
-        });
         if let Some(l) = http_listener {
-            // Every migration this store has once started is applied: /readyz checks that
-            // they still read as applied (a keyspace dropped under the node does not).
-            let migrations = store
-                .applied_migrations()
-                .await
-                .context("reading the applied migrations")?
-                .len();
-            let probe = Arc::new(crate::http::Probe::new(
-                store.clone(),
-                ring.clone(),
-                ownership.clone(),
-                hub.clone(),
-                clock.clone(),
-                migrations,
-            ));
-            let dashboard = Arc::new(crate::dashboard::Dashboard {
-                admin: admin.clone(),
-                auth: auth.clone(),
-                window_seconds: config.window_seconds,
-                trace_url_template: config.trace_url_template.clone(),
-            });
-            let router = crate::http::router(probe, Some(dashboard));
+            let router = parts.http_router(&auth, &admin).await?;
             serve::serve_http(l, router, &tls, &tasks.server, &shutdown)?;
         }
-        let grpc = serve::GrpcServices {
-            api: Api {
-                auth: auth.clone(),
-                writer: writer.clone(),
-                max_payload_bytes: config.max_payload_bytes,
-                max_batch_items: config.max_batch_items,
-            },
-            executor: ExecutorApi {
-                auth: auth.clone(),
-                ring: ring.clone(),
-                node_id: config.node_id.clone(),
-                address: advertised.clone(),
-                dispatcher: dispatcher.clone(),
-                max_delay: Duration::from_secs(config.max_delay_seconds),
-            },
-            admin: AdminApi {
-                admin: admin.clone(),
-            },
-            admin_gate: AdminGate(auth.clone()),
-        };
+        let grpc = parts.grpc_services(&auth, admin);
         let served = serve::serve_grpc(
             &config,
             grpc,
             listener,
             &tls,
-            hub.clone(),
+            engine.hub.clone(),
             &tasks,
             &shutdown,
         )
@@ -531,17 +325,17 @@ impl Node {
             auth,
             tls,
             http_addr,
-            store: store.clone(),
+            store,
             addr,
             shutdown,
             served,
             grace,
             tasks,
-            writer,
-            dispatcher,
-            compactor,
+            writer: engine.writer,
+            dispatcher: engine.dispatcher,
+            compactor: engine.compactor,
             boot_epoch,
-            ring,
+            ring: engine.ring,
         })
     }
 

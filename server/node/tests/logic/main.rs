@@ -147,11 +147,14 @@ impl Rig {
         } = Engine::build(
             observed,
             writer_store,
-            ownership,
+            Some(ownership),
             shared,
-            config.engine_options(boot_epoch),
+            config
+                .engine_options(boot_epoch, "127.0.0.1:0")
+                .expect("engine options"),
             stop.subscribe(),
-        );
+        )
+        .expect("engine");
         services.refresh().await.expect("services read");
         let executor = ExecutorApi {
             auth: Arc::new(Auth::off()),

@@ -1,0 +1,303 @@
+//! The steps of `Node::start_with`, each from the configuration: the secrets, the clock, the
+//! listeners, the lease ring's first round, and, on the built parts
+//! (`Parts`), the background loops, the admin functions that gRPC and the dashboard share,
+//! the HTTP routes and the gRPC services.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use tokio::{net::TcpListener, sync::watch};
+
+use super::{own, serve::GrpcServices, NodeTasks};
+use crate::{
+    admin::Admin,
+    api::{AdminApi, Api, ExecutorApi},
+    auth::{AdminGate, Auth},
+    clock::{ClusterClock, SharedClock},
+    clock_sync::{measure_offset, run_clock_sync, sync_clock},
+    config::Config,
+    engine::Engine,
+    ring::LeaseRing,
+    store::RetryStore,
+    tls::ServerTls,
+};
+
+/// The credentials and the listeners' TLS, read before anything starts, so that a bad file
+/// stops the node at once.
+pub(super) fn secrets(config: &Config) -> anyhow::Result<(Arc<Auth>, Option<Arc<ServerTls>>)> {
+    let auth = Arc::new(match &config.credentials_file {
+        Some(path) => {
+            Auth::load(path).map_err(|e| anyhow::anyhow!("REBOUND_CREDENTIALS_FILE: {e}"))?
+        }
+        None => Auth::off(),
+    });
+    let tls = match config.tls_files() {
+        Some(files) => Some(Arc::new(
+            ServerTls::load(files).map_err(anyhow::Error::msg)?,
+        )),
+        None => None,
+    };
+    Ok((auth, tls))
+}
+
+/// The clock every component runs on: Cassandra's when clock sync is on (windows, leases,
+/// backoff and the boot epoch then follow it), else `clock`; and the synced clock to keep in
+/// sync.
+pub(super) async fn node_clock(
+    config: &Config,
+    store: &Arc<dyn RetryStore>,
+    clock: SharedClock,
+) -> (SharedClock, Option<Arc<ClusterClock>>) {
+    if !config.clock_sync {
+        return (clock, None);
+    }
+    let cc = Arc::new(ClusterClock::new(clock));
+    if let Err(e) = sync_clock(store.as_ref(), &cc, config.skew_margin_ms as i64).await {
+        tracing::warn!(error = %e, "could not read Cassandra's clock; running on this node's own clock until it can");
+    }
+    (cc.clone() as SharedClock, Some(cc))
+}
+
+/// The bound listeners: gRPC, and the metrics, probes and dashboard listener when on.
+pub(super) struct Listeners {
+    pub grpc: TcpListener,
+    pub addr: SocketAddr,
+    pub http: Option<TcpListener>,
+    pub http_addr: Option<SocketAddr>,
+    /// What GetRing tells executors: the configured address, else the bound one, with the
+    /// host name in place of an unspecified IP (0.0.0.0 is no use to a client).
+    pub advertised: String,
+}
+
+impl Listeners {
+    pub async fn bind(config: &Config) -> anyhow::Result<Listeners> {
+        let grpc = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {} (REBOUND_LISTEN)", config.listen))?;
+        let addr = grpc.local_addr()?;
+        let http = match config.http_listen {
+            None => None,
+            Some(a) => match TcpListener::bind(a).await {
+                Ok(l) => Some(l),
+                // The default address, taken (another node on this machine): go on without.
+                Err(e) if !config.http_listen_set && e.kind() == std::io::ErrorKind::AddrInUse => {
+                    tracing::warn!(address = %a, "the metrics and probes listener's default address is in use (another node on this machine?); serving without it: set REBOUND_HTTP_LISTEN to give this node its own");
+                    None
+                }
+                Err(e) => {
+                    return Err(
+                        anyhow::Error::new(e).context(format!("binding {a} (REBOUND_HTTP_LISTEN)"))
+                    )
+                }
+            },
+        };
+        let http_addr = match &http {
+            Some(l) => Some(l.local_addr()?),
+            None => None,
+        };
+        let advertised = match &config.advertise {
+            Some(a) => a.clone(),
+            None if addr.ip().is_unspecified() => format!("{}:{}", config.node_id, addr.port()),
+            None => addr.to_string(),
+        };
+        Ok(Listeners {
+            grpc,
+            addr,
+            http,
+            http_addr,
+            advertised,
+        })
+    }
+}
+
+/// One ring round before any call is served: this node's heartbeat (and so its clock, see
+/// `peers`) is known to the others before it writes anything they might read.
+pub(super) async fn first_ring_round(
+    ring: &LeaseRing,
+    config: &Config,
+    store: &Arc<dyn RetryStore>,
+    clock: &SharedClock,
+) {
+    // A clock off by more than half the margin with clock sync off: announce this node, then
+    // wait until every other node has read its heartbeat (one lease lifetime) before taking a
+    // lease or writing anything, so that they judge its leases and windows in its clock from
+    // the first one on.
+    if !config.clock_sync {
+        if let Some(offset) = measure_offset(store.as_ref(), clock.as_ref()).await {
+            if offset.abs() * 2 > config.skew_margin_ms as i64 {
+                tracing::warn!(
+                    offset_ms = offset,
+                    "this node's clock differs from Cassandra's by more than half the skew margin and clock sync is off (REBOUND_CLOCK_SYNC): the other nodes will judge its windows and leases in its own clock; waiting one lease lifetime before serving so they know it"
+                );
+                if let Err(e) = ring.announce().await {
+                    tracing::warn!(error = %e, "cannot announce this node, will retry");
+                }
+                tokio::time::sleep(Duration::from_millis(config.lease_ttl_ms)).await;
+            }
+        }
+    }
+    if let Err(e) = ring.cycle().await {
+        tracing::warn!(error = %e, "first lease ring round failed, will retry");
+    }
+}
+
+/// The built parts of a node, which its loops and its admin functions run on.
+pub(super) struct Parts<'a> {
+    pub config: &'a Config,
+    pub engine: &'a Engine,
+    pub store: &'a Arc<dyn RetryStore>,
+    pub clock: &'a SharedClock,
+    pub advertised: &'a str,
+    pub tls: &'a Option<Arc<ServerTls>>,
+    pub shutdown: &'a watch::Sender<bool>,
+}
+
+impl Parts<'_> {
+    /// Starts every loop of the node under its owner in `tasks`; each stops on shutdown.
+    pub fn spawn_loops(&self, tasks: &NodeTasks, cluster_clock: Option<Arc<ClusterClock>>) {
+        let Parts {
+            config,
+            engine,
+            store,
+            clock,
+            shutdown,
+            ..
+        } = self;
+        let Engine {
+            ring, ownership, ..
+        } = engine;
+        let every = |ms: u64| Duration::from_millis(ms);
+        if let Some(r) = ring {
+            own(&tasks.ring, r.clone().run(shutdown.subscribe()));
+        }
+        let background = &tasks.background;
+        own(
+            background,
+            engine
+                .services
+                .clone()
+                .run(every(config.settings_refresh_ms), shutdown.subscribe()),
+        );
+        own(
+            background,
+            engine
+                .holds
+                .clone()
+                .run(crate::holds::REFRESH_EVERY, shutdown.subscribe()),
+        );
+        own(background, engine.dispatcher.clone().run_scanner());
+        own(background, engine.pusher.clone().run(shutdown.subscribe()));
+        own(background, engine.dispatcher.clone().run_reaper(every(100)));
+        own(
+            background,
+            engine
+                .compactor
+                .clone()
+                .run(every(config.compaction_interval_ms), shutdown.subscribe()),
+        );
+        own(
+            background,
+            crate::backlog::run(
+                (*store).clone(),
+                ownership.clone(),
+                (*clock).clone(),
+                engine.writer.grid(),
+                // A window's count is cached once it is closed by the compactor's gate margin.
+                config.compactor_options().gate_margin_ms,
+                every(config.stats_interval_ms),
+                shutdown.subscribe(),
+            ),
+        );
+        if let Some(loop_) = (*store).clone().background(shutdown.subscribe()) {
+            own(background, loop_);
+        }
+        if let Some(cc) = cluster_clock {
+            own(
+                background,
+                run_clock_sync(
+                    (*store).clone(),
+                    cc,
+                    every(config.clock_sync_interval_ms),
+                    config.skew_margin_ms as i64,
+                    shutdown.subscribe(),
+                ),
+            );
+        }
+    }
+
+    /// The admin functions that AdminService and the dashboard share.
+    pub fn admin(&self) -> Arc<Admin> {
+        let Parts { config, engine, .. } = self;
+        Arc::new(Admin {
+            store: self.store.clone(),
+            services: engine.services.clone(),
+            holds: engine.holds.clone(),
+            writer: engine.writer.clone(),
+            hub: engine.hub.clone(),
+            ownership: engine.ownership.clone(),
+            ring: engine.ring.clone(),
+            clock: self.clock.clone(),
+            node_id: config.node_id.clone(),
+            address: self.advertised.to_string(),
+            slots: config.slots,
+            skew_margin_ms: config.skew_margin_ms as i64,
+            orphan_grace_ms: config.orphan_grace_ms(),
+            dead_letter_retention_seconds: config.dead_letter_retention_seconds,
+            peer_tls: self.tls.clone(),
+        })
+    }
+
+    /// The HTTP listener's routes: `/metrics`, the probes, and the dashboard.
+    pub async fn http_router(
+        &self,
+        auth: &Arc<Auth>,
+        admin: &Arc<Admin>,
+    ) -> anyhow::Result<axum::Router> {
+        // Every migration this store has once started is applied: /readyz checks that they
+        // still read as applied (a keyspace dropped under the node does not).
+        let migrations = self
+            .store
+            .applied_migrations()
+            .await
+            .context("reading the applied migrations")?
+            .len();
+        let probe = Arc::new(crate::http::Probe::new(
+            self.store.clone(),
+            self.engine.ring.clone(),
+            self.engine.ownership.clone(),
+            self.engine.hub.clone(),
+            self.clock.clone(),
+            migrations,
+        ));
+        let dashboard = Arc::new(crate::dashboard::Dashboard {
+            admin: admin.clone(),
+            auth: auth.clone(),
+            window_seconds: self.config.window_seconds,
+            trace_url_template: self.config.trace_url_template.clone(),
+        });
+        Ok(crate::http::router(probe, Some(dashboard)))
+    }
+
+    /// The gRPC services: RetryService, ExecutorService and AdminService (behind its gate).
+    pub fn grpc_services(&self, auth: &Arc<Auth>, admin: Arc<Admin>) -> GrpcServices {
+        let Parts { config, engine, .. } = self;
+        GrpcServices {
+            api: Api {
+                auth: auth.clone(),
+                writer: engine.writer.clone(),
+                max_payload_bytes: config.max_payload_bytes,
+                max_batch_items: config.max_batch_items,
+            },
+            executor: ExecutorApi {
+                auth: auth.clone(),
+                ring: engine.ring.clone(),
+                node_id: config.node_id.clone(),
+                address: self.advertised.to_string(),
+                dispatcher: engine.dispatcher.clone(),
+                max_delay: Duration::from_secs(config.max_delay_seconds),
+            },
+            admin: AdminApi { admin },
+            admin_gate: AdminGate(auth.clone()),
+        }
+    }
+}
