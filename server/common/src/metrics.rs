@@ -144,7 +144,7 @@ pub struct ErrorLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BatchLabels {
-    /// `state_reads`, `state_writes`, `pointer_writes`.
+    /// `state_reads`, `state_writes`, `state_settles`, `pointer_writes`, `enqueue_group`.
     pub kind: &'static str,
 }
 

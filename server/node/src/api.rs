@@ -83,8 +83,8 @@ pub struct Api {
 }
 
 /// How many acks of one `AckBatch` are settled concurrently: enough that their state reads
-/// and writes queue in the store's coalescers and go out as `IN` reads of up to 64 rows and
-/// batches of up to 10, rather than one request per ack.
+/// and writes queue in the coalescing layer over the store and go out as `IN` reads of up to
+/// 64 rows and batches of up to 10, rather than one request per ack.
 const BATCH_CONCURRENCY: usize = 256;
 
 #[tonic::async_trait]

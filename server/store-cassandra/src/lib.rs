@@ -17,6 +17,8 @@ pub mod migrate;
 mod services;
 mod state;
 
+pub use state::COALESCING;
+
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;

@@ -1,8 +1,16 @@
-//! The state rows (`transactions`): one per (service, transaction). Single reads and writes
-//! are coalesced into `IN` queries and small unlogged batches; rows of the layout before
-//! schema 0007 go through `legacy.rs`.
+//! The state rows (`transactions`): one per (service, transaction). Many rows go as `IN`
+//! queries and small unlogged batches (`get_states`, `put_states`, `settle_states`), which is
+//! how the coalescing layer over this store (`rebound_store::coalesced`, with `COALESCING`)
+//! sends single calls made at the same moment; rows of the layout before schema 0007 go
+//! through `legacy.rs`.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+};
 
 use async_trait::async_trait;
 use futures::{stream, StreamExt, TryStreamExt};
@@ -20,12 +28,10 @@ use scylla::{
 use super::{
     batchable, legacy, map_execution_error, observed, parse_status, ttl_of, CassandraStore, Prep,
 };
-use rebound_common::{
-    coalesce::{Counts, Group, Limits},
-    tasks::Tasks,
-};
+use rebound_common::coalesce::{Counts, Limits};
 use rebound_store::{
     body::{Body, StateCells},
+    coalesced::CoalesceOptions,
     StateStore, Status, StoreError, StoreLifecycle, StoreResult, TxState, WriteTime,
 };
 
@@ -42,6 +48,23 @@ const STATE_WRITE_BATCH_BYTES: usize = 4608;
 /// best for enqueue and drain alike.
 const STATE_READS_PARALLEL: usize = 16;
 const STATE_WRITES_PARALLEL: usize = 16;
+
+/// How the coalescing layer (`rebound_store::coalesced`) batches this store's single
+/// state-row calls: the reads of one service into `IN` reads, the writes into batches under
+/// Cassandra's warnings, each with the limits above.
+pub const COALESCING: CoalesceOptions = CoalesceOptions {
+    reads: Limits {
+        max_items: STATE_READ_BATCH,
+        max_weight: usize::MAX,
+        parallel: STATE_READS_PARALLEL,
+    },
+    writes: Limits {
+        max_items: STATE_WRITE_BATCH,
+        max_weight: STATE_WRITE_BATCH_BYTES,
+        parallel: STATE_WRITES_PARALLEL,
+    },
+    write_weight: state_write_weight,
+};
 
 /// What a state-row write adds to a batch's size as Cassandra counts it (the cells' data:
 /// timestamps, TTLs and values), over-estimated. A row of the layout before 0007 with empty
@@ -89,21 +112,14 @@ fn state_write_weight(s: &TxState) -> usize {
 /// coordinator's clock, as every other write).
 type StateWrite = (TxState, Option<u32>, Option<i64>);
 
-/// The queue of coalesced state-row writes.
-type StateWrites = Group<(), StateWrite, (), StoreError>;
-
-/// The state-row statements, and the coalescers that run them.
+/// The state-row statements.
 pub(super) struct States {
     put_cancel: PreparedStatement,
     /// The condition of `put_state_if`'s batch (the row itself goes by `StateIo::put`).
     put_if: PreparedStatement,
     /// `put_cancel` with the condition of `cancel_state_if`.
     put_cancel_if: PreparedStatement,
-    /// State-row reads of one service coalesced into `IN` queries.
-    reads: Arc<Group<String, String, Option<TxState>, StoreError>>,
-    /// State-row writes coalesced into small unlogged batches.
-    writes: Arc<StateWrites>,
-    /// The same statements, for callers that bring many rows at once.
+    /// The row statements, shared by the batches of a call.
     io: Arc<StateIo>,
 }
 
@@ -160,87 +176,48 @@ impl States {
             put_at: put_state_at,
             get: get_states,
             legacy: legacy::Statements::prepare(p).await?,
-        });
-        let state_reads = Group::new(Limits {
-            max_items: STATE_READ_BATCH,
-            max_weight: usize::MAX,
-            parallel: STATE_READS_PARALLEL,
-        });
-        let state_writes = Group::new(Limits {
-            max_items: STATE_WRITE_BATCH,
-            max_weight: STATE_WRITE_BATCH_BYTES,
-            parallel: STATE_WRITES_PARALLEL,
+            reads: RequestCounts::default(),
+            writes: RequestCounts::default(),
         });
         Ok(Self {
             put_cancel,
             put_if,
             put_cancel_if,
-            reads: state_reads,
-            writes: state_writes,
             io,
         })
     }
-
-    /// Reads one state row, coalesced with the reads of the same service at the same moment
-    /// into one `IN` query: the call that finds the service's slot free starts the task that
-    /// reads the queued ids, query after query, until none is left.
-    async fn read(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {
-        let joined = self.reads.join(service.to_string(), txid.to_string(), 1);
-        if let Some(mut slot) = joined.slot {
-            let (io, service) = (self.io.clone(), service.to_string());
-            let carry = async move {
-                while let Some(mut batch) = slot.next_batch() {
-                    let ids = std::mem::take(&mut batch.items);
-                    rebound_common::metrics::global().coalesced("state_reads", ids.len());
-                    batch.answer(io.get(service.clone(), ids).await);
-                }
-            };
-            if let Err(carry) = self.reads.tasks().spawn(carry) {
-                carry.await;
-            }
-        }
-        joined.answer.get().await
-    }
-
-    /// Writes one state row, coalesced with the state writes in flight at the same moment
-    /// into small unlogged batches (at most `STATE_WRITE_BATCH` rows and
-    /// `STATE_WRITE_BATCH_BYTES`), as `read` does. Returns once this row is durable.
-    async fn write(&self, row: StateWrite) -> StoreResult<()> {
-        let weight = state_write_weight(&row.0);
-        let joined = self.writes.join((), row, weight);
-        if let Some(mut slot) = joined.slot {
-            let io = self.io.clone();
-            let carry = async move {
-                while let Some(mut batch) = slot.next_batch() {
-                    let rows = std::mem::take(&mut batch.items);
-                    rebound_common::metrics::global().coalesced("state_writes", rows.len());
-                    batch.answer(io.put(rows).await);
-                }
-            };
-            if let Err(carry) = self.writes.tasks().spawn(carry) {
-                carry.await;
-            }
-        }
-        joined.answer.get().await
-    }
 }
 
-/// The store runs no loop of its own; its tasks are the coalesced state reads' and writes'
-/// flushes.
+/// The store runs no loop and no task of its own (the coalescing layer over it runs the
+/// coalesced flushes); it counts its state-row requests.
 impl StoreLifecycle for CassandraStore {
-    fn task_owners(&self) -> Vec<(&'static str, &Tasks)> {
-        vec![
-            ("state reads", self.state.reads.tasks()),
-            ("state writes", self.state.writes.tasks()),
-        ]
-    }
-
     fn state_io_counts(&self) -> (Counts, Counts) {
-        (self.state.reads.counts(), self.state.writes.counts())
+        (self.state.io.reads.get(), self.state.io.writes.get())
     }
 }
 
-/// The state-row statements and what they bind, owned, so coalesced flushes can run them.
+/// State-row requests made and the rows they carried.
+#[derive(Debug, Default)]
+struct RequestCounts {
+    requests: AtomicU64,
+    rows: AtomicU64,
+}
+
+impl RequestCounts {
+    fn add(&self, rows: usize) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.rows.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Counts {
+        Counts {
+            flushes: self.requests.load(Ordering::Relaxed),
+            items: self.rows.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The state-row statements and what they bind, owned, so concurrent batches can run them.
 struct StateIo {
     session: Arc<Session>,
     region: String,
@@ -249,6 +226,9 @@ struct StateIo {
     put_at: PreparedStatement,
     get: PreparedStatement,
     legacy: legacy::Statements,
+    /// `get` calls (one `IN` read each) and `put` calls (one batch of each kind each).
+    reads: RequestCounts,
+    writes: RequestCounts,
 }
 
 impl StateIo {
@@ -286,6 +266,7 @@ impl StateIo {
     /// may have been written is an unknown outcome, never "nothing written".
     async fn put(&self, rows: Vec<StateWrite>) -> StoreResult<Vec<()>> {
         let n = rows.len();
+        self.writes.add(n);
         // Whether any row of this call may have been written before a failure.
         let mut written = false;
         let failed =
@@ -371,6 +352,7 @@ impl StateIo {
 
     /// Reads the rows of `ids` (of one service) in one query; None where there is none.
     async fn get(&self, service: String, ids: Vec<String>) -> StoreResult<Vec<Option<TxState>>> {
+        self.reads.add(ids.len());
         let rows: Vec<BodyRow> = self.select(&self.get, &service, &ids).await?;
         let mut found = HashMap::with_capacity(ids.len());
         let mut legacy = Vec::new();
@@ -470,7 +452,59 @@ struct AtValues<'a> {
     timestamp: i64,
 }
 
+/// The write timestamp a settle of `s` takes: just above the one its row was read with.
+fn settle_time(s: &TxState) -> StoreResult<i64> {
+    match s.written.0.filter(|_| !s.legacy_columns) {
+        Some(read) => Ok(read.saturating_add(1)),
+        None => Err(StoreError::Internal(format!(
+            "state row {}/{} has no known write time to settle above",
+            s.service, s.transaction_id
+        ))),
+    }
+}
+
 impl CassandraStore {
+    /// Writes `rows` in batches of at most `STATE_WRITE_BATCH` rows and
+    /// `STATE_WRITE_BATCH_BYTES` (a heavier row goes alone), `STATE_WRITES_PARALLEL` at once;
+    /// one result per row, in order (a batch that fails fails its rows).
+    async fn write_chunked(&self, rows: Vec<StateWrite>) -> Vec<StoreResult<()>> {
+        let mut chunks: Vec<Vec<StateWrite>> = Vec::new();
+        let mut weight = 0;
+        for row in rows {
+            let w = state_write_weight(&row.0);
+            match chunks.last_mut() {
+                Some(last)
+                    if last.len() < STATE_WRITE_BATCH && weight + w <= STATE_WRITE_BATCH_BYTES =>
+                {
+                    weight += w;
+                    last.push(row);
+                }
+                _ => {
+                    weight = w;
+                    chunks.push(vec![row]);
+                }
+            }
+        }
+        let writes: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| {
+                let io = self.state.io.clone();
+                async move {
+                    let n = chunk.len();
+                    match io.put(chunk).await {
+                        Ok(_) => vec![Ok(()); n],
+                        Err(e) => vec![Err(e); n],
+                    }
+                }
+            })
+            .collect();
+        stream::iter(writes)
+            .buffered(STATE_WRITES_PARALLEL)
+            .flat_map(stream::iter)
+            .collect()
+            .await
+    }
+
     /// One conditional batch on the row's partition: the row as a plain insert (a TTL, when
     /// set, on every cell, as every terminal write has) and `condition`, an update whose `IF`
     /// (SCHEDULED at a generation) decides whether both apply. True when they did.
@@ -561,20 +595,44 @@ impl BodyRow {
 #[async_trait]
 impl StateStore for CassandraStore {
     async fn put_state(&self, s: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {
-        self.state.write((s.clone(), ttl_seconds, None)).await
+        self.state
+            .io
+            .put(vec![(s.clone(), ttl_seconds, None)])
+            .await?;
+        Ok(())
     }
 
     async fn settle_state(&self, s: &TxState, ttl_seconds: u32) -> StoreResult<()> {
-        let Some(read) = s.written.0.filter(|_| !s.legacy_columns) else {
-            return Err(StoreError::Internal(format!(
-                "state row {}/{} has no known write time to settle above",
-                s.service, s.transaction_id
-            )));
-        };
-        let at = read.saturating_add(1);
+        let at = settle_time(s)?;
         self.state
-            .write((s.clone(), Some(ttl_seconds), Some(at)))
-            .await
+            .io
+            .put(vec![(s.clone(), Some(ttl_seconds), Some(at))])
+            .await?;
+        Ok(())
+    }
+
+    async fn settle_states(&self, rows: Vec<(TxState, u32)>) -> Vec<StoreResult<()>> {
+        // Rows without a known write time fail alone; the others go in batches.
+        let mut results: Vec<Option<StoreResult<()>>> = Vec::with_capacity(rows.len());
+        let mut writes = Vec::new();
+        let mut at = Vec::new();
+        for (i, (s, ttl)) in rows.into_iter().enumerate() {
+            match settle_time(&s) {
+                Ok(ts) => {
+                    results.push(None);
+                    at.push(i);
+                    writes.push((s, Some(ttl), Some(ts)));
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        for (i, r) in at.into_iter().zip(self.write_chunked(writes).await) {
+            results[i] = Some(r);
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every row has its result"))
+            .collect()
     }
 
     async fn put_state_if(
@@ -656,7 +714,12 @@ impl StateStore for CassandraStore {
     }
 
     async fn get_state(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {
-        self.state.read(service, txid).await
+        let mut rows = self
+            .state
+            .io
+            .get(service.to_string(), vec![txid.to_string()])
+            .await?;
+        Ok(rows.pop().flatten())
     }
 
     async fn get_states(&self, service: &str, ids: &[String]) -> StoreResult<Vec<Option<TxState>>> {
@@ -665,7 +728,6 @@ impl StateStore for CassandraStore {
         let reads: Vec<_> = ids
             .chunks(STATE_READ_BATCH)
             .map(|chunk| {
-                self.state.reads.record(chunk.len());
                 let (io, service, chunk) =
                     (self.state.io.clone(), service.to_string(), chunk.to_vec());
                 async move { io.get(service, chunk).await }
@@ -679,44 +741,7 @@ impl StateStore for CassandraStore {
     }
 
     async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>> {
-        // The same limits as coalesced writes: at most STATE_WRITE_BATCH rows and
-        // STATE_WRITE_BATCH_BYTES per batch; a heavier row goes alone.
-        let mut chunks: Vec<Vec<StateWrite>> = Vec::new();
-        let mut weight = 0;
-        for (state, ttl) in rows {
-            let row = (state, ttl, None);
-            let w = state_write_weight(&row.0);
-            match chunks.last_mut() {
-                Some(last)
-                    if last.len() < STATE_WRITE_BATCH && weight + w <= STATE_WRITE_BATCH_BYTES =>
-                {
-                    weight += w;
-                    last.push(row);
-                }
-                _ => {
-                    weight = w;
-                    chunks.push(vec![row]);
-                }
-            }
-        }
-        let writes: Vec<_> = chunks
-            .into_iter()
-            .map(|chunk| {
-                self.state.writes.record(chunk.len());
-                let io = self.state.io.clone();
-                async move {
-                    let n = chunk.len();
-                    match io.put(chunk).await {
-                        Ok(_) => vec![Ok(()); n],
-                        Err(e) => vec![Err(e); n],
-                    }
-                }
-            })
-            .collect();
-        stream::iter(writes)
-            .buffered(STATE_WRITES_PARALLEL)
-            .flat_map(stream::iter)
-            .collect()
-            .await
+        let rows = rows.into_iter().map(|(s, ttl)| (s, ttl, None)).collect();
+        self.write_chunked(rows).await
     }
 }

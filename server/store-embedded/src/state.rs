@@ -185,6 +185,14 @@ impl StateStore for EmbeddedStore {
             .await
     }
 
+    async fn settle_states(&self, rows: Vec<(TxState, u32)>) -> Vec<StoreResult<()>> {
+        let mut results = Vec::with_capacity(rows.len());
+        for (s, ttl_seconds) in &rows {
+            results.push(self.settle_state(s, *ttl_seconds).await);
+        }
+        results
+    }
+
     async fn put_state_if(
         &self,
         s: &TxState,

@@ -20,7 +20,9 @@
 
 pub mod body;
 pub mod clock;
+pub mod coalesced;
 pub mod context;
+mod layer;
 pub mod observed;
 pub mod policy;
 pub mod token;
@@ -480,9 +482,13 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
     /// Writes the terminal `state` (with `ttl_seconds`, and the succeeded cell when it is
     /// SUCCEEDED) just above the write time its row had when it was read (`state.written`),
     /// without reading it again: whatever was written to the row after that read (a cancel,
-    /// a new schedule) wins over it, in any order of arrival. Coalesced with other writes
-    /// where the store can. Internal error when `state.written` is unknown.
+    /// a new schedule) wins over it, in any order of arrival. Internal error when
+    /// `state.written` is unknown.
     async fn settle_state(&self, state: &TxState, ttl_seconds: u32) -> StoreResult<()>;
+    /// `settle_state` of many rows in few requests; one result per row, in order (a row
+    /// whose write time is unknown fails alone; a request that fails fails the rows it
+    /// carried). No transaction may appear twice.
+    async fn settle_states(&self, rows: Vec<(TxState, u32)>) -> Vec<StoreResult<()>>;
     /// `put_state`, only if the row is SCHEDULED at `if_generation` as it stands (a
     /// lightweight transaction in Cassandra); true when written. The writes of a saga step
     /// that answer a delivery (its end, SUCCEEDED or DEAD, and a RETRY's next schedule) go
@@ -671,15 +677,15 @@ pub trait StoreLifecycle: Send + Sync {
         None
     }
 
-    /// The owners of the store's own tasks (the Cassandra store's coalesced flushes), by
-    /// name, for the node to count them and to stop them last, after every task that writes
-    /// through the store.
+    /// The owners of the store's own tasks (the coalescing layer's flushes), by name, for the
+    /// node to count them and to stop them last, after every task that writes through the
+    /// store.
     fn task_owners(&self) -> Vec<(&'static str, &Tasks)> {
         Vec::new()
     }
 
-    /// The coalesced state-row requests since start: reads, then writes, each as the
-    /// requests issued and the rows they carried (zero where nothing is coalesced).
+    /// The state-row requests since start: reads, then writes, each as the requests issued
+    /// and the rows they carried (zero where the store does not count them).
     fn state_io_counts(&self) -> (Counts, Counts) {
         Default::default()
     }

@@ -32,7 +32,8 @@ use crate::{
     push::Pusher,
     ring::LeaseRing,
     store::{
-        cassandra::{connect_with_wait, CassandraOptions, CassandraStore, Connection},
+        cassandra::{self, connect_with_wait, CassandraOptions, CassandraStore, Connection},
+        coalesced::Coalesced,
         embedded::EmbeddedStore,
         observed::Observed,
         MigrationStore, RetryStore,
@@ -113,7 +114,7 @@ pub struct NodeTasks {
     push: Arc<Pusher>,
     /// The writer's coalescers (group commit, pointers).
     writer: Arc<Writer>,
-    /// The store's own tasks (the Cassandra store's coalesced flushes).
+    /// The store's own tasks (the coalescing layer's flushes).
     store: Arc<dyn RetryStore>,
 }
 
@@ -153,7 +154,8 @@ pub async fn run_migrations(config: &Config, clock: &SharedClock) -> anyhow::Res
 }
 
 /// An open, migrated store, observed (`store::observed`: both stores are measured and traced
-/// alike).
+/// alike); the Cassandra store with its single state-row calls coalesced
+/// (`store::coalesced`).
 struct OpenStore {
     store: Arc<dyn RetryStore>,
     applied: Vec<i32>,
@@ -170,8 +172,10 @@ async fn open_store(config: &Config, clock: &SharedClock) -> anyhow::Result<Open
                     .await
                     .context("preparing statements")?,
             );
+            // Single state-row calls coalesced into Cassandra-sized batches, then observed.
+            let coalesced = Arc::new(Coalesced::new(cassandra, cassandra::COALESCING));
             Ok(OpenStore {
-                store: Arc::new(Observed::new(cassandra, "cassandra")),
+                store: Arc::new(Observed::new(coalesced, "cassandra")),
                 applied,
             })
         }

@@ -11,7 +11,8 @@
 //! that follows an injected clock.
 //!
 //! To add a store: a fixture module (see `fixtures/cassandra.rs`) and one
-//! `all_conformance_tests!` line at the bottom of this file.
+//! `all_conformance_tests!` line at the bottom of this file. The Cassandra store runs the
+//! suite twice: alone, and behind the coalescing layer as the node runs it.
 //!
 //! What the suite pins down that is easy to get wrong in a new store:
 //! - every listing is ascending by its key: years, days, windows (from `from`, inclusive),
@@ -125,6 +126,8 @@ macro_rules! all_conformance_tests {
             a_cancel_cell_outlives_its_row_as_a_ghost,
             get_states_answers_in_order_with_none_for_missing,
             put_states_gives_one_result_per_row,
+            settle_states_gives_one_result_per_row,
+            concurrent_single_state_calls_each_get_their_own_row,
             // Leases, members, the store's clock.
             server_time_follows_the_store_clock,
             members_heartbeat_are_listed_and_expire,
@@ -152,3 +155,7 @@ macro_rules! all_conformance_tests {
 
 all_conformance_tests!(cassandra, crate::fixtures::cassandra::CassandraFixture);
 all_conformance_tests!(embedded, crate::fixtures::embedded::EmbeddedFixture);
+all_conformance_tests!(
+    cassandra_coalesced,
+    crate::fixtures::cassandra::CoalescedCassandraFixture
+);

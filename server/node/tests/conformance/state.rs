@@ -352,6 +352,93 @@ pub async fn put_states_gives_one_result_per_row(f: &dyn Fixture) {
     assert_eq!(got, want);
 }
 
+/// `settle_states`: one result per row, in order. Each row read before lands as its
+/// `settle_state` would; one whose write time is unknown fails alone and changes nothing;
+/// one cancelled after its read stays cancelled.
+pub async fn settle_states_gives_one_result_per_row(f: &dyn Fixture) {
+    let s = f.store();
+    assert!(s.settle_states(Vec::new()).await.is_empty());
+    let ids: Vec<String> = (0..14).map(|i| format!("q{i:02}")).collect();
+    let rows: Vec<(TxState, Option<u32>)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let mut row = state(SVC, id, i as i64 + 1);
+            row.payload = vec![i as u8; 40 * i];
+            (row, None)
+        })
+        .collect();
+    assert!(s.put_states(rows.clone()).await.iter().all(Result::is_ok));
+    let read: Vec<TxState> = s
+        .get_states(SVC, &ids)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.expect("written above"))
+        .collect();
+    // q03 is cancelled after its read: its settle loses.
+    let cancelled = TxState {
+        status: Status::Cancelled,
+        ..read[3].clone()
+    };
+    s.cancel_state(&cancelled, 3600, 7200).await.unwrap();
+    let settles: Vec<(TxState, u32)> = read
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut done = TxState {
+                status: Status::Succeeded,
+                ..r.clone()
+            };
+            if i == 5 {
+                // No known write time: refused.
+                done.written = Default::default();
+            }
+            (done, 3600)
+        })
+        .collect();
+    let results = s.settle_states(settles.clone()).await;
+    assert_eq!(results.len(), 14);
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r.is_err(), i == 5, "row {i}: {r:?}");
+    }
+    let after = s.get_states(SVC, &ids).await.unwrap();
+    for (i, row) in after.into_iter().enumerate() {
+        let row = row.expect("every row is there");
+        match i {
+            3 => assert_eq!(
+                (row.status, row.generation),
+                (Status::Cancelled, read[3].generation)
+            ),
+            5 => assert_eq!(row, read[5]),
+            _ => assert_eq!(
+                row,
+                TxState {
+                    succeeded_generation: Some(read[i].generation),
+                    ..settles[i].0.clone()
+                },
+                "row {i}"
+            ),
+        }
+    }
+}
+
+/// Many single reads and writes at once (as a coalescing layer sees them): each call is
+/// answered about its own row, and each write lands.
+pub async fn concurrent_single_state_calls_each_get_their_own_row(f: &dyn Fixture) {
+    let s = f.store();
+    let rows: Vec<TxState> = (0..80)
+        .map(|i| state(SVC, &format!("c{i:02}"), i + 1))
+        .collect();
+    let written = futures::future::join_all(rows.iter().map(|r| s.put_state(r, None))).await;
+    assert!(written.iter().all(Result::is_ok), "{written:?}");
+    let read =
+        futures::future::join_all(rows.iter().map(|r| s.get_state(SVC, &r.transaction_id))).await;
+    for (want, got) in rows.iter().zip(read) {
+        assert_eq!(got.unwrap().as_ref(), Some(want));
+    }
+}
+
 /// A settle (`settle_state`, a SUCCEEDED ack that does not read the row again) of a row that
 /// nothing changed since it was read lands: SUCCEEDED, the success cell, the TTL. A row with
 /// no known write time cannot be settled, and that write changes nothing.

@@ -220,6 +220,11 @@ impl StateStore for StallingStore {
         self.stall(&self.state_ms);
         r
     }
+    async fn settle_states(&self, rows: Vec<(TxState, u32)>) -> Vec<StoreResult<()>> {
+        let r = self.inner.settle_states(rows).await;
+        self.stall(&self.state_ms);
+        r
+    }
     async fn put_state_if(
         &self,
         state: &TxState,
