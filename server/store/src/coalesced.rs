@@ -29,6 +29,8 @@ pub struct CoalesceOptions {
 
 type Reads = Group<String, String, Option<TxState>, StoreError>;
 type Writes<R> = Group<(), R, StoreResult<()>, StoreError>;
+/// A batch method of the store (`put_states`, `settle_states`): rows of a TTL type `T`.
+type BatchWrite<S, T> = fn(Arc<S>, Vec<(TxState, T)>) -> BoxFuture<'static, Vec<StoreResult<()>>>;
 
 /// `inner`, with its single state-row reads and writes coalesced.
 #[derive(Debug)]
@@ -119,64 +121,59 @@ where
         .collect()
 }
 
-#[async_trait]
-impl<S: StateStore + ?Sized + 'static> StateStore for Coalesced<S> {
-    async fn put_state(&self, state: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {
-        let weight = (self.opts.write_weight)(state);
-        let joined = self.puts.join((), (state.clone(), ttl_seconds), weight);
+impl<S: StateStore + ?Sized + 'static> Coalesced<S> {
+    /// Queues one state-row write (`row`: the row and its TTL) in `writes` and waits until
+    /// it is durable. The call that finds the queue's slot free starts the task that sends the
+    /// queued rows through `batch` (a batch method of the store), request after request,
+    /// round by round (see `rounds`).
+    async fn write<T: Send + 'static>(
+        &self,
+        writes: &Arc<Writes<(TxState, T)>>,
+        row: (TxState, T),
+        kind: &'static str,
+        batch: BatchWrite<S, T>,
+    ) -> StoreResult<()> {
+        let weight = (self.opts.write_weight)(&row.0);
+        let joined = writes.join((), row, weight);
         if let Some(mut slot) = joined.slot {
             let inner = self.inner.clone();
             let carry = async move {
-                while let Some(mut batch) = slot.next_batch() {
-                    let rows = std::mem::take(&mut batch.items);
-                    rebound_common::metrics::global().coalesced("state_writes", rows.len());
-                    let inner = inner.clone();
+                while let Some(mut queued) = slot.next_batch() {
+                    let rows = std::mem::take(&mut queued.items);
+                    rebound_common::metrics::global().coalesced(kind, rows.len());
                     let written = write_rounds(
                         rows,
                         |(s, _)| (&s.service, &s.transaction_id),
-                        move |rows| {
-                            let inner = inner.clone();
-                            Box::pin(async move { inner.put_states(rows).await })
-                        },
+                        |rows| batch(inner.clone(), rows),
                     )
                     .await;
-                    batch.answer(Ok(written));
+                    queued.answer(Ok(written));
                 }
             };
-            if let Err(carry) = self.puts.tasks().spawn(carry) {
+            if let Err(carry) = writes.tasks().spawn(carry) {
                 carry.await;
             }
         }
         joined.answer.get().await?
     }
+}
+
+#[async_trait]
+impl<S: StateStore + ?Sized + 'static> StateStore for Coalesced<S> {
+    async fn put_state(&self, state: &TxState, ttl_seconds: Option<u32>) -> StoreResult<()> {
+        let row = (state.clone(), ttl_seconds);
+        self.write(&self.puts, row, "state_writes", |inner, rows| {
+            Box::pin(async move { inner.put_states(rows).await })
+        })
+        .await
+    }
 
     async fn settle_state(&self, state: &TxState, ttl_seconds: u32) -> StoreResult<()> {
-        let weight = (self.opts.write_weight)(state);
-        let joined = self.settles.join((), (state.clone(), ttl_seconds), weight);
-        if let Some(mut slot) = joined.slot {
-            let inner = self.inner.clone();
-            let carry = async move {
-                while let Some(mut batch) = slot.next_batch() {
-                    let rows = std::mem::take(&mut batch.items);
-                    rebound_common::metrics::global().coalesced("state_settles", rows.len());
-                    let inner = inner.clone();
-                    let written = write_rounds(
-                        rows,
-                        |(s, _)| (&s.service, &s.transaction_id),
-                        move |rows| {
-                            let inner = inner.clone();
-                            Box::pin(async move { inner.settle_states(rows).await })
-                        },
-                    )
-                    .await;
-                    batch.answer(Ok(written));
-                }
-            };
-            if let Err(carry) = self.settles.tasks().spawn(carry) {
-                carry.await;
-            }
-        }
-        joined.answer.get().await?
+        let row = (state.clone(), ttl_seconds);
+        self.write(&self.settles, row, "state_settles", |inner, rows| {
+            Box::pin(async move { inner.settle_states(rows).await })
+        })
+        .await
     }
 
     async fn get_state(&self, service: &str, transaction_id: &str) -> StoreResult<Option<TxState>> {
