@@ -28,13 +28,18 @@ async fn a_frozen_node_resumes_without_acting_on_lost_leases() {
     let n2 = spawn_node(&keyspace, p2, "f2");
     let c2 = connect(p2).await;
     wait_for_shared_ring(&c1, 2).await;
-    let requests = (0..400)
-        .map(|i| enqueue_req("frz", &format!("f{i:03}"), 0))
-        .collect();
-    RetryServiceClient::new(c1.clone())
-        .enqueue_retry_batch(pb::EnqueueRetryBatchRequest { requests })
-        .await
-        .unwrap();
+    // Half through each node: a node's writer places its items in its own 8 lanes, whose
+    // tokens fall anywhere on the ring, so 8 lanes miss f2's half of it 1 time in 256 (f2 then
+    // has nothing to deliver); 16 miss it 1 time in 65,536.
+    for (c, ids) in [(&c1, 0..200), (&c2, 200..400)] {
+        let requests = ids
+            .map(|i| enqueue_req("frz", &format!("f{i:03}"), 0))
+            .collect();
+        RetryServiceClient::new(c.clone())
+            .enqueue_retry_batch(pb::EnqueueRetryBatchRequest { requests })
+            .await
+            .unwrap();
+    }
 
     // f2's executor takes deliveries and holds them unacknowledged.
     let mut held_on_f2 = Vec::new();
