@@ -480,6 +480,15 @@ pub async fn a_settle_lands_on_the_row_it_read(f: &dyn Fixture) {
     assert_eq!(s.get_state(SVC, "t").await.unwrap(), None);
 }
 
+/// Lets the store's clock reach the next millisecond. Cassandra gives the writes of one
+/// millisecond microsecond timestamps one apart, so a write made in the same millisecond as
+/// the row's write that a settle read can take the settle's own timestamp (the read's plus
+/// one) and tie with it. The guarantee these tests pin down holds for writes made in a later
+/// millisecond; docs/architecture.md ("A SUCCEEDED ack is one write") states the limit.
+async fn later_millisecond() {
+    tokio::time::sleep(Duration::from_millis(2)).await;
+}
+
 /// A settle loses to every write made after the read it settles, wherever it lands: a cancel
 /// stays CANCELLED, a fresh start after a cancel stays SCHEDULED (the settle must not write
 /// the old generation back over it), and a schedule or a dead letter derived from the settled
@@ -498,6 +507,7 @@ pub async fn a_settle_loses_to_every_write_after_its_read(f: &dyn Fixture) {
     let live = state(SVC, "cancel", 5);
     s.put_state(&live, None).await.unwrap();
     let read = s.get_state(SVC, "cancel").await.unwrap().unwrap();
+    later_millisecond().await;
     s.cancel_state(&cancelled(&live), 3600, 7200).await.unwrap();
     s.settle_state(&settle(&read), 3600).await.unwrap();
     let after = s.get_state(SVC, "cancel").await.unwrap().unwrap();
@@ -507,6 +517,7 @@ pub async fn a_settle_loses_to_every_write_after_its_read(f: &dyn Fixture) {
     let live = state(SVC, "fresh", 5);
     s.put_state(&live, None).await.unwrap();
     let read = s.get_state(SVC, "fresh").await.unwrap().unwrap();
+    later_millisecond().await;
     s.cancel_state(&cancelled(&live), 3600, 7200).await.unwrap();
     let fresh = state(SVC, "fresh", 9);
     s.put_state(&fresh, None).await.unwrap();
@@ -522,6 +533,7 @@ pub async fn a_settle_loses_to_every_write_after_its_read(f: &dyn Fixture) {
     let live = state(SVC, "derived", 5);
     s.put_state(&live, None).await.unwrap();
     let read = s.get_state(SVC, "derived").await.unwrap().unwrap();
+    later_millisecond().await;
     let derived = TxState {
         base_generation: 5,
         ..state(SVC, "derived", 7)
@@ -544,6 +556,7 @@ pub async fn a_settle_loses_to_every_write_after_its_read(f: &dyn Fixture) {
     };
     s.put_state(&live, None).await.unwrap();
     let read = s.get_state(SVC, "dead").await.unwrap().unwrap();
+    later_millisecond().await;
     let dead = TxState {
         status: Status::Dead,
         ..live.clone()
