@@ -126,9 +126,18 @@ pub(crate) async fn raw(a: &Args) -> anyhow::Result<J> {
     .await?;
     let batch_ops = n as f64 / started.elapsed().as_secs_f64();
     let batch_cost = meter.per_item(before, n).await;
+    // `--lwt N`: what a conditional first write of a state row would cost, one Paxos round
+    // per new transaction (`INSERT ... IF NOT EXISTS`, a partition per transaction).
+    let lwt: usize = a.get("lwt", 0)?;
+    let mut extra = Vec::new();
+    if lwt > 0 {
+        let (ops, lat, cost) = lwt_singles(&s, ks, lwt, conc, &meter).await?;
+        extra.push(("enqueue_single_lwt", single_json(ops, lat, conc)));
+        extra.push(("cost_per_item_lwt", cost));
+    }
     s.query_unpaged(format!("DROP KEYSPACE IF EXISTS {ks}"), ())
         .await?;
-    Ok(J::O(vec![
+    let mut fields = vec![
         ("system", J::S("cassandra-raw".into())),
         ("version", J::S("Cassandra 5.0.8, scylla driver 1.x".into())),
         (
@@ -153,7 +162,50 @@ pub(crate) async fn raw(a: &Args) -> anyhow::Result<J> {
         ("lateness_ms", J::Null),
         ("retry_ok", J::Null),
         ("peak_rss_mb", J::Null),
-    ]))
+    ];
+    fields.extend(extra);
+    Ok(J::O(fields))
+}
+
+/// `n` single `INSERT ... IF NOT EXISTS` of a row per transaction, at concurrency `conc`:
+/// the rate, the latencies and the cost per item.
+async fn lwt_singles(
+    s: &Arc<Session>,
+    ks: &str,
+    n: usize,
+    conc: usize,
+    meter: &Meter,
+) -> anyhow::Result<(f64, serde_like::Pct, J)> {
+    s.query_unpaged(
+        format!(
+            "CREATE TABLE {ks}.firsts (service text, transaction_id text, generation bigint, \
+             PRIMARY KEY ((service, transaction_id)))"
+        ),
+        (),
+    )
+    .await?;
+    let mut ins = prepared(
+        s,
+        format!(
+            "INSERT INTO {ks}.firsts (service, transaction_id, generation) VALUES (?, ?, ?) \
+             IF NOT EXISTS"
+        ),
+    )
+    .await?;
+    ins.set_serial_consistency(Some(scylla::statement::SerialConsistency::LocalSerial));
+    eprintln!("raw: {n} single INSERT ... IF NOT EXISTS at concurrency {conc}");
+    let before = meter.read().await;
+    let (ops, lat) = closed_loop(n, conc, |i| {
+        let s = s.clone();
+        let ins = ins.clone();
+        async move {
+            s.execute_unpaged(&ins, ("bench", format!("tx-{i}"), i as i64))
+                .await?;
+            Ok(())
+        }
+    })
+    .await?;
+    Ok((ops, lat, meter.per_item(before, n).await))
 }
 
 /// The naive design that Rebound's directory avoids (docs/architecture.md, invariant 5,
