@@ -17,6 +17,18 @@ use rebound_server::{
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Transparent huge pages off for this process, before anything else allocates (and mimalloc
+/// built with `no_thp`, so that it does not ask for them): a 2 MiB page counts whole in the
+/// resident set however little of it is used. Measured with `bench rebound` at 20,000 items
+/// against the build before (2026-12-04, two runs each): idle 25 MB instead of 46-52 MB, 50-51
+/// MB after the enqueue phases instead of 78-91, a peak of 68-81 MB instead of 89-94, and 14-15
+/// µs of node CPU per batch-enqueued item instead of 21-32 (single enqueues and the drain
+/// unchanged within the runs' spread). When the kernel refuses, the node runs as before.
+fn without_huge_pages() {
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "rebound-server",
@@ -62,6 +74,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    without_huge_pages();
     let cli = Cli::parse();
     let env: std::collections::HashMap<String, String> = std::env::vars().collect();
     let overrides = Overrides {
