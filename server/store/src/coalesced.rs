@@ -137,7 +137,8 @@ impl<S: StateStore + ?Sized + 'static> Coalesced<S> {
         let joined = writes.join((), row, weight);
         if let Some(mut slot) = joined.slot {
             let inner = self.inner.clone();
-            let carry = async move {
+            // Boxed: the caller's future would otherwise carry the batch write's.
+            let carry = Box::pin(async move {
                 while let Some(mut queued) = slot.next_batch() {
                     let rows = std::mem::take(&mut queued.items);
                     rebound_common::metrics::global().coalesced(kind, rows.len());
@@ -149,7 +150,7 @@ impl<S: StateStore + ?Sized + 'static> Coalesced<S> {
                     .await;
                     queued.answer(Ok(written));
                 }
-            };
+            });
             if let Err(carry) = writes.tasks().spawn(carry) {
                 carry.await;
             }
@@ -182,13 +183,13 @@ impl<S: StateStore + ?Sized + 'static> StateStore for Coalesced<S> {
             .join(service.to_string(), transaction_id.to_string(), 1);
         if let Some(mut slot) = joined.slot {
             let (inner, service) = (self.inner.clone(), service.to_string());
-            let carry = async move {
+            let carry = Box::pin(async move {
                 while let Some(mut batch) = slot.next_batch() {
                     let ids = std::mem::take(&mut batch.items);
                     rebound_common::metrics::global().coalesced("state_reads", ids.len());
                     batch.answer(inner.get_states(&service, &ids).await);
                 }
-            };
+            });
             if let Err(carry) = self.reads.tasks().spawn(carry) {
                 carry.await;
             }

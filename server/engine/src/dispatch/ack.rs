@@ -135,10 +135,9 @@ impl Dispatcher {
             )));
         }
         let state = current.expect("checked live");
-        match self
-            .resolve(state, inflight.work.deliveries + 1, outcome)
-            .await
-        {
+        // Boxed: the future of `resolve` is several KiB, and every ack future (the common
+        // SUCCEEDED one included) would otherwise carry its size.
+        match Box::pin(self.resolve(state, inflight.work.deliveries + 1, outcome)).await {
             Ok(res) => {
                 inflight.work.resolve();
                 Ok(res)
@@ -166,11 +165,15 @@ impl Dispatcher {
         delivery_id: &str,
         inflight: InFlight,
     ) -> Result<Resolution, Error> {
-        let mut state = (*inflight.work.state).clone();
+        let mut inflight = inflight;
+        // The row is written from the delivered state itself (no copy of it); should the
+        // write fail, the delivery goes back in flight as it was.
+        let state = &mut inflight.work.state;
+        let was = (state.status, state.updated_at_ms, state.delivery_count);
         let deliveries = inflight.work.deliveries.saturating_add(1);
         state.delivery_count = state.delivery_count.saturating_add(deliveries);
         let settled = match self
-            .hand_off(&state, saga::continues_on_success(&state))
+            .hand_off(state, saga::continues_on_success(state))
             .await
         {
             Ok(()) => self.writer.settle_succeeded(state).await,
@@ -182,6 +185,8 @@ impl Dispatcher {
                 Ok(Resolution::Succeeded)
             }
             Err(e) => {
+                let state = &mut inflight.work.state;
+                (state.status, state.updated_at_ms, state.delivery_count) = was;
                 self.keep_in_flight(delivery_id, inflight);
                 Err(e)
             }
@@ -305,8 +310,9 @@ impl Dispatcher {
         let (service, transaction_id) = (input.service.clone(), input.transaction_id.clone());
         let position = input.saga.chain.as_ref().map_or(0, |c| c.position);
         // Not through the group commit and without the compensation's lock: the caller may
-        // hold the step's (`Writer::enqueue_unlocked`).
-        match self.writer.enqueue_unlocked(input).await {
+        // hold the step's (`Writer::enqueue_unlocked`). Boxed: only saga steps get here, and
+        // the enqueue's future would otherwise make every ack's future several KiB larger.
+        match Box::pin(self.writer.enqueue_unlocked(input)).await {
             Ok(_) | Err(Error::AlreadyExists(_)) => {
                 tracing::info!(
                     saga_service = %state.service,

@@ -384,8 +384,9 @@ impl Hub {
     /// other than `avoid`. Gives the work back when none has room.
     pub fn try_deliver(&self, work: Work, avoid: Option<u64>) -> Result<(), Work> {
         let mut inner = self.lock();
-        let service = work.state.service.clone();
-        let Some(subs) = inner.services.get(&service).cloned() else {
+        let inner = &mut *inner;
+        let service = work.state.service.as_str();
+        let Some(subs) = inner.services.get(service) else {
             return Err(work);
         };
         if inner.inflight_bytes > 0
@@ -395,12 +396,13 @@ impl Hub {
         }
         // A pusher, when the service has one, takes every delivery.
         let pushed = subs.iter().any(|s| s.push.is_some());
-        let start = inner.next.get(&service).copied().unwrap_or(0);
+        let start = inner.next.get(service).copied().unwrap_or(0);
         let n = subs.len();
-        let mut order: Vec<usize> = (0..n).map(|k| (start + k) % n).collect();
-        if let Some(avoid) = avoid {
-            order.sort_by_key(|i| subs[*i].id == avoid);
-        }
+        // Round-robin from `start`; the stream to avoid, if any, last.
+        let order = (0..n)
+            .map(|k| (start + k) % n)
+            .filter(|i| Some(subs[*i].id) != avoid)
+            .chain((0..n).filter(|i| Some(subs[*i].id) == avoid));
         for i in order {
             let sub = &subs[i];
             if sub.stalled.load(Ordering::Relaxed) || (pushed && sub.push.is_none()) {
@@ -431,19 +433,25 @@ impl Hub {
             }
             tracing::trace!(subscriber = sub.id, transaction_id = %work.state.transaction_id, "delivered");
             let m = crate::metrics::global();
-            m.delivery(&service, work.deliveries > 0);
+            m.delivery(service, work.deliveries > 0);
             m.delivery_lateness
                 .observe((now - work.state.due_at_ms).max(0) as f64 / 1000.0);
-            inner.next.insert(service.clone(), i + 1);
+            let (subscriber, stalled) = (sub.id, sub.stalled.clone());
+            match inner.next.get_mut(service) {
+                Some(next) => *next = i + 1,
+                None => {
+                    inner.next.insert(service.to_string(), i + 1);
+                }
+            }
             inner.add_inflight(
                 delivery_id,
                 InFlight {
                     work,
-                    subscriber: sub.id,
+                    subscriber,
                     deadline_ms,
                     _permit: permit,
                     handed,
-                    stalled: sub.stalled.clone(),
+                    stalled,
                 },
             );
             return Ok(());

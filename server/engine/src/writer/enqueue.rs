@@ -126,7 +126,9 @@ impl Writer {
                     "the node is stopping; nothing was scheduled".into(),
                 ));
             };
-            let carry = async move { writer.write_groups(slot).await };
+            // Boxed, so that this call's future (moved through every layer of the gRPC
+            // stack) does not carry the group's several KiB twice.
+            let carry = Box::pin(async move { writer.write_groups(slot).await });
             if let Err(carry) = self.group.tasks().spawn(carry) {
                 carry.await;
             }

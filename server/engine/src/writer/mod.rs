@@ -535,12 +535,13 @@ impl Writer {
     /// with the terminal TTL, without reading the row again (`StateStore::settle_state`):
     /// the write goes just above the row's write time as read, so a cancel or a new schedule
     /// written since wins over it wherever it lands (docs/architecture.md "Guarantees across
-    /// nodes").
-    pub async fn settle_succeeded(&self, mut state: TxState) -> Result<(), Error> {
+    /// nodes"). `state` is made the row written (SUCCEEDED, updated now) in place, written or
+    /// not: the caller keeps it in flight only as it was before.
+    pub async fn settle_succeeded(&self, state: &mut TxState) -> Result<(), Error> {
         state.status = Status::Succeeded;
         state.updated_at_ms = self.clock.now_ms();
         self.store
-            .settle_state(&state, self.opts.terminal_ttl_seconds)
+            .settle_state(state, self.opts.terminal_ttl_seconds)
             .await?;
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! is durable, as it would for a writer paused by GC or a slow database).
 
 use std::sync::{
-    atomic::{AtomicI64, Ordering},
+    atomic::{AtomicBool, AtomicI64, Ordering},
     Arc,
 };
 
@@ -13,7 +13,7 @@ use rebound_server::{
     clock::ManualClock,
     store::{
         embedded::EmbeddedStore, DirectoryStore, InstanceRow, Location, Pointer, StateStore,
-        StoreResult, TokenRange, TxState,
+        StoreError, StoreResult, TokenRange, TxState,
     },
     window::WindowId,
 };
@@ -26,6 +26,8 @@ pub struct StallingStore {
     pointer_ms: AtomicI64,
     /// The next state write takes this long (then 0 again).
     state_ms: AtomicI64,
+    /// The next settle (a SUCCEEDED ack's write) fails, with an unknown outcome, unwritten.
+    fail_settle: AtomicBool,
 }
 
 impl StallingStore {
@@ -35,7 +37,16 @@ impl StallingStore {
             clock,
             pointer_ms: AtomicI64::new(0),
             state_ms: AtomicI64::new(0),
+            fail_settle: AtomicBool::new(false),
         }
+    }
+
+    pub fn fail_next_settle(&self) {
+        self.fail_settle.store(true, Ordering::SeqCst);
+    }
+
+    fn settle_fails(&self) -> bool {
+        self.fail_settle.swap(false, Ordering::SeqCst)
     }
 
     pub fn stall_next_pointer_write(&self, ms: i64) {
@@ -216,11 +227,20 @@ impl StateStore for StallingStore {
         r
     }
     async fn settle_state(&self, state: &TxState, ttl_seconds: u32) -> StoreResult<()> {
+        if self.settle_fails() {
+            return Err(StoreError::Timeout("a failed settle (test)".into()));
+        }
         let r = self.inner.settle_state(state, ttl_seconds).await;
         self.stall(&self.state_ms);
         r
     }
     async fn settle_states(&self, rows: Vec<(TxState, u32)>) -> Vec<StoreResult<()>> {
+        if self.settle_fails() {
+            return rows
+                .iter()
+                .map(|_| Err(StoreError::Timeout("a failed settle (test)".into())))
+                .collect();
+        }
         let r = self.inner.settle_states(rows).await;
         self.stall(&self.state_ms);
         r

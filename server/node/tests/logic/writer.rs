@@ -339,3 +339,32 @@ async fn the_embedded_stores_calls_are_measured_by_store_and_method() {
         );
     }
 }
+
+/// A SUCCEEDED ack whose write fails (its outcome unknown) writes from the delivered state in
+/// place: the delivery must go back in flight exactly as it was, so that the ack, made again,
+/// settles the retry once, counting its one delivery once.
+#[tokio::test]
+async fn a_succeeded_ack_whose_write_fails_leaves_its_delivery_as_it_was() {
+    let (rig, stalling) = stalling_rig().await;
+    let window = rig.grid.next(rig.grid.window_of(rig.now()));
+    rig.enqueue("svc", "t1", 0).await;
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.clock
+        .set(rig.grid.end_ms(window) + rig.config.skew_margin_ms as i64);
+    rig.scan().await;
+    let d = crate::expect_delivery(&mut sub).await;
+    stalling.fail_next_settle();
+    let refused = rig
+        .ack(&d, rebound_proto::v1::AckOutcome::Succeeded, None)
+        .await
+        .expect_err("the settle failed");
+    assert_eq!(refused.code(), tonic::Code::DeadlineExceeded, "{refused:?}");
+    let s = rig.state("svc", "t1").await;
+    assert_eq!((s.status, s.delivery_count), (Status::Scheduled, 0));
+    // Still in flight, as delivered: acknowledged again, it settles.
+    rig.ack(&d, rebound_proto::v1::AckOutcome::Succeeded, None)
+        .await
+        .expect("the second ack settles");
+    let s = rig.state("svc", "t1").await;
+    assert_eq!((s.status, s.delivery_count), (Status::Succeeded, 1));
+}
