@@ -163,9 +163,8 @@ impl Dispatcher {
     async fn settle_succeeded(
         self: &Arc<Self>,
         delivery_id: &str,
-        inflight: InFlight,
+        mut inflight: InFlight,
     ) -> Result<Resolution, Error> {
-        let mut inflight = inflight;
         // The row is written from the delivered state itself (no copy of it); should the
         // write fail, the delivery goes back in flight as it was.
         let state = &mut inflight.work.state;

@@ -45,8 +45,11 @@ impl StallingStore {
         self.fail_settle.store(true, Ordering::SeqCst);
     }
 
-    fn settle_fails(&self) -> bool {
-        self.fail_settle.swap(false, Ordering::SeqCst)
+    /// The error of a failed settle, when `fail_next_settle` asked for one.
+    fn settle_failure(&self) -> Option<StoreError> {
+        self.fail_settle
+            .swap(false, Ordering::SeqCst)
+            .then(|| StoreError::Timeout("a failed settle (test)".into()))
     }
 
     pub fn stall_next_pointer_write(&self, ms: i64) {
@@ -227,19 +230,16 @@ impl StateStore for StallingStore {
         r
     }
     async fn settle_state(&self, state: &TxState, ttl_seconds: u32) -> StoreResult<()> {
-        if self.settle_fails() {
-            return Err(StoreError::Timeout("a failed settle (test)".into()));
+        if let Some(e) = self.settle_failure() {
+            return Err(e);
         }
         let r = self.inner.settle_state(state, ttl_seconds).await;
         self.stall(&self.state_ms);
         r
     }
     async fn settle_states(&self, rows: Vec<(TxState, u32)>) -> Vec<StoreResult<()>> {
-        if self.settle_fails() {
-            return rows
-                .iter()
-                .map(|_| Err(StoreError::Timeout("a failed settle (test)".into())))
-                .collect();
+        if let Some(e) = self.settle_failure() {
+            return vec![Err(e); rows.len()];
         }
         let r = self.inner.settle_states(rows).await;
         self.stall(&self.state_ms);
