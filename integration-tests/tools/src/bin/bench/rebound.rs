@@ -55,6 +55,12 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
         bail!("{failed} batch enqueues failed");
     }
     let hold_rss = if pid > 0 { vm_hwm_mb(pid) } else { None };
+    // The W+1 rule (docs/architecture.md, invariant 1): a retry due now goes into the window
+    // after the current one, which is read once it has ended plus the skew margin. So the
+    // last retry enqueued above cannot be delivered before then, however fast the node is.
+    let window_ms: i64 = a.get("window-ms", 1_000)?;
+    let margin_ms: i64 = a.get("skew-margin-ms", 500)?;
+    let last_readable_ms = (now_ms().div_euclid(window_ms) + 2) * window_ms + margin_ms;
 
     eprintln!(
         "rebound: draining {} with 4 no-op streams x 500",
@@ -62,9 +68,19 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
     );
     let acked = Arc::new(AtomicUsize::new(0));
     let before = meter.read().await;
+    let w1_floor_s = (last_readable_ms - now_ms()).max(0) as f64 / 1000.0;
     let mut tasks = executors(&ch, "bench", 4, 500, acked.clone(), None);
     tasks.extend(executors(&ch, "bench-single", 2, 500, acked.clone(), None));
+    // How many were acked by the time the last window became readable.
+    let at_floor = {
+        let acked = acked.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs_f64(w1_floor_s)).await;
+            acked.load(Ordering::Relaxed)
+        })
+    };
     let drain_secs = wait_for(&acked, n + singles, Duration::from_secs(3600), "acked").await;
+    let acked_at_floor = at_floor.await.unwrap_or(0);
     let drained = acked.load(Ordering::Relaxed);
     let drain_ops = drained as f64 / drain_secs;
     let drain_cost = meter.per_item(before, drained).await;
@@ -152,6 +168,11 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
             J::O(vec![
                 ("acked_per_sec", J::N(drain_ops)),
                 ("n", J::N(drained as f64)),
+                ("seconds", J::N(drain_secs)),
+                // From the drain's start to when the window of the last retry enqueued became
+                // readable: no drain of this backlog could take less.
+                ("w1_floor_s", J::N(w1_floor_s)),
+                ("acked_at_w1_floor", J::N(acked_at_floor as f64)),
             ]),
         ),
         (
