@@ -257,15 +257,16 @@ def markdown(docs: list[dict]) -> str:
             bits.append(f"drain aborted: {fmt_text(d['aborted'])[:160]}")
         if d.get("compaction_s_after_drain") is not None:
             bits.append(f"directory compacted {fmt_ms(num(d, 'compaction_s_after_drain'))} s after the drain")
-        if num(d, "drain.w1_floor_s") is not None and num(d, "drain.seconds") is not None:
-            bits.append(
-                f"drain took {fmt_ms(num(d, 'drain.seconds'))} s; the window of its last retry "
-                f"was readable {fmt_ms(num(d, 'drain.w1_floor_s'))} s after its start (W+1), "
-                f"so no drain of it could exceed {fmt_int(num(d, 'drain.n') / max(num(d, 'drain.w1_floor_s'), 0.001))}/s"
-                + (f"; {fmt_int(num(d, 'drain.acked_at_w1_floor'))} were acked by then, the rest at "
-                   f"{fmt_int((num(d, 'drain.n') - num(d, 'drain.acked_at_w1_floor')) / max(num(d, 'drain.seconds') - num(d, 'drain.w1_floor_s'), 0.001))}/s"
-                   if num(d, "drain.acked_at_w1_floor") is not None else "")
-            )
+        n, secs, floor = num(d, "drain.n"), num(d, "drain.seconds"), num(d, "drain.w1_floor_s")
+        if None not in (n, secs, floor):
+            bit = (f"drain took {fmt_ms(secs)} s; the window of its last retry was readable "
+                   f"{fmt_ms(floor)} s after its start (W+1), so no drain of it could exceed "
+                   f"{fmt_int(n / max(floor, 0.001))}/s")
+            by_floor = num(d, "drain.acked_at_w1_floor")
+            if by_floor is not None:
+                bit += (f"; {fmt_int(by_floor)} were acked by then, the rest at "
+                        f"{fmt_int((n - by_floor) / max(secs - floor, 0.001))}/s")
+            bits.append(bit)
         if d.get("hold_rss_mb") is not None:
             bits.append(f"RSS holding the backlog {fmt_int(num(d, 'hold_rss_mb'))} MB")
         if d.get("wall_seconds") is not None:

@@ -10,6 +10,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use rebound_proto::v1::{self as pb, retry_service_client::RetryServiceClient};
+use rebound_server::window::WindowGrid;
 use tonic::transport::Channel;
 
 use super::*;
@@ -58,9 +59,14 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
     // The W+1 rule (docs/architecture.md, invariant 1): a retry due now goes into the window
     // after the current one, which is read once it has ended plus the skew margin. So the
     // last retry enqueued above cannot be delivered before then, however fast the node is.
-    let window_ms: i64 = a.get("window-ms", 1_000)?;
+    let window_seconds: u32 = a.get("window-seconds", 1)?;
+    if window_seconds == 0 || 86_400 % window_seconds != 0 {
+        bail!("--window-seconds must divide 86400");
+    }
+    let grid = WindowGrid::new(window_seconds);
     let margin_ms: i64 = a.get("skew-margin-ms", 500)?;
-    let last_readable_ms = (now_ms().div_euclid(window_ms) + 2) * window_ms + margin_ms;
+    let now = now_ms();
+    let last_readable_ms = grid.end_ms(grid.target(now, now)) + margin_ms;
 
     eprintln!(
         "rebound: draining {} with 4 no-op streams x 500",
