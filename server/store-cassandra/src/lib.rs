@@ -16,6 +16,7 @@ mod legacy;
 pub mod migrate;
 mod services;
 mod state;
+mod write_clock;
 
 pub use state::COALESCING;
 

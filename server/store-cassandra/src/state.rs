@@ -26,7 +26,8 @@ use scylla::{
 };
 
 use super::{
-    batchable, legacy, map_execution_error, observed, parse_status, ttl_of, CassandraStore, Prep,
+    batchable, legacy, map_execution_error, observed, parse_status, ttl_of,
+    write_clock::WriteClock, CassandraStore, Prep,
 };
 use rebound_common::coalesce::{Counts, Limits};
 use rebound_store::{
@@ -109,7 +110,7 @@ fn state_write_weight(s: &TxState) -> usize {
 }
 
 /// One state-row write: the row, its TTL, and the write timestamp of a settle (None: the
-/// coordinator's clock, as every other write).
+/// store's own numbering, `WriteClock::next`, as every other plain write).
 type StateWrite = (TxState, Option<u32>, Option<i64>);
 
 /// The state-row statements.
@@ -176,6 +177,7 @@ impl States {
             put_at: put_state_at,
             get: get_states,
             legacy: legacy::Statements::prepare(p).await?,
+            clock: WriteClock::default(),
             reads: RequestCounts::default(),
             writes: RequestCounts::default(),
         });
@@ -226,6 +228,9 @@ struct StateIo {
     put_at: PreparedStatement,
     get: PreparedStatement,
     legacy: legacy::Statements,
+    /// The write timestamps of every write of this store but a settle's and a conditional
+    /// one's (docs/architecture.md, "A SUCCEEDED ack is one write").
+    clock: WriteClock,
     /// `get` calls (one `IN` read each) and `put` calls (one batch of each kind each).
     reads: RequestCounts,
     writes: RequestCounts,
@@ -281,41 +286,28 @@ impl StateIo {
         let (legacy, rows): (Vec<_>, Vec<_>) =
             rows.into_iter().partition(|(s, _, _)| s.legacy_columns);
         for (s, ttl, _) in &legacy {
+            let mut put = self.legacy.put.clone();
+            put.set_timestamp(Some(self.clock.next()));
             observed(
-                self.legacy.put.get_statement(),
+                put.get_statement(),
                 self.session
-                    .execute_unpaged(&self.legacy.put, self.legacy_values(s, *ttl)),
+                    .execute_unpaged(&put, self.legacy_values(s, *ttl)),
             )
             .await
             .map_err(|e| failed(&e, written))?;
             written = true;
         }
-        let (at, plain): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, _, ts)| ts.is_some());
-        let plain: Vec<BodyValues<'_>> = plain
-            .iter()
-            .map(|(s, ttl, _)| self.values(s, *ttl))
-            .collect();
-        let at: Vec<AtValues<'_>> = at
+        // Every row at a timestamp of its own: a settle's, else the store's next.
+        let at: Vec<AtValues<'_>> = rows
             .iter()
             .map(|(s, ttl, ts)| AtValues {
                 row: self.values(s, *ttl),
-                timestamp: ts.unwrap_or_default(),
+                timestamp: ts.unwrap_or_else(|| self.clock.next()),
             })
             .collect();
-        let (a, b) = futures::join!(self.write(&self.put, plain), self.write(&self.put_at, at));
-        let mut error = None;
-        for r in [a, b] {
-            match r {
-                Ok(rows) => written |= rows > 0,
-                Err((e, partly)) => {
-                    written |= partly;
-                    error.get_or_insert(e);
-                }
-            }
-        }
-        match error {
-            Some(e) => Err(failed(&e, written)),
-            None => Ok(vec![(); n]),
+        match self.write(&self.put_at, at).await {
+            Ok(_) => Ok(vec![(); n]),
+            Err((e, partly)) => Err(failed(&e, written || partly)),
         }
     }
 
@@ -357,6 +349,9 @@ impl StateIo {
         let mut found = HashMap::with_capacity(ids.len());
         let mut legacy = Vec::new();
         for row in rows {
+            if let Some(w) = row.written {
+                self.clock.observe(w);
+            }
             if row.body.is_none() && row.status.is_none() {
                 // Only a cancel cell outlived the row (it lives longer): the retry reads as
                 // cancelled, at that generation, so a new enqueue starts above it.
@@ -683,6 +678,8 @@ impl StateStore for CassandraStore {
         let io = &self.state.io;
         let mut batch = Batch::new(BatchType::Unlogged);
         batch.set_is_idempotent(true);
+        // Both statements at the store's next write time, as every plain write.
+        batch.set_timestamp(Some(io.clock.next()));
         let cancel = (
             ttl_of(Some(cancel_ttl_seconds)),
             state.generation,

@@ -291,7 +291,10 @@ impl Inner {
             let last = self
                 .last_write_us
                 .load(std::sync::atomic::Ordering::Relaxed);
-            let written = now_ms.saturating_mul(1000).max(last.saturating_add(1));
+            // Even, and two above the last (docs/architecture.md, "A SUCCEEDED ack is one
+            // write"): a settle goes at a read write time plus one, odd, so it never ties
+            // with a write made after that read, whatever the clock does.
+            let written = (now_ms.saturating_mul(1000) & !1).max(last.saturating_add(3) & !1);
             self.last_write_us
                 .store(written, std::sync::atomic::Ordering::Relaxed);
             let mut w = Writer {

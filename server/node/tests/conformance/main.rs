@@ -120,6 +120,7 @@ macro_rules! all_conformance_tests {
             a_cancel_wins_over_an_ack_that_raced_it,
             a_settle_lands_on_the_row_it_read,
             a_settle_loses_to_every_write_after_its_read,
+            a_settle_never_ties_with_a_write_in_the_same_millisecond,
             conditional_writes_land_only_on_the_scheduled_row_they_name,
             terminal_state_rows_expire_with_their_ttl,
             a_row_rewritten_without_ttl_lives_on_and_its_cells_expire,

@@ -578,6 +578,94 @@ pub async fn a_settle_loses_to_every_write_after_its_read(f: &dyn Fixture) {
     assert_eq!((after.status, after.generation), (Status::Dead, 9));
 }
 
+/// A settle ties with no write made after its read, even one in the same millisecond as the
+/// write it read (docs/architecture.md, "A SUCCEEDED ack is one write"): the store numbers
+/// every plain write itself, two apart and even, so a settle's timestamp (read + 1) is odd and
+/// no other write can take it. Many rows written at once (so that many writes share a
+/// millisecond) each read back with an even write time, their settles with an odd one, and a
+/// write made right after the read and sent after the settle wins over it, with no pause.
+pub async fn a_settle_never_ties_with_a_write_in_the_same_millisecond(f: &dyn Fixture) {
+    let s = f.store();
+    let ids: Vec<String> = (0..120).map(|i| format!("tie-{i}")).collect();
+    let rows: Vec<(TxState, Option<u32>)> =
+        ids.iter().map(|id| (state(SVC, id, 5), None)).collect();
+    let singles =
+        futures::future::join_all(rows.iter().take(60).map(|(row, _)| s.put_state(row, None)))
+            .await;
+    for r in singles {
+        r.unwrap();
+    }
+    for r in s.put_states(rows[60..].to_vec()).await {
+        r.unwrap();
+    }
+    let read: Vec<TxState> = s
+        .get_states(SVC, &ids)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Option::unwrap)
+        .collect();
+    for r in &read {
+        let w = r.written.0.expect("a row read has its write time");
+        assert_eq!(
+            w % 2,
+            0,
+            "{}: a plain write at an odd time ({w})",
+            r.transaction_id
+        );
+    }
+    // A write after each read (a fresh start), sent after the settle of that read: the write
+    // wins, though it may share the read write's millisecond.
+    let settles: Vec<(TxState, u32)> = read
+        .iter()
+        .map(|r| {
+            (
+                TxState {
+                    status: Status::Succeeded,
+                    ..r.clone()
+                },
+                3600,
+            )
+        })
+        .collect();
+    for r in s.settle_states(settles[..60].to_vec()).await {
+        r.unwrap();
+    }
+    let settled = s.get_states(SVC, &ids[..60]).await.unwrap();
+    for (r, before) in settled.iter().zip(&read) {
+        let r = r.as_ref().unwrap();
+        assert_eq!(r.status, Status::Succeeded);
+        assert_eq!(
+            r.written.0,
+            before.written.0.map(|w| w + 1),
+            "{}: a settle goes at the read write time plus one",
+            r.transaction_id
+        );
+    }
+    let next: Vec<(TxState, Option<u32>)> = ids
+        .iter()
+        .map(|id| {
+            // A fresh start (its own base), which the succeeded cell does not cover.
+            (state(SVC, id, 9), None)
+        })
+        .collect();
+    for r in s.put_states(next.clone()).await {
+        r.unwrap();
+    }
+    for r in s.settle_states(settles[60..].to_vec()).await {
+        r.unwrap();
+    }
+    for (r, id) in s.get_states(SVC, &ids).await.unwrap().into_iter().zip(&ids) {
+        let r = r.unwrap();
+        assert_eq!(
+            (r.status, r.generation),
+            (Status::Scheduled, 9),
+            "{id}: a settle of the read undid a write made after it"
+        );
+        assert_eq!(r.written.0.unwrap() % 2, 0, "{id}");
+    }
+}
+
 /// `put_state_if` and `cancel_state_if` write only over the SCHEDULED row of the generation
 /// they name: of two ends of one generation (a SUCCEEDED and a DEAD answered at once) the
 /// first lands and the second finds it; a next schedule lands over its generation's row and
