@@ -477,3 +477,32 @@ async fn each_of_four_nodes_reads_only_its_share_of_tier_3() {
         n.finish().await;
     }
 }
+
+/// A node whose window size, slots or lanes differ from what its keyspace's first node
+/// recorded refuses to start, naming both values; one with the same values starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_other_shared_settings_refuses_to_start() {
+    let keyspace = rebound_integration_tests::unique_keyspace("ringshared");
+    let first = TestNode::start(ring_config(&keyspace, "s1"), Arc::new(SystemClock)).await;
+    let mut other = ring_config(&keyspace, "s2");
+    other.window_seconds = first.config.window_seconds * 2;
+    other.lanes = first.config.lanes + 1;
+    let e = match rebound_server::node::Node::start(other, Arc::new(SystemClock)).await {
+        Ok(_) => panic!("a node with another window size started"),
+        Err(e) => format!("{e:#}"),
+    };
+    let w = first.config.window_seconds;
+    assert!(
+        e.contains(&format!(
+            "REBOUND_WINDOW_SECONDS is {} on this node but {w} in keyspace {keyspace}",
+            w * 2
+        )),
+        "{e}"
+    );
+    assert!(e.contains("REBOUND_LANES is"), "{e}");
+    assert!(!e.contains("REBOUND_SLOTS"), "{e}");
+    // The same values start.
+    let same = TestNode::start(ring_config(&keyspace, "s2"), Arc::new(SystemClock)).await;
+    same.finish().await;
+    first.finish().await;
+}

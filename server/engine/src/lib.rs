@@ -21,6 +21,7 @@ pub mod push;
 pub mod ring;
 pub mod saga;
 pub mod services;
+pub mod shared_settings;
 pub mod spans;
 pub mod txlock;
 pub mod validate;

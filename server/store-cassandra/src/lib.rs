@@ -424,6 +424,47 @@ impl MigrationStore for CassandraStore {
     async fn applied_migrations(&self) -> StoreResult<Vec<i32>> {
         migrate::applied(&self.session, &self.keyspace).await
     }
+
+    async fn record_settings(
+        &self,
+        node_id: &str,
+        settings: &[(String, String)],
+    ) -> StoreResult<Vec<String>> {
+        // Once per start: prepared here, not with the data path's statements.
+        let ks = &self.keyspace;
+        let insert = self
+            .session
+            .prepare(format!(
+                "INSERT INTO {ks}.settings (region, cluster, name, value, recorded_at, \
+                 recorded_by) VALUES (?, ?, ?, ?, toTimestamp(now()), ?) IF NOT EXISTS"
+            ))
+            .await
+            .map_err(|e| StoreError::Internal(format!("preparing the settings insert: {e}")))?;
+        let mut recorded = Vec::with_capacity(settings.len());
+        for (name, value) in settings {
+            let res = observed(
+                insert.get_statement(),
+                self.session
+                    .execute_unpaged(&insert, (&self.region, &self.cluster, name, value, node_id)),
+            )
+            .await
+            .map_err(|e| map_execution_error(&e))?;
+            let (applied, current) = lwt_result(res)?;
+            if applied {
+                recorded.push(value.clone());
+                continue;
+            }
+            match current.get("value") {
+                Some(scylla::value::CqlValue::Text(v)) => recorded.push(v.clone()),
+                other => {
+                    return Err(StoreError::Internal(format!(
+                        "setting {name} is recorded without a value: {other:?}"
+                    )))
+                }
+            }
+        }
+        Ok(recorded)
+    }
 }
 
 pub fn cql_date(day: i32) -> CqlDate {

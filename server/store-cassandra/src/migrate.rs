@@ -75,6 +75,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0011_dependency_probes.cql",
         cql: include_str!("../../../schema/0011_dependency_probes.cql"),
     },
+    Migration {
+        version: 12,
+        name: "0012_settings.cql",
+        cql: include_str!("../../../schema/0012_settings.cql"),
+    },
 ];
 
 /// Splits a migration file into statements: drops `--` comment lines, splits on `;`.

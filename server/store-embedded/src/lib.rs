@@ -529,6 +529,31 @@ impl rebound_store::MigrationStore for EmbeddedStore {
         .await
     }
 
+    async fn record_settings(
+        &self,
+        _node_id: &str,
+        settings: &[(String, String)],
+    ) -> StoreResult<Vec<String>> {
+        let settings = settings.to_vec();
+        self.blocking(move |i| {
+            i.write(|w| {
+                let mut recorded = Vec::with_capacity(settings.len());
+                for (name, value) in &settings {
+                    let key = Key::ns(Table::Meta, "", "").str("setting").str(name);
+                    match w.get(key.as_bytes())? {
+                        Some(v) => recorded.push(keys::Dec::new(&v).str()?),
+                        None => {
+                            w.put(key.as_bytes(), &Enc::new().str(value).into_bytes(), NEVER)?;
+                            recorded.push(value.clone());
+                        }
+                    }
+                }
+                Ok(recorded)
+            })
+        })
+        .await
+    }
+
     async fn applied_migrations(&self) -> StoreResult<Vec<i32>> {
         let key = Key::ns(Table::Meta, "", "").str("layout");
         Ok(match self.get_row(key).await? {

@@ -216,4 +216,9 @@ layers!([Observed, Coalesced] HoldStore {
 layers!([Observed, Coalesced] MigrationStore {
     async fn migrate(&self, now_ms: i64) -> StoreResult<Vec<i32>>;
     async fn applied_migrations(&self) -> StoreResult<Vec<i32>>;
+    async fn record_settings(
+        &self,
+        node_id: &str,
+        settings: &[(String, String)],
+    ) -> StoreResult<Vec<String>>;
 });

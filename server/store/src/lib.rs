@@ -662,6 +662,15 @@ pub trait MigrationStore: Send + Sync + std::fmt::Debug {
     async fn migrate(&self, now_ms: i64) -> StoreResult<Vec<i32>>;
     /// The versions applied so far, ascending.
     async fn applied_migrations(&self) -> StoreResult<Vec<i32>>;
+    /// Records each setting (name, value) of this namespace that has none recorded yet, on
+    /// behalf of `node_id`, and answers the value recorded for each, in order: its own where
+    /// this call recorded it, else the one recorded first (by any node; of two nodes recording
+    /// at once, one wins). A recorded value is never changed.
+    async fn record_settings(
+        &self,
+        node_id: &str,
+        settings: &[(String, String)],
+    ) -> StoreResult<Vec<String>>;
 }
 
 /// A store's life beside its calls: the loop it runs, the tasks it owns and what it counts.

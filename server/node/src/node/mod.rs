@@ -249,6 +249,7 @@ impl Node {
         if !applied.is_empty() {
             tracing::info!(?applied, store = ?config.store, keyspace = %config.keyspace, "schema migrated");
         }
+        start::check_shared_settings(&config, store.as_ref()).await?;
         let (clock, cluster_clock) = start::node_clock(&config, &store, clock).await;
         let boot_epoch = clock.now_ms();
         let listeners = start::Listeners::bind(&config).await?;

@@ -15,7 +15,7 @@ use crate::{
     auth::{AdminGate, Auth},
     clock::{ClusterClock, SharedClock},
     clock_sync::{measure_offset, run_clock_sync, sync_clock},
-    config::Config,
+    config::{Config, StoreKind},
     engine::Engine,
     ring::LeaseRing,
     store::RetryStore,
@@ -300,4 +300,34 @@ impl Parts<'_> {
             admin_gate: AdminGate(auth.clone()),
         }
     }
+}
+
+/// Records this node's window size, slots and lanes where its namespace has none recorded,
+/// and refuses to start when they differ from the recorded ones (docs/architecture.md,
+/// "Settings every node shares").
+pub(super) async fn check_shared_settings(
+    config: &Config,
+    store: &dyn rebound_engine::store::RetryStore,
+) -> anyhow::Result<()> {
+    use rebound_engine::shared_settings::{check, SharedSetting};
+    let mine = [
+        SharedSetting::new(
+            "window_seconds",
+            "REBOUND_WINDOW_SECONDS",
+            config.window_seconds,
+        ),
+        SharedSetting::new("slots", "REBOUND_SLOTS", config.slots),
+        SharedSetting::new("lanes", "REBOUND_LANES", config.lanes),
+    ];
+    let namespace = match config.store {
+        StoreKind::Cassandra => format!(
+            "keyspace {} (region {}, cluster {})",
+            config.keyspace, config.region, config.cluster
+        ),
+        StoreKind::Embedded => "the data directory (REBOUND_DATA_DIR)".to_string(),
+    };
+    let wait = std::time::Duration::from_millis(config.cassandra_startup_wait_ms);
+    check(store, &config.node_id, &namespace, &mine, wait)
+        .await
+        .map_err(anyhow::Error::msg)
 }

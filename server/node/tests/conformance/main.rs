@@ -150,6 +150,7 @@ macro_rules! all_conformance_tests {
             a_redrive_mark_expires_with_its_letter_and_makes_no_row_of_its_own,
             // Migrations.
             migrations_re_run_as_a_no_op,
+            shared_settings_are_recorded_once,
         );
     };
 }
