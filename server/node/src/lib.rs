@@ -11,6 +11,7 @@ pub mod config;
 pub mod connections;
 pub mod dashboard;
 pub mod http;
+pub mod keys;
 pub mod node;
 pub mod redrive;
 pub mod store;

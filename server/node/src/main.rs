@@ -214,8 +214,8 @@ async fn serve(config: Config, clock: SharedClock) -> anyhow::Result<()> {
     serve_node(Node::start(config, clock).await?).await
 }
 
-/// Runs `node` until it fails or a shutdown signal arrives; SIGHUP reloads its certificates
-/// and credentials.
+/// Runs `node` until it fails or a shutdown signal arrives; SIGHUP reloads its certificates,
+/// credentials and secrets keys.
 async fn serve_node(mut node: Node) -> anyhow::Result<()> {
     #[cfg(unix)]
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
@@ -236,7 +236,7 @@ async fn serve_node(mut node: Node) -> anyhow::Result<()> {
                 return Ok(());
             }
             _ = reload => match node.reload() {
-                Ok(()) => tracing::info!("SIGHUP: certificates and credentials reloaded"),
+                Ok(()) => tracing::info!("SIGHUP: certificates, credentials and secrets keys reloaded"),
                 Err(e) => tracing::error!(error = %format!("{e:#}"), "SIGHUP: reload failed; serving with what was loaded before"),
             },
         }

@@ -9,6 +9,10 @@
 //! - A host whose requests keep failing (no response, 408, 429, 5xx) three times in a row is
 //!   backed off as a whole: its deliveries are postponed without using an attempt (a snooze)
 //!   until the backoff ends, 1 s doubling to 60 s; one answer that is not such a failure ends it.
+//! - A stored target that cannot be used (a sealed secret whose key the node does not hold,
+//!   `services::seal`) sends nothing: its service's deliveries are postponed without using an
+//!   attempt (a snooze of `UNUSABLE_POSTPONE`, the reason as the retry's last error) until the
+//!   target opens again (new keys, SIGHUP) or is set again; they go to no Subscribe stream.
 //! - When the node stops or the target changes, a pusher takes no new deliveries and waits
 //!   for its requests (on shutdown, within `REBOUND_SHUTDOWN_GRACE_MS`): an answer that
 //!   arrives by then is settled. A push cut off after that is not acknowledged: its delivery
@@ -45,6 +49,10 @@ use crate::{
 const HOST_FAILURES: u32 = 3;
 const HOST_BACKOFF_MIN: Duration = Duration::from_secs(1);
 const HOST_BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// How long a delivery of a service whose target cannot be used is postponed.
+const UNUSABLE_POSTPONE: Duration = Duration::from_secs(30);
+/// Deliveries of such a service held at once while they are postponed.
+const UNUSABLE_IN_FLIGHT: u32 = 16;
 /// The last error sent in `rebound-last-error` is cut to this many bytes.
 const LAST_ERROR_HEADER_BYTES: usize = 1024;
 
@@ -91,6 +99,14 @@ impl Prepared {
             keys,
         })
     }
+}
+
+/// What a service's worker does: push with its target, or postpone its deliveries because its
+/// stored target cannot be used (why).
+#[derive(Debug, Clone, PartialEq)]
+enum Want {
+    Push(pb::PushTarget),
+    Unusable(String),
 }
 
 /// Consecutive failures of one host, and until when it is backed off.
@@ -141,13 +157,23 @@ impl Pusher {
     /// Starts, restarts and stops one worker per service with a push target as targets are
     /// set, changed and cleared, until the node stops.
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut workers: HashMap<String, (pb::PushTarget, watch::Sender<bool>)> = HashMap::new();
-        let mut refused: HashMap<String, pb::PushTarget> = HashMap::new();
+        let mut workers: HashMap<String, (Want, watch::Sender<bool>)> = HashMap::new();
+        let mut refused: HashMap<String, Want> = HashMap::new();
         let mut changes = self.services.push_changes();
         loop {
             changes.mark_unchanged();
-            let want: HashMap<String, pb::PushTarget> =
-                self.services.push_targets().into_iter().collect();
+            let mut want: HashMap<String, Want> = self
+                .services
+                .push_targets()
+                .into_iter()
+                .map(|(s, t)| (s, Want::Push(t)))
+                .collect();
+            want.extend(
+                self.services
+                    .unusable_push_targets()
+                    .into_iter()
+                    .map(|(s, why)| (s, Want::Unusable(why))),
+            );
             workers.retain(|service, (t, halt)| {
                 let keep = want.get(service) == Some(t);
                 if !keep {
@@ -157,11 +183,28 @@ impl Pusher {
                 keep
             });
             refused.retain(|service, t| want.get(service) == Some(t));
-            for (service, stored) in want {
+            for (service, wanted) in want {
                 if workers.contains_key(&service) || refused.contains_key(&service) {
                     continue;
                 }
-                match Prepared::of(&stored) {
+                let stored = match &wanted {
+                    Want::Push(t) => t,
+                    Want::Unusable(why) => {
+                        let (halt, halted) = watch::channel(false);
+                        let me = self.clone();
+                        let (name, why) = (service.clone(), why.clone());
+                        if self
+                            .tasks
+                            .spawn(async move { me.postpone_all(name, why, halted).await })
+                            .is_err()
+                        {
+                            return;
+                        }
+                        workers.insert(service, (wanted, halt));
+                        continue;
+                    }
+                };
+                match Prepared::of(stored) {
                     Ok(p) => {
                         let (halt, halted) = watch::channel(false);
                         let me = self.clone();
@@ -175,11 +218,11 @@ impl Pusher {
                             return;
                         }
                         tracing::info!(service, "push target set; pushing its deliveries");
-                        workers.insert(service, (stored, halt));
+                        workers.insert(service, (wanted, halt));
                     }
                     Err(e) => {
                         tracing::warn!(service, error = %e, "stored push target is invalid; not pushing");
-                        refused.insert(service, stored);
+                        refused.insert(service, wanted);
                     }
                 }
             }
@@ -232,6 +275,39 @@ impl Pusher {
         deliveries.retire();
         drop(running);
         let _ = finished.recv().await;
+        drop(deliveries);
+    }
+
+    /// The worker of a service whose stored target cannot be used (`why` names the key and
+    /// the key file): it holds the service's deliveries, as a pusher does, so that no stream
+    /// takes them, and postpones each without using an attempt and without a request, until
+    /// it is halted (the target opens again, is set again or cleared) or the node stops.
+    async fn postpone_all(
+        self: Arc<Self>,
+        service: String,
+        why: String,
+        mut halted: watch::Receiver<bool>,
+    ) {
+        tracing::error!(service, error = %why, "push target cannot be used: its deliveries are postponed, none is pushed");
+        let mut deliveries =
+            self.dispatcher
+                .subscribe_push(&service, UNUSABLE_IN_FLIGHT, target::DEFAULT_TIMEOUT);
+        loop {
+            let d = tokio::select! {
+                d = deliveries.next() => d,
+                _ = halted.changed() => None,
+            };
+            let Some(d) = d else { break };
+            let outcome = unusable_outcome(&why);
+            if let Err(e) = self.dispatcher.ack(&d.delivery_id, outcome).await {
+                tracing::debug!(service, delivery_id = %d.delivery_id, error = %e, "postponing a delivery of an unusable push target failed; it is delivered again after its deadline");
+            }
+        }
+        tracing::info!(
+            service,
+            "push target changed or cleared; its deliveries are no longer postponed"
+        );
+        deliveries.retire();
         drop(deliveries);
     }
 
@@ -383,6 +459,17 @@ fn request_headers(target: &Prepared, d: &Delivery, now_ms: i64, body: &[u8]) ->
     h
 }
 
+/// What a delivery of a service whose target cannot be used is answered: a snooze, the
+/// reason as its last error.
+fn unusable_outcome(why: &str) -> AttemptOutcome {
+    AttemptOutcome::Retry {
+        after: Some(UNUSABLE_POSTPONE),
+        error: format!("push: not sent: {why}"),
+        error_class: String::new(),
+        snooze: true,
+    }
+}
+
 fn rfc3339(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
@@ -418,6 +505,26 @@ mod tests {
             header_text(&"x".repeat(5000)).len(),
             LAST_ERROR_HEADER_BYTES
         );
+    }
+
+    #[test]
+    fn an_unusable_target_postpones_without_using_an_attempt() {
+        match unusable_outcome("signing_secrets[0] is sealed with key \"k1\"") {
+            AttemptOutcome::Retry {
+                after,
+                error,
+                snooze,
+                ..
+            } => {
+                assert!(snooze, "no attempt is used");
+                assert_eq!(after, Some(UNUSABLE_POSTPONE));
+                assert!(
+                    error.contains("\"k1\"") && error.starts_with("push: not sent"),
+                    "{error}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Per-service settings: the stored default policy, pause, dispatch limits, and the push
-//! target (`push_target`, its checks and masked form; `push` delivers to it).
+//! target (`push_target`, its checks and masked form; `seal`, its secrets sealed at rest;
+//! `push` delivers to it).
 //!
 //! The `services` table is one small partition per namespace; every node reads it whole once
 //! per refresh interval and keeps it in memory, so the enqueue and dispatch paths never read
@@ -27,6 +28,7 @@ use rebound_proto::{time::ts, v1 as pb};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 pub mod push_target;
+pub mod seal;
 
 use self::push_target as target;
 use crate::{
@@ -48,13 +50,18 @@ pub struct Settings {
     pub policy: pb::RetryPolicy,
     pub overrides: PolicyOverrides,
     pub limits: pb::ServiceLimits,
-    /// The push target as stored (secrets in clear, `updated_at` set), when the service has
-    /// one: its retries are then POSTed there instead of going to Subscribe streams.
+    /// The push target as stored (secrets opened, in clear; `updated_at` set), when the
+    /// service has one: its retries are then POSTed there instead of going to Subscribe
+    /// streams.
     pub push: Option<pb::PushTarget>,
+    /// Why the stored push target cannot be used, when a value of it does not open
+    /// (`seal::Unopened`: its key is not in the key file). `push` is then None, and the
+    /// service's deliveries are postponed, neither pushed nor streamed.
+    pub push_unusable: Option<String>,
 }
 
 impl Settings {
-    fn from_row(row: ServiceRow) -> Self {
+    fn from_row(row: ServiceRow, ring: Option<&seal::Keyring>) -> Self {
         // Rows are written only by this code after validation; a row that no longer decodes
         // (or validates) is ignored field by field rather than stopping the node.
         let policy = pb::RetryPolicy::decode(row.policy.as_slice()).unwrap_or_default();
@@ -63,7 +70,10 @@ impl Settings {
             PolicyOverrides::default()
         });
         let limits = pb::ServiceLimits::decode(row.limits.as_slice()).unwrap_or_default();
-        let push = push_of(&row.service, &row.push);
+        let (push, push_unusable) = match push_of(&row.service, &row.push, ring) {
+            Ok(p) => (p, None),
+            Err(why) => (None, Some(why)),
+        };
         Self {
             service: row.service,
             paused: row.paused,
@@ -73,32 +83,40 @@ impl Settings {
             overrides,
             limits,
             push,
+            push_unusable,
         }
     }
 }
 
-/// The stored push target of a row (None when empty). One that no longer decodes or
-/// validates is ignored with a warning: the service is then delivered to Subscribe streams,
-/// as without a target, rather than stopping the node.
-fn push_of(service: &str, bytes: &[u8]) -> Option<pb::PushTarget> {
+/// The stored push target of a row (None when empty), its sealed values opened with `ring`.
+/// One that no longer decodes or validates is ignored with a warning: the service is then
+/// delivered to Subscribe streams, as without a target, rather than stopping the node. One
+/// holding a value that does not open is Err, why (naming the key id and the key file).
+fn push_of(
+    service: &str,
+    bytes: &[u8],
+    ring: Option<&seal::Keyring>,
+) -> Result<Option<pb::PushTarget>, String> {
     if bytes.is_empty() {
-        return None;
+        return Ok(None);
     }
     let stored = match pb::PushTarget::decode(bytes) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(service = %service, error = %e, "stored push target does not decode; ignored");
-            return None;
+            return Ok(None);
         }
     };
+    let stored = seal::open_target(ring, service, &stored)
+        .map_err(|e| format!("the push target of service {service:?} cannot be used: {e}"))?;
     match target::validate(Some(&stored)) {
         Ok(mut t) => {
             t.updated_at = stored.updated_at;
-            Some(t)
+            Ok(Some(t))
         }
         Err(e) => {
             tracing::warn!(service = %service, error = %e, "stored push target is invalid; ignored");
-            None
+            Ok(None)
         }
     }
 }
@@ -207,6 +225,8 @@ pub struct Services {
     live_nodes: AtomicU32,
     /// Bumped whenever the push target of any service changes here (`push_changes`).
     push_version: watch::Sender<u64>,
+    /// The keys that seal push targets' secrets (none: stored in clear).
+    secrets: Arc<seal::Secrets>,
 }
 
 impl Services {
@@ -226,7 +246,15 @@ impl Services {
             limiters: Mutex::new(HashMap::new()),
             live_nodes: AtomicU32::new(1),
             push_version: watch::Sender::new(0),
+            secrets: Arc::default(),
         }
+    }
+
+    /// The keys that seal push targets' secrets: the node sets them from
+    /// `REBOUND_SECRETS_KEY_FILE` before the first refresh, and again on SIGHUP. A target
+    /// stored before a change is opened with the new keys at the next refresh.
+    pub fn secrets(&self) -> &Arc<seal::Secrets> {
+        &self.secrets
     }
 
     pub fn default_policy(&self) -> &RetryPolicy {
@@ -238,9 +266,10 @@ impl Services {
         let rows = self.store.list_services().await?;
         let members = self.members.list_members().await?.len() as u32;
         self.live_nodes.store(members.max(1), Ordering::Relaxed);
+        let ring = self.secrets.keyring();
         let map: HashMap<String, Settings> = rows
             .into_iter()
-            .map(|r| (r.service.clone(), Settings::from_row(r)))
+            .map(|r| (r.service.clone(), Settings::from_row(r, ring.as_deref())))
             .collect();
         {
             let mut touched = self.touched.lock().expect("touched lock");
@@ -254,7 +283,7 @@ impl Services {
             limiters.retain(|k, _| map.contains_key(k));
         }
         let changed =
-            push_targets_of(&map) != push_targets_of(&self.map.read().expect("services lock"));
+            push_state_of(&map) != push_state_of(&self.map.read().expect("services lock"));
         *self.map.write().expect("services lock") = map;
         if changed {
             self.push_changed();
@@ -302,13 +331,13 @@ impl Services {
             .lock()
             .expect("touched lock")
             .insert(s.service.clone());
-        let push = s.push.clone();
+        let push = (s.push.clone(), s.push_unusable.clone());
         let old = self
             .map
             .write()
             .expect("services lock")
             .insert(s.service.clone(), s);
-        if old.and_then(|o| o.push) != push {
+        if old.map(|o| (o.push, o.push_unusable)).unwrap_or_default() != push {
             self.push_changed();
         }
     }
@@ -357,9 +386,24 @@ impl Services {
         push_targets_of(&self.map.read().expect("services lock"))
     }
 
+    /// Every service whose stored push target cannot be used (`Settings::push_unusable`),
+    /// with why, by service name, from the cache.
+    pub fn unusable_push_targets(&self) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = self
+            .map
+            .read()
+            .expect("services lock")
+            .values()
+            .filter_map(|s| s.push_unusable.clone().map(|why| (s.service.clone(), why)))
+            .collect();
+        v.sort();
+        v
+    }
+
     /// Changes whenever a push target was set, replaced or cleared as this node sees it: at
     /// once for a change made through this node, within the refresh interval for one made
-    /// elsewhere (a refresh that finds any service's target different, or a service gone).
+    /// elsewhere (a refresh that finds any service's target different, or a service gone),
+    /// and when a target turns unusable or usable again (new keys).
     /// The value is a counter; read `push_targets` after a change.
     pub fn push_changes(&self) -> watch::Receiver<u64> {
         self.push_version.subscribe()
@@ -399,10 +443,11 @@ impl Services {
     /// Reads the stored row of one service (fresh, not from the cache).
     pub async fn load(&self, service: &str) -> Result<Option<Settings>, Error> {
         let rows = self.store.list_services().await?;
+        let ring = self.secrets.keyring();
         Ok(rows
             .into_iter()
             .find(|r| r.service == service)
-            .map(Settings::from_row))
+            .map(|r| Settings::from_row(r, ring.as_deref())))
     }
 
     pub async fn set_paused(&self, service: &str, paused: bool) -> Result<Settings, Error> {
@@ -442,9 +487,10 @@ impl Services {
         self.reload(service).await
     }
 
-    /// Stores a validated push target (`push_target::validate`) with `updated_at` now, or
-    /// clears the service's target (None). Applies here at once, on the other nodes within
-    /// the refresh interval.
+    /// Stores a validated push target (`push_target::validate`) with `updated_at` now, its
+    /// secrets and header values sealed with the first key when the node has keys
+    /// (`seal::seal_target`), or clears the service's target (None). Applies here at once, on
+    /// the other nodes within the refresh interval.
     pub async fn set_push(
         &self,
         service: &str,
@@ -455,7 +501,7 @@ impl Services {
             None => Vec::new(),
             Some(t) => pb::PushTarget {
                 updated_at: Some(ts(now)),
-                ..t.clone()
+                ..seal::seal_target(self.secrets.keyring().as_deref(), service, t)?
             }
             .encode_to_vec(),
         };
@@ -490,6 +536,19 @@ impl Services {
         self.store_local(s.clone());
         Ok(s)
     }
+}
+
+/// What the pushers follow of `map`: each service's usable target and why one is unusable.
+type PushState = Vec<(String, Option<pb::PushTarget>, Option<String>)>;
+
+fn push_state_of(map: &HashMap<String, Settings>) -> PushState {
+    let mut v: PushState = map
+        .values()
+        .filter(|s| s.push.is_some() || s.push_unusable.is_some())
+        .map(|s| (s.service.clone(), s.push.clone(), s.push_unusable.clone()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
 }
 
 /// The services of `map` that have a push target, by name.
@@ -639,19 +698,146 @@ mod tests {
         assert!(b_changes.has_changed().unwrap());
     }
 
+    const KEY_1: &str = "k1 AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    const KEY_2: &str = "k2 ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+
+    fn keys(text: &str) -> Option<seal::Keyring> {
+        Some(seal::Keyring::parse(text).unwrap())
+    }
+
+    /// The raw `push` column of one service, as the store holds it.
+    async fn raw_push(s: &Services, service: &str) -> Vec<u8> {
+        s.store
+            .list_services()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| r.service == service)
+            .unwrap()
+            .push
+    }
+
+    fn contains(haystack: &[u8], needle: &str) -> bool {
+        haystack
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
+    }
+
+    fn with_header(url: &str) -> pb::PushTarget {
+        pb::PushTarget {
+            headers: HashMap::from([("X-Api-Key".into(), "receiver-api-key-42".into())]),
+            ..target(url)
+        }
+    }
+
+    #[tokio::test]
+    async fn with_keys_secrets_and_header_values_are_stored_sealed() {
+        let (a, b, _clock, _dir) = two_nodes().await;
+        a.secrets().set(keys(KEY_1));
+        let t = with_header("https://a.example/hook");
+        let s = a.set_push("orders", Some(&t)).await.unwrap();
+        // Answered and used in clear.
+        let got = s.push.unwrap();
+        assert_eq!(got.signing_secrets, t.signing_secrets);
+        assert_eq!(got.headers, t.headers);
+        // Stored sealed: neither the secret nor the header value is in the row; the URL is.
+        let raw = raw_push(&a, "orders").await;
+        assert!(!contains(&raw, &t.signing_secrets[0][6..]), "{raw:?}");
+        assert!(!contains(&raw, "receiver-api-key-42"), "{raw:?}");
+        assert!(contains(&raw, "https://a.example/hook"));
+        let stored = pb::PushTarget::decode(raw.as_slice()).unwrap();
+        assert!(seal::is_sealed(&stored.signing_secrets[0]));
+        assert!(seal::is_sealed(&stored.headers["X-Api-Key"]));
+
+        // A node without the key: the target is unusable, named by key and setting; nothing
+        // to push with, and its pushers are told.
+        let mut changes = b.push_changes();
+        b.refresh().await.unwrap();
+        assert!(b.push_targets().is_empty());
+        let unusable = b.unusable_push_targets();
+        assert_eq!(unusable.len(), 1);
+        let (service, why) = &unusable[0];
+        assert_eq!(service, "orders");
+        assert!(
+            why.contains("\"k1\"") && why.contains("REBOUND_SECRETS_KEY_FILE"),
+            "{why}"
+        );
+        assert!(b.get("orders").unwrap().push.is_none());
+        assert!(changes.has_changed().unwrap());
+        changes.mark_unchanged();
+        // Given the key (SIGHUP), it opens at the next refresh.
+        b.secrets().set(keys(&format!("{KEY_2}\n{KEY_1}")));
+        b.refresh().await.unwrap();
+        assert!(changes.has_changed().unwrap());
+        assert!(b.unusable_push_targets().is_empty());
+        assert_eq!(b.push_target("orders").unwrap().headers, t.headers);
+        // Its next write uses its first key, which the other node does not hold.
+        b.set_push("orders", Some(&t)).await.unwrap();
+        let stored = pb::PushTarget::decode(raw_push(&b, "orders").await.as_slice()).unwrap();
+        assert!(stored.signing_secrets[0].starts_with(&format!("{}k2:", seal::SEALED_PREFIX)));
+        a.refresh().await.unwrap();
+        assert!(a.push_targets().is_empty());
+        assert!(a.unusable_push_targets()[0].1.contains("\"k2\""));
+        // Setting the target again through a node fixes it for that node's keys.
+        a.set_push("orders", Some(&t)).await.unwrap();
+        assert!(a.unusable_push_targets().is_empty());
+        assert_eq!(
+            a.push_target("orders").unwrap().signing_secrets,
+            t.signing_secrets
+        );
+        // Clearing an unusable target works.
+        b.refresh().await.unwrap();
+        assert!(b.clear_push("orders").await.unwrap());
+        assert!(b.unusable_push_targets().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_target_stored_in_clear_still_reads_and_the_next_write_seals_it() {
+        let (a, _b, _clock, _dir) = two_nodes().await;
+        let t = with_header("https://a.example/hook");
+        a.set_push("orders", Some(&t)).await.unwrap();
+        // Without keys: in clear, as before.
+        let raw = raw_push(&a, "orders").await;
+        assert!(contains(&raw, "receiver-api-key-42"));
+        assert!(contains(&raw, &t.signing_secrets[0]));
+        a.secrets().set(keys(KEY_1));
+        a.refresh().await.unwrap();
+        assert_eq!(a.push_target("orders").unwrap().headers, t.headers);
+        a.set_push("orders", Some(&t)).await.unwrap();
+        let raw = raw_push(&a, "orders").await;
+        assert!(!contains(&raw, "receiver-api-key-42"));
+        assert!(!contains(&raw, &t.signing_secrets[0][6..]));
+        assert_eq!(
+            a.push_target("orders").unwrap().signing_secrets,
+            t.signing_secrets
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any stored bytes read as a target, none, or an unusable one; never a panic.
+        #[test]
+        fn stored_push_bytes_are_total(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let ring = keys(KEY_1);
+            let _ = push_of("s", &bytes, None);
+            let _ = push_of("s", &bytes, ring.as_ref());
+        }
+    }
+
     #[test]
     fn a_stored_target_that_no_longer_validates_is_ignored() {
-        assert_eq!(push_of("s", b""), None);
-        assert_eq!(push_of("s", b"\xff\xff\xff"), None);
+        assert_eq!(push_of("s", b"", None), Ok(None));
+        assert_eq!(push_of("s", b"\xff\xff\xff", None), Ok(None));
         let bad = pb::PushTarget {
             url: "ftp://x.example/".into(),
             ..target("https://x.example/")
         };
-        assert_eq!(push_of("s", &bad.encode_to_vec()), None);
+        assert_eq!(push_of("s", &bad.encode_to_vec(), None), Ok(None));
         let good = pb::PushTarget {
             updated_at: Some(ts(5_000)),
             ..target("https://x.example/")
         };
-        assert_eq!(push_of("s", &good.encode_to_vec()), Some(good));
+        assert_eq!(push_of("s", &good.encode_to_vec(), None), Ok(Some(good)));
     }
 }

@@ -233,16 +233,19 @@ impl Admin {
     }
 
     /// GetPushTarget: the stored target (read fresh), secrets masked; NOT_FOUND when the
-    /// service has none or is unknown.
+    /// service has none or is unknown; FAILED_PRECONDITION, naming the key id and
+    /// `REBOUND_SECRETS_KEY_FILE`, when a sealed value of it does not open with this node's
+    /// keys (nothing is pushed with it meanwhile).
     pub async fn get_push_target(
         &self,
         r: &pb::GetPushTargetRequest,
     ) -> Result<pb::PushTarget, Error> {
         self.known(&r.service)?;
-        self.services
-            .load(&r.service)
-            .await?
-            .and_then(|s| s.push)
+        let s = self.services.load(&r.service).await?;
+        if let Some(why) = s.as_ref().and_then(|s| s.push_unusable.clone()) {
+            return Err(Error::FailedPrecondition(why));
+        }
+        s.and_then(|s| s.push)
             .map(|t| target::mask(&t))
             .ok_or_else(|| no_push_target(&r.service))
     }

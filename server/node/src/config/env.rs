@@ -57,6 +57,7 @@ pub const ENV_KEYS: &[&str] = &[
     "REBOUND_CLOCK_SYNC_INTERVAL_MS",
     "REBOUND_TEST_CLOCK_SKEW_MS",
     "REBOUND_CREDENTIALS_FILE",
+    "REBOUND_SECRETS_KEY_FILE",
     "REBOUND_TLS_CERT_FILE",
     "REBOUND_TLS_KEY_FILE",
     "REBOUND_TLS_CLIENT_CA_FILE",
@@ -119,6 +120,7 @@ struct FileConfig {
     clock_sync: Option<bool>,
     clock_sync_interval_ms: Option<u64>,
     credentials_file: Option<std::path::PathBuf>,
+    secrets_key_file: Option<std::path::PathBuf>,
     tls_cert_file: Option<std::path::PathBuf>,
     tls_key_file: Option<std::path::PathBuf>,
     tls_client_ca_file: Option<std::path::PathBuf>,
@@ -226,6 +228,9 @@ impl Config {
         set(&mut self.clock_sync_interval_ms, f.clock_sync_interval_ms);
         if f.credentials_file.is_some() {
             self.credentials_file = f.credentials_file;
+        }
+        if let Some(p) = f.secrets_key_file {
+            self.secrets_key_file = (!p.as_os_str().is_empty()).then_some(p);
         }
         if let Some(dc) = f.cassandra_local_dc {
             self.cassandra_local_dc = (!dc.trim().is_empty()).then(|| dc.trim().to_string());
@@ -382,6 +387,9 @@ impl Config {
         num!("REBOUND_TEST_CLOCK_SKEW_MS", test_clock_skew_ms);
         if let Some(v) = get("REBOUND_CREDENTIALS_FILE") {
             self.credentials_file = (!v.is_empty()).then(|| v.into());
+        }
+        if let Some(v) = get("REBOUND_SECRETS_KEY_FILE") {
+            self.secrets_key_file = (!v.is_empty()).then(|| v.into());
         }
         if let Some(v) = get("REBOUND_CASSANDRA_LOCAL_DC") {
             self.cassandra_local_dc = (!v.is_empty()).then_some(v);
@@ -603,6 +611,7 @@ mod tests {
             "clock_sync",
             "clock_sync_interval_ms",
             "credentials_file",
+            "secrets_key_file",
             "tls_cert_file",
             "tls_key_file",
             "tls_client_ca_file",

@@ -91,6 +91,9 @@ pub struct Config {
     pub test_clock_skew_ms: i64,
     /// Credentials file (see `auth`); none: every call is allowed.
     pub credentials_file: Option<std::path::PathBuf>,
+    /// The keys that seal push targets' secrets in the `services` row
+    /// (`REBOUND_SECRETS_KEY_FILE`, see `keys`); none: they are stored in clear.
+    pub secrets_key_file: Option<std::path::PathBuf>,
     /// TLS files (see `tls`); each None: off.
     pub tls_cert_file: Option<std::path::PathBuf>,
     pub tls_key_file: Option<std::path::PathBuf>,
@@ -229,6 +232,7 @@ impl Default for Config {
             clock_sync_interval_ms: 10_000,
             test_clock_skew_ms: 0,
             credentials_file: None,
+            secrets_key_file: None,
             tls_cert_file: None,
             tls_key_file: None,
             tls_client_ca_file: None,
@@ -298,6 +302,7 @@ impl Config {
             .transpose()?;
         let c = Self::from_sources_over(base, text.as_deref(), env, flags)?;
         c.check_credentials_file()?;
+        c.check_secrets_key_file()?;
         Ok(c)
     }
 
@@ -339,7 +344,15 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.check_values()?;
-        self.check_credentials_file()
+        self.check_credentials_file()?;
+        self.check_secrets_key_file()
+    }
+
+    fn check_secrets_key_file(&self) -> Result<(), ConfigError> {
+        if let Some(path) = &self.secrets_key_file {
+            crate::keys::read(path).map_err(|e| bad("REBOUND_SECRETS_KEY_FILE", e))?;
+        }
+        Ok(())
     }
 
     fn check_credentials_file(&self) -> Result<(), ConfigError> {
@@ -724,6 +737,7 @@ mod tests {
             ("REBOUND_CLOCK_SYNC", "maybe"),
             ("REBOUND_CLOCK_SYNC_INTERVAL_MS", "5"),
             ("REBOUND_CREDENTIALS_FILE", "/nonexistent/credentials.toml"),
+            ("REBOUND_SECRETS_KEY_FILE", "/nonexistent/secrets.keys"),
         ] {
             let err = Config::load(None, &env(&[(k, v)]), &Overrides::default()).unwrap_err();
             assert_eq!(err.key, k, "{k}={v} gave {err}");

@@ -28,6 +28,7 @@ use crate::{
     connections::Connections,
     dispatch::Dispatcher,
     engine::Engine,
+    keys::KeyFile,
     ownership::Ownership,
     push::Pusher,
     ring::LeaseRing,
@@ -52,9 +53,10 @@ fn own(owner: &Tasks, task: impl std::future::Future<Output = ()> + Send + 'stat
 #[derive(Debug)]
 pub struct Node {
     addr: SocketAddr,
-    /// The credentials and the listeners' TLS, for `reload`.
+    /// The credentials, the listeners' TLS and the secrets key file, for `reload`.
     auth: Arc<Auth>,
     tls: Option<Arc<ServerTls>>,
+    keys: Option<KeyFile>,
     /// The metrics and probes listener's address (None: off).
     http_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
@@ -265,6 +267,8 @@ impl Node {
             shutdown.subscribe(),
         )
         .map_err(anyhow::Error::msg)?;
+        // Before the first read of the settings, so that sealed targets open.
+        let keys = start::secrets_keys(&config, &engine)?;
         engine
             .services
             .refresh()
@@ -329,6 +333,7 @@ impl Node {
         Ok(Node {
             auth,
             tls,
+            keys,
             http_addr,
             store,
             addr,
@@ -348,10 +353,12 @@ impl Node {
         self.addr
     }
 
-    /// Reads the TLS files and the credentials file again (SIGHUP): new connections get the
-    /// new certificate and client CAs, and every call from now on the new credentials; open
-    /// connections, and their Subscribe streams, go on. Each part whose files fail to load
-    /// stays as it was, and the error says which.
+    /// Reads the TLS files, the credentials file and the secrets key file again (SIGHUP):
+    /// new connections get the new certificate and client CAs, every call from now on the new
+    /// credentials, every push target write from now on the new first key (and stored
+    /// targets open with the new keys at the next settings refresh); open connections, and
+    /// their Subscribe streams, go on. Each part whose files fail to load stays as it was,
+    /// and the error says which.
     pub fn reload(&self) -> anyhow::Result<()> {
         let tls = match &self.tls {
             Some(t) => t.reload(),
@@ -361,10 +368,20 @@ impl Node {
             .auth
             .reload()
             .map_err(|e| format!("REBOUND_CREDENTIALS_FILE: {e}"));
-        match (tls, auth) {
-            (Ok(()), Ok(())) => Ok(()),
-            (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(anyhow::anyhow!(e)),
-            (Err(a), Err(b)) => Err(anyhow::anyhow!("{a}; {b}")),
+        let keys = match &self.keys {
+            Some(k) => k
+                .reload()
+                .map_err(|e| format!("REBOUND_SECRETS_KEY_FILE: {e}")),
+            None => Ok(()),
+        };
+        let failed: Vec<String> = [tls, auth, keys]
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!(failed.join("; ")))
         }
     }
 

@@ -17,6 +17,7 @@ use crate::{
     clock_sync::{measure_offset, run_clock_sync, sync_clock},
     config::{Config, StoreKind},
     engine::Engine,
+    keys::KeyFile,
     ring::LeaseRing,
     store::RetryStore,
     tls::ServerTls,
@@ -38,6 +39,18 @@ pub(super) fn secrets(config: &Config) -> anyhow::Result<(Arc<Auth>, Option<Arc<
         None => None,
     };
     Ok((auth, tls))
+}
+
+/// The secrets key file (`REBOUND_SECRETS_KEY_FILE`), read into the engine's keys; None
+/// when it is not set (push targets' secrets are then stored in clear).
+pub(super) fn secrets_keys(config: &Config, engine: &Engine) -> anyhow::Result<Option<KeyFile>> {
+    let Some(path) = &config.secrets_key_file else {
+        tracing::info!("no REBOUND_SECRETS_KEY_FILE: push targets' signing secrets and header values are stored in clear");
+        return Ok(None);
+    };
+    let file = KeyFile::load(path, engine.services.secrets().clone())
+        .map_err(|e| anyhow::anyhow!("REBOUND_SECRETS_KEY_FILE: {e}"))?;
+    Ok(Some(file))
 }
 
 /// The clock every component runs on: Cassandra's when clock sync is on (windows, leases,
