@@ -35,7 +35,7 @@ async fn tls_flags_verify_the_node_and_present_a_client_certificate() {
     };
     let node = rebound_server::node::Node::start(
         config,
-        std::sync::Arc::new(rebound_server::clock::SystemClock),
+        std::sync::Arc::new(rebound_store::clock::SystemClock),
     )
     .await
     .unwrap();

@@ -7,7 +7,7 @@ use libfuzzer_sys::{
     fuzz_target,
 };
 use rebound_proto::v1 as pb;
-use rebound_server::{dispatch::hub, error::Error, validate};
+use rebound_engine::{dispatch::hub, error::Error, validate};
 
 fn ack(u: &mut Unstructured<'_>) -> arbitrary::Result<pb::AckRequest> {
     Ok(pb::AckRequest {
@@ -18,6 +18,7 @@ fn ack(u: &mut Unstructured<'_>) -> arbitrary::Result<pb::AckRequest> {
         error: String::arbitrary(u)?,
         snooze: bool::arbitrary(u)?,
         error_class: String::arbitrary(u)?,
+        hold: None,
     })
 }
 

@@ -7,7 +7,8 @@ use libfuzzer_sys::{
     fuzz_target,
 };
 use rebound_proto::v1 as pb;
-use rebound_server::{error::Error, policy::RetryPolicy, validate};
+use rebound_engine::{error::Error, validate};
+use rebound_store::policy::RetryPolicy;
 
 fn field(r: Result<impl Sized, Error>, name: &str) {
     match r {

@@ -3,7 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rebound_server::{admin::Cursor, error::Error};
+use rebound_server::{admin::Cursor};
+use rebound_engine::error::Error;
 
 fn check(token: &str) {
     match Cursor::decode(token) {

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rebound_server::services::seal::{open, Keyring, SEALED_PREFIX};
+use rebound_engine::services::seal::{open, Keyring, SEALED_PREFIX};
 
 const KEY: &str = "k1 AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 

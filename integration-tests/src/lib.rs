@@ -25,11 +25,8 @@ use rebound_proto::v1::{
     self as pb, executor_service_client::ExecutorServiceClient,
     retry_service_client::RetryServiceClient,
 };
-use rebound_server::{
-    clock::{ManualClock, SharedClock, SystemClock},
-    config::Config,
-    node::Node,
-};
+use rebound_server::{config::Config, node::Node};
+use rebound_store::clock::{ManualClock, SharedClock, SystemClock};
 use scylla::client::{session::Session, session_builder::SessionBuilder};
 use tonic::transport::Channel;
 
@@ -170,7 +167,7 @@ impl TestNode {
     /// Waits until this node holds the compactor lease for at least another second of `now`
     /// (after a manual clock jump the ring needs one renewal round).
     pub async fn wait_for_compactor_lease(&self, now_ms: i64) {
-        use rebound_server::ownership::Ownership;
+        use rebound_engine::ownership::Ownership;
         let ring = self
             .node
             .as_ref()
@@ -386,7 +383,7 @@ pub fn with_token<T>(msg: T, token: Option<&str>) -> tonic::Request<T> {
 
 /// The current time of a manual clock.
 pub fn clock_now(c: &ManualClock) -> i64 {
-    use rebound_server::clock::Clock;
+    use rebound_store::clock::Clock;
     c.now_ms()
 }
 

@@ -1058,7 +1058,7 @@ async fn push_target_is_set_shown_masked_and_cleared() {
     };
     let node = rebound_server::node::Node::start(
         config,
-        std::sync::Arc::new(rebound_server::clock::SystemClock),
+        std::sync::Arc::new(rebound_store::clock::SystemClock),
     )
     .await
     .unwrap();

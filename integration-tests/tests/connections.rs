@@ -14,6 +14,7 @@ use std::{
 };
 
 use futures::StreamExt;
+use rebound_common::metrics;
 use rebound_integration_tests::{
     ack, ack_req, batch_accepted, dispatch_config, enqueue_req, eventually, TestNode,
 };
@@ -21,7 +22,7 @@ use rebound_proto::v1::{
     self as pb, admin_service_client::AdminServiceClient,
     executor_service_client::ExecutorServiceClient, retry_service_client::RetryServiceClient,
 };
-use rebound_server::{config::Config, metrics};
+use rebound_server::config::Config;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -697,7 +698,7 @@ async fn over_tls_silent_and_slow_clients_are_cut_off_and_others_served() {
         request_header_timeout_ms: 1_000,
         ..Config::default()
     };
-    let node = rebound_server::node::Node::start(cfg, Arc::new(rebound_server::clock::SystemClock))
+    let node = rebound_server::node::Node::start(cfg, Arc::new(rebound_store::clock::SystemClock))
         .await
         .unwrap();
     let addr = node.local_addr();

@@ -16,7 +16,8 @@ use rebound_proto::v1::{
     self as pb, admin_service_client::AdminServiceClient,
     executor_service_client::ExecutorServiceClient, retry_service_client::RetryServiceClient,
 };
-use rebound_server::{clock::SystemClock, config::Config, node::Node};
+use rebound_server::{config::Config, node::Node};
+use rebound_store::clock::SystemClock;
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 

@@ -923,7 +923,7 @@ async fn streams_and_bytes_in_flight_are_bounded_node_wide() {
 /// clock and read windows 5 s early, delivering a retry due in 3 s about 2 s before it is due.
 #[tokio::test]
 async fn a_node_with_a_fast_clock_runs_on_cassandras_time() {
-    use rebound_server::clock::{Clock, SystemClock};
+    use rebound_store::clock::{Clock, SystemClock};
     #[derive(Debug)]
     struct Fast(i64);
     impl Clock for Fast {

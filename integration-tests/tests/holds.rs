@@ -149,7 +149,7 @@ async fn two_thousand_retries_on_two_nodes_wait_out_an_outage_with_one_probe_at_
     };
 
     use rebound_integration_tests::{dispatch_config, subscribe_all, unique_keyspace};
-    use rebound_server::clock::SystemClock;
+    use rebound_store::clock::SystemClock;
 
     let env = |k: &str, default: u64| {
         std::env::var(k)

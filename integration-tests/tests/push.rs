@@ -7,13 +7,13 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
+use rebound_engine::{push::sign, services::push_target::secret_key};
 use rebound_integration_tests::{
     assert_invalid as invalid, dispatch_config, enqueue_req, eventually, get_retry, next_delivery,
     receiver::{Answer, Receiver},
     secs, subscribe, TestNode,
 };
 use rebound_proto::v1::{self as pb, admin_service_client::AdminServiceClient};
-use rebound_server::push::{sign, target::secret_key};
 use tonic::{transport::Channel, Code};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";

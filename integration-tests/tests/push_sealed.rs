@@ -7,16 +7,15 @@
 
 use std::{path::Path, time::Duration};
 
+use rebound_engine::{
+    push::sign, services::push_target::secret_key, services::seal::SEALED_PREFIX,
+};
 use rebound_integration_tests::{
     dispatch_config, enqueue_req, eventually, get_retry,
     receiver::{Answer, Receiver},
     secs, TestNode,
 };
 use rebound_proto::v1::{self as pb, admin_service_client::AdminServiceClient};
-use rebound_server::{
-    push::{sign, target::secret_key},
-    services::seal::SEALED_PREFIX,
-};
 use tonic::{transport::Channel, Code};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";

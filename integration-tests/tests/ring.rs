@@ -8,7 +8,8 @@ use rebound_integration_tests::{
     dispatch_config, enqueue_req, eventually, next_delivery, subscribe, TestNode,
 };
 use rebound_proto::v1::{self as pb, executor_service_client::ExecutorServiceClient};
-use rebound_server::{clock::SystemClock, config::Config};
+use rebound_server::config::Config;
+use rebound_store::clock::SystemClock;
 
 fn ring_config(keyspace: &str, node: &str) -> Config {
     let mut c = dispatch_config("ring");

@@ -9,7 +9,8 @@ use rebound_proto::v1::{
     self as pb, executor_service_client::ExecutorServiceClient,
     retry_service_client::RetryServiceClient,
 };
-use rebound_server::{clock::SystemClock, config::Config, node::Node};
+use rebound_server::{config::Config, node::Node};
+use rebound_store::clock::SystemClock;
 use tonic::transport::Channel;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

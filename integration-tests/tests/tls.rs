@@ -14,7 +14,8 @@ use rebound_integration_tests::{
 use rebound_proto::v1::{
     self as pb, admin_service_client::AdminServiceClient, retry_service_client::RetryServiceClient,
 };
-use rebound_server::{clock::SystemClock, config::Config, node::Node};
+use rebound_server::{config::Config, node::Node};
+use rebound_store::clock::SystemClock;
 use tonic::{transport::Channel, Code};
 
 /// A node on the embedded store (no Cassandra needed for what these tests check), with

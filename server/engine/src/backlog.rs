@@ -19,14 +19,12 @@ use std::{
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::watch;
 
-use crate::{
+use crate::{error::Error, ownership::Ownership, walk::Walk};
+use rebound_common::metrics;
+use rebound_store::{
     clock::SharedClock,
-    error::Error,
-    metrics,
-    ownership::Ownership,
-    store::{Location, RetryStore},
-    walk::Walk,
     window::{WindowGrid, WindowId, DAY_MS},
+    Location, RetryStore,
 };
 
 /// Pending retries of one service by due band (relative to the measuring instant).

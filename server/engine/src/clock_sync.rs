@@ -6,8 +6,8 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::sync::watch;
 
-use crate::clock::{offset_sample, Clock, ClusterClock};
-use crate::store::LeaseStore;
+use rebound_store::clock::{offset_sample, Clock, ClusterClock};
+use rebound_store::LeaseStore;
 
 /// An offset change smaller than this is measurement noise and is not applied, so the
 /// node's clock does not wobble back and forth by a millisecond or two at every sync.
@@ -19,7 +19,7 @@ pub async fn sync_clock(
     store: &dyn LeaseStore,
     clock: &ClusterClock,
     skew_margin_ms: i64,
-) -> Result<i64, crate::store::StoreError> {
+) -> Result<i64, rebound_store::StoreError> {
     let mut best: Option<(i64, i64)> = None;
     for _ in 0..5 {
         let sent = clock.base_now_ms();
@@ -82,7 +82,7 @@ pub async fn run_clock_sync(
         match sync_clock(store.as_ref(), &clock, skew_margin_ms).await {
             Ok(_) => {}
             // The database cannot report its clock at all: nothing to retry.
-            Err(crate::store::StoreError::Internal(_)) => return,
+            Err(rebound_store::StoreError::Internal(_)) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read Cassandra's clock; keeping the last offset")
             }

@@ -9,13 +9,11 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::sync::watch;
 
-use crate::{
+use crate::{error::Error, ownership::Ownership, walk::Walk};
+use rebound_store::{
     clock::SharedClock,
-    error::Error,
-    ownership::Ownership,
-    store::DirectoryStore,
-    walk::Walk,
     window::{WindowGrid, WindowId},
+    DirectoryStore,
 };
 
 /// Compactor settings (`Config::compactor_options` in rebound-server builds them from

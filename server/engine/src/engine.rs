@@ -6,7 +6,6 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::{
-    clock::SharedClock,
     compactor::{Compactor, CompactorOptions},
     dispatch::{
         hub::{Hub, HubLimits},
@@ -14,13 +13,12 @@ use crate::{
     },
     holds::Holds,
     ownership::Ownership,
-    policy::RetryPolicy,
     push::{client::Client, guard::Allow, PushOptions, Pusher},
     ring::{LeaseRing, RingOptions},
     services::Services,
-    store::{RetryStore, ScheduleStore},
     writer::{Writer, WriterOptions},
 };
+use rebound_store::{clock::SharedClock, policy::RetryPolicy, RetryStore, ScheduleStore};
 
 /// Every component's options.
 #[derive(Debug, Clone)]
@@ -74,7 +72,7 @@ impl Engine {
         let (ring, ownership): (_, Arc<dyn Ownership>) = match ownership {
             Some(o) => (None, o),
             None => {
-                crate::metrics::global()
+                rebound_common::metrics::global()
                     .ring_size
                     .set(i64::from(opts.ring.slots));
                 let ring = Arc::new(LeaseRing::new(store.clone(), clock.clone(), opts.ring));

@@ -1,7 +1,8 @@
 //! The API's error kinds and their one mapping to gRPC status codes. Handlers return
 //! `Error`; nothing else builds a `tonic::Status` from an error.
 
-use crate::{coalesce::Broken, store::StoreError};
+use rebound_common::coalesce::Broken;
+use rebound_store::StoreError;
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum Error {

@@ -26,11 +26,8 @@ use std::{
 
 use tokio::sync::watch;
 
-use crate::{
-    clock::SharedClock,
-    error::Error,
-    store::{HoldRow, HoldStore, ProbeClaim},
-};
+use crate::error::Error;
+use rebound_store::{clock::SharedClock, HoldRow, HoldStore, ProbeClaim};
 
 /// How often every node reads the holds table.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
@@ -131,7 +128,7 @@ impl Holds {
             .collect();
         let now = self.clock.now_ms();
         let in_force = map.values().filter(|r| r.until_ms > now).count();
-        crate::metrics::global()
+        rebound_common::metrics::global()
             .dependency_holds
             .set(in_force as i64);
         *self.rows.write().expect("holds lock") = map;
@@ -465,7 +462,8 @@ fn ramp_allowance(elapsed_ms: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{clock::ManualClock, store::embedded::EmbeddedStore};
+    use rebound_store::clock::ManualClock;
+    use rebound_store_embedded::EmbeddedStore;
 
     async fn holds() -> (Arc<Holds>, ManualClock, tempfile::TempDir) {
         let (mut nodes, clock, dir) = nodes(1).await;
@@ -474,7 +472,7 @@ mod tests {
 
     /// `n` nodes' holds over one store.
     async fn nodes(n: usize) -> (Vec<Arc<Holds>>, ManualClock, tempfile::TempDir) {
-        use crate::store::MigrationStore;
+        use rebound_store::MigrationStore;
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(1_000_000);
         let shared: SharedClock = Arc::new(clock.clone());

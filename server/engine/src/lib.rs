@@ -27,15 +27,3 @@ pub mod txlock;
 pub mod validate;
 pub mod walk;
 pub mod writer;
-
-/// The storage contract, under the name the engine's modules use.
-pub mod store {
-    pub use rebound_store::*;
-
-    #[cfg(test)]
-    pub use rebound_store_embedded as embedded;
-}
-
-/// The shared parts and the contract's value types, under the names the modules use.
-pub use rebound_common::{coalesce, metrics, tasks};
-pub use rebound_store::{clock, context, policy, window};

@@ -6,7 +6,7 @@
 
 use std::fmt::Debug;
 
-use crate::store::TokenRange;
+use rebound_store::TokenRange;
 
 /// A held token range and the time its lease is valid until.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use std::{
     sync::Mutex,
 };
 
-use crate::store::Member;
+use rebound_store::Member;
 
 /// Samples kept per node: about `SAMPLES` heartbeats.
 const SAMPLES: usize = 8;

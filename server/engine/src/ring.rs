@@ -23,10 +23,11 @@ use std::{
 use tokio::sync::watch;
 
 use crate::{
-    clock::SharedClock,
     ownership::{Lease, Ownership},
     peers::PeerClocks,
-    store::{Cas, LeaseChange, LeaseRow, LeaseStore, Member, StoreError, TokenRange},
+};
+use rebound_store::{
+    clock::SharedClock, Cas, LeaseChange, LeaseRow, LeaseStore, Member, StoreError, TokenRange,
 };
 
 /// The compactor lease's slot number.
@@ -246,7 +247,7 @@ impl LeaseRing {
 
         // Take expired or never-held slots up to the share, starting at a node-specific slot so
         // that nodes starting together do not all race for slot 0.
-        let offset = (crate::store::token::token_of(self.opts.node_id.as_bytes()) as u64
+        let offset = (rebound_store::token::token_of(self.opts.node_id.as_bytes()) as u64
             % u64::from(self.opts.slots)) as u32;
         let mut count = mine.len();
         if count < share {

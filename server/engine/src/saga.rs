@@ -15,14 +15,11 @@ use rebound_proto::v1 as pb;
 
 use crate::{
     error::Error,
-    store::{Chain, Saga, Status, TxState},
     validate::{EnqueueInput, Schedule},
 };
+use rebound_store::{Chain, Saga, Status, TxState};
 
-pub use crate::{
-    policy::{compensation_overrides as overrides, COMPENSATION_RETRY_DURATION},
-    validate::MAX_COMPENSATIONS,
-};
+use rebound_store::policy::compensation_overrides as overrides;
 
 /// Whether a retry ending DEAD starts a chain: a saga step with compensations (a dead
 /// compensation stops its chain instead).
@@ -189,7 +186,8 @@ pub fn members(state: &TxState) -> Result<Vec<(String, String)>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{PolicyOverrides, UNLIMITED_ATTEMPTS};
+    use rebound_store::policy::COMPENSATION_RETRY_DURATION;
+    use rebound_store::policy::{PolicyOverrides, UNLIMITED_ATTEMPTS};
 
     fn comp(service: &str, tx: &str) -> Vec<u8> {
         pb::Compensation {

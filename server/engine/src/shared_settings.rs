@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::store::{MigrationStore, StoreError};
+use rebound_store::{MigrationStore, StoreError};
 
 /// One shared setting: its name in the store, the variable that sets it, and this node's
 /// value.
@@ -84,7 +84,7 @@ pub fn compare(namespace: &str, mine: &[SharedSetting], recorded: &[String]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::embedded::EmbeddedStore;
+    use rebound_store_embedded::EmbeddedStore;
 
     fn mine(window: u32, slots: u32, lanes: u32) -> Vec<SharedSetting> {
         vec![
@@ -111,8 +111,8 @@ mod tests {
     #[tokio::test]
     async fn the_first_start_records_and_a_later_one_with_other_values_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let clock: crate::clock::SharedClock =
-            std::sync::Arc::new(crate::clock::ManualClock::new(1_000_000));
+        let clock: rebound_store::clock::SharedClock =
+            std::sync::Arc::new(rebound_store::clock::ManualClock::new(1_000_000));
         let store = EmbeddedStore::open(dir.path(), "r", "c", clock).unwrap();
         store.migrate(0).await.unwrap();
         let wait = Duration::from_secs(1);

@@ -7,7 +7,7 @@ use opentelemetry::trace::TraceContextExt;
 use tracing::{field::Empty, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::context::TextContext;
+use rebound_store::context::TextContext;
 
 /// The `send <service>` PRODUCER span of one enqueue (disabled when tracing is off), a
 /// child of the current span, or of the item's own trace context when it has one.

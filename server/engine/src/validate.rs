@@ -7,7 +7,8 @@ use std::time::Duration;
 use rebound_proto::v1 as pb;
 
 pub use crate::names::MAX_SERVICE_LEN;
-use crate::{error::Error, names::show, outcome::AttemptOutcome, policy::PolicyOverrides};
+use crate::{error::Error, names::show, outcome::AttemptOutcome};
+use rebound_store::policy::PolicyOverrides;
 
 pub const MAX_TRANSACTION_ID_BYTES: usize = 256;
 pub const MAX_ATTRIBUTES: usize = 64;
@@ -81,7 +82,7 @@ pub fn executor_id(field: &str, v: &str) -> Result<(), Error> {
 /// A UTC day as `YYYY-MM-DD` (InspectWindow), as days since 1970-01-01.
 pub fn day(field: &str, v: &str) -> Result<i32, Error> {
     chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
-        .map(crate::window::date_to_day)
+        .map(rebound_store::window::date_to_day)
         .map_err(|_| {
             Error::invalid(
                 field,
@@ -163,15 +164,15 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
                 format!("must be unset when unlimited_attempts is true, got {n}"),
             ))
         }
-        (Some(true), None) => Some(crate::policy::UNLIMITED_ATTEMPTS),
+        (Some(true), None) => Some(rebound_store::policy::UNLIMITED_ATTEMPTS),
         (_, n) => n,
     };
-    if p.non_retryable_error_classes.len() > crate::policy::MAX_ERROR_CLASSES {
+    if p.non_retryable_error_classes.len() > rebound_store::policy::MAX_ERROR_CLASSES {
         return Err(Error::invalid(
             f("non_retryable_error_classes"),
             format!(
                 "at most {} classes, got {}",
-                crate::policy::MAX_ERROR_CLASSES,
+                rebound_store::policy::MAX_ERROR_CLASSES,
                 p.non_retryable_error_classes.len()
             ),
         ));
@@ -179,13 +180,13 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
     if let Some(bad) = p
         .non_retryable_error_classes
         .iter()
-        .find(|c| !crate::policy::error_class_ok(c))
+        .find(|c| !rebound_store::policy::error_class_ok(c))
     {
         return Err(Error::invalid(
             f("non_retryable_error_classes"),
             format!(
                 "each class must be 1-{} characters of [A-Za-z0-9._:/-], got {}",
-                crate::policy::MAX_ERROR_CLASS_LEN,
+                rebound_store::policy::MAX_ERROR_CLASS_LEN,
                 show(bad)
             ),
         ));
@@ -351,12 +352,12 @@ pub fn ack_outcome(
             ));
         }
     }
-    if !r.error_class.is_empty() && !crate::policy::error_class_ok(&r.error_class) {
+    if !r.error_class.is_empty() && !rebound_store::policy::error_class_ok(&r.error_class) {
         return Err(Error::invalid(
             format!("{prefix}error_class"),
             format!(
                 "must be 1-{} characters of [A-Za-z0-9._:/-]",
-                crate::policy::MAX_ERROR_CLASS_LEN
+                rebound_store::policy::MAX_ERROR_CLASS_LEN
             ),
         ));
     }
@@ -640,7 +641,7 @@ mod tests {
 
             #[test]
             fn days_round_trip(d in -1_000_000i32..1_000_000) {
-                let date = crate::window::day_to_date(d);
+                let date = rebound_store::window::day_to_date(d);
                 prop_assert_eq!(day("day", &date.format("%Y-%m-%d").to_string()).unwrap(), d);
             }
 
@@ -668,7 +669,7 @@ mod tests {
             fn policies_are_total(p in pb_policy(), attempts in any::<u32>(), unit in any::<f64>()) {
                 match policy("policy", Some(&p)) {
                     Ok(o) => {
-                        let effective = crate::policy::RetryPolicy::default().apply(&o);
+                        let effective = rebound_store::policy::RetryPolicy::default().apply(&o);
                         if effective.validate().is_ok() {
                             let b = effective.backoff(attempts, unit);
                             prop_assert!(b <= effective.max_backoff);

@@ -9,7 +9,8 @@ use super::{
     dependency, duration, policy, service, show, timestamp_ms, transaction_id, MAX_ATTRIBUTES,
     MAX_ATTRIBUTE_KEY_BYTES, MAX_ATTRIBUTE_VALUE_BYTES, MAX_LAST_ERROR_BYTES,
 };
-use crate::{context::TextContext, error::Error, policy::PolicyOverrides, store::Saga};
+use crate::error::Error;
+use rebound_store::{context::TextContext, policy::PolicyOverrides, Saga};
 
 /// When the caller wants the retry.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -103,7 +104,7 @@ pub fn compensations(
         let overrides = policy(&f("policy"), c.policy.as_ref())?;
         policies.push((
             c.service.clone(),
-            crate::policy::compensation_overrides(overrides),
+            rebound_store::policy::compensation_overrides(overrides),
         ));
         encoded.push(c.encode_to_vec());
     }

@@ -5,10 +5,7 @@
 //! a day's windows from its low-water mark on, oldest first. Callers decide at each level whether
 //! to go deeper, skip or stop; the walk reads nothing they do not ask for.
 
-use crate::{
-    store::{DirectoryStore, InstanceRow, StoreResult, TokenRange},
-    window::WindowId,
-};
+use rebound_store::{window::WindowId, DirectoryStore, InstanceRow, StoreResult, TokenRange};
 
 /// The years a walk visits: every year that holds a day (`listed`, a backlog of any age),
 /// plus `always`, sorted, without duplicates, and none after `until` when given.

@@ -12,16 +12,20 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::{
     auth::{Auth, Credential},
+    telemetry::rpc::code_name,
+    wire,
+};
+use rebound_common::metrics;
+use rebound_engine::{
     dispatch::{Dispatcher, Resolution},
     error::Error,
-    metrics, names,
+    names,
     outcome::AttemptOutcome,
     ring::LeaseRing,
-    store::TokenRange,
-    telemetry::{context::TextContext, rpc::code_name, spans},
-    validate, wire,
+    spans, validate,
     writer::{EnqueueOutcome, Writer},
 };
+use rebound_store::{context::TextContext, TokenRange};
 
 /// The trace context of a request's `traceparent` / `tracestate` metadata (empty: none or
 /// invalid).
@@ -321,7 +325,7 @@ pub async fn lookup_retry(
     caller: Option<&Credential>,
     service: &str,
     transaction_id: &str,
-) -> Result<crate::store::TxState, Error> {
+) -> Result<rebound_store::TxState, Error> {
     validate::service("service", service)?;
     validate::transaction_id("transaction_id", transaction_id)?;
     Auth::may_use(caller, "service", service)?;

@@ -33,7 +33,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tonic::metadata::MetadataMap;
 
-use crate::{error::Error, names};
+use rebound_engine::{error::Error, names};
 
 /// Why a call was refused. Its own type, so that `auth` depends on nothing above it; the
 /// domain error (`error.rs`) turns it into UNAUTHENTICATED or PERMISSION_DENIED.

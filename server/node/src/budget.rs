@@ -24,7 +24,7 @@ use std::{
 use http_body::Frame;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::metrics;
+use rebound_common::metrics;
 
 /// The retry hint of a shed request: long enough for the requests held to finish (a write
 /// takes milliseconds, a paused database up to the request timeout), short enough that a

@@ -42,10 +42,8 @@ use tokio::{
 };
 use tonic::transport::server::TcpIncoming;
 
-use crate::{
-    config::Config,
-    tasks::{Live, LiveGuard},
-};
+use crate::config::Config;
+use rebound_common::tasks::{Live, LiveGuard};
 
 /// The largest header block (HPACK-decoded, as HTTP/2 counts it) a request may have: h2
 /// refuses a bigger one. hyper's default, set here so that it does not change under us.
@@ -97,7 +95,7 @@ pub struct OpenGauge(());
 
 impl OpenGauge {
     pub fn new() -> Self {
-        crate::metrics::global().connections.inc();
+        rebound_common::metrics::global().connections.inc();
         OpenGauge(())
     }
 }
@@ -110,7 +108,7 @@ impl Default for OpenGauge {
 
 impl Drop for OpenGauge {
     fn drop(&mut self) {
-        crate::metrics::global().connections.dec();
+        rebound_common::metrics::global().connections.dec();
     }
 }
 
@@ -132,7 +130,7 @@ impl Closures {
 
     /// Counts one; Some(how many were not logged before it) when this one is to be logged.
     fn closed(&self) -> Option<u64> {
-        crate::metrics::global().connection_closed(self.reason);
+        rebound_common::metrics::global().connection_closed(self.reason);
         let now = Instant::now();
         let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
         match logged.0 {

@@ -22,10 +22,9 @@ use axum::{
     Router,
 };
 
-use crate::{
-    clock::SharedClock, dispatch::hub::Hub, metrics, ownership::Ownership, ring::LeaseRing,
-    store::RetryStore,
-};
+use rebound_common::metrics;
+use rebound_engine::{dispatch::hub::Hub, ownership::Ownership, ring::LeaseRing};
+use rebound_store::{clock::SharedClock, RetryStore};
 
 /// How long one readiness answer is reused.
 const PROBE_EVERY: Duration = Duration::from_secs(1);

@@ -14,7 +14,7 @@ use std::{
     sync::Arc,
 };
 
-use crate::services::seal::{Keyring, Secrets};
+use rebound_engine::services::seal::{Keyring, Secrets};
 
 /// Reads and parses a key file; the error names the file and the line, never a key.
 pub fn read(path: &Path) -> Result<Keyring, String> {

@@ -14,19 +14,6 @@ pub mod http;
 pub mod keys;
 pub mod node;
 pub mod redrive;
-pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod wire;
-
-/// The engine's components (`rebound-engine`), under the names the node has always used.
-pub use rebound_engine::{
-    backlog, clock_sync, compactor, dispatch, engine, error, holds, names, outcome, ownership,
-    peers, push, ring, saga, services, txlock, validate, walk, writer,
-};
-
-/// The shared parts, the contract's value types and the consistency levels, under the names
-/// the rest of the node has always used.
-pub use rebound_common::{coalesce, metrics, tasks};
-pub use rebound_store::{clock, policy, window};
-pub use rebound_store_cassandra::consistency;

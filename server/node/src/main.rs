@@ -6,11 +6,11 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc};
 
 use clap::{Parser, Subcommand};
 use rebound_server::{
-    clock::{SharedClock, SkewedClock, SystemClock},
     config::{Config, Overrides, StoreKind},
     node::{run_migrations, Node},
     telemetry,
 };
+use rebound_store::clock::{SharedClock, SkewedClock, SystemClock};
 
 /// mimalloc instead of glibc's malloc: under load the node spent about a third of its CPU in
 /// glibc's allocator (malloc, free, consolidation), measured with perf during a drain.
@@ -186,7 +186,7 @@ fn main() -> ExitCode {
                     "keyspace {}: applied {:?} ({} migration(s) were already applied)",
                     config.keyspace,
                     applied,
-                    rebound_server::store::cassandra::migrate::MIGRATIONS.len() - applied.len()
+                    rebound_store_cassandra::migrate::MIGRATIONS.len() - applied.len()
                 );
                 Ok(())
             }

@@ -11,9 +11,9 @@ use std::{collections::BTreeSet, time::Duration};
 use futures::TryStreamExt;
 use rebound_proto::v1 as pb;
 
-use crate::{
-    admin::Admin, error::Error, store::DeadLetter, store::Status, validate, window::DAY_MS,
-};
+use crate::admin::Admin;
+use rebound_engine::{error::Error, validate};
+use rebound_store::{window::DAY_MS, DeadLetter, Status};
 
 /// The most letters one redrive of selected letters may name.
 pub const MAX_SELECTED_LETTERS: usize = 1000;

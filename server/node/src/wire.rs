@@ -4,15 +4,17 @@
 
 use rebound_proto::v1 as pb;
 
-use crate::{
+use rebound_engine::{
     dispatch::hub::Delivery,
     error::Error,
     outcome::Resolution,
-    policy::{RetryPolicy, UNLIMITED_ATTEMPTS},
     saga,
-    store::{self, TokenRange, TxState},
-    window::day_to_date,
     writer::{EnqueueOutcome, Writer},
+};
+use rebound_store::{self as store, TokenRange, TxState};
+use rebound_store::{
+    policy::{RetryPolicy, UNLIMITED_ATTEMPTS},
+    window::day_to_date,
 };
 
 pub use rebound_proto::time::{dur, ts};

@@ -29,8 +29,8 @@ use axum::{
     Router,
 };
 use rand::{rngs::StdRng, Rng, SeedableRng};
+use rebound_engine::{push::sign, services::push_target::secret_key};
 use rebound_proto::v1::{self as pb, admin_service_client::AdminServiceClient};
-use rebound_server::push::{sign, target::secret_key};
 
 use super::{
     call, dur,

@@ -14,10 +14,11 @@ use super::{
 use crate::{
     error::Error,
     holds::{Gate, ProbeAnswer},
-    metrics, saga, spans,
-    store::{DeadLetter, Status, TxState},
+    saga, spans,
     writer::changed_meanwhile,
 };
+use rebound_common::metrics;
+use rebound_store::{DeadLetter, Status, TxState};
 
 impl Dispatcher {
     /// Applies an executor's acknowledgement of `delivery_id`. NOT_FOUND when it is not in

@@ -33,7 +33,8 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::{clock::SharedClock, context::TextContext, error::Error, store::TxState};
+use crate::error::Error;
+use rebound_store::{clock::SharedClock, context::TextContext, TxState};
 
 /// One delivery as a subscriber receives it; the API encodes it (`wire::delivery_pb`).
 #[derive(Debug, Clone, PartialEq)]
@@ -432,7 +433,7 @@ impl Hub {
                 continue;
             }
             tracing::trace!(subscriber = sub.id, transaction_id = %work.state.transaction_id, "delivered");
-            let m = crate::metrics::global();
+            let m = rebound_common::metrics::global();
             m.delivery(service, work.deliveries > 0);
             m.delivery_lateness
                 .observe((now - work.state.due_at_ms).max(0) as f64 / 1000.0);
@@ -600,7 +601,7 @@ mod tests {
     /// no more work until it reads again; a reading stream gets the redelivery.
     #[test]
     fn a_stream_that_does_not_read_holds_no_expired_copy_and_is_skipped() {
-        let clock = crate::clock::ManualClock::new(1_000_000);
+        let clock = rebound_store::clock::ManualClock::new(1_000_000);
         let hub = Hub::new(
             Arc::new(clock.clone()),
             1,

@@ -35,20 +35,21 @@ use tokio::sync::{oneshot, watch, Notify};
 
 pub use crate::outcome::{AttemptOutcome, Resolution};
 use crate::{
-    clock::SharedClock,
     error::Error,
     holds::{Gate, Holds},
-    metrics,
     ownership::{Lease, Ownership},
     saga::{self, StepGate},
     services::Services,
-    store::{DispatchStore, InstanceRow, Location, PointerState, TokenRange, TxState},
-    tasks::Tasks,
     walk::{self, Walk},
-    window::{WindowGrid, WindowId},
     writer::Writer,
 };
 use hub::{Deliveries, Delivery, Hub, Work};
+use rebound_common::{metrics, tasks::Tasks};
+use rebound_store::{
+    clock::SharedClock,
+    window::{WindowGrid, WindowId},
+    DispatchStore, InstanceRow, Location, PointerState, TokenRange, TxState,
+};
 
 /// Dispatch settings, from the node configuration.
 #[derive(Debug, Clone)]
@@ -646,7 +647,7 @@ impl Dispatcher {
                     let ids: Vec<String> =
                         pointers.iter().map(|p| p.transaction_id.clone()).collect();
                     let states = store.get_states(&svc, &ids).await?;
-                    Ok::<_, crate::store::StoreError>(pointers.into_iter().zip(states))
+                    Ok::<_, rebound_store::StoreError>(pointers.into_iter().zip(states))
                 }
             })
             .buffered(2)

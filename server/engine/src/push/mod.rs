@@ -2,8 +2,8 @@
 //! due retries POSTed to an HTTP endpoint by the node that owns them, instead of streamed to
 //! executors.
 //!
-//! - `target`: validation of a `PushTarget` from an admin call, its secrets, its masked form
-//!   (`services::push_target`: a push target is a service setting).
+//! - The target itself (its validation, secrets and masked form) is a service setting:
+//!   `services::push_target`.
 //! - `sign`: the Standard Webhooks signature of one request.
 //! - `guard`: which addresses a request may reach (`REBOUND_PUSH_ALLOW`).
 //! - `client`: one POST to a vetted address, with a timeout.
@@ -14,7 +14,5 @@ pub mod guard;
 pub mod outcome;
 pub mod pusher;
 pub mod sign;
-
-pub use crate::services::push_target as target;
 
 pub use pusher::{PushOptions, Pusher};

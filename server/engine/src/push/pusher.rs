@@ -33,17 +33,17 @@ use rebound_proto::v1 as pb;
 use tokio::{sync::watch, time::Instant};
 use tracing::Instrument;
 
-use super::{client, outcome, sign, target};
+use super::{client, outcome, sign};
+use crate::services::push_target as target;
 use crate::{
-    clock::SharedClock,
     dispatch::{hub::Delivery, Dispatcher},
     error::Error,
-    metrics,
     outcome::AttemptOutcome,
     services::Services,
     spans,
-    tasks::Tasks,
 };
+use rebound_common::{metrics, tasks::Tasks};
+use rebound_store::clock::SharedClock;
 
 /// Failures in a row before a host is backed off.
 const HOST_FAILURES: u32 = 3;

@@ -31,12 +31,11 @@ pub mod push_target;
 pub mod seal;
 
 use self::push_target as target;
-use crate::{
+use crate::{error::Error, validate};
+use rebound_store::{
     clock::SharedClock,
-    error::Error,
     policy::{PolicyOverrides, RetryPolicy},
-    store::{LeaseStore, ServiceRow, ServiceStore},
-    validate,
+    LeaseStore, ServiceRow, ServiceStore,
 };
 
 /// The stored settings of one service.
@@ -606,12 +605,13 @@ mod tests {
     async fn two_nodes() -> (
         Services,
         Services,
-        crate::clock::ManualClock,
+        rebound_store::clock::ManualClock,
         tempfile::TempDir,
     ) {
-        use crate::store::{embedded::EmbeddedStore, MigrationStore};
+        use rebound_store::MigrationStore;
+        use rebound_store_embedded::EmbeddedStore;
         let dir = tempfile::tempdir().unwrap();
-        let clock = crate::clock::ManualClock::new(1_700_000_000_000);
+        let clock = rebound_store::clock::ManualClock::new(1_700_000_000_000);
         let shared: SharedClock = Arc::new(clock.clone());
         let store = EmbeddedStore::open(dir.path(), "r", "c", shared.clone()).unwrap();
         store.migrate(0).await.unwrap();
@@ -629,7 +629,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_push_target_applies_here_at_once_and_elsewhere_on_refresh() {
-        use crate::clock::Clock as _;
+        use rebound_store::clock::Clock as _;
         let (a, b, clock, _dir) = two_nodes().await;
         let mut changes = a.push_changes();
         a.set_paused("orders", true).await.unwrap();

@@ -20,15 +20,13 @@ use rand::Rng;
 
 use super::{new_generation, DirRow, EnqueueOutcome, Writer};
 use crate::{
-    coalesce::{Group, Limits, Slot},
     error::Error,
-    policy::RetryPolicy,
-    store::{
-        Location, Pointer, Status, StoreError, TxState, MAX_GROUPED_PARTITIONS,
-        MAX_GROUPED_POINTERS,
-    },
     validate::{EnqueueInput, Schedule},
-    window::WindowId,
+};
+use rebound_common::coalesce::{Group, Limits, Slot};
+use rebound_store::{
+    policy::RetryPolicy, window::WindowId, Location, Pointer, Status, StoreError, TxState,
+    MAX_GROUPED_PARTITIONS, MAX_GROUPED_POINTERS,
 };
 
 /// One pointer batch of an `enqueue_many`: the schedules it carries and how it went.
@@ -149,7 +147,7 @@ impl Writer {
                 .first()
                 .map_or_else(tracing::Span::none, |(_, span)| span.clone());
             let inputs: Vec<EnqueueInput> = queued.into_iter().map(|(input, _)| input).collect();
-            crate::metrics::global().coalesced("enqueue_group", inputs.len());
+            rebound_common::metrics::global().coalesced("enqueue_group", inputs.len());
             let results = self.enqueue_group(inputs).instrument(span).await;
             group.answer(Ok(results));
         }
@@ -437,7 +435,7 @@ impl Writer {
             let store = self.store.clone();
             self.pointers.record(members.len());
             pointer_writes.push(Box::pin(async move {
-                crate::metrics::global().coalesced("pointer_writes", members.len());
+                rebound_common::metrics::global().coalesced("pointer_writes", members.len());
                 let r = store.put_pointer_groups(&groups).await;
                 (members, r)
             }));

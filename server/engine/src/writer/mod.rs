@@ -23,14 +23,17 @@ use rand::Rng;
 use tokio::sync::Semaphore;
 
 use crate::{
-    clock::SharedClock,
     error::Error,
-    policy::RetryPolicy,
     services::Services,
-    store::{token, InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState},
-    tasks::Tasks,
     txlock::{TxLock, TxLocks},
+};
+use rebound_common::tasks::Tasks;
+use rebound_store::{
+    clock::SharedClock,
+    policy::RetryPolicy,
+    token,
     window::{WindowGrid, WindowId},
+    InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState,
 };
 
 use enqueue::{group_commit, pointer_writes, EnqueueGroup, PointerWrites};
@@ -236,7 +239,7 @@ impl Writer {
                 let (service, location) = key;
                 while let Some(mut batch) = slot.next_batch() {
                     let pointers = std::mem::take(&mut batch.items);
-                    crate::metrics::global().coalesced("pointer_writes", pointers.len());
+                    rebound_common::metrics::global().coalesced("pointer_writes", pointers.len());
                     let written = store.put_pointers(&service, &location, &pointers).await;
                     batch.answer(written.map(|()| vec![(); pointers.len()]));
                 }

@@ -5,7 +5,9 @@ use futures::TryStreamExt;
 use rebound_proto::v1 as pb;
 
 use super::Admin;
-use crate::{error::Error, store::DeadLetter, validate, window::DAY_MS, wire::ts};
+use crate::wire::ts;
+use rebound_engine::{error::Error, validate};
+use rebound_store::{window::DAY_MS, DeadLetter};
 
 /// Longest time range a dead-letter call may cover.
 const MAX_DLQ_RANGE_DAYS: i64 = 400;

@@ -3,7 +3,8 @@
 use rebound_proto::{time::ts, v1 as pb};
 
 use super::Admin;
-use crate::{error::Error, store::HoldRow, validate};
+use rebound_engine::{error::Error, validate};
+use rebound_store::HoldRow;
 
 pub fn hold_pb(h: HoldRow) -> pb::DependencyHoldInfo {
     pb::DependencyHoldInfo {

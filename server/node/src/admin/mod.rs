@@ -23,20 +23,22 @@ use std::{
 use futures::TryStreamExt;
 use rebound_proto::v1 as pb;
 
-use crate::{
-    clock::SharedClock,
+use crate::wire::{dur, policy_pb, ts};
+use rebound_engine::{
     dispatch::hub::Hub,
     error::Error,
     ownership::Ownership,
-    push::target,
     ring::LeaseRing,
+    services::push_target as target,
     services::{Services, Settings},
-    store::{Location, PointerState, RetryStore, Status, TokenRange},
     validate,
     walk::{Entry, Walk},
-    window::{day_to_date, WindowGrid, WindowId},
-    wire::{dur, policy_pb, ts},
     writer::{generation_ms, Writer},
+};
+use rebound_store::{
+    clock::SharedClock,
+    window::{day_to_date, WindowGrid, WindowId},
+    Location, PointerState, RetryStore, Status, TokenRange,
 };
 
 mod dead_letters;
@@ -49,7 +51,7 @@ pub use dead_letters::Cursor;
 pub struct Admin {
     pub store: Arc<dyn RetryStore>,
     pub services: Arc<Services>,
-    pub holds: Arc<crate::holds::Holds>,
+    pub holds: Arc<rebound_engine::holds::Holds>,
     pub writer: Arc<Writer>,
     pub hub: Arc<Hub>,
     pub ownership: Arc<dyn Ownership>,
@@ -488,7 +490,8 @@ impl Admin {
                 per.entry(s.service.clone()).or_default().paused = s.paused;
             }
         }
-        let backlog = crate::backlog::measure(&self.store, &grid, now, only, 0, None).await?;
+        let backlog =
+            rebound_engine::backlog::measure(&self.store, &grid, now, only, 0, None).await?;
         for (service, b) in backlog {
             let st = per.entry(service).or_default();
             st.pending = b.pending;

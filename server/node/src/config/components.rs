@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::Config;
-use crate::{
+use rebound_engine::{
     compactor::CompactorOptions,
     dispatch::{hub::HubLimits, DispatchOptions},
     engine::EngineOptions,

@@ -5,10 +5,8 @@
 use std::{collections::HashMap, net::SocketAddr, path::Path};
 
 pub use crate::telemetry::LogFormat;
-use crate::{
-    consistency::{Level, Serial},
-    policy::RetryPolicy,
-};
+use rebound_store::policy::RetryPolicy;
+use rebound_store_cassandra::consistency::{Level, Serial};
 
 mod components;
 mod env;
@@ -248,7 +246,7 @@ impl Default for Config {
             compaction_interval_ms: 2_000,
             http_listen: Some("127.0.0.1:9464".parse().expect("static address")),
             http_listen_set: false,
-            metrics_max_services: crate::metrics::DEFAULT_MAX_SERVICES,
+            metrics_max_services: rebound_common::metrics::DEFAULT_MAX_SERVICES,
             stats_interval_ms: 15_000,
             trace_url_template: None,
             push_allow: String::new(),
@@ -370,7 +368,7 @@ impl Config {
                 .map_err(|m| bad("REBOUND_TRACE_URL_TEMPLATE", format!("{t:?} {m}")))?;
         }
         // Its message names the key already.
-        crate::push::guard::Allow::parse(&self.push_allow).map_err(|m| {
+        rebound_engine::push::guard::Allow::parse(&self.push_allow).map_err(|m| {
             let m = m.strip_prefix("REBOUND_PUSH_ALLOW: ").unwrap_or(&m);
             bad("REBOUND_PUSH_ALLOW", m)
         })?;

@@ -14,7 +14,8 @@ use rebound_proto::{json as pj, v1 as pb};
 use serde_json::{json, Value};
 
 use super::{json_response, live, parse, ApiError, Dashboard, Presented};
-use crate::{admin::service_info, auth::Auth, error::Error, wire};
+use crate::{admin::service_info, auth::Auth, wire};
+use rebound_engine::error::Error;
 
 type Reply = Result<Value, Error>;
 

@@ -28,7 +28,7 @@ use std::{
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 
-use crate::metrics;
+use rebound_common::metrics;
 
 /// One sample of the text format: its name, its labels and its value.
 #[derive(Debug, Clone, PartialEq)]

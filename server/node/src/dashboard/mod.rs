@@ -35,10 +35,10 @@ use tonic::{metadata::MetadataMap, Code};
 use crate::{
     admin::Admin,
     auth::{Auth, Credential},
-    error::Error,
     telemetry::rpc::code_name,
     tls::ConnInfo,
 };
+use rebound_engine::error::Error;
 
 /// What the endpoints need from the node.
 #[derive(Debug)]

@@ -4,7 +4,7 @@
 //! refused. Times are RFC 3339, durations numbers of seconds (`rebound_proto::json`).
 //!
 //! A push target's signing secrets and header values never appear in a message here (as in
-//! `push::target`): a wrong JSON type is named by its kind, a header line by its number.
+//! `services::push_target`): a wrong JSON type is named by its kind, a header line by its number.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -14,11 +14,8 @@ use rebound_proto::{
 };
 use serde_json::Value;
 
-use crate::{
-    error::Error,
-    names::show,
-    redrive::{LetterKey, MAX_SELECTED_LETTERS},
-};
+use crate::redrive::{LetterKey, MAX_SELECTED_LETTERS};
+use rebound_engine::{error::Error, names::show};
 
 /// The largest request body read.
 pub const MAX_BODY_BYTES: usize = 64 << 10;
@@ -187,7 +184,7 @@ const PUSH_TARGET_FIELDS: &[&str] = &[
 
 /// `{"target": {"url", "timeout", "headers", "signing_secrets", "max_concurrent"}}`:
 /// SetPushTarget's target, its values checked for their JSON types only (the node validates
-/// them, `push::target`, naming `target.url` and so on). `timeout` is seconds; `headers` an
+/// them, `services::push_target`, naming `target.url` and so on). `timeout` is seconds; `headers` an
 /// object of name: value strings or a text of `Name: value` lines ([`header_lines`]);
 /// `signing_secrets` an array of strings. None (`{}`, `{"target": null}`): no target, which
 /// the node refuses as required.
@@ -262,7 +259,7 @@ pub fn push_target(v: &Value) -> Result<Option<pb::PushTarget>, Error> {
 /// Headers written one a line as `Name: value` (the page's text area): blank lines are
 /// skipped, a line ends at `\n` (a `\r` before it is dropped), the name is what comes before
 /// the first colon and the value what follows it, each without surrounding spaces and tabs.
-/// Whether names and values are allowed is the node's check (`push::target`); here a line
+/// Whether names and values are allowed is the node's check (`services::push_target`); here a line
 /// without a colon, or a name given twice, is refused, naming the line (never its text: a
 /// value may be a token).
 pub fn header_lines(field: &str, text: &str) -> Result<HashMap<String, String>, Error> {

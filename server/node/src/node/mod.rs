@@ -22,27 +22,21 @@ mod start;
 
 use crate::{
     auth::Auth,
-    clock::SharedClock,
-    compactor::Compactor,
     config::{Config, StoreKind},
     connections::Connections,
-    dispatch::Dispatcher,
-    engine::Engine,
     keys::KeyFile,
-    ownership::Ownership,
-    push::Pusher,
-    ring::LeaseRing,
-    store::{
-        cassandra::{self, connect_with_wait, CassandraOptions, CassandraStore, Connection},
-        coalesced::Coalesced,
-        embedded::EmbeddedStore,
-        observed::Observed,
-        MigrationStore, RetryStore,
-    },
-    tasks::Tasks,
     tls::ServerTls,
-    writer::Writer,
 };
+use rebound_common::tasks::Tasks;
+use rebound_engine::{
+    compactor::Compactor, dispatch::Dispatcher, engine::Engine, ownership::Ownership, push::Pusher,
+    ring::LeaseRing, writer::Writer,
+};
+use rebound_store::{
+    clock::SharedClock, coalesced::Coalesced, observed::Observed, MigrationStore, RetryStore,
+};
+use rebound_store_cassandra::{connect_with_wait, CassandraOptions, CassandraStore, Connection};
+use rebound_store_embedded::EmbeddedStore;
 
 /// Spawns `task` under `owner`, which is new and so accepts it.
 fn own(owner: &Tasks, task: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -175,7 +169,10 @@ async fn open_store(config: &Config, clock: &SharedClock) -> anyhow::Result<Open
                     .context("preparing statements")?,
             );
             // Single state-row calls coalesced into Cassandra-sized batches, then observed.
-            let coalesced = Arc::new(Coalesced::new(cassandra, cassandra::COALESCING));
+            let coalesced = Arc::new(Coalesced::new(
+                cassandra,
+                rebound_store_cassandra::COALESCING,
+            ));
             Ok(OpenStore {
                 store: Arc::new(Observed::new(coalesced, "cassandra")),
                 applied,
@@ -255,7 +252,7 @@ impl Node {
         let (clock, cluster_clock) = start::node_clock(&config, &store, clock).await;
         let boot_epoch = clock.now_ms();
         let listeners = start::Listeners::bind(&config).await?;
-        crate::metrics::global().set_max_services(config.metrics_max_services);
+        rebound_common::metrics::global().set_max_services(config.metrics_max_services);
         let advertised = listeners.advertised.clone();
         let (shutdown, _) = watch::channel(false);
         let engine = Engine::build(

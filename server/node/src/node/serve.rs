@@ -18,10 +18,10 @@ use crate::{
     api::{AdminApi, Api, ExecutorApi},
     auth::AdminGate,
     config::Config,
-    dispatch::hub::Hub,
-    tasks::Tasks,
     tls::{MaybeTls, ServerTls, TlsListener},
 };
+use rebound_common::tasks::Tasks;
+use rebound_engine::dispatch::hub::Hub;
 
 /// The gRPC services a node serves, built by the node from its components.
 pub(super) struct GrpcServices {
@@ -140,7 +140,7 @@ pub(super) async fn serve_grpc(
         .layer(crate::budget::BudgetLayer::new(request_budget))
         .layer(tower::util::MapResponseLayer::new(
             move |r: http::Response<tonic::body::Body>| {
-                crate::error::oversized_request(r, max_payload_bytes)
+                rebound_engine::error::oversized_request(r, max_payload_bytes)
             },
         ))
         .add_service(health_service)

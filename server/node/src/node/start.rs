@@ -13,14 +13,18 @@ use crate::{
     admin::Admin,
     api::{AdminApi, Api, ExecutorApi},
     auth::{AdminGate, Auth},
-    clock::{ClusterClock, SharedClock},
-    clock_sync::{measure_offset, run_clock_sync, sync_clock},
     config::{Config, StoreKind},
-    engine::Engine,
     keys::KeyFile,
-    ring::LeaseRing,
-    store::RetryStore,
     tls::ServerTls,
+};
+use rebound_engine::{
+    clock_sync::{measure_offset, run_clock_sync, sync_clock},
+    engine::Engine,
+    ring::LeaseRing,
+};
+use rebound_store::{
+    clock::{ClusterClock, SharedClock},
+    RetryStore,
 };
 
 /// The credentials and the listeners' TLS, read before anything starts, so that a bad file
@@ -196,7 +200,7 @@ impl Parts<'_> {
             engine
                 .holds
                 .clone()
-                .run(crate::holds::REFRESH_EVERY, shutdown.subscribe()),
+                .run(rebound_engine::holds::REFRESH_EVERY, shutdown.subscribe()),
         );
         own(background, engine.dispatcher.clone().run_scanner());
         own(background, engine.pusher.clone().run(shutdown.subscribe()));
@@ -210,7 +214,7 @@ impl Parts<'_> {
         );
         own(
             background,
-            crate::backlog::run(
+            rebound_engine::backlog::run(
                 (*store).clone(),
                 ownership.clone(),
                 (*clock).clone(),
@@ -320,7 +324,7 @@ impl Parts<'_> {
 /// "Settings every node shares").
 pub(super) async fn check_shared_settings(
     config: &Config,
-    store: &dyn rebound_engine::store::RetryStore,
+    store: &dyn rebound_store::RetryStore,
 ) -> anyhow::Result<()> {
     use rebound_engine::shared_settings::{check, SharedSetting};
     let mine = [

@@ -6,13 +6,11 @@
 //!
 //! Traces (`otel`) are exported over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; with no
 //! endpoint no span is made at all (`enabled()` is false, and the spans of `rpc`, the
-//! handlers and the store are skipped). `context` reads and writes W3C trace context.
+//! handlers and the store are skipped). W3C trace context is `rebound_store::context`, the delivery's spans `rebound_engine::spans`.
 
-pub use rebound_store::context;
 pub mod json;
 pub mod otel;
 pub mod rpc;
-pub use rebound_engine::spans;
 
 use std::time::Duration;
 

@@ -18,7 +18,7 @@ use opentelemetry_sdk::{
 };
 use tokio::{sync::mpsc, task::JoinHandle};
 
-use crate::metrics;
+use rebound_common::metrics;
 use rebound_common::ConfigError;
 
 /// The variables read (docs/observability.md, "Traces").

@@ -14,8 +14,8 @@ use std::{
 use tracing::{field::Empty, Instrument};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::context::TextContext;
-use crate::metrics;
+use rebound_common::metrics;
+use rebound_store::context::TextContext;
 
 /// At most this many distinct method names get labels of their own (`other` past it).
 const MAX_METHODS: usize = 128;

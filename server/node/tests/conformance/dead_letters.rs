@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures::{stream, StreamExt};
-use rebound_server::store::{DeadLetter, DeadLetterRow, RetryStore};
+use rebound_store::{DeadLetter, DeadLetterRow, RetryStore};
 
 use crate::fixture::{all, Fixture, SVC};
 

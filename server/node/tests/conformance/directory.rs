@@ -1,7 +1,7 @@
 //! The directory: days, windows, Tier-3 instances, buckets, Tier-5 pointers, low water.
 
 use futures::{stream, StreamExt};
-use rebound_server::store::{InstanceRow, Pointer, TokenRange};
+use rebound_store::{InstanceRow, Pointer, TokenRange};
 
 use crate::fixture::{ids, loc, pointer, pointers_of, state, window, Fixture, SVC};
 

@@ -4,10 +4,9 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::{stream::BoxStream, TryStreamExt};
-use rebound_server::{
-    policy::RetryPolicy,
-    store::{Location, Pointer, RetryStore, Status, StoreResult, TxState},
-    window::WindowId,
+use rebound_store::{
+    policy::RetryPolicy, window::WindowId, Location, Pointer, RetryStore, Status, StoreResult,
+    TxState,
 };
 
 /// One store under test, fresh for one test.
@@ -97,7 +96,7 @@ pub fn state(service: &str, id: &str, generation: i64) -> TxState {
         cancelled_generation: None,
         succeeded_generation: None,
         // The enqueue's trace context is part of the stored row (issue 16).
-        trace: rebound_server::telemetry::context::TextContext {
+        trace: rebound_store::context::TextContext {
             traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_string(),
             tracestate: "rojo=00f067aa0ba902b7".to_string(),
         },

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rebound_server::store::{Cas, LeaseChange, LeaseRow, Member};
+use rebound_store::{Cas, LeaseChange, LeaseRow, Member};
 
 use crate::fixture::Fixture;
 

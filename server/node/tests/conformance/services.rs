@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use rebound_server::store::{HoldRow, ProbeClaim, ProbeRow, ServiceRow};
+use rebound_store::{HoldRow, ProbeClaim, ProbeRow, ServiceRow};
 
 use crate::fixture::Fixture;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rebound_server::store::{Status, TxState};
+use rebound_store::{Status, TxState};
 
 use crate::fixture::{state, Fixture, SVC};
 

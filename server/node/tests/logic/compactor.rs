@@ -2,7 +2,7 @@
 //! mark, and a directory that ends empty.
 
 use rebound_proto::v1 as pb;
-use rebound_server::{store::DirectoryStore, window::WindowId};
+use rebound_store::{window::WindowId, DirectoryStore};
 
 use crate::{eventually, expect_delivery, utc_ms, Rig};
 

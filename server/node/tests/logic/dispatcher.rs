@@ -4,10 +4,7 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use rebound_proto::v1 as pb;
-use rebound_server::{
-    store::{DirectoryStore, Pointer, StateStore, Status, TxState},
-    window::WindowId,
-};
+use rebound_store::{window::WindowId, DirectoryStore, Pointer, StateStore, Status, TxState};
 use tonic::Code;
 
 use crate::{eventually, expect_delivery, next_delivery, utc_ms, Deliveries, Rig};
@@ -409,10 +406,10 @@ async fn a_paused_service_is_not_delivered_until_resumed() {
 async fn a_node_whose_lease_is_about_to_expire_starts_nothing_until_it_renews() {
     use std::sync::Arc;
 
-    use rebound_server::{
+    use rebound_engine::ring::{LeaseRing, RingOptions};
+    use rebound_store::{
         clock::{ManualClock, SharedClock},
-        ring::{LeaseRing, RingOptions},
-        store::ScheduleStore,
+        ScheduleStore,
     };
 
     let clock = ManualClock::new(utc_ms(START));

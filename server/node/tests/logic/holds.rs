@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use rebound_proto::v1::{self as pb, executor_service_server::ExecutorService};
-use rebound_server::{store::Status, window::WindowId};
+use rebound_store::{window::WindowId, Status};
 use tonic::Request;
 
 use crate::{expect_delivery, input, next_delivery, utc_ms, Deliveries, Rig};

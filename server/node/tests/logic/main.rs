@@ -19,25 +19,25 @@ mod writer;
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use futures::{StreamExt, TryStreamExt};
-use rebound_proto::v1 as pb;
-use rebound_server::{
-    api::ExecutorApi,
-    auth::Auth,
-    clock::{ManualClock, SharedClock},
+use rebound_engine::{
     compactor::Compactor,
-    config::Config,
     dispatch::Dispatcher,
     engine::Engine,
     ownership::{Ownership, WholeRing},
-    policy::PolicyOverrides,
-    store::{
-        embedded::EmbeddedStore, observed::Observed, DirectoryStore, Location, MigrationStore,
-        Pointer, RetryStore, ScheduleStore, StateStore, TokenRange, TxState,
-    },
     validate::{EnqueueInput, Schedule},
-    window::{WindowGrid, WindowId},
     writer::{EnqueueOutcome, Writer},
 };
+use rebound_proto::v1 as pb;
+use rebound_server::{api::ExecutorApi, auth::Auth, config::Config};
+use rebound_store::{
+    clock::{ManualClock, SharedClock},
+    observed::Observed,
+    policy::PolicyOverrides,
+    window::{WindowGrid, WindowId},
+    DirectoryStore, Location, MigrationStore, Pointer, RetryStore, ScheduleStore, StateStore,
+    TokenRange, TxState,
+};
+use rebound_store_embedded::EmbeddedStore;
 use tokio::sync::watch;
 use tonic::Request;
 
@@ -77,7 +77,7 @@ pub async fn open_store(clock: &ManualClock) -> (Arc<EmbeddedStore>, tempfile::T
 }
 
 pub fn clock_now(clock: &ManualClock) -> i64 {
-    use rebound_server::clock::Clock;
+    use rebound_store::clock::Clock;
     clock.now_ms()
 }
 
@@ -198,7 +198,7 @@ impl Rig {
         service: &str,
         txid: &str,
         delay_ms: u64,
-    ) -> Result<EnqueueOutcome, rebound_server::error::Error> {
+    ) -> Result<EnqueueOutcome, rebound_engine::error::Error> {
         self.writer.enqueue(input(service, txid, delay_ms)).await
     }
 

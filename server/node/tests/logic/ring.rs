@@ -4,12 +4,15 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use rebound_server::{
-    clock::{ManualClock, SharedClock},
+use rebound_engine::{
     ownership::Ownership,
     ring::{merge, slot_range, LeaseRing, RingOptions, COMPACTOR_SLOT},
-    store::{embedded::EmbeddedStore, Cas, LeaseChange, LeaseStore, TokenRange},
 };
+use rebound_store::{
+    clock::{ManualClock, SharedClock},
+    Cas, LeaseChange, LeaseStore, TokenRange,
+};
+use rebound_store_embedded::EmbeddedStore;
 
 use crate::{clock_now, open_store, utc_ms};
 
@@ -142,7 +145,7 @@ async fn expired_leases_change_hands_and_an_old_epoch_is_fenced_off() {
     );
 
     // Fencing: a write under A's old epoch is rejected and changes nothing.
-    let stale = rebound_server::store::LeaseRow {
+    let stale = rebound_store::LeaseRow {
         expires_at_ms: now + TTL_MS,
         ..old.clone()
     };

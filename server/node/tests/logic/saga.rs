@@ -3,14 +3,13 @@
 //! before it was acknowledged SUCCEEDED; a step that succeeds runs none; a dead compensation
 //! stops the chain, and a redrive of it resumes the chain.
 
-use rebound_proto::v1::{self as pb, enqueue_retry_request::Schedule};
-use rebound_server::{
+use rebound_engine::{
     dispatch::{AttemptOutcome, Resolution},
     error::Error,
-    saga,
-    store::Status,
-    validate,
+    saga, validate,
 };
+use rebound_proto::v1::{self as pb, enqueue_retry_request::Schedule};
+use rebound_store::Status;
 
 use crate::{next_delivery, utc_ms, Deliveries, Rig};
 
@@ -119,7 +118,7 @@ async fn a_dead_step_runs_its_compensations_in_order_each_after_the_last_succeed
     assert_eq!(c1.policy.max_attempts, 0, "unlimited attempts");
     assert_eq!(
         c1.policy.max_retry_duration,
-        Some(saga::COMPENSATION_RETRY_DURATION)
+        Some(rebound_store::policy::COMPENSATION_RETRY_DURATION)
     );
     // Nothing after it runs until it succeeds, however long it fails.
     rig.ack(&first, pb::AckOutcome::Retry, Some(1))
@@ -267,7 +266,7 @@ async fn a_hand_off_repeated_after_a_crash_enqueues_the_next_once() {
 #[tokio::test]
 async fn a_chain_over_the_limits_is_refused_by_name_before_anything_is_written() {
     let rig = Rig::new(utc_ms(START)).await;
-    let many = (0..=saga::MAX_COMPENSATIONS)
+    let many = (0..=rebound_engine::validate::MAX_COMPENSATIONS)
         .map(|i| compensation("payments", &format!("c-{i}")))
         .collect();
     let e = enqueue(&rig, step("big", many)).await.unwrap_err();

@@ -9,14 +9,11 @@ use std::sync::{
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use rebound_server::{
-    clock::ManualClock,
-    store::{
-        embedded::EmbeddedStore, DirectoryStore, InstanceRow, Location, Pointer, StateStore,
-        StoreError, StoreResult, TokenRange, TxState,
-    },
-    window::WindowId,
+use rebound_store::{
+    clock::ManualClock, window::WindowId, DirectoryStore, InstanceRow, Location, Pointer,
+    StateStore, StoreError, StoreResult, TokenRange, TxState,
 };
+use rebound_store_embedded::EmbeddedStore;
 
 #[derive(Debug)]
 pub struct StallingStore {

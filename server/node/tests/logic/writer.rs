@@ -2,11 +2,10 @@
 
 use std::sync::Arc;
 
-use rebound_server::{
-    clock::ManualClock,
-    error::Error,
-    store::{token, DirectoryStore, Location, PointerState, ScheduleStore, Status, TokenRange},
-    window::WindowId,
+use rebound_engine::error::Error;
+use rebound_store::{
+    clock::ManualClock, token, window::WindowId, DirectoryStore, Location, PointerState,
+    ScheduleStore, Status, TokenRange,
 };
 
 use crate::{open_store, stall::StallingStore, utc_ms, Rig};
@@ -219,7 +218,7 @@ async fn stalling_rig() -> (Rig, Arc<StallingStore>) {
         store,
         dir,
         writer_store,
-        Arc::new(rebound_server::ownership::WholeRing),
+        Arc::new(rebound_engine::ownership::WholeRing),
     )
     .await;
     (rig, stalling)
@@ -257,8 +256,8 @@ async fn a_state_row_slower_than_the_orphan_grace_answers_deadline_exceeded() {
     let (rig, stalling) = stalling_rig().await;
     stalling.stall_next_state_write(rig.orphan_grace_ms());
     // Due at a fixed time, so that the repeat below targets the same window.
-    let due = |txid: &str| rebound_server::validate::EnqueueInput {
-        schedule: rebound_server::validate::Schedule::DueAt(utc_ms("2026-11-30 15:01:00.000")),
+    let due = |txid: &str| rebound_engine::validate::EnqueueInput {
+        schedule: rebound_engine::validate::Schedule::DueAt(utc_ms("2026-11-30 15:01:00.000")),
         ..crate::input("svc", txid, 0)
     };
     let r = rig.writer.enqueue(due("t1")).await;
@@ -322,7 +321,7 @@ async fn the_embedded_stores_calls_are_measured_by_store_and_method() {
             .map_or(0, |v| v.trim().parse().expect("a count"))
     }
     let rig = Rig::new(utc_ms(START)).await;
-    let metrics = rebound_server::metrics::global();
+    let metrics = rebound_common::metrics::global();
     let before = metrics.encode();
     rig.enqueue("svc", "measured", 0).await;
     let after = metrics.encode();

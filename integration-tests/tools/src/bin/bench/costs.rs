@@ -135,11 +135,9 @@ pub(crate) fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
 /// `--concurrency` (coalesced into `IN` reads and small batches). On a box where Cassandra
 /// shares the cores this is what bounds Rebound. Needs `--cassandra-pid PID`.
 pub(crate) async fn costs(a: &Args) -> anyhow::Result<J> {
-    use rebound_server::{
-        config::Config,
-        policy::RetryPolicy,
-        store::{cassandra, RetryStore, Status, TxState},
-    };
+    use rebound_server::config::Config;
+    use rebound_store::{policy::RetryPolicy, RetryStore, Status, TxState};
+    use rebound_store_cassandra as cassandra;
     let n: usize = a.get("n", 20_000)?;
     let conc: usize = a.get("concurrency", 32)?;
     let pid: u32 = a.get("cassandra-pid", 0)?;
@@ -149,7 +147,7 @@ pub(crate) async fn costs(a: &Args) -> anyhow::Result<J> {
         keyspace: format!("bench_costs_{}", now_ms()),
         ..Config::default()
     };
-    let clock: rebound_server::clock::SharedClock = Arc::new(rebound_server::clock::SystemClock);
+    let clock: rebound_store::clock::SharedClock = Arc::new(rebound_store::clock::SystemClock);
     rebound_server::node::run_migrations(&config, &clock).await?;
     let opts = rebound_server::node::cassandra_options(&config).expect("cassandra options");
     let connection = cassandra::connect(&opts).await?;

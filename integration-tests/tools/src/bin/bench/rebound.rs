@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use rebound_proto::v1::{self as pb, retry_service_client::RetryServiceClient};
-use rebound_server::window::WindowGrid;
+use rebound_store::window::WindowGrid;
 use tonic::transport::Channel;
 
 use super::*;
