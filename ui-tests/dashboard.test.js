@@ -624,7 +624,7 @@ describe("dashboard", { concurrency: false }, () => {
 		await page.close_();
 	});
 
-	test("push target: set through the page and shown with its secrets masked; a bad URL is refused naming the field; clear", async () => {
+	test("push target: set through the page and shown with its secrets and header values masked; a bad URL is refused naming the field; clear", async () => {
 		const service = "t13-push";
 		// Standard Webhooks secrets (whsec_ and the base64 of 24 and 32 bytes).
 		const secret1 = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
