@@ -624,7 +624,7 @@ describe("dashboard", { concurrency: false }, () => {
 		await page.close_();
 	});
 
-	test("push target: set through the page and shown with its secrets masked; a bad URL is refused naming the field; clear", async () => {
+	test("push target: set through the page and shown with its secrets and header values masked; a bad URL is refused naming the field; clear", async () => {
 		const service = "t13-push";
 		// Standard Webhooks secrets (whsec_ and the base64 of 24 and 32 bytes).
 		const secret1 = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -698,7 +698,7 @@ describe("dashboard", { concurrency: false }, () => {
 			};
 		});
 		assert.equal(shown.timeout, "2.5s");
-		assert.deepEqual(shown.headers, ["X-Note: <b>bold</b> & co", "X-Team: payments"]);
+		assert.deepEqual(shown.headers, ["X-Note: …& co", "X-Team: …"], "the header values are masked");
 		assert.equal(shown.markup, 0, "header text is not markup");
 		assert.deepEqual(shown.secrets, ["whsec_…LaSw", "whsec_…Hh8="], "the secrets are masked");
 		assert.match(shown.maxConcurrent, /^8\b/);
@@ -707,18 +707,31 @@ describe("dashboard", { concurrency: false }, () => {
 		for (const secret of [secret1, secret2]) {
 			assert.ok(!shown.page.includes(secret.slice(6, -4)), "no secret on the page");
 		}
+		assert.ok(!shown.page.includes("<b>bold</b>"), "no header value on the page");
 		const got = (await cli("push-target", "get", service)).push_target;
 		assert.equal(got.url, "https://hooks.example.com/rebound?tenant=7");
 		assert.equal(got.timeout, 2.5);
 		assert.equal(got.max_concurrent, 8);
-		assert.deepEqual(got.headers, { "X-Team": "payments", "X-Note": "<b>bold</b> & co" });
+		assert.deepEqual(got.headers, { "X-Team": "…", "X-Note": "…& co" });
 		assert.deepEqual(got.signing_secrets, ["whsec_…LaSw", "whsec_…Hh8="]);
 		// The form holds the target for a replacement, without its secrets.
 		assert.equal(await page.inputValue("#push-url"), "https://hooks.example.com/rebound?tenant=7");
-		assert.equal(await page.inputValue("#push-headers"), "X-Note: <b>bold</b> & co\nX-Team: payments");
+		assert.equal(await page.inputValue("#push-headers"), "X-Note: …& co\nX-Team: …");
 		assert.equal(
 			await page.textContent('details.edit:has(form[data-form="push"]) summary'),
 			"Replace push target",
+		);
+		// Saved again with the headers as filled in (masked): refused, naming the header.
+		await page.fill("#push-secret", secret1);
+		await page.click('form[data-form="push"] button[type="submit"]');
+		await page.waitForFunction(() =>
+			document.querySelector('form[data-form="push"] [role="alert"]')?.textContent.includes("masked value"),
+		);
+		assert.match(await alert.textContent(), /target\.headers\["X-Note"\]: is a masked value/);
+		assert.deepEqual(
+			(await cli("push-target", "get", service)).push_target.headers,
+			got.headers,
+			"the stored target stays",
 		);
 
 		// A fresh load shows it from GetService; at 390 px nothing overflows.

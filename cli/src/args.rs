@@ -303,8 +303,9 @@ pub struct EnqueueArgs {
     #[arg(long, value_parser = parse_time)]
     pub due: Option<prost_types::Timestamp>,
 
-    /// Attempts already made before this enqueue (as on the wire, 0 unless given).
-    #[arg(long, default_value_t = 0)]
+    /// Attempts already made before this enqueue: the call that just failed, 1 unless given,
+    /// as in every SDK (0: none made, the first delivery is attempt 1).
+    #[arg(long, default_value_t = 1)]
     pub attempt: u32,
 
     /// The error of the last attempt.
@@ -473,6 +474,21 @@ mod tests {
         assert_eq!(p.non_retryable_error_classes, ["http.400", "http.404"]);
         assert!(!policy.is_empty());
         assert!(PolicyArgs::default().is_empty());
+    }
+
+    #[test]
+    fn enqueue_counts_the_failed_call_as_attempt_1_unless_told() {
+        let attempt = |extra: &[&str]| {
+            let args = ["rebound", "enqueue", "orders", "o1"].iter().chain(extra);
+            match Cli::try_parse_from(args).unwrap().command {
+                Command::Enqueue(a) => a.attempt,
+                other => panic!("parsed as {other:?}"),
+            }
+        };
+        // As every SDK fills it in: the first delivery is then attempt 2.
+        assert_eq!(attempt(&[]), 1);
+        assert_eq!(attempt(&["--attempt", "0"]), 0);
+        assert_eq!(attempt(&["--attempt", "4"]), 4);
     }
 
     #[test]

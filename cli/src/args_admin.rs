@@ -104,7 +104,7 @@ timeout or a connection error RETRY (Retry-After sets the delay); a redirect or 
 FAILED. Applies on every node within the settings refresh interval.
 
 A secret is whsec_ and the base64 of 24-64 random bytes; give two while rotating (each request
-is signed with both). The answer shows each secret masked. --request-timeout is how long one
+is signed with both). The answer shows each secret and header value masked. --request-timeout is how long one
 request may take (1s-30m, default 30s); --timeout stays the CLI's own call timeout.
 
 Examples:
@@ -113,7 +113,7 @@ Examples:
   rebound push-target set orders --url https://hooks.example.com/rebound \\
       --secret whsec_NEW... --secret whsec_OLD... --request-timeout 2m --max-concurrent 16")]
     Set(PushTargetArgs),
-    /// Show the service's push target, secrets masked (GetPushTarget).
+    /// Show the service's push target, secrets and header values masked (GetPushTarget).
     #[command(after_help = "\
 Exit code 3 when the service has no push target.
 

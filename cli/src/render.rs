@@ -158,7 +158,7 @@ pub fn limits_summary(l: Option<&pb::ServiceLimits>) -> String {
 }
 
 /// A push target as JSON (null when there is none): timeout in seconds, headers as an
-/// object, secrets as the node answered them (masked).
+/// object, secrets and header values as the node answered them (masked).
 pub fn push_target_json(t: Option<&pb::PushTarget>) -> Value {
     let Some(t) = t else { return Value::Null };
     let sorted: std::collections::BTreeMap<&String, &String> = t.headers.iter().collect();

@@ -504,6 +504,20 @@ async fn subscribe_receives_prints_and_acks() {
         .ok()
         .json();
     assert_eq!(retry["last_error"], "still down", "{retry:#}");
+    // Enqueued without --attempt: the failed call was attempt 1, so each was delivered as
+    // attempt 2, and `get` shows the attempt that ran last, 2, whether it succeeded or is
+    // waiting for attempt 3.
+    assert!(
+        first.stdout.contains(&format!("orders {done} attempt 2 ")),
+        "{first:#?}"
+    );
+    assert_eq!(got["attempt"], 2, "{second:#}");
+    assert_eq!(retry["attempt"], 2, "{retry:#}");
+    let succeeded = rebound(&a, &["--json", "get", "orders", done])
+        .await
+        .ok()
+        .json();
+    assert_eq!(succeeded["attempt"], 2, "{succeeded:#}");
 
     // Nothing more is due: --wait ends it, as an error when --count was not reached.
     rebound(&a, &["subscribe", "orders", "--count", "1", "--wait", "1s"])

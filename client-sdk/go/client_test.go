@@ -39,3 +39,16 @@ func TestEnqueueCarriesCompensationsInOrder(t *testing.T) {
 		t.Fatal("compensations without WithCompensation")
 	}
 }
+
+func TestEnqueueCountsTheFailedCallAsAttempt1UnlessTold(t *testing.T) {
+	// As the CLI and every SDK: the first delivery is then attempt 2.
+	if got := NewEnqueueRequest("s", "t").GetAttempt(); got != 1 {
+		t.Fatalf("default attempt %d, want 1", got)
+	}
+	if got := NewEnqueueRequest("s", "t", Attempt(0)).GetAttempt(); got != 0 {
+		t.Fatalf("Attempt(0) gave %d", got)
+	}
+	if got := NewEnqueueRequest("s", "t", Attempt(3)).GetAttempt(); got != 3 {
+		t.Fatalf("Attempt(3) gave %d", got)
+	}
+}

@@ -1028,8 +1028,9 @@ async fn stats_bands_in_flight_nodes_and_window_inspection() {
 
 /// Push targets through AdminService on an in-process node on the embedded store (no
 /// Cassandra needed): admin credential required, bad input refused naming the field before
-/// anything is written, set / get / list answered with secrets masked, NOT_FOUND without a
-/// target, clear once.
+/// anything is written (a metadata address among it), set / get / list answered with secrets
+/// and header values masked (no header value in clear), the masked form sent back refused,
+/// NOT_FOUND without a target, clear once.
 #[tokio::test]
 async fn push_target_is_set_shown_masked_and_cleared() {
     use rebound_integration_tests::{credentials_file, with_token};
@@ -1086,9 +1087,23 @@ async fn push_target_is_set_shown_masked_and_cleared() {
     };
     let target = pb::PushTarget {
         url: "https://hooks.example.com/rebound".into(),
-        headers: [("X-Tenant".to_string(), "7".to_string())].into(),
+        headers: [
+            ("X-Tenant".to_string(), "7".to_string()),
+            (
+                "Authorization".to_string(),
+                "Bearer tok_9f8e7d6c5b4a".to_string(),
+            ),
+        ]
+        .into(),
         signing_secrets: vec![secret(1, 24), secret(2, 33)],
         ..Default::default()
+    };
+    // What no answer may hold: a header value or a secret in clear.
+    let in_clear = |t: &pb::PushTarget| {
+        let shown = format!("{t:?}");
+        shown.contains("tok_9f8e7d")
+            || shown.contains("\"7\"")
+            || shown.contains(&secret(1, 24)[6..20])
     };
     let set = |service: &str, t: pb::PushTarget| pb::SetPushTargetRequest {
         service: service.into(),
@@ -1173,6 +1188,13 @@ async fn push_target_is_set_shown_masked_and_cleared() {
             },
             "target.max_concurrent",
         ),
+        (
+            pb::PushTarget {
+                url: "http://169.254.169.254/latest/meta-data".into(),
+                ..target.clone()
+            },
+            "target.url",
+        ),
     ] {
         invalid(a.set_push_target(ops(set("orders", t))).await, field);
     }
@@ -1221,7 +1243,16 @@ async fn push_target_is_set_shown_masked_and_cleared() {
     assert_eq!(stored.url, target.url);
     assert_eq!(stored.timeout, Some(secs(30)));
     assert_eq!(stored.max_concurrent, Some(64));
-    assert_eq!(stored.headers, target.headers);
+    // Header values masked like the secrets: the last 4 characters of a long one only.
+    assert_eq!(
+        stored.headers,
+        [
+            ("X-Tenant".to_string(), "…".to_string()),
+            ("Authorization".to_string(), "…5b4a".to_string()),
+        ]
+        .into()
+    );
+    assert!(!in_clear(&stored), "{stored:?}");
     let masked: Vec<String> = target
         .signing_secrets
         .iter()
@@ -1251,6 +1282,41 @@ async fn push_target_is_set_shown_masked_and_cleared() {
         .into_inner();
     assert_eq!(listed.services.len(), 1);
     assert_eq!(listed.services[0].push_target, Some(stored.clone()));
+    assert!(!in_clear(&got), "{got:?}");
+
+    // The masked target sent back as it was answered (an "edit") is refused, naming the
+    // masked field, and the stored target stays.
+    let e = a
+        .set_push_target(ops(set("orders", got.clone())))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().starts_with("target.headers[\"") && e.message().contains("masked value"),
+        "{e:?}"
+    );
+    let e = a
+        .set_push_target(ops(set(
+            "orders",
+            pb::PushTarget {
+                headers: target.headers.clone(),
+                ..got.clone()
+            },
+        )))
+        .await
+        .unwrap_err();
+    assert!(
+        e.message().starts_with("target.signing_secrets[0]:")
+            && e.message().contains("masked secret"),
+        "{e:?}"
+    );
+    assert_eq!(
+        a.get_push_target(ops(get("orders")))
+            .await
+            .unwrap()
+            .into_inner(),
+        stored
+    );
 
     // Replaced as a whole; a pause is another setting and stays.
     a.pause_service(ops(pb::PauseServiceRequest {

@@ -704,14 +704,14 @@ async fn push_targets_are_set_shown_masked_and_cleared() {
     }
     assert_eq!(service_info(&ch, "payments").await.push_target, None);
 
-    // A good one, headers as lines: answered as stored, secrets masked.
+    // A good one, headers as lines: answered as stored, secrets and header values masked.
     let v = ops
         .post(
             &set,
             &json!({"target": {
                 "url": "HTTPS://Hooks.Example.com/rebound?tenant=7",
                 "timeout": 2.5,
-                "headers": "X-Team: payments\r\nAuthorization: Bearer abc\n",
+                "headers": "X-Team: payments\r\nAuthorization: Bearer abc123xyz\n",
                 "signing_secrets": [SECRET_1, SECRET_2],
             }}),
         )
@@ -723,7 +723,12 @@ async fn push_targets_are_set_shown_masked_and_cleared() {
     assert_eq!(t["timeout"], 2.5);
     assert_eq!(
         t["headers"],
-        json!({"Authorization": "Bearer abc", "X-Team": "payments"})
+        json!({"Authorization": "…3xyz", "X-Team": "…"})
+    );
+    assert!(
+        !v["push_target"].to_string().contains("abc123")
+            && !v["push_target"].to_string().contains("payments"),
+        "no header value in clear: {v}"
     );
     assert_eq!(t["signing_secrets"], json!(["whsec_…LaSw", "whsec_…Hh8="]));
     assert_eq!(t["max_concurrent"], 64);
@@ -752,6 +757,25 @@ async fn push_targets_are_set_shown_masked_and_cleared() {
         .await
         .expect(200);
     assert_eq!(&p["push_target"], t);
+    // The page's form sends the headers back as it shows them (masked) unless they are given
+    // again: refused, naming the header, and the stored target stays.
+    let e = ops
+        .post(
+            &set,
+            &json!({"target": {
+                "url": "https://hooks.example.com/rebound?tenant=7",
+                "headers": "Authorization: …3xyz\nX-Team: …",
+                "signing_secrets": [SECRET_1],
+            }}),
+        )
+        .await
+        .expect(400);
+    assert!(
+        message(&e).starts_with("target.headers[\"Authorization\"]:")
+            && message(&e).contains("masked value"),
+        "{e}"
+    );
+    assert_eq!(&ops.get(s).await.expect(200)["push_target"], t);
 
     // Replaced as a whole: headers as an object, one secret, a concurrency.
     let v = ops
@@ -767,7 +791,7 @@ async fn push_targets_are_set_shown_masked_and_cleared() {
         .await
         .expect(200);
     let t = &v["push_target"];
-    assert_eq!(t["headers"], json!({"X-A": "1"}));
+    assert_eq!(t["headers"], json!({"X-A": "…"}));
     assert_eq!(t["signing_secrets"], json!(["whsec_…Hh8="]));
     assert_eq!(
         (t["max_concurrent"].clone(), t["timeout"].clone()),

@@ -19,6 +19,15 @@ use tonic::{transport::Channel, Code};
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const OLD_SECRET: &str = "whsec_dGhpcyBpcyB0aGUgb2xkIHNlY3JldCBrZXkgMTIz";
 
+/// `config` without REBOUND_PUSH_ALLOW, as a second node on the same keyspace.
+fn without_allow(config: rebound_server::config::Config) -> rebound_server::config::Config {
+    rebound_server::config::Config {
+        push_allow: String::new(),
+        node_id: "node-b".into(),
+        ..config
+    }
+}
+
 fn admin(n: &TestNode) -> AdminServiceClient<Channel> {
     AdminServiceClient::new(n.channel.clone())
 }
@@ -231,13 +240,35 @@ async fn pushed_deliveries_are_signed_and_the_response_decides_the_outcome() {
     assert!(rx.of("streamed").is_empty());
 }
 
+/// SetPushTarget refuses a target whose address the guard refuses (a cloud metadata address,
+/// loopback without REBOUND_PUSH_ALLOW) before anything is written; a target stored while
+/// REBOUND_PUSH_ALLOW permitted it (or before its name's DNS changed) is still checked at each
+/// request.
 #[tokio::test]
 async fn the_address_guard_keeps_pushes_off_loopback_and_bad_targets_are_refused() {
     let rx = Receiver::start(|_| Answer::Status(200)).await;
-    // No REBOUND_PUSH_ALLOW: 127.0.0.1 may not be reached.
-    let n = TestNode::with_system_clock(dispatch_config("push_guard")).await;
-    let mut a = admin(&n);
+    // A first node permits 127.0.0.1 and stores a target there; the node that then runs on
+    // the same keyspace does not permit it (as if the name's DNS had changed since).
+    let mut first = dispatch_config("push_guard");
+    first.push_allow = "127.0.0.1".into();
+    let setter = TestNode::with_system_clock(first.clone()).await;
+    let mut a = admin(&setter);
     let service = "guarded";
+    let metadata = || pb::SetPushTargetRequest {
+        service: service.into(),
+        target: Some(target("http://169.254.169.254/latest/meta-data".into(), 1)),
+    };
+    let get = || pb::GetPushTargetRequest {
+        service: service.into(),
+    };
+    let refused_address = |e: tonic::Status| {
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(
+            e.message().starts_with("target.url:") && e.message().contains("REBOUND_PUSH_ALLOW"),
+            "{e:?}"
+        );
+        e.message().to_string()
+    };
 
     let bad = |t: pb::PushTarget| pb::SetPushTargetRequest {
         service: service.into(),
@@ -283,19 +314,49 @@ async fn the_address_guard_keeps_pushes_off_loopback_and_bad_targets_are_refused
     ] {
         invalid(a.set_push_target(bad(t)).await, field);
     }
+    let m = refused_address(a.set_push_target(metadata()).await.unwrap_err());
+    assert!(
+        m.contains("169.254.169.254") && m.contains("link-local"),
+        "{m}"
+    );
+    assert!(!m.contains("meta-data"), "the URL is not repeated: {m}");
     assert_eq!(
-        a.get_push_target(pb::GetPushTargetRequest {
-            service: service.into()
-        })
-        .await
-        .expect_err("nothing stored")
-        .code(),
+        a.get_push_target(get())
+            .await
+            .expect_err("nothing stored")
+            .code(),
         Code::NotFound
     );
 
-    a.set_push_target(bad(target(rx.url("/x"), 1)))
+    let stored = a
+        .set_push_target(bad(target(rx.url("/x"), 1)))
         .await
-        .expect("a target is stored; the guard judges each request");
+        .expect("REBOUND_PUSH_ALLOW permits 127.0.0.1")
+        .into_inner()
+        .target
+        .expect("target");
+    // A metadata address is refused over a stored target too, which stays as it was.
+    refused_address(a.set_push_target(metadata()).await.unwrap_err());
+    assert_eq!(
+        a.get_push_target(get()).await.expect("stored").into_inner(),
+        stored
+    );
+    setter.node.expect("node").shutdown().await.expect("stops");
+
+    // No REBOUND_PUSH_ALLOW: 127.0.0.1 may not be reached, nor set.
+    let n = TestNode::with_system_clock(without_allow(first)).await;
+    let mut a = admin(&n);
+    let m = refused_address(
+        a.set_push_target(bad(target(rx.url("/y"), 1)))
+            .await
+            .unwrap_err(),
+    );
+    assert!(m.contains("loopback"), "{m}");
+    assert_eq!(
+        a.get_push_target(get()).await.expect("stored").into_inner(),
+        stored,
+        "GetPushTarget answers as before"
+    );
     let r = enqueue_req(service, "loopback", 0);
     n.client.clone().enqueue_retry(r).await.expect("enqueue");
     eventually(

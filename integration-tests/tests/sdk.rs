@@ -12,7 +12,11 @@ use rebound_client::{
     executor::{Executor, Job, Outcome},
     Client, Compensation, RetryPolicy, RetryStatus,
 };
-use rebound_integration_tests::{credentials_file, dispatch_config, eventually, TestNode};
+use rebound_integration_tests::{
+    ack, ack_req, ack_succeeded, credentials_file, dispatch_config, eventually, next_delivery,
+    subscribe, TestNode,
+};
+use rebound_proto::v1 as pb;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_enqueues_executes_retries_and_dead_letters() {
@@ -477,5 +481,76 @@ async fn overload_is_shed_and_retried() {
         }
     }
     assert!(shed() > before, "the node shed some of the batches");
+    n.finish().await;
+}
+
+/// One meaning of `attempt` from the SDK's enqueue to GetRetry: enqueued with the SDK's
+/// default (the call that just failed, attempt 1), a retry is delivered as attempt 2; after a
+/// RETRY of it GetRetry shows 2 and the next delivery carries 3; after a SUCCEEDED ack of
+/// delivery N GetRetry shows N, for a plain retry and for a saga step (whose end is a
+/// conditional write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_attempt_is_delivered_as_2_and_get_shows_the_last_one_run() {
+    let n = TestNode::with_system_clock(dispatch_config("sdk_attempt")).await;
+    let addr = format!("http://{}", n.node.as_ref().unwrap().local_addr());
+    let client = Client::connect(&addr).await.unwrap();
+    for id in ["o1", "o2"] {
+        client
+            .enqueue("orders", id)
+            .delay(Duration::ZERO)
+            .send()
+            .await
+            .unwrap();
+    }
+    client
+        .enqueue("orders", "step")
+        .delay(Duration::ZERO)
+        .compensation(Compensation::new("orders-undo", "step/undo"))
+        .send()
+        .await
+        .unwrap();
+    for id in ["o1", "o2", "step"] {
+        let r = client.get("orders", id).await.unwrap();
+        assert_eq!((r.status, r.attempt), (RetryStatus::Scheduled, 1), "{id}");
+    }
+
+    let mut sub = subscribe(&n.channel, "orders", 10).await;
+    let mut first = HashMap::new();
+    while first.len() < 3 {
+        let d = next_delivery(&mut sub, Duration::from_secs(30))
+            .await
+            .expect("a delivery");
+        first.insert(d.transaction_id.clone(), d);
+    }
+    for (id, d) in &first {
+        assert_eq!(d.attempt, 2, "{id}: the SDK's default attempt 1 was made");
+    }
+    ack_succeeded(&n.channel, &first["o1"]).await;
+    ack_succeeded(&n.channel, &first["step"]).await;
+    let retry = pb::AckRequest {
+        retry_after: Some(prost_types::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        error: "503".into(),
+        ..ack_req(&first["o2"], pb::AckOutcome::Retry)
+    };
+    ack(&n.channel, retry).await.unwrap();
+
+    let o1 = client.get("orders", "o1").await.unwrap();
+    assert_eq!((o1.status, o1.attempt), (RetryStatus::Succeeded, 2));
+    let step = client.get("orders", "step").await.unwrap();
+    assert_eq!((step.status, step.attempt), (RetryStatus::Succeeded, 2));
+    // Waiting for its next delivery: the attempt that ran last.
+    let o2 = client.get("orders", "o2").await.unwrap();
+    assert_eq!((o2.status, o2.attempt), (RetryStatus::Scheduled, 2));
+
+    let again = next_delivery(&mut sub, Duration::from_secs(30))
+        .await
+        .expect("the retried delivery");
+    assert_eq!((again.transaction_id.as_str(), again.attempt), ("o2", 3));
+    ack_succeeded(&n.channel, &again).await;
+    let o2 = client.get("orders", "o2").await.unwrap();
+    assert_eq!((o2.status, o2.attempt), (RetryStatus::Succeeded, 3));
     n.finish().await;
 }

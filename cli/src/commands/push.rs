@@ -98,14 +98,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_target_shows_every_field_and_masked_secrets() {
+    fn a_target_shows_every_field_as_the_node_answered_it_masked() {
         let t = pb::PushTarget {
             url: "https://hooks.example.com/rebound".into(),
             timeout: Some(prost_types::Duration {
                 seconds: 90,
                 nanos: 0,
             }),
-            headers: [("X-Tenant", "7"), ("Authorization", "Bearer abc")]
+            headers: [("X-Tenant", "…"), ("Authorization", "…9f8e")]
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
@@ -123,8 +123,8 @@ mod tests {
              url              https://hooks.example.com/rebound\n\
              request_timeout  1m 30s\n\
              max_concurrent   64\n\
-             headers          Authorization: Bearer abc\n\
-             \x20                X-Tenant: 7\n\
+             headers          Authorization: …9f8e\n\
+             \x20                X-Tenant: …\n\
              signing_secrets  whsec_…abcd\n\
              \x20                whsec_…wxyz\n\
              updated_at       2026-11-30T06:10:00Z\n"
@@ -133,7 +133,8 @@ mod tests {
         assert_eq!(out.json["service"], "orders");
         assert_eq!(j["url"], "https://hooks.example.com/rebound");
         assert_eq!(j["timeout"], 90.0);
-        assert_eq!(j["headers"]["X-Tenant"], "7");
+        assert_eq!(j["headers"]["X-Tenant"], "…");
+        assert_eq!(j["headers"]["Authorization"], "…9f8e");
         assert_eq!(j["signing_secrets"][1], "whsec_…wxyz");
         assert_eq!(j["max_concurrent"], 64);
         assert_eq!(j["updated_at"], "2026-11-30T06:10:00Z");

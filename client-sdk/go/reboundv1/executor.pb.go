@@ -140,9 +140,10 @@ func (x *SubscribeRequest) GetMaxInFlight() uint32 {
 type Delivery struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Opaque ack token.
-	DeliveryId      string                 `protobuf:"bytes,1,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
-	Service         string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
-	TransactionId   string                 `protobuf:"bytes,3,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	DeliveryId    string `protobuf:"bytes,1,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	Service       string `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	TransactionId string `protobuf:"bytes,3,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	// The attempt this delivery is: Retry.attempt + 1 (the enqueue's attempt + 1 for the first).
 	Attempt         uint32                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Payload         []byte                 `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
 	Attributes      map[string]string      `protobuf:"bytes,6,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`

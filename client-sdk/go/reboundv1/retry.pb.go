@@ -41,7 +41,9 @@ type EnqueueRetryRequest struct {
 	//	*EnqueueRetryRequest_DueTime
 	Schedule isEnqueueRetryRequest_Schedule `protobuf_oneof:"schedule"`
 	Policy   *RetryPolicy                   `protobuf:"bytes,7,opt,name=policy,proto3" json:"policy,omitempty"`
-	// Attempts the caller already made before enqueueing (usually 1). Must be below max_attempts.
+	// Attempts the caller already made before enqueueing (usually 1: the call that just failed;
+	// the CLI and every SDK send 1 unless told otherwise). Unset (0): none made. Must be below
+	// max_attempts. The first delivery carries attempt + 1.
 	Attempt   uint32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	LastError string `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	// The trace of the call that failed, when it is not the trace of this request (a batch

@@ -290,7 +290,9 @@ type Retry struct {
 	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
 	TransactionId string                 `protobuf:"bytes,2,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
 	Status        RetryStatus            `protobuf:"varint,3,opt,name=status,proto3,enum=rebound.v1.RetryStatus" json:"status,omitempty"`
-	// Attempts made so far, counting the caller's own tries before the first enqueue.
+	// Attempts made so far, counting the caller's own tries before the first enqueue: the
+	// number of the delivery that ran last (after a SUCCEEDED, FAILED or RETRY ack of delivery N,
+	// N). While SCHEDULED, the next Delivery carries attempt + 1; a snooze or a hold uses none.
 	Attempt         uint32                 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Generation      uint64                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
 	DueTime         *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=due_time,json=dueTime,proto3" json:"due_time,omitempty"`

@@ -102,3 +102,10 @@ def test_retry_chain_maps_unspecified_to_none() -> None:
         ],
     )
     assert Retry.from_proto(types_pb2.Retry(service="s", transaction_id="t")).chain is None
+
+
+def test_enqueue_counts_the_failed_call_as_attempt_1_unless_told() -> None:
+    # As the CLI and every SDK: the first delivery is then attempt 2.
+    assert EnqueueRequest("s", "t").to_proto().attempt == 1
+    assert EnqueueRequest("s", "t", attempt=0).to_proto().attempt == 0
+    assert EnqueueRequest("s", "t", attempt=3).to_proto().attempt == 3

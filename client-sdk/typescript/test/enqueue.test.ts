@@ -67,3 +67,10 @@ test("a chain's unenqueued compensation has no status", () => {
     ],
   });
 });
+
+test("an enqueue counts the failed call as attempt 1 unless told", () => {
+  // As the CLI and every SDK: the first delivery is then attempt 2.
+  assert.equal(enqueueToProto({ service: "s", transactionId: "t" }).attempt, 1);
+  assert.equal(enqueueToProto({ service: "s", transactionId: "t", attempt: 0 }).attempt, 0);
+  assert.equal(enqueueToProto({ service: "s", transactionId: "t", attempt: 3 }).attempt, 3);
+});

@@ -54,6 +54,9 @@ pub struct Engine {
     pub hub: Arc<Hub>,
     pub dispatcher: Arc<Dispatcher>,
     pub compactor: Arc<Compactor>,
+    /// The addresses push targets may resolve to (`REBOUND_PUSH_ALLOW`), for SetPushTarget's
+    /// check (`push::target::check_address`); the pusher's client has its own copy.
+    pub push_allow: Allow,
 }
 
 impl Engine {
@@ -106,6 +109,7 @@ impl Engine {
             writer.grid(),
             opts.compactor,
         ));
+        let push_allow = opts.push_allow.clone();
         let client = Client::new(opts.push_allow).map_err(|e| format!("push client: {e}"))?;
         let pusher = Arc::new(Pusher::new(
             dispatcher.clone(),
@@ -123,6 +127,7 @@ impl Engine {
             hub,
             dispatcher,
             compactor,
+            push_allow,
         })
     }
 }

@@ -101,6 +101,9 @@ pub struct TxState {
     pub transaction_id: String,
     pub status: Status,
     pub generation: i64,
+    /// Attempts made: the caller's own before the first enqueue, then one for each delivery
+    /// answered otherwise than by a snooze (SUCCEEDED included). The next delivery carries
+    /// `attempt + 1`.
     pub attempt: u32,
     pub payload: Vec<u8>,
     pub attributes: BTreeMap<String, String>,

@@ -169,9 +169,16 @@ impl Dispatcher {
         // The row is written from the delivered state itself (no copy of it); should the
         // write fail, the delivery goes back in flight as it was.
         let state = &mut inflight.work.state;
-        let was = (state.status, state.updated_at_ms, state.delivery_count);
+        let was = (
+            state.status,
+            state.updated_at_ms,
+            state.delivery_count,
+            state.attempt,
+        );
         let deliveries = inflight.work.deliveries.saturating_add(1);
         state.delivery_count = state.delivery_count.saturating_add(deliveries);
+        // The attempt that succeeded counts as made: `attempt` is then the delivered one's.
+        state.attempt = state.attempt.saturating_add(1);
         let settled = match self
             .hand_off(state, saga::continues_on_success(state))
             .await
@@ -186,7 +193,12 @@ impl Dispatcher {
             }
             Err(e) => {
                 let state = &mut inflight.work.state;
-                (state.status, state.updated_at_ms, state.delivery_count) = was;
+                (
+                    state.status,
+                    state.updated_at_ms,
+                    state.delivery_count,
+                    state.attempt,
+                ) = was;
                 self.keep_in_flight(delivery_id, inflight);
                 Err(e)
             }
@@ -212,7 +224,9 @@ impl Dispatcher {
     }
 
     /// Applies an attempt's outcome to the state row of `state`'s transaction. The caller has
-    /// checked that `state` is current (same generation, SCHEDULED).
+    /// checked that `state` is current (same generation, SCHEDULED). `state.attempt` counts
+    /// the attempts made, so every outcome but a snooze adds the one delivered (whose number
+    /// was `attempt + 1`): after it, `attempt` is that delivery's number.
     pub async fn resolve(
         &self,
         mut state: TxState,
@@ -223,6 +237,8 @@ impl Dispatcher {
         state.delivery_count = state.delivery_count.saturating_add(deliveries.max(1));
         match outcome {
             AttemptOutcome::Succeeded => {
+                // As `settle_succeeded`: the attempt that succeeded counts as made.
+                state.attempt = state.attempt.saturating_add(1);
                 self.hand_off(&state, saga::continues_on_success(&state))
                     .await?;
                 if state.conditional_writes() {

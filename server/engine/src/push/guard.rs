@@ -338,13 +338,35 @@ pub async fn resolve(
     port: u16,
     allow: &Allow,
 ) -> Result<Vec<SocketAddr>, ResolveError> {
+    resolve_with(host, port, allow, system_lookup).await
+}
+
+/// The system resolver's answer for `host:port` (tokio runs it on its blocking pool, so it
+/// never blocks the runtime).
+pub async fn system_lookup(host: String, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+    Ok(tokio::net::lookup_host((host.as_str(), port))
+        .await?
+        .collect())
+}
+
+/// [`resolve`] with the look-up of a host name given (`lookup(host, port)`; not called for an
+/// IP literal): the system resolver ([`system_lookup`]) or, in tests, a fixed answer.
+pub async fn resolve_with<F, Fut>(
+    host: &str,
+    port: u16,
+    allow: &Allow,
+    lookup: F,
+) -> Result<Vec<SocketAddr>, ResolveError>
+where
+    F: FnOnce(String, u16) -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<Vec<SocketAddr>>>,
+{
     let found: Vec<SocketAddr> = match ip_literal(host) {
         Some(ip) => vec![SocketAddr::new(ip, port)],
         None if host.is_empty() => return Err(ResolveError::Dns("no host to resolve".into())),
-        None => tokio::net::lookup_host((host, port))
+        None => lookup(host.to_string(), port)
             .await
-            .map_err(|e| ResolveError::Dns(format!("cannot resolve {host:?}: {e}")))?
-            .collect(),
+            .map_err(|e| ResolveError::Dns(format!("cannot resolve {host:?}: {e}")))?,
     };
     let mut addrs: Vec<SocketAddr> = Vec::with_capacity(found.len());
     for a in found {

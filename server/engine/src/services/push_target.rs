@@ -1,17 +1,27 @@
 //! A service's push target as an admin call gives it (`AdminService.SetPushTarget`): its
-//! validation, the raw keys of its signing secrets, and the masked form the API answers with.
+//! validation, the check of its host's addresses when it is set ([`check_address`]), the raw
+//! keys of its signing secrets, and the masked form the API answers with ([`mask`]).
 //!
 //! The limits are those of `PushTarget` in proto/rebound/v1/admin.proto. Every check here is
 //! total: any text a client sends is refused with INVALID_ARGUMENT naming the field and the
-//! limit, never a panic. Error messages never repeat a secret, nor a URL (it may carry a token
-//! in its query).
+//! limit, never a panic. Error messages never repeat a secret, a header value, nor a URL (it
+//! may carry a token in its query).
+//!
+//! Secrets and header values are answered masked, and a masked value (it holds [`MASK`], which
+//! no secret or header value may hold) is refused when a target is set: a target read back
+//! and sent again can never store the masked text in place of the real value.
 
 use std::{collections::BTreeMap, time::Duration};
 
 use base64::Engine as _;
 use rebound_proto::{time::dur, v1 as pb};
 
-use crate::{error::Error, names::show, validate};
+use crate::{
+    error::Error,
+    names::show,
+    push::guard::{self, Allow, ResolveError},
+    validate,
+};
 
 /// How long one request may take when the target does not say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -32,6 +42,16 @@ pub const MIN_SECRET_BYTES: usize = 24;
 pub const MAX_SECRET_BYTES: usize = 64;
 /// The Standard Webhooks prefix of a secret.
 pub const SECRET_PREFIX: &str = "whsec_";
+/// What stands for the hidden part of a masked secret or header value. Not ASCII, so never
+/// part of a valid secret or header value.
+pub const MASK: char = '…';
+/// A header value keeps its last [`MASK_TAIL`] characters in its masked form only when it has
+/// at least this many, so that two thirds or more of it stay hidden.
+pub const MASK_MIN_CHARS: usize = 12;
+/// The characters a masked secret or header value keeps, at its end.
+pub const MASK_TAIL: usize = 4;
+/// How long SetPushTarget waits for the target's host name to resolve ([`check_address`]).
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Header names the node sets on every request itself (compared case-insensitively).
 pub const RESERVED_HEADERS: &[&str] = &[
@@ -108,18 +128,87 @@ pub fn secret_key(s: &str) -> Result<Vec<u8>, String> {
     Ok(key)
 }
 
-/// GetPushTarget's form of a target: each secret as `whsec_…` and its last 4 characters.
+/// The address check of a validated target (`validate`'s answer), made before it is stored:
+/// the guard's own check of each request ([`guard::resolve`]) on the URL's host, under the
+/// node's `REBOUND_PUSH_ALLOW` (`allow`). An IP literal in a refused range, or a host name
+/// that resolves to any refused address, is refused with INVALID_ARGUMENT on `target.url`
+/// naming the host, the address, why, and `REBOUND_PUSH_ALLOW`.
+///
+/// A name that does not resolve, or not within [`RESOLVE_TIMEOUT`], is accepted: it may
+/// resolve later (a receiver not deployed yet, a resolver down for a moment), and every request
+/// is checked again anyway, since DNS can change after the target is set. `Ok(Some(why))` says
+/// why it could not be judged now; `Ok(None)`: every address is public or permitted.
+///
+/// The look-up runs on tokio's blocking pool and is bounded by the timeout, so it never
+/// blocks the runtime nor holds the call longer.
+pub async fn check_address(t: &pb::PushTarget, allow: &Allow) -> Result<Option<String>, Error> {
+    check_address_with(t, allow, RESOLVE_TIMEOUT, guard::system_lookup).await
+}
+
+/// [`check_address`] with the look-up and its timeout given (tests).
+pub async fn check_address_with<F, Fut>(
+    t: &pb::PushTarget,
+    allow: &Allow,
+    timeout: Duration,
+    lookup: F,
+) -> Result<Option<String>, Error>
+where
+    F: FnOnce(String, u16) -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<Vec<std::net::SocketAddr>>>,
+{
+    const FIELD: &str = "target.url";
+    let u = url::Url::parse(&t.url)
+        .map_err(|e| Error::invalid(FIELD, format!("must be an absolute http(s) URL ({e})")))?;
+    let (Some(host), Some(port)) = (u.host_str(), u.port_or_known_default()) else {
+        return Err(Error::invalid(FIELD, "must name a host"));
+    };
+    match tokio::time::timeout(timeout, guard::resolve_with(host, port, allow, lookup)).await {
+        Ok(Ok(_)) => Ok(None),
+        Ok(Err(ResolveError::Refused(r))) => Err(Error::invalid(FIELD, r.0)),
+        Ok(Err(ResolveError::Dns(why))) => Ok(Some(why)),
+        Err(_) => Ok(Some(format!(
+            "{host:?} did not resolve within {}s",
+            timeout.as_secs_f64()
+        ))),
+    }
+}
+
+/// The form of a target every answer gives (GetPushTarget, SetPushTarget, ServiceInfo, so
+/// the CLI and the dashboard too): each secret as `whsec_…` and its last 4 characters, each
+/// header value masked by [`mask_value`].
 pub fn mask(t: &pb::PushTarget) -> pb::PushTarget {
     pb::PushTarget {
         signing_secrets: t.signing_secrets.iter().map(|s| mask_secret(s)).collect(),
+        headers: t
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), mask_value(v)))
+            .collect(),
         ..t.clone()
     }
 }
 
 fn mask_secret(s: &str) -> String {
-    let tail: Vec<char> = s.chars().rev().take(4).collect();
-    let tail: String = tail.into_iter().rev().collect();
-    format!("{SECRET_PREFIX}…{tail}")
+    format!("{SECRET_PREFIX}{MASK}{}", tail(s))
+}
+
+/// A header value as the API answers it: `…` and its last 4 characters when it has at least
+/// [`MASK_MIN_CHARS`] characters (`Bearer eyJhbGciOiJIUzI1NiJ9` reads `…NiJ9`), `…` alone when
+/// it is shorter, and an empty value stays empty (it hides nothing).
+pub fn mask_value(v: &str) -> String {
+    if v.is_empty() {
+        String::new()
+    } else if v.chars().count() >= MASK_MIN_CHARS {
+        format!("{MASK}{}", tail(v))
+    } else {
+        MASK.to_string()
+    }
+}
+
+/// The last [`MASK_TAIL`] characters of `s`.
+fn tail(s: &str) -> String {
+    let tail: Vec<char> = s.chars().rev().take(MASK_TAIL).collect();
+    tail.into_iter().rev().collect()
 }
 
 fn url(field: &str, v: &str) -> Result<String, Error> {
@@ -245,6 +334,15 @@ fn headers(field: &str, headers: &std::collections::HashMap<String, String>) -> 
                 ),
             ));
         }
+        if value.contains(MASK) {
+            return Err(Error::invalid(
+                f,
+                format!(
+                    "is a masked value ({MASK} stands for its hidden part, as the node answers \
+                     header values): give the value itself"
+                ),
+            ));
+        }
         if !value
             .bytes()
             .all(|b| b.is_ascii_graphic() || b == b' ' || b == b'\t')
@@ -288,6 +386,15 @@ fn secrets(field: &str, secrets: &[String]) -> Result<(), Error> {
         ));
     }
     for (i, s) in secrets.iter().enumerate() {
+        if s.contains(MASK) {
+            return Err(Error::invalid(
+                format!("{field}[{i}]"),
+                format!(
+                    "is a masked secret ({SECRET_PREFIX}{MASK} and its last characters, as the \
+                     node answers secrets): give the secret itself"
+                ),
+            ));
+        }
         secret_key(s).map_err(|m| Error::invalid(format!("{field}[{i}]"), m))?;
     }
     Ok(())
@@ -599,8 +706,347 @@ mod tests {
         );
         assert_eq!(m.signing_secrets[1], "whsec_…abc");
         assert_eq!(m.url, t.url);
-        assert_eq!(m.headers, t.headers);
+        assert_eq!(m.headers, HashMap::from([("X-Api-Key".into(), "…".into())]));
         assert!(!m.signing_secrets[0].contains(&first[6..first.len() - 4]));
+    }
+
+    #[test]
+    fn header_values_are_masked_like_secrets() {
+        assert_eq!(mask_value(""), "");
+        assert_eq!(mask_value("7"), "…");
+        assert_eq!(mask_value("payments"), "…");
+        assert_eq!(
+            mask_value("Bearer abc1"),
+            "…",
+            "11 characters: nothing shown"
+        );
+        assert_eq!(
+            mask_value("Bearer abc12"),
+            "…bc12",
+            "12 characters: the last 4"
+        );
+        assert_eq!(mask_value("ééééééééééé€"), "…ééé€", "characters, not bytes");
+        assert_eq!(mask_value("Bearer eyJhbGciOiJIUzI1NiJ9"), "…NiJ9");
+        let t = pb::PushTarget {
+            headers: HashMap::from([
+                ("Authorization".into(), "Bearer eyJhbGciOiJIUzI1NiJ9".into()),
+                ("X-Team".into(), "payments".into()),
+                ("X-Empty".into(), String::new()),
+            ]),
+            ..good()
+        };
+        let m = mask(&t);
+        assert_eq!(
+            m.headers,
+            HashMap::from([
+                ("Authorization".into(), "…NiJ9".into()),
+                ("X-Team".into(), "…".into()),
+                ("X-Empty".into(), String::new()),
+            ])
+        );
+        assert_eq!(
+            (m.url, m.timeout, m.max_concurrent),
+            (t.url, t.timeout, t.max_concurrent)
+        );
+    }
+
+    #[test]
+    fn a_masked_target_sent_back_is_refused() {
+        let stored = validate(Some(&pb::PushTarget {
+            headers: HashMap::from([(
+                "Authorization".into(),
+                "Bearer eyJhbGciOiJIUzI1NiJ9".into(),
+            )]),
+            ..good()
+        }))
+        .unwrap();
+        // As an "edit" would send it back: every field as answered.
+        let (f, m) = refused(mask(&stored));
+        assert_eq!(f, "target.headers[\"Authorization\"]");
+        assert!(
+            m.contains("masked value") && m.contains("give the value itself"),
+            "{m}"
+        );
+        assert!(!m.contains("NiJ9"), "{m}");
+        // The real header values again, the secrets still masked.
+        let (f, m) = refused(pb::PushTarget {
+            headers: stored.headers.clone(),
+            ..mask(&stored)
+        });
+        assert_eq!(f, "target.signing_secrets[0]");
+        assert!(
+            m.contains("masked secret") && m.contains("give the secret itself"),
+            "{m}"
+        );
+        // A masked short value, and the mask alone, are refused the same way.
+        for v in ["…", "…ents", "x…"] {
+            let (f, m) = refused(pb::PushTarget {
+                headers: HashMap::from([("X-Team".into(), v.into())]),
+                ..good()
+            });
+            assert_eq!(f, "target.headers[\"X-Team\"]", "{v}");
+            assert!(m.contains("masked value"), "{m}");
+        }
+        // With everything given in clear again it is stored.
+        assert_eq!(validate(Some(&stored)).unwrap(), stored);
+    }
+
+    /// The check SetPushTarget makes, after `validate`, with the look-up given.
+    fn set_time<F, Fut>(url: &str, allow: &str, lookup: F) -> Result<Option<String>, Error>
+    where
+        F: FnOnce(String, u16) -> Fut,
+        Fut: std::future::Future<Output = std::io::Result<Vec<std::net::SocketAddr>>>,
+    {
+        let t = validate(Some(&pb::PushTarget {
+            url: url.into(),
+            ..good()
+        }))?;
+        let allow = Allow::parse(allow).expect("allow");
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(check_address_with(&t, &allow, RESOLVE_TIMEOUT, lookup))
+    }
+
+    /// A look-up that must not be made (the host is a literal).
+    async fn no_lookup(host: String, _: u16) -> std::io::Result<Vec<std::net::SocketAddr>> {
+        Err(std::io::Error::other(format!("looked up {host}")))
+    }
+
+    fn answers(
+        ips: &'static [&'static str],
+    ) -> impl FnOnce(String, u16) -> std::future::Ready<std::io::Result<Vec<std::net::SocketAddr>>>
+    {
+        move |_, port| {
+            std::future::ready(Ok(ips
+                .iter()
+                .map(|ip| std::net::SocketAddr::new(ip.parse().expect(ip), port))
+                .collect()))
+        }
+    }
+
+    fn refused_at_set(r: Result<Option<String>, Error>) -> String {
+        match r {
+            Err(Error::InvalidArgument { field, message }) if field == "target.url" => message,
+            other => panic!("not refused on target.url: {other:?}"),
+        }
+    }
+
+    /// Every range the guard refuses, as URL hosts, with the forms the URL parser turns into
+    /// them (the stored URL is the normalized one, the one requests go to).
+    const REFUSED_HOSTS: &[(&str, &str)] = &[
+        ("127.0.0.1", "loopback"),
+        ("127.1", "loopback"),
+        ("2130706433", "loopback"),
+        ("0x7f.0.0.1", "loopback"),
+        ("0177.0.0.1", "loopback"),
+        ("[::1]", "loopback"),
+        ("10.1.2.3", "private"),
+        ("172.16.0.1", "private"),
+        ("192.168.1.1", "private"),
+        ("169.254.169.254", "link-local"),
+        ("100.64.0.1", "carrier-grade NAT"),
+        ("0.0.0.0", "unspecified"),
+        ("0.1.2.3", "this network"),
+        ("224.0.0.251", "multicast"),
+        ("255.255.255.255", "broadcast"),
+        ("240.0.0.1", "reserved"),
+        ("192.0.2.10", "documentation"),
+        ("198.18.0.1", "benchmarking"),
+        ("192.0.0.8", "IETF protocol"),
+        ("192.88.99.1", "6to4 relay"),
+        ("[fd00::1]", "unique local"),
+        ("[fc00::1]", "unique local"),
+        ("[fe80::1]", "link-local"),
+        ("[fec0::1]", "site-local"),
+        ("[ff02::1]", "multicast"),
+        ("[::]", "unspecified"),
+        ("[::ffff:169.254.169.254]", "IPv4-mapped"),
+        ("[::ffff:127.0.0.1]", "IPv4-mapped"),
+        ("[0:0:0:0:0:ffff:a00:1]", "IPv4-mapped"),
+        ("[::127.0.0.1]", "IPv4-compatible"),
+        ("[64:ff9b::169.254.169.254]", "NAT64"),
+        ("[64:ff9b:1::1]", "local-use NAT64"),
+        ("[2002:a9fe:a9fe::1]", "6to4"),
+        ("[2001:db8::1]", "documentation"),
+        ("[2001::1]", "Teredo"),
+        ("[100::1]", "discard-only"),
+        ("[3fff::1]", "documentation"),
+        ("[5f00::1]", "not global unicast"),
+    ];
+
+    #[test]
+    fn literal_addresses_in_refused_ranges_are_refused_when_set() {
+        for (host, why) in REFUSED_HOSTS {
+            let url = format!("http://{host}:8080/latest/meta-data?token=s3cret");
+            let m = refused_at_set(set_time(&url, "", no_lookup));
+            assert!(m.contains(why), "{host}: {m}");
+            assert!(m.contains("REBOUND_PUSH_ALLOW"), "{host}: {m}");
+            assert!(
+                !m.contains("s3cret") && !m.contains("meta-data"),
+                "no URL: {m}"
+            );
+        }
+        let m = refused_at_set(set_time(
+            "http://169.254.169.254/latest/meta-data",
+            "",
+            no_lookup,
+        ));
+        assert_eq!(
+            m,
+            "push to 169.254.169.254 refused: address 169.254.169.254 is link-local (cloud \
+             metadata services), 169.254.0.0/16; REBOUND_PUSH_ALLOW can permit the host or a \
+             network holding the address"
+        );
+        // Public literals pass, unresolved.
+        for host in [
+            "8.8.8.8",
+            "[2606:4700::1]",
+            "[::ffff:8.8.8.8]",
+            "100.128.0.1",
+        ] {
+            let url = format!("https://{host}/hooks");
+            assert_eq!(set_time(&url, "", no_lookup), Ok(None), "{host}");
+        }
+    }
+
+    #[test]
+    fn the_allow_list_permits_at_set_time_as_at_request_time() {
+        for (host, allow) in [
+            ("127.0.0.1", "127.0.0.1"),
+            ("127.0.0.1", "127.0.0.0/8"),
+            ("[::1]", "::1"),
+            ("[::ffff:10.1.2.3]", "10.0.0.0/8"),
+            ("169.254.169.254", "169.254.169.254"),
+            ("[fd00::1]", "fd00::/8"),
+            ("100.64.0.1", "0.0.0.0/0"),
+        ] {
+            let url = format!("http://{host}/x");
+            assert_eq!(set_time(&url, allow, no_lookup), Ok(None), "{host} {allow}");
+        }
+        // Another network does not.
+        let m = refused_at_set(set_time("http://10.1.2.3/x", "192.168.0.0/16", no_lookup));
+        assert!(m.contains("private, 10.0.0.0/8"), "{m}");
+        // A host name, exactly: whatever it resolves to.
+        assert_eq!(
+            set_time(
+                "http://Hooks.Internal/x",
+                "hooks.internal",
+                answers(&["10.0.0.7"])
+            ),
+            Ok(None)
+        );
+        let m = refused_at_set(set_time(
+            "http://other.internal/x",
+            "hooks.internal",
+            answers(&["10.0.0.7"]),
+        ));
+        assert!(
+            m.contains("other.internal") && m.contains("10.0.0.7"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn names_are_judged_by_what_they_resolve_to_when_set() {
+        // Only refused addresses.
+        let m = refused_at_set(set_time(
+            "https://metadata.internal/x",
+            "",
+            answers(&["169.254.169.254"]),
+        ));
+        assert!(
+            m.contains("metadata.internal") && m.contains("169.254.169.254"),
+            "{m}"
+        );
+        let m = refused_at_set(set_time(
+            "https://two.internal/x",
+            "",
+            answers(&["10.0.0.1", "::ffff:127.0.0.1"]),
+        ));
+        assert!(m.contains("10.0.0.1"), "{m}");
+        // Any refused address refuses the host, as each request would.
+        let m = refused_at_set(set_time(
+            "https://mixed.example/x",
+            "",
+            answers(&["93.184.216.34", "192.168.0.9"]),
+        ));
+        assert!(m.contains("192.168.0.9"), "{m}");
+        // Public addresses only: accepted.
+        assert_eq!(
+            set_time(
+                "https://hooks.example.com/x",
+                "",
+                answers(&["93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946"])
+            ),
+            Ok(None)
+        );
+        // The look-up gets the URL's host and port (the scheme's default when none).
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let s = seen.clone();
+        assert_eq!(
+            set_time("https://Hooks.Example.com/x", "", move |h, p| {
+                *s.lock().unwrap() = Some((h, p));
+                std::future::ready(Ok(vec![std::net::SocketAddr::new(
+                    "93.184.216.34".parse().unwrap(),
+                    p,
+                )]))
+            }),
+            Ok(None)
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            Some(("hooks.example.com".into(), 443))
+        );
+        // The system resolver: localhost is loopback.
+        let m = refused_at_set(set_time(
+            "http://localhost:8080/x",
+            "",
+            guard::system_lookup,
+        ));
+        assert!(m.contains("localhost") && m.contains("loopback"), "{m}");
+        assert_eq!(
+            set_time("http://localhost:8080/x", "localhost", guard::system_lookup),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn names_that_do_not_resolve_are_accepted_unjudged() {
+        let r = set_time("https://not-deployed.example/x", "", |h: String, _| {
+            std::future::ready(Err(std::io::Error::other(format!("no such host {h}"))))
+        });
+        assert!(
+            matches!(&r, Ok(Some(why)) if why.contains("cannot resolve") && why.contains("not-deployed.example")),
+            "{r:?}"
+        );
+        let r = set_time("https://nothing.example/x", "", answers(&[]));
+        assert!(
+            matches!(&r, Ok(Some(why)) if why.contains("no address")),
+            "{r:?}"
+        );
+        // A resolver that never answers: bounded by the timeout (zero here, so the test does
+        // not wait), then accepted.
+        let t = validate(Some(&pb::PushTarget {
+            url: "https://slow.example/x".into(),
+            ..good()
+        }))
+        .unwrap();
+        let r = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(check_address_with(
+                &t,
+                &Allow::default(),
+                Duration::ZERO,
+                |_, _| std::future::pending(),
+            ));
+        assert!(
+            matches!(&r, Ok(Some(why)) if why.contains("did not resolve within")),
+            "{r:?}"
+        );
     }
 
     fn text() -> impl Strategy<Value = String> {
@@ -663,6 +1109,29 @@ mod tests {
                     }
                     let m = mask(&v);
                     prop_assert_eq!(m.signing_secrets.len(), v.signing_secrets.len());
+                    prop_assert_eq!(m.headers.len(), v.headers.len());
+                    for (k, value) in &v.headers {
+                        let masked = &m.headers[k];
+                        if value.is_empty() {
+                            prop_assert!(masked.is_empty());
+                        } else {
+                            // Never in clear: the mask, then at most the last 4 characters.
+                            prop_assert!(masked.starts_with(MASK), "{}", masked);
+                            let shown = masked.trim_start_matches(MASK);
+                            prop_assert!(shown.chars().count() <= MASK_TAIL);
+                            prop_assert!(value.ends_with(shown));
+                            prop_assert!(
+                                value.chars().count() >= MASK_MIN_CHARS || shown.is_empty()
+                            );
+                        }
+                    }
+                    // The masked form sent back is never stored.
+                    let refused = matches!(
+                        validate(Some(&m)),
+                        Err(Error::InvalidArgument { field, message })
+                            if field.starts_with("target.") && message.contains("masked")
+                    );
+                    prop_assert!(refused);
                 }
                 Err(Error::InvalidArgument { field, .. }) => {
                     prop_assert!(field.starts_with("target."), "{}", field);
@@ -689,6 +1158,35 @@ mod tests {
             if let Err(e) = validate(Some(&t)) {
                 prop_assert!(matches!(&e, Error::InvalidArgument { field, .. } if field.starts_with("target.headers[")), "{e:?}");
             }
+        }
+
+        /// The set-time check of any IPv4 address, as a literal and in its IPv4-mapped IPv6
+        /// form, refuses exactly what the guard refuses, unless the allow list holds it.
+        #[test]
+        fn set_time_check_is_the_guards(n in any::<u32>(), allow_all in any::<bool>()) {
+            let v4 = std::net::Ipv4Addr::from(n);
+            let public = guard::is_public(v4.into());
+            let allow = if allow_all { "0.0.0.0/0" } else { "" };
+            for url in [format!("http://{v4}/x"), format!("http://[{}]/x", v4.to_ipv6_mapped())] {
+                match set_time(&url, allow, no_lookup) {
+                    Ok(None) => prop_assert!(public || allow_all, "{} accepted", url),
+                    Err(Error::InvalidArgument { field, message }) => {
+                        prop_assert!(!public && !allow_all, "{} refused", url);
+                        prop_assert_eq!(field, "target.url");
+                        prop_assert!(message.contains("REBOUND_PUSH_ALLOW"));
+                    }
+                    other => prop_assert!(false, "{}: {:?}", url, other),
+                }
+            }
+        }
+
+        /// Any IPv6 address as a literal: refused exactly when the guard refuses it.
+        #[test]
+        fn set_time_check_of_ipv6(n in any::<u128>()) {
+            let v6 = std::net::Ipv6Addr::from(n);
+            let url = format!("http://[{v6}]/x");
+            let r = set_time(&url, "", no_lookup);
+            prop_assert_eq!(r.is_ok(), guard::is_public(v6.into()), "{}: {:?}", url, r);
         }
 
         #[test]

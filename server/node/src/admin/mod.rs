@@ -65,6 +65,8 @@ pub struct Admin {
     pub dead_letter_retention_seconds: u32,
     /// TLS for asking peers (None: in clear).
     pub peer_tls: Option<std::sync::Arc<crate::tls::ServerTls>>,
+    /// `REBOUND_PUSH_ALLOW`: what SetPushTarget's address check permits, as each push does.
+    pub push_allow: crate::push::guard::Allow,
 }
 
 fn unknown_service(service: &str) -> Error {
@@ -212,15 +214,24 @@ impl Admin {
         self.services.set_limits(&r.service, &limits).await
     }
 
-    /// SetPushTarget: validates the service name and the target, stores the target (with
-    /// `updated_at` now) and answers it as stored, secrets masked. Like the other settings it
-    /// may configure a service before its first enqueue.
+    /// SetPushTarget: validates the service name and the target, checks the addresses of its
+    /// host as each push will (`target::check_address`: a refused address is INVALID_ARGUMENT,
+    /// a name that does not resolve now is accepted), then stores the target (with
+    /// `updated_at` now) and answers it as stored, secrets and header values masked. Like the
+    /// other settings it may configure a service before its first enqueue.
     pub async fn set_push_target(
         &self,
         r: &pb::SetPushTargetRequest,
     ) -> Result<pb::SetPushTargetResponse, Error> {
         self.known(&r.service)?;
         let t = target::validate(r.target.as_ref())?;
+        if let Some(why) = target::check_address(&t, &self.push_allow).await? {
+            tracing::info!(
+                service = %r.service,
+                "push target's host not judged when set ({why}); each request checks its \
+                 addresses"
+            );
+        }
         let s = self.services.set_push(&r.service, Some(&t)).await?;
         tracing::info!(service = %r.service, "push target set");
         // Read back without it only if another node cleared it in between: answer what this
@@ -234,10 +245,10 @@ impl Admin {
         })
     }
 
-    /// GetPushTarget: the stored target (read fresh), secrets masked; NOT_FOUND when the
-    /// service has none or is unknown; FAILED_PRECONDITION, naming the key id and
-    /// `REBOUND_SECRETS_KEY_FILE`, when a sealed value of it does not open with this node's
-    /// keys (nothing is pushed with it meanwhile).
+    /// GetPushTarget: the stored target (read fresh), secrets and header values masked;
+    /// NOT_FOUND when the service has none or is unknown; FAILED_PRECONDITION, naming the key
+    /// id and `REBOUND_SECRETS_KEY_FILE`, when a sealed value of it does not open with this
+    /// node's keys (nothing is pushed with it meanwhile).
     pub async fn get_push_target(
         &self,
         r: &pb::GetPushTargetRequest,

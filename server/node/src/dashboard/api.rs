@@ -20,7 +20,8 @@ use rebound_engine::error::Error;
 type Reply = Result<Value, Error>;
 
 /// A push target as `rebound --json` shows it (null when there is none): timeout in seconds,
-/// headers as an object by name, the secrets as the node answers them (masked).
+/// headers as an object by name, the secrets and header values as the node answers them
+/// (masked).
 pub fn push_target_json(t: Option<&pb::PushTarget>) -> Value {
     let Some(t) = t else { return Value::Null };
     let headers: serde_json::Map<String, Value> = t
@@ -41,7 +42,7 @@ pub fn push_target_json(t: Option<&pb::PushTarget>) -> Value {
 }
 
 /// ServiceInfo as `rebound --json` shows it: `rebound_proto::json`'s, plus `push_target`
-/// (secrets masked; null when the service has none).
+/// (secrets and header values masked; null when the service has none).
 fn service_json(s: &pb::ServiceInfo) -> Value {
     let mut v = pj::service_info_json(s);
     v["push_target"] = push_target_json(s.push_target.as_ref());
@@ -309,7 +310,7 @@ pub async fn push_target(
     )
 }
 
-/// SetPushTarget: `{"service", "push_target"}` as stored, secrets masked.
+/// SetPushTarget: `{"service", "push_target"}` as stored, secrets and header values masked.
 pub async fn set_push_target(
     State(d): State<Arc<Dashboard>>,
     service: Result<Path<String>, PathRejection>,

@@ -261,6 +261,7 @@ impl Parts<'_> {
             orphan_grace_ms: config.orphan_grace_ms(),
             dead_letter_retention_seconds: config.dead_letter_retention_seconds,
             peer_tls: self.tls.clone(),
+            push_allow: engine.push_allow.clone(),
         })
     }
 

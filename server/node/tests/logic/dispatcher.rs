@@ -110,6 +110,11 @@ async fn succeeded_acks_complete_the_bucket_and_delete_its_partition() {
         assert_eq!(s.status, Status::Succeeded);
         assert_eq!(s.succeeded_generation, Some(s.generation));
         assert_eq!(s.delivery_count, 1);
+        assert_eq!(
+            (d.attempt, s.attempt),
+            (2, 2),
+            "the succeeded attempt counts as made"
+        );
     }
     // An ack of a finished delivery changes nothing.
     let again = rig
@@ -338,7 +343,11 @@ async fn a_retry_ack_reschedules_into_a_later_window() {
         window_is_empty(&rig, next)
     })
     .await;
-    assert_eq!(rig.state("svc", "t1").await.status, Status::Succeeded);
+    // `attempt` is the last delivery's number: 2 while the retry waited for delivery 3, then 3
+    // once delivery 3 succeeded.
+    let s = rig.state("svc", "t1").await;
+    assert_eq!(s.status, Status::Succeeded);
+    assert_eq!((d1.attempt, d2.attempt, s.attempt), (2, 3, 3));
 }
 
 #[tokio::test]

@@ -175,7 +175,10 @@ async fn a_step_that_succeeds_or_is_cancelled_runs_no_compensation() {
     assert_eq!(d.transaction_id, "ok");
     rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
     quiet(&rig, &mut payments).await;
-    assert_eq!(rig.state("orders", "ok").await.status, Status::Succeeded);
+    let ok = rig.state("orders", "ok").await;
+    assert_eq!(ok.status, Status::Succeeded);
+    // Its conditional end counts the succeeded attempt, as the plain SUCCEEDED write does.
+    assert_eq!((d.attempt, ok.attempt), (2, 2));
     assert!(rig.writer.get("payments", "undo-ok").await.is_err());
     assert!(rig.writer.get("payments", "undo-gone").await.is_err());
 }

@@ -65,6 +65,8 @@ export type Delivery = Message<"rebound.v1.Delivery"> & {
   transactionId: string;
 
   /**
+   * The attempt this delivery is: Retry.attempt + 1 (the enqueue's attempt + 1 for the first).
+   *
    * @generated from field: uint32 attempt = 4;
    */
   attempt: number;

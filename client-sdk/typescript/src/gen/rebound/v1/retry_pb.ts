@@ -72,7 +72,9 @@ export type EnqueueRetryRequest = Message<"rebound.v1.EnqueueRetryRequest"> & {
   policy?: RetryPolicy | undefined;
 
   /**
-   * Attempts the caller already made before enqueueing (usually 1). Must be below max_attempts.
+   * Attempts the caller already made before enqueueing (usually 1: the call that just failed;
+   * the CLI and every SDK send 1 unless told otherwise). Unset (0): none made. Must be below
+   * max_attempts. The first delivery carries attempt + 1.
    *
    * @generated from field: uint32 attempt = 8;
    */

@@ -164,7 +164,9 @@ export type Retry = Message<"rebound.v1.Retry"> & {
   status: RetryStatus;
 
   /**
-   * Attempts made so far, counting the caller's own tries before the first enqueue.
+   * Attempts made so far, counting the caller's own tries before the first enqueue: the
+   * number of the delivery that ran last (after a SUCCEEDED, FAILED or RETRY ack of delivery N,
+   * N). While SCHEDULED, the next Delivery carries attempt + 1; a snooze or a hold uses none.
    *
    * @generated from field: uint32 attempt = 4;
    */

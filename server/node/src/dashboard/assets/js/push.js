@@ -1,5 +1,6 @@
 // The service page's push target panel: where the node POSTs the service's retries (docs/push.md),
-// its secrets masked as the node answers them; the form that sets or replaces it, and Clear.
+// its secrets and header values masked as the node answers them; the form that sets or replaces
+// it (its headers filled in masked: a replacement gives their values again), and Clear.
 
 import { api, enc } from "./api.js";
 import { clear, errorBox, h, kvList } from "./dom.js";
@@ -142,7 +143,7 @@ export function pushSection(name) {
 			h(
 				"p",
 				{ class: "muted" },
-				"Replaces the whole target: give the signing secret again (the node shows it masked only), and a second one while rotating. Empty timeout and max concurrent take the node's defaults.",
+				"Replaces the whole target: give the signing secret again (the node shows it masked only), and a second one while rotating, and each header's value again (shown masked, …: a masked value is refused). Empty timeout and max concurrent take the node's defaults.",
 			),
 			form.el,
 		),

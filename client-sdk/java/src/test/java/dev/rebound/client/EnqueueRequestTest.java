@@ -14,6 +14,14 @@ import org.junit.jupiter.api.Test;
 /** The enqueue requests that the builder makes (no node needed). */
 class EnqueueRequestTest {
   @Test
+  void theFailedCallCountsAsAttempt1UnlessTold() {
+    // As the CLI and every SDK: the first delivery is then attempt 2.
+    assertEquals(1, EnqueueRequest.builder("s", "t").build().toProto().getAttempt());
+    assertEquals(0, EnqueueRequest.builder("s", "t").attempt(0).build().toProto().getAttempt());
+    assertEquals(3, EnqueueRequest.builder("s", "t").attempt(3).build().toProto().getAttempt());
+  }
+
+  @Test
   void compensationsGoInOrderWithTheirFields() {
     EnqueueRetryRequest r =
         EnqueueRequest.builder("saga-orders", "charge-1")
