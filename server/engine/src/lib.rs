@@ -12,6 +12,7 @@ pub mod compactor;
 pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod guard;
 pub mod holds;
 pub mod names;
 pub mod outcome;

@@ -27,7 +27,7 @@ use tokio::{
     net::TcpStream,
 };
 
-use super::guard::{self, ResolveError};
+use crate::guard::{self, ResolveError};
 
 /// The most bytes of the response body read (and kept in [`Response::body_prefix`]).
 pub const MAX_BODY_PREFIX: usize = 1024;

@@ -18,8 +18,8 @@ use rebound_proto::{time::dur, v1 as pb};
 
 use crate::{
     error::Error,
+    guard::{self, Allow, ResolveError},
     names::show,
-    push::guard::{self, Allow, ResolveError},
     validate,
 };
 

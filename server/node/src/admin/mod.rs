@@ -66,7 +66,7 @@ pub struct Admin {
     /// TLS for asking peers (None: in clear).
     pub peer_tls: Option<std::sync::Arc<crate::tls::ServerTls>>,
     /// `REBOUND_PUSH_ALLOW`: what SetPushTarget's address check permits, as each push does.
-    pub push_allow: rebound_engine::push::guard::Allow,
+    pub push_allow: rebound_engine::guard::Allow,
 }
 
 fn unknown_service(service: &str) -> Error {

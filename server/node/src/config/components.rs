@@ -8,7 +8,7 @@ use rebound_engine::{
     compactor::CompactorOptions,
     dispatch::{hub::HubLimits, DispatchOptions},
     engine::EngineOptions,
-    push::guard::Allow,
+    guard::Allow,
     ring::RingOptions,
     writer::WriterOptions,
 };

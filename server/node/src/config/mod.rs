@@ -368,7 +368,7 @@ impl Config {
                 .map_err(|m| bad("REBOUND_TRACE_URL_TEMPLATE", format!("{t:?} {m}")))?;
         }
         // Its message names the key already.
-        rebound_engine::push::guard::Allow::parse(&self.push_allow).map_err(|m| {
+        rebound_engine::guard::Allow::parse(&self.push_allow).map_err(|m| {
             let m = m.strip_prefix("REBOUND_PUSH_ALLOW: ").unwrap_or(&m);
             bad("REBOUND_PUSH_ALLOW", m)
         })?;
