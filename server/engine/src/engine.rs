@@ -56,7 +56,7 @@ pub struct Engine {
     pub dispatcher: Arc<Dispatcher>,
     pub compactor: Arc<Compactor>,
     /// The addresses push targets may resolve to (`REBOUND_PUSH_ALLOW`), for SetPushTarget's
-    /// check (`push::target::check_address`); the pusher's client has its own copy.
+    /// check (`services::push_address::check_address`); the pusher's client has its own copy.
     pub push_allow: Allow,
 }
 

@@ -27,6 +27,7 @@ use prost::Message;
 use rebound_proto::{time::ts, v1 as pb};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
+pub mod push_address;
 pub mod push_target;
 pub mod seal;
 

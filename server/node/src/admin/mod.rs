@@ -215,7 +215,7 @@ impl Admin {
     }
 
     /// SetPushTarget: validates the service name and the target, checks the addresses of its
-    /// host as each push will (`target::check_address`: a refused address is INVALID_ARGUMENT,
+    /// host as each push will (`push_address::check_address`: a refused address is INVALID_ARGUMENT,
     /// a name that does not resolve now is accepted), then stores the target (with
     /// `updated_at` now) and answers it as stored, secrets and header values masked. Like the
     /// other settings it may configure a service before its first enqueue.
@@ -225,7 +225,9 @@ impl Admin {
     ) -> Result<pb::SetPushTargetResponse, Error> {
         self.known(&r.service)?;
         let t = target::validate(r.target.as_ref())?;
-        if let Some(why) = target::check_address(&t, &self.push_allow).await? {
+        if let Some(why) =
+            rebound_engine::services::push_address::check_address(&t, &self.push_allow).await?
+        {
             tracing::info!(
                 service = %r.service,
                 "push target's host not judged when set ({why}); each request checks its \
