@@ -512,6 +512,10 @@ impl CassandraStore {
     ) -> StoreResult<bool> {
         not_legacy(s)?;
         let io = &self.state.io;
+        // Above every plain write time it may read (`WriteClock::lwt_wait`).
+        if let Some(wait) = io.clock.lwt_wait() {
+            tokio::time::sleep(wait).await;
+        }
         let mut batch = Batch::new(BatchType::Logged);
         batch.append_statement(io.put.clone());
         batch.append_statement(condition.clone());

@@ -122,6 +122,7 @@ macro_rules! all_conformance_tests {
             a_settle_loses_to_every_write_after_its_read,
             a_settle_never_ties_with_a_write_in_the_same_millisecond,
             conditional_writes_land_only_on_the_scheduled_row_they_name,
+            a_conditional_write_lands_above_the_plain_write_it_follows,
             terminal_state_rows_expire_with_their_ttl,
             a_row_rewritten_without_ttl_lives_on_and_its_cells_expire,
             a_cancel_cell_outlives_its_row_as_a_ghost,

@@ -1,9 +1,9 @@
 //! The state rows, their TTLs, and the settle cells (`cancelled_generation`,
 //! `succeeded_generation`) as reads apply them.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rebound_store::{Status, TxState};
+use rebound_store::{Status, TxState, WriteTime};
 
 use crate::fixture::{state, Fixture, SVC};
 
@@ -663,6 +663,65 @@ pub async fn a_settle_never_ties_with_a_write_in_the_same_millisecond(f: &dyn Fi
             "{id}: a settle of the read undid a write made after it"
         );
         assert_eq!(r.written.0.unwrap() % 2, 0, "{id}");
+    }
+}
+
+/// A conditional write made right after a plain write of its row lands above it, though
+/// Cassandra numbers a lightweight transaction itself, from the coordinator's clock in whole
+/// milliseconds: a plain write the store numbered later in that millisecond, or above a write
+/// time it read from a clock ahead, would otherwise stand over a conditional write that was
+/// "applied" (docs/architecture.md, "A SUCCEEDED ack is one write"). Rows are written, read
+/// and conditionally moved to a next generation at once, first with the store's clock raised
+/// 300 ms ahead by a read (as a row written by a node whose clock runs that far ahead
+/// raises it); the conditional write must stand above the plain one, and an end of the old
+/// generation must then not land.
+pub async fn a_conditional_write_lands_above_the_plain_write_it_follows(f: &dyn Fixture) {
+    let s = f.store();
+    let ahead = state(SVC, "ahead", 5);
+    s.put_state(&ahead, None).await.unwrap();
+    let now_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64;
+    let from_ahead = TxState {
+        status: Status::Succeeded,
+        written: WriteTime(Some(now_us + 300_000)),
+        ..ahead
+    };
+    s.settle_state(&from_ahead, 3600).await.unwrap();
+    s.get_state(SVC, "ahead").await.unwrap().unwrap();
+    for i in 0..20 {
+        let id = format!("follow-{i}");
+        let live = state(SVC, &id, 5);
+        s.put_state(&live, None).await.unwrap();
+        let plain = s
+            .get_state(SVC, &id)
+            .await
+            .unwrap()
+            .unwrap()
+            .written
+            .0
+            .unwrap();
+        assert!(
+            s.put_state_if(&state(SVC, &id, 7), None, 5).await.unwrap(),
+            "{id}: the next schedule found its generation"
+        );
+        let row = s.get_state(SVC, &id).await.unwrap().unwrap();
+        assert_eq!(
+            (row.status, row.generation),
+            (Status::Scheduled, 7),
+            "{id}: the conditional write was applied under the plain write before it"
+        );
+        assert!(
+            row.written.0 > Some(plain),
+            "{id}: {:?} after {plain}",
+            row.written.0
+        );
+        let dead = TxState {
+            status: Status::Dead,
+            ..live
+        };
+        assert!(!s.put_state_if(&dead, Some(3600), 5).await.unwrap(), "{id}");
     }
 }
 
