@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::{
+    admin::{Admin, AskPeer},
     compactor::{Compactor, CompactorOptions},
     dispatch::{
         hub::{Hub, HubLimits},
@@ -58,6 +59,11 @@ pub struct Engine {
     /// The addresses push targets may resolve to (`REBOUND_PUSH_ALLOW`), for SetPushTarget's
     /// check (`services::push_address::check_address`); the pusher's client has its own copy.
     pub push_allow: Allow,
+    /// The store the components were built on, for the admin operations.
+    store: Arc<dyn RetryStore>,
+    clock: SharedClock,
+    /// The options the components were built from, for the admin operations.
+    opts: EngineOptions,
 }
 
 impl Engine {
@@ -79,7 +85,11 @@ impl Engine {
                 rebound_common::metrics::global()
                     .ring_size
                     .set(i64::from(opts.ring.slots));
-                let ring = Arc::new(LeaseRing::new(store.clone(), clock.clone(), opts.ring));
+                let ring = Arc::new(LeaseRing::new(
+                    store.clone(),
+                    clock.clone(),
+                    opts.ring.clone(),
+                ));
                 (Some(ring.clone()), ring)
             }
         };
@@ -87,10 +97,15 @@ impl Engine {
             store.clone(),
             store.clone(),
             clock.clone(),
-            opts.default_policy,
+            opts.default_policy.clone(),
         ));
         let holds = Arc::new(Holds::new(store.clone(), clock.clone(), &opts.node_id));
-        let writer = Writer::new(writer_store, clock.clone(), opts.writer, services.clone());
+        let writer = Writer::new(
+            writer_store,
+            clock.clone(),
+            opts.writer.clone(),
+            services.clone(),
+        );
         let hub = Arc::new(Hub::new(clock.clone(), opts.boot_epoch, opts.hub));
         let dispatcher = Arc::new(Dispatcher::new(
             hub.clone(),
@@ -100,22 +115,23 @@ impl Engine {
             holds.clone(),
             ownership.clone(),
             clock.clone(),
-            opts.dispatch,
+            opts.dispatch.clone(),
             stopping,
         ));
         let compactor = Arc::new(Compactor::new(
-            store,
+            store.clone(),
             ownership.clone(),
             clock.clone(),
             writer.grid(),
             opts.compactor,
         ));
         let push_allow = opts.push_allow.clone();
-        let client = Client::new(opts.push_allow).map_err(|e| format!("push client: {e}"))?;
+        let client =
+            Client::new(opts.push_allow.clone()).map_err(|e| format!("push client: {e}"))?;
         let pusher = Arc::new(Pusher::new(
             dispatcher.clone(),
             services.clone(),
-            clock,
+            clock.clone(),
             PushOptions { client },
         ));
         Ok(Engine {
@@ -129,6 +145,33 @@ impl Engine {
             dispatcher,
             compactor,
             push_allow,
+            store,
+            clock,
+            opts,
         })
+    }
+
+    /// The operator API on these components; `peers` asks the other nodes for their part
+    /// of the statistics (None: this node answers for itself only).
+    pub fn admin(&self, peers: Option<Arc<dyn AskPeer>>) -> Admin {
+        let o = &self.opts;
+        Admin {
+            store: self.store.clone(),
+            services: self.services.clone(),
+            holds: self.holds.clone(),
+            writer: self.writer.clone(),
+            hub: self.hub.clone(),
+            ownership: self.ownership.clone(),
+            ring: self.ring.clone(),
+            clock: self.clock.clone(),
+            node_id: o.node_id.clone(),
+            address: o.ring.address.clone(),
+            slots: o.ring.slots,
+            skew_margin_ms: o.dispatch.skew_margin_ms,
+            orphan_grace_ms: o.dispatch.orphan_grace_ms,
+            dead_letter_retention_seconds: o.dispatch.dead_letter_ttl_seconds,
+            peers,
+            push_allow: self.push_allow.clone(),
+        }
     }
 }

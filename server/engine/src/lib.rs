@@ -6,6 +6,7 @@
 //! configuration file and no server: the node (`rebound-server`) builds each component from
 //! its options and serves it. See docs/architecture.md, "Crates and module map".
 
+pub mod admin;
 pub mod backlog;
 pub mod clock_sync;
 pub mod compactor;
@@ -27,4 +28,5 @@ pub mod spans;
 pub mod txlock;
 pub mod validate;
 pub mod walk;
+pub mod wire;
 pub mod writer;

@@ -13,19 +13,18 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use crate::{
     auth::{Auth, Credential},
     telemetry::rpc::code_name,
-    wire,
 };
 use rebound_common::metrics;
 use rebound_engine::{
+    admin::Admin,
     dispatch::{Dispatcher, Resolution},
     error::Error,
     names,
     outcome::AttemptOutcome,
-    ring::LeaseRing,
-    spans, validate,
+    spans, validate, wire,
     writer::{EnqueueOutcome, Writer},
 };
-use rebound_store::{context::TextContext, TokenRange};
+use rebound_store::context::TextContext;
 
 /// The trace context of a request's `traceparent` / `tracestate` metadata (empty: none or
 /// invalid).
@@ -82,6 +81,7 @@ fn count_enqueue(service: &str, span: &Span, r: &Result<EnqueueOutcome, Error>) 
 pub struct Api {
     pub auth: Arc<Auth>,
     pub writer: Arc<Writer>,
+    pub admin: Arc<Admin>,
     pub max_payload_bytes: usize,
     pub max_batch_items: usize,
 }
@@ -160,18 +160,14 @@ impl pb::retry_service_server::RetryService for Api {
     ) -> Result<Response<pb::Retry>, Status> {
         let (metadata, extensions, r) = request.into_parts();
         let caller = self.auth.caller(&metadata, &extensions)?;
-        let state = lookup_retry(
-            &self.writer,
+        let (_, retry) = lookup_retry(
+            &self.admin,
             caller.as_deref(),
             &r.service,
             &r.transaction_id,
         )
         .await?;
-        let chain = crate::wire::chain_progress(&self.writer, &state).await?;
-        Ok(Response::new(pb::Retry {
-            chain,
-            ..wire::retry_pb(state)
-        }))
+        Ok(Response::new(retry))
     }
 
     async fn cancel_retry(
@@ -196,10 +192,8 @@ impl pb::retry_service_server::RetryService for Api {
 #[derive(Debug, Clone)]
 pub struct ExecutorApi {
     pub auth: Arc<Auth>,
-    /// None when the node was given a fixed ownership (it then reports the whole ring).
-    pub ring: Option<Arc<LeaseRing>>,
-    pub node_id: String,
-    pub address: String,
+    /// GetRing's answer is the engine's (`Admin::ring`).
+    pub admin: Arc<Admin>,
     pub dispatcher: Arc<Dispatcher>,
     pub max_delay: std::time::Duration,
 }
@@ -313,58 +307,29 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
 
     async fn get_ring(&self, r: Request<pb::GetRingRequest>) -> Result<Response<pb::Ring>, Status> {
         self.auth.caller(r.metadata(), r.extensions())?;
-        let ring = ring_view(self.ring.as_deref(), &self.node_id, &self.address).await?;
-        Ok(Response::new(ring))
+        Ok(Response::new(self.admin.ring().await?))
     }
 }
 
 /// GetRetry's checks and read, shared by gRPC and the dashboard: the names are valid, the
-/// caller may use the service (`caller` None: authentication is off), then the state row.
+/// caller may use the service (`caller` None: authentication is off), then the engine's read
+/// of the state row and its chain.
 pub async fn lookup_retry(
-    writer: &Writer,
+    admin: &Admin,
     caller: Option<&Credential>,
     service: &str,
     transaction_id: &str,
-) -> Result<rebound_store::TxState, Error> {
+) -> Result<(rebound_store::TxState, pb::Retry), Error> {
     validate::service("service", service)?;
     validate::transaction_id("transaction_id", transaction_id)?;
     Auth::may_use(caller, "service", service)?;
-    writer.get(service, transaction_id).await
+    admin.get_retry(service, transaction_id).await
 }
 
-/// GetRing's answer: the live members and their token ranges, or this node alone with the
-/// whole ring when it was given a fixed ownership (`ring` None).
-pub async fn ring_view(
-    ring: Option<&LeaseRing>,
-    node_id: &str,
-    address: &str,
-) -> Result<pb::Ring, Error> {
-    let nodes = match ring {
-        None => vec![pb::RingNode {
-            node_id: node_id.to_string(),
-            address: address.to_string(),
-            compactor: true,
-            ranges: vec![wire::token_range_pb(&TokenRange::FULL)],
-        }],
-        Some(ring) => ring
-            .view()
-            .await?
-            .into_iter()
-            .map(|(m, compactor, ranges)| pb::RingNode {
-                node_id: m.node_id,
-                address: m.address,
-                compactor,
-                ranges: ranges.iter().map(wire::token_range_pb).collect(),
-            })
-            .collect(),
-    };
-    Ok(pb::Ring { nodes })
-}
-
-/// The operator API (see `admin.rs`).
+/// The operator API (the engine's `admin`).
 #[derive(Debug, Clone)]
 pub struct AdminApi {
-    pub admin: Arc<crate::admin::Admin>,
+    pub admin: Arc<Admin>,
 }
 
 #[tonic::async_trait]
@@ -388,7 +353,11 @@ impl pb::admin_service_server::AdminService for AdminApi {
         r: Request<pb::GetStatsRequest>,
     ) -> Result<Response<pb::GetStatsResponse>, Status> {
         // Peers are asked with the caller's own credential.
-        let authorization = r.metadata().get("authorization").cloned();
+        let authorization = r
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         Ok(Response::new(
             self.admin.stats(&r.into_inner(), authorization).await?,
         ))

@@ -23,8 +23,8 @@ use axum::{
 };
 
 use rebound_common::metrics;
-use rebound_engine::{dispatch::hub::Hub, ownership::Ownership, ring::LeaseRing};
-use rebound_store::{clock::SharedClock, RetryStore};
+use rebound_engine::{admin::Admin, dispatch::hub::Hub, ownership::Ownership, ring::LeaseRing};
+use rebound_store::clock::SharedClock;
 
 /// How long one readiness answer is reused.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
@@ -33,7 +33,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What the listener reads.
 pub struct Probe {
-    pub store: Arc<dyn RetryStore>,
+    pub admin: Arc<Admin>,
     pub ring: Option<Arc<LeaseRing>>,
     pub ownership: Arc<dyn Ownership>,
     pub hub: Arc<Hub>,
@@ -76,7 +76,7 @@ impl Readiness {
 
 impl Probe {
     pub fn new(
-        store: Arc<dyn RetryStore>,
+        admin: Arc<Admin>,
         ring: Option<Arc<LeaseRing>>,
         ownership: Arc<dyn Ownership>,
         hub: Arc<Hub>,
@@ -84,7 +84,7 @@ impl Probe {
         migrations: usize,
     ) -> Self {
         Probe {
-            store,
+            admin,
             ring,
             ownership,
             hub,
@@ -110,7 +110,7 @@ impl Probe {
     }
 
     async fn probe(&self) -> Readiness {
-        let store = match tokio::time::timeout(PROBE_TIMEOUT, self.store.applied_migrations()).await
+        let store = match tokio::time::timeout(PROBE_TIMEOUT, self.admin.applied_migrations()).await
         {
             Ok(Ok(applied)) => Ok(applied),
             Ok(Err(e)) => Err(format!("the store did not answer: {e}")),

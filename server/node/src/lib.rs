@@ -3,7 +3,6 @@
 //! docs/architecture.md for the architecture (its "Crates and module map" lists these
 //! modules and those of the engine); each module says which part of it it owns.
 
-pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod budget;
@@ -13,7 +12,6 @@ pub mod dashboard;
 pub mod http;
 pub mod keys;
 pub mod node;
-pub mod redrive;
+pub mod peers;
 pub mod telemetry;
 pub mod tls;
-pub mod wire;

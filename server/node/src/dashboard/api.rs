@@ -14,8 +14,8 @@ use rebound_proto::{json as pj, v1 as pb};
 use serde_json::{json, Value};
 
 use super::{json_response, live, parse, ApiError, Dashboard, Presented};
-use crate::{admin::service_info, auth::Auth, wire};
-use rebound_engine::error::Error;
+use crate::auth::Auth;
+use rebound_engine::{error::Error, wire};
 
 type Reply = Result<Value, Error>;
 
@@ -99,7 +99,7 @@ pub async fn session(State(d): State<Arc<Dashboard>>, req: Request) -> Response 
             "credential": caller.as_ref().map(|c| c.name.clone()),
             "admin": caller.as_ref().is_none_or(|c| c.is_admin()),
             "services": caller.as_ref().and_then(|c| c.services()),
-            "node_id": d.admin.node_id,
+            "node_id": d.admin.node_id(),
             "version": env!("CARGO_PKG_VERSION"),
             "window_seconds": d.window_seconds,
             "trace_url_template": d.trace_url_template,
@@ -117,11 +117,11 @@ pub async fn live(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
         parse::Query::parse(parts.uri.query(), &[])?;
         let caller = caller.as_deref();
         let all = caller.is_none_or(|c| c.is_admin());
-        let mut v = live::snapshot(d.admin.hub.stats(), |s| {
+        let mut v = live::snapshot(d.admin.hub_stats(), |s| {
             all || Auth::may_use(caller, "service", s).is_ok()
         });
-        v["at"] = pj::time_json(Some(&wire::ts(d.admin.clock.now_ms())));
-        v["node_id"] = json!(d.admin.node_id);
+        v["at"] = pj::time_json(Some(&wire::ts(d.admin.now_ms())));
+        v["node_id"] = json!(d.admin.node_id());
         Ok(v)
     })())
 }
@@ -172,7 +172,7 @@ pub async fn ring(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
             let caller = d.caller(&p)?;
             parse::Query::parse(parts.uri.query(), &[])?;
             let a = &d.admin;
-            let ring = crate::api::ring_view(a.ring.as_deref(), &a.node_id, &a.address).await?;
+            let ring = a.ring().await?;
             let mut v = pj::ring_json(&ring);
             v["node_stats"] = if caller.as_deref().is_none_or(|c| c.is_admin()) {
                 let (_, nodes) = a.nodes("", p.authorization()).await?;
@@ -261,7 +261,7 @@ pub async fn policy(
                 .admin
                 .store_policy(&pb::SetServicePolicyRequest { service, policy })
                 .await?;
-            Ok(service_json(&service_info(&s, &d.admin.services)))
+            Ok(service_json(&d.admin.service_info(&s)))
         }
         .await,
     )
@@ -280,7 +280,7 @@ pub async fn limits(
                 .admin
                 .store_limits(&pb::SetServiceLimitsRequest { service, limits })
                 .await?;
-            Ok(service_json(&service_info(&s, &d.admin.services)))
+            Ok(service_json(&d.admin.service_info(&s)))
         }
         .await,
     )
@@ -464,19 +464,11 @@ pub async fn retry(
             let caller = d.caller(&Presented::of(&parts))?;
             let (service, transaction_id) = path(ids)?;
             parse::Query::parse(parts.uri.query(), &[])?;
-            let state = crate::api::lookup_retry(
-                &d.admin.writer,
-                caller.as_deref(),
-                &service,
-                &transaction_id,
-            )
-            .await?;
+            let (state, retry) =
+                crate::api::lookup_retry(&d.admin, caller.as_deref(), &service, &transaction_id)
+                    .await?;
             let trace_id = trace_id(&state.trace.traceparent);
-            let chain = crate::wire::chain_progress(&d.admin.writer, &state).await?;
-            let mut v = pj::retry_json(&pb::Retry {
-                chain,
-                ..wire::retry_pb(state)
-            });
+            let mut v = pj::retry_json(&retry);
             v["trace_url"] = json!(trace_id.as_ref().and_then(|id| d
                 .trace_url_template
                 .as_ref()

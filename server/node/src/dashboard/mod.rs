@@ -33,12 +33,11 @@ use serde_json::{json, Value};
 use tonic::{metadata::MetadataMap, Code};
 
 use crate::{
-    admin::Admin,
     auth::{Auth, Credential},
     telemetry::rpc::code_name,
     tls::ConnInfo,
 };
-use rebound_engine::error::Error;
+use rebound_engine::{admin::Admin, error::Error};
 
 /// What the endpoints need from the node.
 #[derive(Debug)]
@@ -241,8 +240,11 @@ impl Presented {
     }
 
     /// The `authorization` to pass on to peers (GetStats asks them with it).
-    pub fn authorization(&self) -> Option<tonic::metadata::AsciiMetadataValue> {
-        self.metadata.get("authorization").cloned()
+    pub fn authorization(&self) -> Option<String> {
+        self.metadata
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
     }
 }
 

@@ -14,7 +14,7 @@ use rebound_proto::{
 };
 use serde_json::Value;
 
-use crate::redrive::{LetterKey, MAX_SELECTED_LETTERS};
+use rebound_engine::admin::redrive::{LetterKey, MAX_SELECTED_LETTERS};
 use rebound_engine::{error::Error, names::show};
 
 /// The largest request body read.

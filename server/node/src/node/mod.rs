@@ -294,7 +294,6 @@ impl Node {
             engine: &engine,
             store: &store,
             clock: &clock,
-            advertised: &advertised,
             tls: &tls,
             shutdown: &shutdown,
         };

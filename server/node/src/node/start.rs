@@ -10,7 +10,6 @@ use tokio::{net::TcpListener, sync::watch};
 
 use super::{own, serve::GrpcServices, NodeTasks};
 use crate::{
-    admin::Admin,
     api::{AdminApi, Api, ExecutorApi},
     auth::{AdminGate, Auth},
     config::{Config, StoreKind},
@@ -18,6 +17,7 @@ use crate::{
     tls::ServerTls,
 };
 use rebound_engine::{
+    admin::Admin,
     clock_sync::{measure_offset, run_clock_sync, sync_clock},
     engine::Engine,
     ring::LeaseRing,
@@ -164,7 +164,6 @@ pub(super) struct Parts<'a> {
     pub engine: &'a Engine,
     pub store: &'a Arc<dyn RetryStore>,
     pub clock: &'a SharedClock,
-    pub advertised: &'a str,
     pub tls: &'a Option<Arc<ServerTls>>,
     pub shutdown: &'a watch::Sender<bool>,
 }
@@ -242,27 +241,13 @@ impl Parts<'_> {
         }
     }
 
-    /// The admin functions that AdminService and the dashboard share.
+    /// The admin functions that AdminService and the dashboard share: the engine's, asking
+    /// peers over this node's gRPC.
     pub fn admin(&self) -> Arc<Admin> {
-        let Parts { config, engine, .. } = self;
-        Arc::new(Admin {
-            store: self.store.clone(),
-            services: engine.services.clone(),
-            holds: engine.holds.clone(),
-            writer: engine.writer.clone(),
-            hub: engine.hub.clone(),
-            ownership: engine.ownership.clone(),
-            ring: engine.ring.clone(),
-            clock: self.clock.clone(),
-            node_id: config.node_id.clone(),
-            address: self.advertised.to_string(),
-            slots: config.slots,
-            skew_margin_ms: config.skew_margin_ms as i64,
-            orphan_grace_ms: config.orphan_grace_ms(),
-            dead_letter_retention_seconds: config.dead_letter_retention_seconds,
-            peer_tls: self.tls.clone(),
-            push_allow: engine.push_allow.clone(),
-        })
+        let peers = crate::peers::PeerClient {
+            tls: self.tls.clone(),
+        };
+        Arc::new(self.engine.admin(Some(Arc::new(peers))))
     }
 
     /// The HTTP listener's routes: `/metrics`, the probes, and the dashboard.
@@ -280,7 +265,7 @@ impl Parts<'_> {
             .context("reading the applied migrations")?
             .len();
         let probe = Arc::new(crate::http::Probe::new(
-            self.store.clone(),
+            admin.clone(),
             self.engine.ring.clone(),
             self.engine.ownership.clone(),
             self.engine.hub.clone(),
@@ -303,14 +288,13 @@ impl Parts<'_> {
             api: Api {
                 auth: auth.clone(),
                 writer: engine.writer.clone(),
+                admin: admin.clone(),
                 max_payload_bytes: config.max_payload_bytes,
                 max_batch_items: config.max_batch_items,
             },
             executor: ExecutorApi {
                 auth: auth.clone(),
-                ring: engine.ring.clone(),
-                node_id: config.node_id.clone(),
-                address: self.advertised.to_string(),
+                admin: admin.clone(),
                 dispatcher: engine.dispatcher.clone(),
                 max_delay: Duration::from_secs(config.max_delay_seconds),
             },

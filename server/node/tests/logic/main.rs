@@ -138,13 +138,7 @@ impl Rig {
         // The node's own wiring (`Engine::build`), on the embedded store observed as the
         // node observes its store.
         let observed: Arc<dyn RetryStore> = Arc::new(Observed::new(store.clone(), "embedded"));
-        let Engine {
-            services,
-            writer,
-            dispatcher,
-            compactor,
-            ..
-        } = Engine::build(
+        let engine = Engine::build(
             observed,
             writer_store,
             Some(ownership),
@@ -155,12 +149,18 @@ impl Rig {
             stop.subscribe(),
         )
         .expect("engine");
+        let admin = Arc::new(engine.admin(None));
+        let Engine {
+            services,
+            writer,
+            dispatcher,
+            compactor,
+            ..
+        } = engine;
         services.refresh().await.expect("services read");
         let executor = ExecutorApi {
             auth: Arc::new(Auth::off()),
-            ring: None,
-            node_id: config.node_id.clone(),
-            address: "127.0.0.1:0".into(),
+            admin,
             dispatcher: dispatcher.clone(),
             max_delay: Duration::from_secs(config.max_delay_seconds),
         };

@@ -72,7 +72,7 @@ async fn quiet(rig: &Rig, sub: &mut Deliveries) {
 
 async fn progress(rig: &Rig, service: &str, txid: &str) -> Vec<(String, i32)> {
     let state = rig.state(service, txid).await;
-    rebound_server::wire::chain_progress(&rig.writer, &state)
+    rebound_engine::wire::chain_progress(&rig.writer, &state)
         .await
         .expect("progress read")
         .expect("a chain")

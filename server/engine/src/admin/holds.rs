@@ -3,7 +3,7 @@
 use rebound_proto::{time::ts, v1 as pb};
 
 use super::Admin;
-use rebound_engine::{error::Error, validate};
+use crate::{error::Error, validate};
 use rebound_store::HoldRow;
 
 pub fn hold_pb(h: HoldRow) -> pb::DependencyHoldInfo {

@@ -4,7 +4,7 @@
 
 use rebound_proto::v1 as pb;
 
-use rebound_engine::{
+use crate::{
     dispatch::hub::Delivery,
     error::Error,
     outcome::Resolution,

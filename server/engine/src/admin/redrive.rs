@@ -12,7 +12,7 @@ use futures::TryStreamExt;
 use rebound_proto::v1 as pb;
 
 use crate::admin::Admin;
-use rebound_engine::{error::Error, validate};
+use crate::{error::Error, validate};
 use rebound_store::{window::DAY_MS, DeadLetter, Status};
 
 /// The most letters one redrive of selected letters may name.

@@ -6,7 +6,7 @@ use rebound_proto::v1 as pb;
 
 use super::Admin;
 use crate::wire::ts;
-use rebound_engine::{error::Error, validate};
+use crate::{error::Error, validate};
 use rebound_store::{window::DAY_MS, DeadLetter};
 
 /// Longest time range a dead-letter call may cover.

@@ -1,5 +1,8 @@
-//! The operator API (issue 5): service settings, purge, dead letters, statistics and window
-//! inspection. Every request is validated before anything is read or written.
+//! The operator API: service settings, purge, dead letters and redrive, dependency holds,
+//! statistics and window inspection, reached through the engine's handle
+//! (`Handle::admin`). Every request is validated before anything is read or written. It
+//! answers in the API's protobuf messages (`wire`); asking the other nodes for their part of
+//! the statistics is the node's (`AskPeer`), as is every transport.
 //!
 //! Deletes made here, and the invariant that allows each:
 //! - `PurgeService` deletes a bucket's Tier-5 partition only after every pointer in it is
@@ -24,7 +27,7 @@ use futures::TryStreamExt;
 use rebound_proto::v1 as pb;
 
 use crate::wire::{dur, policy_pb, ts};
-use rebound_engine::{
+use crate::{
     dispatch::hub::Hub,
     error::Error,
     ownership::Ownership,
@@ -43,30 +46,43 @@ use rebound_store::{
 
 mod dead_letters;
 mod holds;
+pub mod redrive;
 
 pub use dead_letters::Cursor;
 
-/// Everything the admin calls need from the node.
+/// How this node asks another for its part of the statistics (GetStats `local_only`, with
+/// the caller's `authorization` header): a transport, so the node's.
+#[async_trait::async_trait]
+pub trait AskPeer: Send + Sync + std::fmt::Debug {
+    async fn local_stats(
+        &self,
+        address: &str,
+        service: String,
+        authorization: Option<String>,
+    ) -> Result<pb::GetStatsResponse, String>;
+}
+
+/// What the admin operations run on: the engine's components and the settings they read.
 #[derive(Debug)]
 pub struct Admin {
-    pub store: Arc<dyn RetryStore>,
-    pub services: Arc<Services>,
-    pub holds: Arc<rebound_engine::holds::Holds>,
-    pub writer: Arc<Writer>,
-    pub hub: Arc<Hub>,
-    pub ownership: Arc<dyn Ownership>,
-    pub ring: Option<Arc<LeaseRing>>,
-    pub clock: SharedClock,
-    pub node_id: String,
-    pub address: String,
-    pub slots: u32,
-    pub skew_margin_ms: i64,
-    pub orphan_grace_ms: i64,
-    pub dead_letter_retention_seconds: u32,
-    /// TLS for asking peers (None: in clear).
-    pub peer_tls: Option<std::sync::Arc<crate::tls::ServerTls>>,
+    pub(crate) store: Arc<dyn RetryStore>,
+    pub(crate) services: Arc<Services>,
+    pub(crate) holds: Arc<crate::holds::Holds>,
+    pub(crate) writer: Arc<Writer>,
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) ownership: Arc<dyn Ownership>,
+    pub(crate) ring: Option<Arc<LeaseRing>>,
+    pub(crate) clock: SharedClock,
+    pub(crate) node_id: String,
+    pub(crate) address: String,
+    pub(crate) slots: u32,
+    pub(crate) skew_margin_ms: i64,
+    pub(crate) orphan_grace_ms: i64,
+    pub(crate) dead_letter_retention_seconds: u32,
+    /// How to ask the other nodes (None: this node answers for itself only).
+    pub(crate) peers: Option<Arc<dyn AskPeer>>,
     /// `REBOUND_PUSH_ALLOW`: what SetPushTarget's address check permits, as each push does.
-    pub push_allow: rebound_engine::guard::Allow,
+    pub(crate) push_allow: crate::guard::Allow,
 }
 
 fn unknown_service(service: &str) -> Error {
@@ -95,6 +111,75 @@ fn no_push_target(service: &str) -> Error {
 impl Admin {
     fn grid(&self) -> WindowGrid {
         self.writer.grid()
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// Now, on the clock the components run on.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// This node's in-flight deliveries and streams, by service.
+    pub fn hub_stats(&self) -> HashMap<String, (u64, u32)> {
+        self.hub.stats()
+    }
+
+    /// GetRing's answer: the live members and their token ranges, or this node alone with
+    /// the whole ring when it was given a fixed ownership (no lease ring).
+    pub async fn ring(&self) -> Result<pb::Ring, Error> {
+        let nodes = match &self.ring {
+            None => vec![pb::RingNode {
+                node_id: self.node_id.clone(),
+                address: self.address.clone(),
+                compactor: true,
+                ranges: vec![crate::wire::token_range_pb(&TokenRange::FULL)],
+            }],
+            Some(ring) => ring
+                .view()
+                .await?
+                .into_iter()
+                .map(|(m, compactor, ranges)| pb::RingNode {
+                    node_id: m.node_id,
+                    address: m.address,
+                    compactor,
+                    ranges: ranges.iter().map(crate::wire::token_range_pb).collect(),
+                })
+                .collect(),
+        };
+        Ok(pb::Ring { nodes })
+    }
+
+    /// The schema migrations the store reads as applied (the readiness probe's check that
+    /// the store answers and was not dropped under the node).
+    pub async fn applied_migrations(&self) -> Result<Vec<i32>, Error> {
+        Ok(self.store.applied_migrations().await?)
+    }
+
+    /// A service's settings as the API shows them.
+    pub fn service_info(&self, s: &Settings) -> pb::ServiceInfo {
+        service_info(s, &self.services)
+    }
+
+    /// GetRetry: the names are checked, then the state row is read, with its compensation
+    /// chain's progress. The caller's right to the service is the transport's to check first.
+    pub async fn get_retry(
+        &self,
+        service: &str,
+        transaction_id: &str,
+    ) -> Result<(rebound_store::TxState, pb::Retry), Error> {
+        validate::service("service", service)?;
+        validate::transaction_id("transaction_id", transaction_id)?;
+        let state = self.writer.get(service, transaction_id).await?;
+        let chain = crate::wire::chain_progress(&self.writer, &state).await?;
+        let retry = pb::Retry {
+            chain,
+            ..crate::wire::retry_pb(state.clone())
+        };
+        Ok((state, retry))
     }
 
     pub(crate) fn known(&self, service: &str) -> Result<(), Error> {
@@ -226,7 +311,7 @@ impl Admin {
         self.known(&r.service)?;
         let t = target::validate(r.target.as_ref())?;
         if let Some(why) =
-            rebound_engine::services::push_address::check_address(&t, &self.push_allow).await?
+            crate::services::push_address::check_address(&t, &self.push_allow).await?
         {
             tracing::info!(
                 service = %r.service,
@@ -417,13 +502,13 @@ impl Admin {
     pub async fn nodes(
         &self,
         service: &str,
-        authorization: Option<tonic::metadata::AsciiMetadataValue>,
+        authorization: Option<String>,
     ) -> Result<(HashMap<String, u64>, Vec<pb::NodeStats>), Error> {
         let (local, me) = self.local_stats();
         let mut in_flight: HashMap<String, u64> =
             local.iter().map(|(s, v)| (s.clone(), v.0)).collect();
         let mut nodes = vec![me];
-        if let Some(ring) = &self.ring {
+        if let (Some(ring), Some(peers)) = (&self.ring, &self.peers) {
             let members = ring.view().await?;
             let asks = members
                 .into_iter()
@@ -431,9 +516,8 @@ impl Admin {
                 .map(|(m, _, _)| {
                     let service = service.to_string();
                     let authorization = authorization.clone();
-                    let tls = self.peer_tls.as_ref().map(|t| t.peer());
                     async move {
-                        let got = ask_peer(&m.address, service, authorization, tls).await;
+                        let got = peers.local_stats(&m.address, service, authorization).await;
                         (m, got)
                     }
                 });
@@ -464,7 +548,7 @@ impl Admin {
     pub async fn stats(
         &self,
         r: &pb::GetStatsRequest,
-        authorization: Option<tonic::metadata::AsciiMetadataValue>,
+        authorization: Option<String>,
     ) -> Result<pb::GetStatsResponse, Error> {
         if !r.service.is_empty() {
             if r.local_only {
@@ -503,8 +587,7 @@ impl Admin {
                 per.entry(s.service.clone()).or_default().paused = s.paused;
             }
         }
-        let backlog =
-            rebound_engine::backlog::measure(&self.store, &grid, now, only, 0, None).await?;
+        let backlog = crate::backlog::measure(&self.store, &grid, now, only, 0, None).await?;
         for (service, b) in backlog {
             let st = per.entry(service).or_default();
             st.pending = b.pending;
@@ -624,39 +707,4 @@ impl Admin {
             window_seconds: (grid.window_ms() / 1000) as u32,
         })
     }
-}
-
-/// GetStats(local_only) on a peer, with a short deadline.
-async fn ask_peer(
-    address: &str,
-    service: String,
-    authorization: Option<tonic::metadata::AsciiMetadataValue>,
-    tls: Option<tonic::transport::ClientTlsConfig>,
-) -> Result<pb::GetStatsResponse, String> {
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let url = if address.contains("://") {
-        address.to_string()
-    } else {
-        format!("{scheme}://{address}")
-    };
-    let mut endpoint = tonic::transport::Endpoint::from_shared(url)
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(1))
-        .timeout(Duration::from_secs(2));
-    if let Some(tls) = tls {
-        endpoint = endpoint.tls_config(tls).map_err(|e| e.to_string())?;
-    }
-    let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
-    let mut request = tonic::Request::new(pb::GetStatsRequest {
-        service,
-        local_only: true,
-    });
-    if let Some(a) = authorization {
-        request.metadata_mut().insert("authorization", a);
-    }
-    pb::admin_service_client::AdminServiceClient::new(channel)
-        .get_stats(request)
-        .await
-        .map(|r| r.into_inner())
-        .map_err(|e| e.to_string())
 }
