@@ -171,7 +171,7 @@ impl TestNode {
         let ring = self
             .node
             .as_ref()
-            .and_then(|n| n.ring.clone())
+            .and_then(|n| n.engine().ring().cloned())
             .expect("a ring");
         let started = std::time::Instant::now();
         while !ring.is_compactor(now_ms + 1_000) {

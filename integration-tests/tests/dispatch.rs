@@ -511,7 +511,7 @@ async fn compactor_refuses_windows_with_instances_or_not_ended() {
     c.enqueue_retry(req("nobody-listens", "y", 4_000))
         .await
         .unwrap(); // window +4
-    let compactor = n.node.as_ref().unwrap().compactor.clone();
+    let compactor = n.node.as_ref().unwrap().engine().compactor().clone();
     // Now: both windows are in the future (Gate 2) and have instances (Gate 1).
     n.wait_for_compactor_lease(clock_now(&clock)).await;
     let report = compactor.compact().await.unwrap();

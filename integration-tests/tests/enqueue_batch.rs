@@ -213,10 +213,19 @@ async fn batches_and_concurrent_enqueues_are_written_in_few_requests() {
     )));
     let node = n.node.as_ref().unwrap();
     // 300 pointers of one bucket: batches of at most 256.
-    assert_eq!(node.writer.pointer_writes(), (2, 300));
+    assert_eq!(
+        {
+            let io = node.engine().io_counts();
+            (io.pointer_writes, io.pointers)
+        },
+        (2, 300)
+    );
     // Reads of at most 64 ids; writes of at most 10 rows and under Cassandra's 5 KiB batch
     // warning (each of these rows counts about 800 bytes there, so 5 a batch).
-    let (state_reads, state_writes) = node.store.state_io_counts();
+    let (state_reads, state_writes) = {
+        let io = node.engine().io_counts();
+        (io.state_reads, io.state_writes)
+    };
     assert_eq!((state_reads.flushes, state_reads.items), (5, 300));
     assert_eq!(state_writes.items, 300);
     assert!(
@@ -246,7 +255,10 @@ async fn batches_and_concurrent_enqueues_are_written_in_few_requests() {
         }
     }))
     .await;
-    let (writes, carried) = node.writer.pointer_writes();
+    let (writes, carried) = {
+        let io = node.engine().io_counts();
+        (io.pointer_writes, io.pointers)
+    };
     assert_eq!(carried, 600);
     assert!(
         writes - 2 < 300 / 2,
@@ -258,7 +270,10 @@ async fn batches_and_concurrent_enqueues_are_written_in_few_requests() {
     let st = states(&n).await;
     assert_eq!(st.len(), 600);
     // Concurrent reads, coalesced, each find their own row.
-    let (before, _) = node.store.state_io_counts();
+    let (before, _) = {
+        let io = node.engine().io_counts();
+        (io.state_reads, io.state_writes)
+    };
     let reads = futures::future::join_all((0..600).map(|i| {
         let mut c = c.clone();
         async move {
@@ -281,7 +296,10 @@ async fn batches_and_concurrent_enqueues_are_written_in_few_requests() {
         };
         assert_eq!(r.generation, expected);
     }
-    let (after, _) = node.store.state_io_counts();
+    let (after, _) = {
+        let io = node.engine().io_counts();
+        (io.state_reads, io.state_writes)
+    };
     assert_eq!(after.items - before.items, 600);
     assert!(after.flushes - before.flushes < 600);
     n.finish().await;

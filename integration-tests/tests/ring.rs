@@ -449,7 +449,14 @@ async fn each_of_four_nodes_reads_only_its_share_of_tier_3() {
     let counts = |nodes: &[TestNode]| -> Vec<(u64, u64)> {
         nodes
             .iter()
-            .map(|n| n.node.as_ref().unwrap().dispatcher.instance_rows_read())
+            .map(|n| {
+                n.node
+                    .as_ref()
+                    .unwrap()
+                    .engine()
+                    .dispatcher()
+                    .instance_rows_read()
+            })
             .collect()
     };
     let before = counts(&nodes);

@@ -114,7 +114,7 @@ async fn no_task_outlives_shutdown() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before: std::collections::HashMap<_, _> = tasks.live().into_iter().collect();
-    for owner in ["server", "connections", "background", "ring", "dispatcher"] {
+    for owner in ["server", "connections", "engine", "ring", "dispatcher"] {
         assert!(
             before[owner] > 0,
             "nothing running under {owner}: {before:?}"

@@ -14,6 +14,7 @@ pub mod dispatch;
 pub mod engine;
 pub mod error;
 pub mod guard;
+pub mod handle;
 pub mod holds;
 pub mod names;
 pub mod outcome;

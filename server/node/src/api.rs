@@ -1,5 +1,5 @@
-//! gRPC handlers. They stay thin: decode and validate (module `validate`), call the component,
-//! encode (module `wire`). Errors become `tonic::Status` only through `From<Error>`.
+//! gRPC handlers. They stay thin: decode and validate (the engine's `validate`), check the
+//! caller (`auth`), call the engine's `Handle`, encode (the engine's `wire`). Errors become `tonic::Status` only through `From<Error>`.
 
 use std::{pin::Pin, sync::Arc};
 
@@ -10,20 +10,8 @@ use tonic::{metadata::MetadataMap, Request, Response, Status};
 use tracing::{Instrument, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::{
-    auth::{Auth, Credential},
-    telemetry::rpc::code_name,
-};
-use rebound_common::metrics;
-use rebound_engine::{
-    admin::Admin,
-    dispatch::{Dispatcher, Resolution},
-    error::Error,
-    names,
-    outcome::AttemptOutcome,
-    spans, validate, wire,
-    writer::{EnqueueOutcome, Writer},
-};
+use crate::auth::{Auth, Credential};
+use rebound_engine::{dispatch::Resolution, error::Error, handle::Handle, spans, validate, wire};
 use rebound_store::context::TextContext;
 
 /// The trace context of a request's `traceparent` / `tracestate` metadata (empty: none or
@@ -57,31 +45,11 @@ fn stored_context(span: &Span, own: TextContext, request: &TextContext) -> TextC
     }
 }
 
-/// Counts one enqueue item, and marks its span failed when it was refused.
-fn count_enqueue(service: &str, span: &Span, r: &Result<EnqueueOutcome, Error>) {
-    // A name that is not a valid service name never becomes a label.
-    let label = match names::service_problem(service) {
-        None => service,
-        Some(_) => "_invalid",
-    };
-    let m = metrics::global();
-    match r {
-        Ok(o) if o.deduplicated => m.enqueue(label, "deduplicated", "OK"),
-        Ok(_) => m.enqueue(label, "new", "OK"),
-        Err(e) => {
-            let code = code_name(e.code() as i32);
-            m.enqueue(label, "refused", code);
-            spans::failed(span, code);
-        }
-    }
-}
-
 /// Shared state of the handlers.
 #[derive(Debug, Clone)]
 pub struct Api {
     pub auth: Arc<Auth>,
-    pub writer: Arc<Writer>,
-    pub admin: Arc<Admin>,
+    pub handle: Handle,
     pub max_payload_bytes: usize,
     pub max_batch_items: usize,
 }
@@ -100,18 +68,20 @@ impl pb::retry_service_server::RetryService for Api {
         let (metadata, extensions, request) = request.into_parts();
         let service = request.service.clone();
         let span = spans::send(&service, &request.transaction_id, &item_context(&request));
-        let out = async {
+        let checked = (|| {
             let caller = self.auth.caller(&metadata, &extensions)?;
             let caller = caller.as_deref();
             let mut input = validate::enqueue("", request, self.max_payload_bytes)?;
             Auth::may_use(caller, "service", &input.service)?;
             let own = std::mem::take(&mut input.trace);
             input.trace = stored_context(&span, own, &request_context(&metadata));
-            self.writer.enqueue(input).await
-        }
-        .instrument(span.clone())
-        .await;
-        count_enqueue(&service, &span, &out);
+            Ok(input)
+        })();
+        let out = self
+            .handle
+            .enqueue(&service, &span, checked)
+            .instrument(span.clone())
+            .await;
         Ok(Response::new(wire::enqueue_pb(out?)))
     }
 
@@ -128,27 +98,25 @@ impl pb::retry_service_server::RetryService for Api {
         // first appearance, since the two would race each other.
         let mut keys = validate::BatchKeys::default();
         let context = request_context(&metadata);
-        let mut items: Vec<(String, Span)> = Vec::with_capacity(requests.len());
-        let checked: Vec<Result<validate::EnqueueInput, Error>> = requests
+        let items = requests
             .into_iter()
             .enumerate()
             .map(|(i, r)| {
+                let service = r.service.clone();
                 let span = spans::send(&r.service, &r.transaction_id, &item_context(&r));
-                items.push((r.service.clone(), span.clone()));
-                let mut input =
-                    validate::enqueue(&format!("requests[{i}]."), r, self.max_payload_bytes)?;
-                Auth::may_use(caller, &format!("requests[{i}].service"), &input.service)?;
-                keys.first(i, &input)?;
-                let own = std::mem::take(&mut input.trace);
-                input.trace = stored_context(&span, own, &context);
-                Ok(input)
+                let checked = (|| {
+                    let mut input =
+                        validate::enqueue(&format!("requests[{i}]."), r, self.max_payload_bytes)?;
+                    Auth::may_use(caller, &format!("requests[{i}].service"), &input.service)?;
+                    keys.first(i, &input)?;
+                    let own = std::mem::take(&mut input.trace);
+                    input.trace = stored_context(&span, own, &context);
+                    Ok(input)
+                })();
+                (service, span, checked)
             })
             .collect();
-        let results = self.writer.enqueue_many(checked).await;
-        for ((service, span), r) in items.iter().zip(&results) {
-            count_enqueue(service, span, r);
-        }
-        drop(items);
+        let results = self.handle.enqueue_batch(items).await;
         Ok(Response::new(pb::EnqueueRetryBatchResponse {
             results: results.into_iter().map(wire::enqueue_result_pb).collect(),
         }))
@@ -161,7 +129,7 @@ impl pb::retry_service_server::RetryService for Api {
         let (metadata, extensions, r) = request.into_parts();
         let caller = self.auth.caller(&metadata, &extensions)?;
         let (_, retry) = lookup_retry(
-            &self.admin,
+            &self.handle,
             caller.as_deref(),
             &r.service,
             &r.transaction_id,
@@ -180,7 +148,7 @@ impl pb::retry_service_server::RetryService for Api {
         validate::service("service", &r.service)?;
         validate::transaction_id("transaction_id", &r.transaction_id)?;
         Auth::may_use(caller, "service", &r.service)?;
-        let (status, cancelled) = self.writer.cancel(&r.service, &r.transaction_id).await?;
+        let (status, cancelled) = self.handle.cancel(&r.service, &r.transaction_id).await?;
         Ok(Response::new(pb::CancelRetryResponse {
             status: wire::status_pb(status) as i32,
             cancelled,
@@ -192,9 +160,7 @@ impl pb::retry_service_server::RetryService for Api {
 #[derive(Debug, Clone)]
 pub struct ExecutorApi {
     pub auth: Arc<Auth>,
-    /// GetRing's answer is the engine's (`Admin::ring`).
-    pub admin: Arc<Admin>,
-    pub dispatcher: Arc<Dispatcher>,
+    pub handle: Handle,
     pub max_delay: std::time::Duration,
 }
 
@@ -209,31 +175,20 @@ impl ExecutorApi {
         r: &pb::AckRequest,
         prefix: &str,
     ) -> Result<Resolution, Error> {
-        let mut outcome = validate::ack_outcome(r, self.max_delay, prefix)?;
+        let outcome = validate::ack_outcome(r, self.max_delay, prefix)?;
         let hold = validate::ack_hold(r, prefix)?;
         // With authentication off (no caller) every service may be used: no lookup.
         if caller.is_some() {
-            if let Some(service) = self.dispatcher.service_of(&r.delivery_id) {
+            if let Some(service) = self.handle.service_of(&r.delivery_id) {
                 Auth::may_use(caller, &format!("{prefix}delivery_id"), &service)?;
             }
         }
         match hold {
-            None => self.dispatcher.ack(&r.delivery_id, outcome).await,
+            None => self.handle.ack(&r.delivery_id, outcome).await,
             Some((duration, reason)) => {
-                // The retry waits for the hold's end without using an attempt.
-                if let AttemptOutcome::Retry { after, snooze, .. } = &mut outcome {
-                    *after = Some(duration);
-                    *snooze = true;
-                }
-                // Boxed: rare, and its future would otherwise size every ack's.
-                Box::pin(self.dispatcher.ack_holding(
-                    &r.delivery_id,
-                    outcome,
-                    duration,
-                    &reason,
-                    prefix,
-                ))
-                .await
+                self.handle
+                    .ack_holding(&r.delivery_id, outcome, duration, &reason, prefix)
+                    .await
             }
         }
     }
@@ -252,7 +207,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         let caller = caller.as_deref();
         validate::subscribe(&r)?;
         Auth::may_use(caller, "service", &r.service)?;
-        let sub = self.dispatcher.subscribe(&r.service, r.max_in_flight)?;
+        let sub = self.handle.subscribe(&r.service, r.max_in_flight)?;
         tracing::info!(service = %r.service, executor_id = %r.executor_id, subscriber = sub.id(), max_in_flight = r.max_in_flight, "executor subscribed");
         Ok(Response::new(Box::pin(
             sub.map(|d| Ok(wire::delivery_pb(d))),
@@ -296,10 +251,10 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         let caller = caller.as_deref();
         validate::delivery_id("delivery_id", &r.delivery_id)?;
         let ext = validate::extension("extension", r.extension.as_ref())?;
-        if let Some(service) = self.dispatcher.service_of(&r.delivery_id) {
+        if let Some(service) = self.handle.service_of(&r.delivery_id) {
             Auth::may_use(caller, "delivery_id", &service)?;
         }
-        let deadline = self.dispatcher.extend(&r.delivery_id, ext)?;
+        let deadline = self.handle.extend(&r.delivery_id, ext)?;
         Ok(Response::new(pb::ExtendDeadlineResponse {
             ack_deadline: Some(wire::ts(deadline)),
         }))
@@ -307,7 +262,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
 
     async fn get_ring(&self, r: Request<pb::GetRingRequest>) -> Result<Response<pb::Ring>, Status> {
         self.auth.caller(r.metadata(), r.extensions())?;
-        Ok(Response::new(self.admin.ring().await?))
+        Ok(Response::new(self.handle.ring().await?))
     }
 }
 
@@ -315,7 +270,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
 /// caller may use the service (`caller` None: authentication is off), then the engine's read
 /// of the state row and its chain.
 pub async fn lookup_retry(
-    admin: &Admin,
+    handle: &Handle,
     caller: Option<&Credential>,
     service: &str,
     transaction_id: &str,
@@ -323,13 +278,13 @@ pub async fn lookup_retry(
     validate::service("service", service)?;
     validate::transaction_id("transaction_id", transaction_id)?;
     Auth::may_use(caller, "service", service)?;
-    admin.get_retry(service, transaction_id).await
+    handle.get_retry(service, transaction_id).await
 }
 
-/// The operator API (the engine's `admin`).
+/// The operator API (the operator half of the engine's `Handle`).
 #[derive(Debug, Clone)]
 pub struct AdminApi {
-    pub admin: Arc<Admin>,
+    pub handle: Handle,
 }
 
 #[tonic::async_trait]
@@ -338,14 +293,14 @@ impl pb::admin_service_server::AdminService for AdminApi {
         &self,
         _r: Request<pb::ListServicesRequest>,
     ) -> Result<Response<pb::ListServicesResponse>, Status> {
-        Ok(Response::new(self.admin.list_services().await?))
+        Ok(Response::new(self.handle.list_services().await?))
     }
     async fn get_service(
         &self,
         r: Request<pb::GetServiceRequest>,
     ) -> Result<Response<pb::ServiceInfo>, Status> {
         Ok(Response::new(
-            self.admin.get_service(&r.into_inner().service).await?,
+            self.handle.get_service(&r.into_inner().service).await?,
         ))
     }
     async fn get_stats(
@@ -359,14 +314,17 @@ impl pb::admin_service_server::AdminService for AdminApi {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         Ok(Response::new(
-            self.admin.stats(&r.into_inner(), authorization).await?,
+            self.handle.stats(&r.into_inner(), authorization).await?,
         ))
     }
     async fn pause_service(
         &self,
         r: Request<pb::PauseServiceRequest>,
     ) -> Result<Response<pb::PauseServiceResponse>, Status> {
-        let s = self.admin.set_paused(&r.into_inner().service, true).await?;
+        let s = self
+            .handle
+            .set_paused(&r.into_inner().service, true)
+            .await?;
         Ok(Response::new(pb::PauseServiceResponse { service: Some(s) }))
     }
     async fn resume_service(
@@ -374,7 +332,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         r: Request<pb::ResumeServiceRequest>,
     ) -> Result<Response<pb::ResumeServiceResponse>, Status> {
         let s = self
-            .admin
+            .handle
             .set_paused(&r.into_inner().service, false)
             .await?;
         Ok(Response::new(pb::ResumeServiceResponse {
@@ -385,20 +343,24 @@ impl pb::admin_service_server::AdminService for AdminApi {
         &self,
         r: Request<pb::SetServicePolicyRequest>,
     ) -> Result<Response<pb::SetServicePolicyResponse>, Status> {
-        Ok(Response::new(self.admin.set_policy(&r.into_inner()).await?))
+        Ok(Response::new(
+            self.handle.set_policy(&r.into_inner()).await?,
+        ))
     }
     async fn set_service_limits(
         &self,
         r: Request<pb::SetServiceLimitsRequest>,
     ) -> Result<Response<pb::SetServiceLimitsResponse>, Status> {
-        Ok(Response::new(self.admin.set_limits(&r.into_inner()).await?))
+        Ok(Response::new(
+            self.handle.set_limits(&r.into_inner()).await?,
+        ))
     }
     async fn set_push_target(
         &self,
         r: Request<pb::SetPushTargetRequest>,
     ) -> Result<Response<pb::SetPushTargetResponse>, Status> {
         Ok(Response::new(
-            self.admin.set_push_target(&r.into_inner()).await?,
+            self.handle.set_push_target(&r.into_inner()).await?,
         ))
     }
     async fn get_push_target(
@@ -406,7 +368,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         r: Request<pb::GetPushTargetRequest>,
     ) -> Result<Response<pb::PushTarget>, Status> {
         Ok(Response::new(
-            self.admin.get_push_target(&r.into_inner()).await?,
+            self.handle.get_push_target(&r.into_inner()).await?,
         ))
     }
     async fn clear_push_target(
@@ -414,7 +376,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         r: Request<pb::ClearPushTargetRequest>,
     ) -> Result<Response<pb::ClearPushTargetResponse>, Status> {
         Ok(Response::new(
-            self.admin.clear_push_target(&r.into_inner()).await?,
+            self.handle.clear_push_target(&r.into_inner()).await?,
         ))
     }
     async fn hold_dependency(
@@ -422,7 +384,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         r: Request<pb::HoldDependencyRequest>,
     ) -> Result<Response<pb::DependencyHoldInfo>, Status> {
         Ok(Response::new(
-            self.admin.hold_dependency(&r.into_inner()).await?,
+            self.handle.hold_dependency(&r.into_inner()).await?,
         ))
     }
     async fn release_dependency(
@@ -430,21 +392,21 @@ impl pb::admin_service_server::AdminService for AdminApi {
         r: Request<pb::ReleaseDependencyRequest>,
     ) -> Result<Response<pb::ReleaseDependencyResponse>, Status> {
         Ok(Response::new(
-            self.admin.release_dependency(&r.into_inner()).await?,
+            self.handle.release_dependency(&r.into_inner()).await?,
         ))
     }
     async fn list_dependency_holds(
         &self,
         _r: Request<pb::ListDependencyHoldsRequest>,
     ) -> Result<Response<pb::ListDependencyHoldsResponse>, Status> {
-        Ok(Response::new(self.admin.list_dependency_holds().await?))
+        Ok(Response::new(self.handle.list_dependency_holds().await?))
     }
     async fn purge_service(
         &self,
         r: Request<pb::PurgeServiceRequest>,
     ) -> Result<Response<pb::PurgeServiceResponse>, Status> {
         Ok(Response::new(
-            self.admin.purge_service(&r.into_inner()).await?,
+            self.handle.purge_service(&r.into_inner()).await?,
         ))
     }
     async fn list_dead_letters(
@@ -452,21 +414,21 @@ impl pb::admin_service_server::AdminService for AdminApi {
         r: Request<pb::ListDeadLettersRequest>,
     ) -> Result<Response<pb::ListDeadLettersResponse>, Status> {
         Ok(Response::new(
-            self.admin.list_dead_letters(&r.into_inner()).await?,
+            self.handle.list_dead_letters(&r.into_inner()).await?,
         ))
     }
     async fn redrive_dead_letters(
         &self,
         r: Request<pb::RedriveDeadLettersRequest>,
     ) -> Result<Response<pb::RedriveDeadLettersResponse>, Status> {
-        Ok(Response::new(self.admin.redrive(&r.into_inner()).await?))
+        Ok(Response::new(self.handle.redrive(&r.into_inner()).await?))
     }
     async fn purge_dead_letters(
         &self,
         r: Request<pb::PurgeDeadLettersRequest>,
     ) -> Result<Response<pb::PurgeDeadLettersResponse>, Status> {
         Ok(Response::new(
-            self.admin.purge_dead_letters(&r.into_inner()).await?,
+            self.handle.purge_dead_letters(&r.into_inner()).await?,
         ))
     }
     async fn inspect_window(
@@ -474,7 +436,7 @@ impl pb::admin_service_server::AdminService for AdminApi {
         r: Request<pb::InspectWindowRequest>,
     ) -> Result<Response<pb::InspectWindowResponse>, Status> {
         Ok(Response::new(
-            self.admin.inspect_window(&r.into_inner()).await?,
+            self.handle.inspect_window(&r.into_inner()).await?,
         ))
     }
 }

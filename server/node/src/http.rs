@@ -10,7 +10,7 @@
 //! its JSON API under `/api/v1/`. `/metrics`, `/healthz` and `/readyz` stay unauthenticated.
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -23,8 +23,7 @@ use axum::{
 };
 
 use rebound_common::metrics;
-use rebound_engine::{admin::Admin, dispatch::hub::Hub, ownership::Ownership, ring::LeaseRing};
-use rebound_store::clock::SharedClock;
+use rebound_engine::handle::Handle;
 
 /// How long one readiness answer is reused.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
@@ -33,16 +32,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What the listener reads.
 pub struct Probe {
-    pub admin: Arc<Admin>,
-    pub ring: Option<Arc<LeaseRing>>,
-    pub ownership: Arc<dyn Ownership>,
-    pub hub: Arc<Hub>,
-    pub clock: SharedClock,
+    pub handle: Handle,
     /// How many schema migrations the store reported applied once the node had migrated it.
     pub migrations: usize,
     last: tokio::sync::Mutex<Option<(Instant, Readiness)>>,
-    /// Services given gauges at the last scrape (to zero those gone since).
-    gauged: Mutex<Vec<Arc<str>>>,
 }
 
 impl std::fmt::Debug for Probe {
@@ -75,23 +68,11 @@ impl Readiness {
 }
 
 impl Probe {
-    pub fn new(
-        admin: Arc<Admin>,
-        ring: Option<Arc<LeaseRing>>,
-        ownership: Arc<dyn Ownership>,
-        hub: Arc<Hub>,
-        clock: SharedClock,
-        migrations: usize,
-    ) -> Self {
+    pub fn new(handle: Handle, migrations: usize) -> Self {
         Probe {
-            admin,
-            ring,
-            ownership,
-            hub,
-            clock,
+            handle,
             migrations,
             last: tokio::sync::Mutex::new(None),
-            gauged: Mutex::new(Vec::new()),
         }
     }
 
@@ -110,15 +91,15 @@ impl Probe {
     }
 
     async fn probe(&self) -> Readiness {
-        let store = match tokio::time::timeout(PROBE_TIMEOUT, self.admin.applied_migrations()).await
-        {
-            Ok(Ok(applied)) => Ok(applied),
-            Ok(Err(e)) => Err(format!("the store did not answer: {e}")),
-            Err(_) => Err(format!(
-                "the store did not answer within {} ms",
-                PROBE_TIMEOUT.as_millis()
-            )),
-        };
+        let store =
+            match tokio::time::timeout(PROBE_TIMEOUT, self.handle.applied_migrations()).await {
+                Ok(Ok(applied)) => Ok(applied),
+                Ok(Err(e)) => Err(format!("the store did not answer: {e}")),
+                Err(_) => Err(format!(
+                    "the store did not answer within {} ms",
+                    PROBE_TIMEOUT.as_millis()
+                )),
+            };
         let migrations = match &store {
             Ok(applied) if applied.len() >= self.migrations => Ok(()),
             Ok(applied) => Err(format!(
@@ -128,22 +109,7 @@ impl Probe {
             )),
             Err(_) => Err("unknown while the store is unreachable".into()),
         };
-        let ring = match &self.ring {
-            None => Ok(()),
-            Some(r) => r.heartbeat_age_ms(self.clock.now_ms()).map_or_else(
-                || Err("no heartbeat written yet".into()),
-                |age| {
-                    if age <= r.lease_ttl_ms() {
-                        Ok(())
-                    } else {
-                        Err(format!(
-                            "the last heartbeat was written {age} ms ago, over the lease lifetime of {} ms",
-                            r.lease_ttl_ms()
-                        ))
-                    }
-                },
-            ),
-        };
+        let ring = self.handle.ring_health();
         Readiness {
             checks: vec![
                 ("store", store.map(|_| ())),
@@ -155,35 +121,8 @@ impl Probe {
 
     /// Sets the gauges read from this node's own state, then encodes every metric.
     pub fn scrape(&self) -> String {
-        let m = metrics::global();
-        let now = self.clock.now_ms();
-        let stats = self.hub.stats();
-        let mut gauged = self.gauged.lock().expect("gauged lock");
-        for s in gauged.drain(..) {
-            let label = metrics::ServiceLabel { service: s };
-            m.in_flight.get_or_create(&label).set(0);
-            m.subscribers.get_or_create(&label).set(0);
-        }
-        let mut sums: std::collections::HashMap<Arc<str>, (i64, i64)> = Default::default();
-        for (service, (in_flight, subscribers)) in stats {
-            let e = sums.entry(m.service(&service)).or_default();
-            e.0 += in_flight as i64;
-            e.1 += i64::from(subscribers);
-        }
-        for (service, (in_flight, subscribers)) in sums {
-            let label = metrics::ServiceLabel {
-                service: service.clone(),
-            };
-            m.in_flight.get_or_create(&label).set(in_flight);
-            m.subscribers.get_or_create(&label).set(subscribers);
-            gauged.push(service);
-        }
-        drop(gauged);
-        m.ring_slots.set(self.ownership.held().len() as i64);
-        m.compactor.set(i64::from(self.ownership.is_compactor(now)));
-        m.clock_offset
-            .set(self.clock.offset_ms().unwrap_or(0) as f64 / 1000.0);
-        m.encode()
+        self.handle.refresh_gauges();
+        metrics::global().encode()
     }
 }
 

@@ -1,9 +1,9 @@
 //! Asking another node for its part of the statistics (GetStats `local_only`), over the
-//! nodes' own gRPC: the transport behind the engine's `admin::AskPeer`.
+//! nodes' own gRPC: the transport behind the engine's `handle::AskPeer`.
 
 use std::{sync::Arc, time::Duration};
 
-use rebound_engine::admin::AskPeer;
+use rebound_engine::handle::AskPeer;
 use rebound_proto::v1 as pb;
 
 use crate::tls::ServerTls;

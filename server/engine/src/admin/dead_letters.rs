@@ -4,7 +4,7 @@
 use futures::TryStreamExt;
 use rebound_proto::v1 as pb;
 
-use super::Admin;
+use crate::handle::Handle;
 use crate::wire::ts;
 use crate::{error::Error, validate};
 use rebound_store::{window::DAY_MS, DeadLetter};
@@ -86,7 +86,7 @@ impl Cursor {
     }
 }
 
-impl Admin {
+impl Handle {
     pub(crate) fn letter_query(
         &self,
         service: &str,

@@ -2,7 +2,7 @@
 
 use rebound_proto::{time::ts, v1 as pb};
 
-use super::Admin;
+use crate::handle::Handle;
 use crate::{error::Error, validate};
 use rebound_store::HoldRow;
 
@@ -16,7 +16,7 @@ pub fn hold_pb(h: HoldRow) -> pb::DependencyHoldInfo {
     }
 }
 
-impl Admin {
+impl Handle {
     pub async fn hold_dependency(
         &self,
         r: &pb::HoldDependencyRequest,

@@ -1,8 +1,8 @@
 //! The operator API: service settings, purge, dead letters and redrive, dependency holds,
-//! statistics and window inspection, reached through the engine's handle
-//! (`Handle::admin`). Every request is validated before anything is read or written. It
-//! answers in the API's protobuf messages (`wire`); asking the other nodes for their part of
-//! the statistics is the node's (`AskPeer`), as is every transport.
+//! statistics and window inspection, the operator half of the engine's `Handle`. Every
+//! request is validated before anything is read or written. It answers in the API's protobuf
+//! messages (`wire`); asking the other nodes for their part of the statistics is the node's
+//! (`AskPeer`), as is every transport.
 //!
 //! Deletes made here, and the invariant that allows each:
 //! - `PurgeService` deletes a bucket's Tier-5 partition only after every pointer in it is
@@ -19,7 +19,6 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::Arc,
     time::Duration,
 };
 
@@ -28,20 +27,17 @@ use rebound_proto::v1 as pb;
 
 use crate::wire::{dur, policy_pb, ts};
 use crate::{
-    dispatch::hub::Hub,
     error::Error,
-    ownership::Ownership,
-    ring::LeaseRing,
+    handle::Handle,
     services::push_target as target,
     services::{Services, Settings},
     validate,
     walk::{Entry, Walk},
-    writer::{generation_ms, Writer},
+    writer::generation_ms,
 };
 use rebound_store::{
-    clock::SharedClock,
     window::{day_to_date, WindowGrid, WindowId},
-    Location, PointerState, RetryStore, Status, TokenRange,
+    Location, PointerState, Status, TokenRange,
 };
 
 mod dead_letters;
@@ -49,41 +45,6 @@ mod holds;
 pub mod redrive;
 
 pub use dead_letters::Cursor;
-
-/// How this node asks another for its part of the statistics (GetStats `local_only`, with
-/// the caller's `authorization` header): a transport, so the node's.
-#[async_trait::async_trait]
-pub trait AskPeer: Send + Sync + std::fmt::Debug {
-    async fn local_stats(
-        &self,
-        address: &str,
-        service: String,
-        authorization: Option<String>,
-    ) -> Result<pb::GetStatsResponse, String>;
-}
-
-/// What the admin operations run on: the engine's components and the settings they read.
-#[derive(Debug)]
-pub struct Admin {
-    pub(crate) store: Arc<dyn RetryStore>,
-    pub(crate) services: Arc<Services>,
-    pub(crate) holds: Arc<crate::holds::Holds>,
-    pub(crate) writer: Arc<Writer>,
-    pub(crate) hub: Arc<Hub>,
-    pub(crate) ownership: Arc<dyn Ownership>,
-    pub(crate) ring: Option<Arc<LeaseRing>>,
-    pub(crate) clock: SharedClock,
-    pub(crate) node_id: String,
-    pub(crate) address: String,
-    pub(crate) slots: u32,
-    pub(crate) skew_margin_ms: i64,
-    pub(crate) orphan_grace_ms: i64,
-    pub(crate) dead_letter_retention_seconds: u32,
-    /// How to ask the other nodes (None: this node answers for itself only).
-    pub(crate) peers: Option<Arc<dyn AskPeer>>,
-    /// `REBOUND_PUSH_ALLOW`: what SetPushTarget's address check permits, as each push does.
-    pub(crate) push_allow: crate::guard::Allow,
-}
 
 fn unknown_service(service: &str) -> Error {
     Error::NotFound(format!(
@@ -108,7 +69,7 @@ fn no_push_target(service: &str) -> Error {
     Error::NotFound(format!("service {service:?} has no push target"))
 }
 
-impl Admin {
+impl Handle {
     fn grid(&self) -> WindowGrid {
         self.writer.grid()
     }
@@ -133,8 +94,8 @@ impl Admin {
     pub async fn ring(&self) -> Result<pb::Ring, Error> {
         let nodes = match &self.ring {
             None => vec![pb::RingNode {
-                node_id: self.node_id.clone(),
-                address: self.address.clone(),
+                node_id: self.node_id.to_string(),
+                address: self.address.to_string(),
                 compactor: true,
                 ranges: vec![crate::wire::token_range_pb(&TokenRange::FULL)],
             }],
@@ -478,8 +439,8 @@ impl Admin {
     fn local_stats(&self) -> (HashMap<String, (u64, u32)>, pb::NodeStats) {
         let hub = self.hub.stats();
         let node = pb::NodeStats {
-            node_id: self.node_id.clone(),
-            address: self.address.clone(),
+            node_id: self.node_id.to_string(),
+            address: self.address.to_string(),
             held_slots: if self.ring.is_some() {
                 self.ownership.held().len() as u32
             } else {
@@ -512,7 +473,7 @@ impl Admin {
             let members = ring.view().await?;
             let asks = members
                 .into_iter()
-                .filter(|(m, _, _)| m.node_id != self.node_id)
+                .filter(|(m, _, _)| *m.node_id != *self.node_id)
                 .map(|(m, _, _)| {
                     let service = service.to_string();
                     let authorization = authorization.clone();

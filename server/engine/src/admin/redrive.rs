@@ -1,7 +1,7 @@
 //! Redrive of dead letters: RedriveDeadLetters (the letters matching a filter, one call's
 //! worth at a time) and the dashboard's redrive of selected letters. Both check the delay
-//! and the rate the same way ([`Admin::pacing`]) and move each letter with the same step
-//! ([`Admin::redrive_letter`]) at that rate ([`Admin::redrive_batch`]).
+//! and the rate the same way ([`Handle::pacing`]) and move each letter with the same step
+//! ([`Handle::redrive_letter`]) at that rate ([`Handle::redrive_batch`]).
 //!
 //! Redrive never deletes: a redriven letter is marked (`redriven_at`), so day partitions gain
 //! no row tombstones.
@@ -11,7 +11,7 @@ use std::{collections::BTreeSet, time::Duration};
 use futures::TryStreamExt;
 use rebound_proto::v1 as pb;
 
-use crate::admin::Admin;
+use crate::handle::Handle;
 use crate::{error::Error, validate};
 use rebound_store::{window::DAY_MS, DeadLetter, Status};
 
@@ -25,7 +25,7 @@ pub struct LetterKey {
     pub dead_at: Option<prost_types::Timestamp>,
 }
 
-impl Admin {
+impl Handle {
     /// The delay (default none) and rate (default 500 per second) of a redrive.
     fn pacing(
         &self,

@@ -7,7 +7,7 @@ use super::Config;
 use rebound_engine::{
     compactor::CompactorOptions,
     dispatch::{hub::HubLimits, DispatchOptions},
-    engine::EngineOptions,
+    engine::{EngineOptions, LoopOptions},
     guard::Allow,
     ring::RingOptions,
     writer::WriterOptions,
@@ -46,6 +46,13 @@ impl Config {
             ring: self.ring_options(boot_epoch, advertised),
             push_allow: Allow::parse(&self.push_allow)
                 .map_err(|e| anyhow::anyhow!("REBOUND_PUSH_ALLOW: {e}"))?,
+            loops: LoopOptions {
+                settings_refresh: Duration::from_millis(self.settings_refresh_ms),
+                compaction: Duration::from_millis(self.compaction_interval_ms),
+                stats: Duration::from_millis(self.stats_interval_ms),
+                clock_sync: Duration::from_millis(self.clock_sync_interval_ms),
+                clock_sync_off: !self.clock_sync,
+            },
         })
     }
 

@@ -99,7 +99,7 @@ pub async fn session(State(d): State<Arc<Dashboard>>, req: Request) -> Response 
             "credential": caller.as_ref().map(|c| c.name.clone()),
             "admin": caller.as_ref().is_none_or(|c| c.is_admin()),
             "services": caller.as_ref().and_then(|c| c.services()),
-            "node_id": d.admin.node_id(),
+            "node_id": d.handle.node_id(),
             "version": env!("CARGO_PKG_VERSION"),
             "window_seconds": d.window_seconds,
             "trace_url_template": d.trace_url_template,
@@ -117,11 +117,11 @@ pub async fn live(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
         parse::Query::parse(parts.uri.query(), &[])?;
         let caller = caller.as_deref();
         let all = caller.is_none_or(|c| c.is_admin());
-        let mut v = live::snapshot(d.admin.hub_stats(), |s| {
+        let mut v = live::snapshot(d.handle.hub_stats(), |s| {
             all || Auth::may_use(caller, "service", s).is_ok()
         });
-        v["at"] = pj::time_json(Some(&wire::ts(d.admin.now_ms())));
-        v["node_id"] = json!(d.admin.node_id());
+        v["at"] = pj::time_json(Some(&wire::ts(d.handle.now_ms())));
+        v["node_id"] = json!(d.handle.node_id());
         Ok(v)
     })())
 }
@@ -132,7 +132,7 @@ pub async fn services(State(d): State<Arc<Dashboard>>, req: Request) -> Response
         async {
             d.admin_call(&Presented::of(&parts))?;
             parse::Query::parse(parts.uri.query(), &[])?;
-            let r = d.admin.list_services().await?;
+            let r = d.handle.list_services().await?;
             Ok(json!({
                 "services": r.services.iter().map(service_json).collect::<Vec<_>>(),
             }))
@@ -152,7 +152,7 @@ pub async fn stats(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
                 service: q.str("service").unwrap_or("").to_string(),
                 local_only: false,
             };
-            let r = d.admin.stats(&r, p.authorization()).await?;
+            let r = d.handle.stats(&r, p.authorization()).await?;
             Ok(json!({
                 "services": r.services.iter().map(pj::service_stats_json).collect::<Vec<_>>(),
                 "nodes": r.nodes.iter().map(pj::node_stats_json).collect::<Vec<_>>(),
@@ -171,7 +171,7 @@ pub async fn ring(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
             let p = Presented::of(&parts);
             let caller = d.caller(&p)?;
             parse::Query::parse(parts.uri.query(), &[])?;
-            let a = &d.admin;
+            let a = &d.handle;
             let ring = a.ring().await?;
             let mut v = pj::ring_json(&ring);
             v["node_stats"] = if caller.as_deref().is_none_or(|c| c.is_admin()) {
@@ -197,7 +197,7 @@ pub async fn service(
             d.admin_call(&Presented::of(&parts))?;
             let service = path(service)?;
             parse::Query::parse(parts.uri.query(), &[])?;
-            Ok(service_json(&d.admin.get_service(&service).await?))
+            Ok(service_json(&d.handle.get_service(&service).await?))
         }
         .await,
     )
@@ -226,7 +226,7 @@ async fn set_paused(
         async {
             let (service, body) = admin_post(&d, service, req).await?;
             parse::empty(&body)?;
-            Ok(service_json(&d.admin.set_paused(&service, paused).await?))
+            Ok(service_json(&d.handle.set_paused(&service, paused).await?))
         }
         .await,
     )
@@ -258,10 +258,10 @@ pub async fn policy(
             let (service, body) = admin_post(&d, service, req).await?;
             let policy = parse::policy(&body)?;
             let s = d
-                .admin
+                .handle
                 .store_policy(&pb::SetServicePolicyRequest { service, policy })
                 .await?;
-            Ok(service_json(&d.admin.service_info(&s)))
+            Ok(service_json(&d.handle.service_info(&s)))
         }
         .await,
     )
@@ -277,10 +277,10 @@ pub async fn limits(
             let (service, body) = admin_post(&d, service, req).await?;
             let limits = parse::limits(&body)?;
             let s = d
-                .admin
+                .handle
                 .store_limits(&pb::SetServiceLimitsRequest { service, limits })
                 .await?;
-            Ok(service_json(&d.admin.service_info(&s)))
+            Ok(service_json(&d.handle.service_info(&s)))
         }
         .await,
     )
@@ -299,7 +299,7 @@ pub async fn push_target(
             let service = path(service)?;
             parse::Query::parse(parts.uri.query(), &[])?;
             let t = d
-                .admin
+                .handle
                 .get_push_target(&pb::GetPushTargetRequest {
                     service: service.clone(),
                 })
@@ -321,7 +321,7 @@ pub async fn set_push_target(
             let (service, body) = admin_post(&d, service, req).await?;
             let target = parse::push_target(&body)?;
             let r = d
-                .admin
+                .handle
                 .set_push_target(&pb::SetPushTargetRequest {
                     service: service.clone(),
                     target,
@@ -344,7 +344,7 @@ pub async fn clear_push_target(
             let (service, body) = admin_post(&d, service, req).await?;
             parse::empty(&body)?;
             let r = d
-                .admin
+                .handle
                 .clear_push_target(&pb::ClearPushTargetRequest {
                     service: service.clone(),
                 })
@@ -364,7 +364,7 @@ pub async fn purge(
         async {
             let (service, body) = admin_post(&d, service, req).await?;
             let r = parse::purge(&service, &body)?;
-            Ok(pj::purge_service_json(&d.admin.purge_service(&r).await?))
+            Ok(pj::purge_service_json(&d.handle.purge_service(&r).await?))
         }
         .await,
     )
@@ -400,7 +400,7 @@ pub async fn dead_letters(
                 page_token: q.str("page_token").unwrap_or("").to_string(),
                 include_redriven: q.bool("include_redriven")?,
             };
-            let r = d.admin.list_dead_letters(&r).await?;
+            let r = d.handle.list_dead_letters(&r).await?;
             Ok(json!({
                 "dead_letters": r.dead_letters.iter().map(pj::dead_letter_json).collect::<Vec<_>>(),
                 "next_page_token": (!r.next_page_token.is_empty()).then_some(r.next_page_token),
@@ -419,13 +419,13 @@ pub async fn redrive(
         async {
             let (service, body) = admin_post(&d, service, req).await?;
             let r = match parse::redrive(&service, &body)? {
-                parse::Redrive::Filter(r) => d.admin.redrive(&r).await?,
+                parse::Redrive::Filter(r) => d.handle.redrive(&r).await?,
                 parse::Redrive::Letters {
                     letters,
                     delay,
                     max_per_second,
                 } => {
-                    d.admin
+                    d.handle
                         .redrive_selected(&service, &letters, delay.as_ref(), max_per_second)
                         .await?
                 }
@@ -445,7 +445,7 @@ pub async fn purge_dead_letters(
         async {
             let (service, body) = admin_post(&d, service, req).await?;
             let r = parse::purge_dead_letters(&service, &body)?;
-            let r = d.admin.purge_dead_letters(&r).await?;
+            let r = d.handle.purge_dead_letters(&r).await?;
             Ok(json!({ "purged": r.purged }))
         }
         .await,
@@ -465,7 +465,7 @@ pub async fn retry(
             let (service, transaction_id) = path(ids)?;
             parse::Query::parse(parts.uri.query(), &[])?;
             let (state, retry) =
-                crate::api::lookup_retry(&d.admin, caller.as_deref(), &service, &transaction_id)
+                crate::api::lookup_retry(&d.handle, caller.as_deref(), &service, &transaction_id)
                     .await?;
             let trace_id = trace_id(&state.trace.traceparent);
             let mut v = pj::retry_json(&retry);
@@ -500,7 +500,7 @@ pub async fn window(
                 )
             })?;
             let r = d
-                .admin
+                .handle
                 .inspect_window(&pb::InspectWindowRequest {
                     day: day.clone(),
                     window,

@@ -37,12 +37,12 @@ use crate::{
     telemetry::rpc::code_name,
     tls::ConnInfo,
 };
-use rebound_engine::{admin::Admin, error::Error};
+use rebound_engine::{error::Error, handle::Handle};
 
 /// What the endpoints need from the node.
 #[derive(Debug)]
 pub struct Dashboard {
-    pub admin: Arc<Admin>,
+    pub handle: Handle,
     pub auth: Arc<Auth>,
     pub window_seconds: u32,
     /// `REBOUND_TRACE_URL_TEMPLATE`.

@@ -28,10 +28,7 @@ use crate::{
     tls::ServerTls,
 };
 use rebound_common::tasks::Tasks;
-use rebound_engine::{
-    compactor::Compactor, dispatch::Dispatcher, engine::Engine, ownership::Ownership, push::Pusher,
-    ring::LeaseRing, writer::Writer,
-};
+use rebound_engine::{engine::Engine, ownership::Ownership};
 use rebound_store::{
     clock::SharedClock, coalesced::Coalesced, observed::Observed, MigrationStore, RetryStore,
 };
@@ -58,13 +55,7 @@ pub struct Node {
     served: oneshot::Receiver<anyhow::Result<()>>,
     grace: Duration,
     tasks: NodeTasks,
-    pub writer: Arc<Writer>,
-    pub dispatcher: Arc<Dispatcher>,
-    pub compactor: Arc<Compactor>,
     pub boot_epoch: i64,
-    pub ring: Option<Arc<LeaseRing>>,
-    /// The store (its counters and tasks through `StoreLifecycle`).
-    pub store: Arc<dyn RetryStore>,
 }
 
 /// The Cassandra connection settings of `c` (validated by `Config::validate`); reads the
@@ -96,22 +87,14 @@ pub fn cassandra_options(c: &Config) -> anyhow::Result<CassandraOptions> {
     })
 }
 
-/// The owners of every task a node runs: the gRPC server, the background loops, the lease
-/// ring, the dispatcher's workers and redeliveries, and the writer's and the store's coalesced
-/// flushes.
+/// The owners of every task a node runs: the gRPC and HTTP servers and their connections,
+/// and the engine's (its loops, the lease ring, the dispatcher's workers and redeliveries,
+/// the pushers, the writer's and the store's coalesced flushes).
 #[derive(Debug, Clone)]
 pub struct NodeTasks {
     server: Arc<Tasks>,
-    background: Arc<Tasks>,
-    ring: Arc<Tasks>,
     connections: Arc<Connections>,
-    dispatcher: Arc<Dispatcher>,
-    /// The pushers' workers and requests.
-    push: Arc<Pusher>,
-    /// The writer's coalescers (group commit, pointers).
-    writer: Arc<Writer>,
-    /// The store's own tasks (the coalescing layer's flushes).
-    store: Arc<dyn RetryStore>,
+    engine: Arc<Engine>,
 }
 
 impl NodeTasks {
@@ -121,21 +104,8 @@ impl NodeTasks {
         let mut live = vec![
             ("server", self.server.live()),
             ("connections", self.connections.live()),
-            ("background", self.background.live()),
-            ("ring", self.ring.live()),
-            ("dispatcher", self.dispatcher.tasks().live()),
-            ("push", self.push.tasks().live()),
-            (
-                "writer",
-                self.writer.flush_tasks().iter().map(|t| t.live()).sum(),
-            ),
         ];
-        live.extend(
-            self.store
-                .task_owners()
-                .into_iter()
-                .map(|(owner, tasks)| (owner, tasks.live())),
-        );
+        live.extend(self.engine.live_tasks());
         live
     }
 }
@@ -255,50 +225,32 @@ impl Node {
         rebound_common::metrics::global().set_max_services(config.metrics_max_services);
         let advertised = listeners.advertised.clone();
         let (shutdown, _) = watch::channel(false);
-        let engine = Engine::build(
-            store.clone(),
-            store.clone(),
-            ownership,
-            clock.clone(),
-            config.engine_options(boot_epoch, &advertised)?,
-            shutdown.subscribe(),
-        )
-        .map_err(anyhow::Error::msg)?;
+        let engine = Arc::new(
+            Engine::build(
+                store.clone(),
+                store.clone(),
+                ownership,
+                clock.clone(),
+                config.engine_options(boot_epoch, &advertised)?,
+                shutdown.subscribe(),
+            )
+            .map_err(anyhow::Error::msg)?,
+        );
         // Before the first read of the settings, so that sealed targets open.
         let keys = start::secrets_keys(&config, &engine)?;
-        engine
-            .services
-            .refresh()
-            .await
-            .context("reading service settings")?;
-        engine
-            .holds
-            .refresh()
-            .await
-            .context("reading dependency holds")?;
-        if let Some(r) = &engine.ring {
-            start::first_ring_round(r, &config, &store, &clock).await;
-        }
+        engine.prepare().await.map_err(anyhow::Error::msg)?;
+        engine.start(cluster_clock);
         let tasks = NodeTasks {
             server: Arc::new(Tasks::new("server")),
-            background: Arc::new(Tasks::new("node")),
-            ring: Arc::new(Tasks::new("ring")),
             connections: Arc::default(),
-            dispatcher: engine.dispatcher.clone(),
-            push: engine.pusher.clone(),
-            writer: engine.writer.clone(),
-            store: store.clone(),
+            engine: engine.clone(),
         };
         let parts = start::Parts {
             config: &config,
             engine: &engine,
-            store: &store,
-            clock: &clock,
             tls: &tls,
-            shutdown: &shutdown,
         };
-        parts.spawn_loops(&tasks, cluster_clock);
-        let admin = parts.admin();
+        let handle = parts.handle();
         let start::Listeners {
             grpc: listener,
             addr,
@@ -310,20 +262,12 @@ impl Node {
             tracing::warn!(%addr, "no credentials file (REBOUND_CREDENTIALS_FILE): anyone who can reach this address can call every method, AdminService included");
         }
         if let Some(l) = http_listener {
-            let router = parts.http_router(&auth, &admin).await?;
+            let router = parts.http_router(&auth, &handle).await?;
             serve::serve_http(l, router, &tls, &tasks.server, &shutdown)?;
         }
-        let grpc = parts.grpc_services(&auth, admin);
-        let served = serve::serve_grpc(
-            &config,
-            grpc,
-            listener,
-            &tls,
-            engine.hub.clone(),
-            &tasks,
-            &shutdown,
-        )
-        .await?;
+        let grpc = parts.grpc_services(&auth, handle.clone());
+        let served =
+            serve::serve_grpc(&config, grpc, listener, &tls, handle, &tasks, &shutdown).await?;
         let grace = Duration::from_millis(config.shutdown_grace_ms);
         tracing::info!(%addr, http = ?http_addr, node_id = %config.node_id, boot_epoch, store = ?config.store, keyspace = %config.keyspace, "rebound node serving");
         Ok(Node {
@@ -331,17 +275,12 @@ impl Node {
             tls,
             keys,
             http_addr,
-            store,
             addr,
             shutdown,
             served,
             grace,
             tasks,
-            writer: engine.writer,
-            dispatcher: engine.dispatcher,
-            compactor: engine.compactor,
             boot_epoch,
-            ring: engine.ring,
         })
     }
 
@@ -391,47 +330,34 @@ impl Node {
         self.tasks.clone()
     }
 
+    /// The engine this node serves (its counters, and its components for tests).
+    pub fn engine(&self) -> &Engine {
+        &self.tasks.engine
+    }
+
     /// Stops the node: signals every component to stop and closes the Subscribe streams, lets
     /// running calls and tasks finish within the grace period (`REBOUND_SHUTDOWN_GRACE_MS`),
     /// then aborts what is left. No task of the node outlives this call.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         let deadline = Instant::now() + self.grace;
         let _ = self.shutdown.send(true);
-        let (reads, writes) = self.store.state_io_counts();
-        let (pointer_writes, pointers) = self.writer.pointer_writes();
+        let io = self.tasks.engine.io_counts();
         tracing::info!(
-            state_reads = reads.flushes,
-            state_rows_read = reads.items,
-            state_writes = writes.flushes,
-            state_rows_written = writes.items,
-            pointer_writes,
-            pointers,
+            state_reads = io.state_reads.flushes,
+            state_rows_read = io.state_reads.items,
+            state_writes = io.state_writes.flushes,
+            state_rows_written = io.state_writes.items,
+            pointer_writes = io.pointer_writes,
+            pointers = io.pointers,
             "coalesced store requests since start (state rows: Cassandra only)"
         );
-        self.dispatcher.wake();
+        self.tasks.engine.wake();
         // The server task ends by the deadline (it cuts the connections still open then).
         let served = self.served.await.context("server task");
         let tasks = &self.tasks;
         tasks.server.shutdown(deadline).await;
         tasks.connections.shutdown(deadline).await;
-        // The loops return on the stop signal; the workers and redeliveries once their lease
-        // checks fail and their streams are closed (work dropped unresolved is replayed).
-        tasks.background.shutdown(deadline).await;
-        tasks.push.tasks().shutdown(deadline).await;
-        tasks.dispatcher.tasks().shutdown(deadline).await;
-        for flushes in tasks.writer.flush_tasks() {
-            flushes.shutdown(deadline).await;
-        }
-        // The ring hands its leases back so that other nodes take over at once; it may take
-        // longer than the grace period for that.
-        tasks
-            .ring
-            .shutdown(deadline.max(Instant::now() + Duration::from_secs(5)))
-            .await;
-        // Last, as the tasks above write through them.
-        for (_, flushes) in tasks.store.task_owners() {
-            flushes.shutdown(deadline).await;
-        }
+        tasks.engine.shutdown(deadline).await;
         served?
     }
 

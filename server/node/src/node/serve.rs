@@ -21,7 +21,7 @@ use crate::{
     tls::{MaybeTls, ServerTls, TlsListener},
 };
 use rebound_common::tasks::Tasks;
-use rebound_engine::dispatch::hub::Hub;
+use rebound_engine::handle::Handle;
 
 /// The gRPC services a node serves, built by the node from its components.
 pub(super) struct GrpcServices {
@@ -95,7 +95,7 @@ pub(super) async fn serve_grpc(
     services: GrpcServices,
     listener: TcpListener,
     tls: &Option<Arc<ServerTls>>,
-    hub: Arc<Hub>,
+    handle: Handle,
     tasks: &NodeTasks,
     shutdown: &watch::Sender<bool>,
 ) -> anyhow::Result<oneshot::Receiver<anyhow::Result<()>>> {
@@ -158,7 +158,6 @@ pub(super) async fn serve_grpc(
         );
 
     let mut serve_stop = shutdown.subscribe();
-    let serve_hub = hub.clone();
     let grace = Duration::from_millis(config.shutdown_grace_ms);
     // TCP_NODELAY (`bench rebound`: single enqueue p99 48 ms without, 11 ms with) and
     // TCP keep-alive on every accepted connection; the gate closes those past
@@ -217,7 +216,7 @@ pub(super) async fn serve_grpc(
         let serve = router.serve_with_incoming_shutdown(incoming, async move {
             let _ = serve_stop.wait_for(|s| *s).await.map(|_| ());
             // End every subscription so graceful shutdown is not held by them.
-            serve_hub.close_all();
+            handle.close_streams();
             health
                 .set_not_serving::<pb::retry_service_server::RetryServiceServer<Api>>()
                 .await;

@@ -1,14 +1,13 @@
 //! The steps of `Node::start_with`, each from the configuration: the secrets, the clock, the
-//! listeners, the lease ring's first round, and, on the built parts
-//! (`Parts`), the background loops, the admin functions that gRPC and the dashboard share,
-//! the HTTP routes and the gRPC services.
+//! listeners, the settings every node shares, and, on the built engine (`Parts`), the handle
+//! that gRPC and the dashboard share, the HTTP routes and the gRPC services.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use tokio::{net::TcpListener, sync::watch};
+use tokio::net::TcpListener;
 
-use super::{own, serve::GrpcServices, NodeTasks};
+use super::serve::GrpcServices;
 use crate::{
     api::{AdminApi, Api, ExecutorApi},
     auth::{AdminGate, Auth},
@@ -16,12 +15,7 @@ use crate::{
     keys::KeyFile,
     tls::ServerTls,
 };
-use rebound_engine::{
-    admin::Admin,
-    clock_sync::{measure_offset, run_clock_sync, sync_clock},
-    engine::Engine,
-    ring::LeaseRing,
-};
+use rebound_engine::{clock_sync::sync_clock, engine::Engine, handle::Handle};
 use rebound_store::{
     clock::{ClusterClock, SharedClock},
     RetryStore,
@@ -52,7 +46,7 @@ pub(super) fn secrets_keys(config: &Config, engine: &Engine) -> anyhow::Result<O
         tracing::info!("no REBOUND_SECRETS_KEY_FILE: push targets' signing secrets and header values are stored in clear");
         return Ok(None);
     };
-    let file = KeyFile::load(path, engine.services.secrets().clone())
+    let file = KeyFile::load(path, engine.services().secrets().clone())
         .map_err(|e| anyhow::anyhow!("REBOUND_SECRETS_KEY_FILE: {e}"))?;
     Ok(Some(file))
 }
@@ -127,153 +121,39 @@ impl Listeners {
     }
 }
 
-/// One ring round before any call is served: this node's heartbeat (and so its clock, see
-/// `peers`) is known to the others before it writes anything they might read.
-pub(super) async fn first_ring_round(
-    ring: &LeaseRing,
-    config: &Config,
-    store: &Arc<dyn RetryStore>,
-    clock: &SharedClock,
-) {
-    // A clock off by more than half the margin with clock sync off: announce this node, then
-    // wait until every other node has read its heartbeat (one lease lifetime) before taking a
-    // lease or writing anything, so that they judge its leases and windows in its clock from
-    // the first one on.
-    if !config.clock_sync {
-        if let Some(offset) = measure_offset(store.as_ref(), clock.as_ref()).await {
-            if offset.abs() * 2 > config.skew_margin_ms as i64 {
-                tracing::warn!(
-                    offset_ms = offset,
-                    "this node's clock differs from Cassandra's by more than half the skew margin and clock sync is off (REBOUND_CLOCK_SYNC): the other nodes will judge its windows and leases in its own clock; waiting one lease lifetime before serving so they know it"
-                );
-                if let Err(e) = ring.announce().await {
-                    tracing::warn!(error = %e, "cannot announce this node, will retry");
-                }
-                tokio::time::sleep(Duration::from_millis(config.lease_ttl_ms)).await;
-            }
-        }
-    }
-    if let Err(e) = ring.cycle().await {
-        tracing::warn!(error = %e, "first lease ring round failed, will retry");
-    }
-}
-
-/// The built parts of a node, which its loops and its admin functions run on.
+/// The built parts of a node, which its transport runs on.
 pub(super) struct Parts<'a> {
     pub config: &'a Config,
     pub engine: &'a Engine,
-    pub store: &'a Arc<dyn RetryStore>,
-    pub clock: &'a SharedClock,
     pub tls: &'a Option<Arc<ServerTls>>,
-    pub shutdown: &'a watch::Sender<bool>,
 }
 
 impl Parts<'_> {
-    /// Starts every loop of the node under its owner in `tasks`; each stops on shutdown.
-    pub fn spawn_loops(&self, tasks: &NodeTasks, cluster_clock: Option<Arc<ClusterClock>>) {
-        let Parts {
-            config,
-            engine,
-            store,
-            clock,
-            shutdown,
-            ..
-        } = self;
-        let Engine {
-            ring, ownership, ..
-        } = engine;
-        let every = |ms: u64| Duration::from_millis(ms);
-        if let Some(r) = ring {
-            own(&tasks.ring, r.clone().run(shutdown.subscribe()));
-        }
-        let background = &tasks.background;
-        own(
-            background,
-            engine
-                .services
-                .clone()
-                .run(every(config.settings_refresh_ms), shutdown.subscribe()),
-        );
-        own(
-            background,
-            engine
-                .holds
-                .clone()
-                .run(rebound_engine::holds::REFRESH_EVERY, shutdown.subscribe()),
-        );
-        own(background, engine.dispatcher.clone().run_scanner());
-        own(background, engine.pusher.clone().run(shutdown.subscribe()));
-        own(background, engine.dispatcher.clone().run_reaper(every(100)));
-        own(
-            background,
-            engine
-                .compactor
-                .clone()
-                .run(every(config.compaction_interval_ms), shutdown.subscribe()),
-        );
-        own(
-            background,
-            rebound_engine::backlog::run(
-                (*store).clone(),
-                ownership.clone(),
-                (*clock).clone(),
-                engine.writer.grid(),
-                // A window's count is cached once it is closed by the compactor's gate margin.
-                config.compactor_options().gate_margin_ms,
-                every(config.stats_interval_ms),
-                shutdown.subscribe(),
-            ),
-        );
-        if let Some(loop_) = (*store).clone().background(shutdown.subscribe()) {
-            own(background, loop_);
-        }
-        if let Some(cc) = cluster_clock {
-            own(
-                background,
-                run_clock_sync(
-                    (*store).clone(),
-                    cc,
-                    every(config.clock_sync_interval_ms),
-                    config.skew_margin_ms as i64,
-                    shutdown.subscribe(),
-                ),
-            );
-        }
-    }
-
-    /// The admin functions that AdminService and the dashboard share: the engine's, asking
-    /// peers over this node's gRPC.
-    pub fn admin(&self) -> Arc<Admin> {
+    /// The engine's handle that AdminService, the API and the dashboard share, asking peers
+    /// over this node's gRPC.
+    pub fn handle(&self) -> Handle {
         let peers = crate::peers::PeerClient {
             tls: self.tls.clone(),
         };
-        Arc::new(self.engine.admin(Some(Arc::new(peers))))
+        self.engine.handle(Some(Arc::new(peers)))
     }
 
     /// The HTTP listener's routes: `/metrics`, the probes, and the dashboard.
     pub async fn http_router(
         &self,
         auth: &Arc<Auth>,
-        admin: &Arc<Admin>,
+        handle: &Handle,
     ) -> anyhow::Result<axum::Router> {
         // Every migration this store has once started is applied: /readyz checks that they
         // still read as applied (a keyspace dropped under the node does not).
-        let migrations = self
-            .store
+        let migrations = handle
             .applied_migrations()
             .await
             .context("reading the applied migrations")?
             .len();
-        let probe = Arc::new(crate::http::Probe::new(
-            admin.clone(),
-            self.engine.ring.clone(),
-            self.engine.ownership.clone(),
-            self.engine.hub.clone(),
-            self.clock.clone(),
-            migrations,
-        ));
+        let probe = Arc::new(crate::http::Probe::new(handle.clone(), migrations));
         let dashboard = Arc::new(crate::dashboard::Dashboard {
-            admin: admin.clone(),
+            handle: handle.clone(),
             auth: auth.clone(),
             window_seconds: self.config.window_seconds,
             trace_url_template: self.config.trace_url_template.clone(),
@@ -282,23 +162,21 @@ impl Parts<'_> {
     }
 
     /// The gRPC services: RetryService, ExecutorService and AdminService (behind its gate).
-    pub fn grpc_services(&self, auth: &Arc<Auth>, admin: Arc<Admin>) -> GrpcServices {
-        let Parts { config, engine, .. } = self;
+    pub fn grpc_services(&self, auth: &Arc<Auth>, handle: Handle) -> GrpcServices {
+        let config = self.config;
         GrpcServices {
             api: Api {
                 auth: auth.clone(),
-                writer: engine.writer.clone(),
-                admin: admin.clone(),
+                handle: handle.clone(),
                 max_payload_bytes: config.max_payload_bytes,
                 max_batch_items: config.max_batch_items,
             },
             executor: ExecutorApi {
                 auth: auth.clone(),
-                admin: admin.clone(),
-                dispatcher: engine.dispatcher.clone(),
+                handle: handle.clone(),
                 max_delay: Duration::from_secs(config.max_delay_seconds),
             },
-            admin: AdminApi { admin },
+            admin: AdminApi { handle },
             admin_gate: AdminGate(auth.clone()),
         }
     }

@@ -149,21 +149,15 @@ impl Rig {
             stop.subscribe(),
         )
         .expect("engine");
-        let admin = Arc::new(engine.admin(None));
-        let Engine {
-            services,
-            writer,
-            dispatcher,
-            compactor,
-            ..
-        } = engine;
-        services.refresh().await.expect("services read");
+        engine.services().refresh().await.expect("services read");
         let executor = ExecutorApi {
             auth: Arc::new(Auth::off()),
-            admin,
-            dispatcher: dispatcher.clone(),
+            handle: engine.handle(None),
             max_delay: Duration::from_secs(config.max_delay_seconds),
         };
+        let writer = engine.writer().clone();
+        let dispatcher = engine.dispatcher().clone();
+        let compactor = engine.compactor().clone();
         Rig {
             grid: writer.grid(),
             clock,
