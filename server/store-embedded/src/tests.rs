@@ -1,5 +1,5 @@
 //! What is particular to the embedded store; the behaviour both stores share is pinned by
-//! the conformance suite (server/node/tests/conformance).
+//! the conformance suite (`rebound_store::testsuite`, run by tests/conformance.rs).
 
 use std::sync::Arc;
 

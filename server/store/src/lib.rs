@@ -2,9 +2,9 @@
 //! `StateStore`, `LeaseStore`, `ServiceStore`, `DeadLetterStore`, `MigrationStore`;
 //! `RetryStore` is their union), the rows they carry, and the types rows are made of (retry
 //! policies, windows, trace contexts, tokens). No store is implemented here: the Cassandra
-//! store and the embedded one (redb, one node) implement these traits (`rebound-server`'s
-//! `store::cassandra` and `store::embedded`), and both pass one conformance suite
-//! (`server/node/tests/conformance`). See docs/architecture.md.
+//! store and the embedded one (redb, one node) implement these traits (`rebound-store-cassandra`
+//! and `rebound-store-embedded`), and both pass one conformance suite (`testsuite`, with the
+//! `testsuite` feature, run by each store's own tests). See docs/architecture.md.
 //!
 //! Every write here is an idempotent upsert or a whole-partition delete (the one row delete is
 //! `delete_late_pointer`, on the rare late-write path), so a write whose
@@ -25,6 +25,8 @@ pub mod context;
 mod layer;
 pub mod observed;
 pub mod policy;
+#[cfg(feature = "testsuite")]
+pub mod testsuite;
 pub mod token;
 pub mod window;
 

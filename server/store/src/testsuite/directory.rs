@@ -1,9 +1,9 @@
 //! The directory: days, windows, Tier-3 instances, buckets, Tier-5 pointers, low water.
 
 use futures::{stream, StreamExt};
-use rebound_store::{InstanceRow, Pointer, TokenRange};
 
-use crate::fixture::{ids, loc, pointer, pointers_of, state, window, Fixture, SVC};
+use super::fixture::{ids, loc, pointer, pointers_of, state, window, Fixture, SVC};
+use crate::{InstanceRow, Pointer, TokenRange};
 
 const DAY: i32 = 20_400;
 

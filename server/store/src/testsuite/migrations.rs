@@ -1,6 +1,6 @@
 //! The schema: migrating is idempotent.
 
-use crate::fixture::Fixture;
+use super::fixture::Fixture;
 
 pub async fn migrations_re_run_as_a_no_op(f: &dyn Fixture) {
     let s = f.store();

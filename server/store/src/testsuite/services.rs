@@ -2,9 +2,8 @@
 
 use std::time::Duration;
 
-use rebound_store::{HoldRow, ProbeClaim, ProbeRow, ServiceRow};
-
-use crate::fixture::Fixture;
+use super::fixture::Fixture;
+use crate::{HoldRow, ProbeClaim, ProbeRow, ServiceRow};
 
 pub async fn services_are_touched_paused_resumed_and_configured(f: &dyn Fixture) {
     let s = f.store();

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use futures::{stream, StreamExt};
-use rebound_store::{DeadLetter, DeadLetterRow, RetryStore};
 
-use crate::fixture::{all, Fixture, SVC};
+use super::fixture::{all, Fixture, SVC};
+use crate::{DeadLetter, DeadLetterRow, RetryStore};
 
 const DAY: i32 = 20_400;
 

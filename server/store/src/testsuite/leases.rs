@@ -2,9 +2,8 @@
 
 use std::time::Duration;
 
-use rebound_store::{Cas, LeaseChange, LeaseRow, Member};
-
-use crate::fixture::Fixture;
+use super::fixture::Fixture;
+use crate::{Cas, LeaseChange, LeaseRow, Member};
 
 pub async fn server_time_follows_the_store_clock(f: &dyn Fixture) {
     let s = f.store();

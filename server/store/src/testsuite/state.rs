@@ -3,9 +3,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rebound_store::{Status, TxState, WriteTime};
-
-use crate::fixture::{state, Fixture, SVC};
+use super::fixture::{state, Fixture, SVC};
+use crate::{Status, TxState, WriteTime};
 
 pub async fn state_rows_round_trip(f: &dyn Fixture) {
     let s = f.store();

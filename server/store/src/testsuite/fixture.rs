@@ -4,7 +4,8 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use futures::{stream::BoxStream, TryStreamExt};
-use rebound_store::{
+
+use crate::{
     policy::RetryPolicy, window::WindowId, Location, Pointer, RetryStore, Status, StoreResult,
     TxState,
 };
@@ -96,7 +97,7 @@ pub fn state(service: &str, id: &str, generation: i64) -> TxState {
         cancelled_generation: None,
         succeeded_generation: None,
         // The enqueue's trace context is part of the stored row (issue 16).
-        trace: rebound_store::context::TextContext {
+        trace: crate::context::TextContext {
             traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_string(),
             tracestate: "rojo=00f067aa0ba902b7".to_string(),
         },
