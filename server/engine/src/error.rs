@@ -97,34 +97,3 @@ impl From<Error> for tonic::Status {
         tonic::Status::new(code, e.to_string())
     }
 }
-
-/// tonic refuses a request message over the node's decoding limit before any handler sees it, with
-/// OUT_OF_RANGE and a message that names no field. Every other refusal of bad input is
-/// INVALID_ARGUMENT naming the field and the limit (`validate`), so the server's one response layer
-/// turns that refusal into one (nothing was read, so nothing was written).
-pub fn oversized_request(
-    response: http::Response<tonic::body::Body>,
-    max_payload_bytes: usize,
-) -> http::Response<tonic::body::Body> {
-    if response.headers().get("grpc-status").is_none() {
-        return response;
-    }
-    match tonic::Status::from_header_map(response.headers()) {
-        Some(s)
-            if s.code() == tonic::Code::OutOfRange
-                && s.message().contains("message length too large") =>
-        {
-            let detail = s.message().split_once(": ").map_or(s.message(), |(_, d)| d);
-            tonic::Status::from(Error::invalid(
-                "payload",
-                format!(
-                    "the request is too large ({detail}): a payload may be at most \
-                     {max_payload_bytes} bytes (REBOUND_MAX_PAYLOAD_BYTES), and a batch must \
-                     fit in the message limit as a whole, so send fewer items per call"
-                ),
-            ))
-            .into_http()
-        }
-        _ => response,
-    }
-}
