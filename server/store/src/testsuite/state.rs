@@ -479,11 +479,11 @@ pub async fn a_settle_lands_on_the_row_it_read(f: &dyn Fixture) {
     assert_eq!(s.get_state(SVC, "t").await.unwrap(), None);
 }
 
-/// Lets the store's clock reach the next millisecond. Cassandra gives the writes of one
-/// millisecond microsecond timestamps one apart, so a write made in the same millisecond as
-/// the row's write that a settle read can take the settle's own timestamp (the read's plus
-/// one) and tie with it. The guarantee these tests pin down holds for writes made in a later
-/// millisecond; docs/architecture.md ("A SUCCEEDED ack is one write") states the limit.
+/// Lets the store's clock reach the next millisecond, so that these tests pin down the order
+/// of writes across milliseconds; a write in the same millisecond as the read cannot tie with
+/// the settle either, since the store numbers its writes itself
+/// (`a_settle_never_ties_with_a_write_in_the_same_millisecond`, and docs/architecture.md,
+/// "A SUCCEEDED ack is one write").
 async fn later_millisecond() {
     tokio::time::sleep(Duration::from_millis(2)).await;
 }
