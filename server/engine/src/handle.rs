@@ -26,7 +26,7 @@ use crate::{
     ring::LeaseRing,
     services::Services,
     spans,
-    validate::EnqueueInput,
+    validate::{self, EnqueueInput},
     writer::{EnqueueOutcome, Writer},
 };
 use rebound_common::{metrics, trace::code_name};
@@ -64,6 +64,8 @@ pub struct Handle {
     pub(crate) skew_margin_ms: i64,
     pub(crate) orphan_grace_ms: i64,
     pub(crate) dead_letter_retention_seconds: u32,
+    /// The longest `retry_after` an ack may ask for (`REBOUND_MAX_DELAY_SECONDS`).
+    pub(crate) max_delay: Duration,
     /// How to ask the other nodes (None: this node answers for itself only).
     pub(crate) peers: Option<Arc<dyn AskPeer>>,
     /// `REBOUND_PUSH_ALLOW`: what SetPushTarget's address check permits, as each push does.
@@ -147,6 +149,21 @@ impl Handle {
     /// caller's right to ack or extend it.
     pub fn service_of(&self, delivery_id: &str) -> Option<String> {
         self.dispatcher.service_of(delivery_id)
+    }
+
+    /// An Ack request as the executor sent it: its outcome and hold checked (`prefix` is the
+    /// request's field path, `acks[3].` in a batch), then applied (`ack`, or `ack_holding`
+    /// when it asks for a dependency hold). The caller's right to the delivery's service is
+    /// the transport's to check (`service_of`).
+    pub async fn ack_request(&self, r: &pb::AckRequest, prefix: &str) -> Result<Resolution, Error> {
+        let outcome = validate::ack_outcome(r, self.max_delay, prefix)?;
+        match validate::ack_hold(r, prefix)? {
+            None => self.ack(&r.delivery_id, outcome).await,
+            Some((duration, reason)) => {
+                self.ack_holding(&r.delivery_id, outcome, duration, &reason, prefix)
+                    .await
+            }
+        }
     }
 
     /// Ack: settles a delivery with its executor's outcome.

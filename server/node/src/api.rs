@@ -161,36 +161,26 @@ impl pb::retry_service_server::RetryService for Api {
 pub struct ExecutorApi {
     pub auth: Arc<Auth>,
     pub handle: Handle,
-    pub max_delay: std::time::Duration,
 }
 
 type DeliveryStream = Pin<Box<dyn Stream<Item = Result<pb::Delivery, Status>> + Send>>;
 
 impl ExecutorApi {
-    /// One ack: decoded and checked, the caller's credential checked against the delivery's
-    /// service, then applied by the dispatcher.
+    /// One ack: the caller's credential checked against the delivery's service, then
+    /// decoded, checked and applied by the engine.
     async fn ack_one(
         &self,
         caller: Option<&Credential>,
         r: &pb::AckRequest,
         prefix: &str,
     ) -> Result<Resolution, Error> {
-        let outcome = validate::ack_outcome(r, self.max_delay, prefix)?;
-        let hold = validate::ack_hold(r, prefix)?;
         // With authentication off (no caller) every service may be used: no lookup.
         if caller.is_some() {
             if let Some(service) = self.handle.service_of(&r.delivery_id) {
                 Auth::may_use(caller, &format!("{prefix}delivery_id"), &service)?;
             }
         }
-        match hold {
-            None => self.handle.ack(&r.delivery_id, outcome).await,
-            Some((duration, reason)) => {
-                self.handle
-                    .ack_holding(&r.delivery_id, outcome, duration, &reason, prefix)
-                    .await
-            }
-        }
+        self.handle.ack_request(r, prefix).await
     }
 }
 

@@ -1,5 +1,5 @@
-//! Rebound's node: it opens the store, builds the engine's components from the
-//! configuration, and serves them over gRPC and HTTP (the dashboard among them). See
+//! Rebound's node: it opens the store, builds and starts the engine from the configuration,
+//! and serves the engine's `Handle` over gRPC and HTTP (the dashboard among them). See
 //! docs/architecture.md for the architecture (its "Crates and module map" lists these
 //! modules and those of the engine); each module says which part of it it owns.
 

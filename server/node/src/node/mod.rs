@@ -1,10 +1,11 @@
 //! A running Rebound node: opens its store (`REBOUND_STORE`: Cassandra, or the embedded store
 //! for one node) and migrates it, sets its clock to the database's (clock sync, Cassandra),
-//! builds the components, takes one lease-ring round (unless an `Ownership` is
-//! given), then serves gRPC (the API, health and reflection on one port).
+//! builds the engine from its settings, prepares it (settings, holds, one lease-ring round
+//! unless an `Ownership` is given) and starts it, then serves the engine's `Handle` over gRPC
+//! (the API, health and reflection on one port) and HTTP.
 //!
-//! Every task it runs has an owner (`NodeTasks`, see `tasks`). `Node::shutdown` signals them
-//! all and closes the Subscribe streams, lets running calls and tasks finish until the
+//! Every task it runs has an owner (`NodeTasks`, see `tasks`): its servers' and the engine's.
+//! `Node::shutdown` signals them all and closes the Subscribe streams, lets running calls and tasks finish until the
 //! shutdown grace (`REBOUND_SHUTDOWN_GRACE_MS`) ends, then cuts the connections still open and
 //! aborts the tasks still running (the ring has at least 5 s to hand its leases back):
 //! shutdown never hangs, and no task outlives it.
@@ -231,7 +232,7 @@ impl Node {
                 store.clone(),
                 ownership,
                 clock.clone(),
-                config.engine_options(boot_epoch, &advertised)?,
+                config.engine_settings()?.options(boot_epoch, &advertised),
                 shutdown.subscribe(),
             )
             .map_err(anyhow::Error::msg)?,

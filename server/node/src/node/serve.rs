@@ -1,7 +1,7 @@
 //! How a node serves: the gRPC port (the API, health and reflection, behind the RPC layer,
 //! the request budget and the connection limits, in plain text or TLS) and the HTTP
-//! listener (`/metrics`, the probes and the dashboard). `Node::start_with` composes the
-//! components and hands them here.
+//! listener (`/metrics`, the probes and the dashboard). `Node::start_with` builds the
+//! services on the engine's `Handle` and hands them here.
 
 use std::{sync::Arc, time::Duration};
 
@@ -23,7 +23,7 @@ use crate::{
 use rebound_common::tasks::Tasks;
 use rebound_engine::handle::Handle;
 
-/// The gRPC services a node serves, built by the node from its components.
+/// The gRPC services a node serves, built on the engine's `Handle`.
 pub(super) struct GrpcServices {
     pub api: Api,
     pub executor: ExecutorApi,

@@ -174,7 +174,6 @@ impl Parts<'_> {
             executor: ExecutorApi {
                 auth: auth.clone(),
                 handle: handle.clone(),
-                max_delay: Duration::from_secs(config.max_delay_seconds),
             },
             admin: AdminApi { handle },
             admin_gate: AdminGate(auth.clone()),
@@ -206,7 +205,7 @@ pub(super) async fn check_shared_settings(
         ),
         StoreKind::Embedded => "the data directory (REBOUND_DATA_DIR)".to_string(),
     };
-    let wait = std::time::Duration::from_millis(config.cassandra_startup_wait_ms);
+    let wait = Duration::from_millis(config.cassandra_startup_wait_ms);
     check(store, &config.node_id, &namespace, &mine, wait)
         .await
         .map_err(anyhow::Error::msg)

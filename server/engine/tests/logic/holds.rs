@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use rebound_proto::v1::{self as pb, executor_service_server::ExecutorService};
+use rebound_proto::v1 as pb;
 use rebound_store::{window::WindowId, Status};
 use tonic::Request;
 

@@ -1,12 +1,13 @@
 //! Fast unit tests of the logic: the writer, the dispatcher, the compactor and the lease ring,
-//! each built as `node.rs` wires it, on the embedded store in a temporary directory and a
-//! manual clock. No Cassandra, no network, no sleeping for windows to pass: the clock is
-//! moved, and the dispatcher's scans are run by hand (`Dispatcher::scan`). Real time is spent
-//! only waiting, a few milliseconds, for the tasks a scan spawns (bucket workers), with
-//! `eventually` bounded at two seconds.
+//! each built by `Engine::build` as the node builds it, on the embedded store in a temporary
+//! directory and a manual clock. No Cassandra, no network, no sleeping for windows to pass:
+//! the clock is moved, and the dispatcher's scans are run by hand (`Dispatcher::scan`). Real
+//! time is spent only waiting, a few milliseconds, for the tasks a scan spawns (bucket
+//! workers), with `eventually` bounded at two seconds.
 //!
-//! The Cassandra-backed tests (integration-tests/tests/dispatch.rs, server/node/tests) drive the
-//! same behaviour end to end through gRPC; these pin it down component by component.
+//! The Cassandra-backed tests (integration-tests/tests/dispatch.rs and the others there) drive
+//! the same behaviour end to end through gRPC; these pin it down component by component,
+//! acking through the engine's `Handle` as the node's handlers do.
 
 mod compactor;
 mod dispatcher;
@@ -16,19 +17,21 @@ mod saga;
 mod stall;
 mod writer;
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, pin::Pin, sync::Arc, time::Duration};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use rebound_engine::{
     compactor::Compactor,
     dispatch::Dispatcher,
-    engine::Engine,
+    engine::{Engine, Settings},
+    guard::Allow,
+    handle::Handle,
     ownership::{Ownership, WholeRing},
     validate::{EnqueueInput, Schedule},
+    wire,
     writer::{EnqueueOutcome, Writer},
 };
 use rebound_proto::v1 as pb;
-use rebound_server::{api::ExecutorApi, auth::Auth, config::Config};
 use rebound_store::{
     clock::{ManualClock, SharedClock},
     observed::Observed,
@@ -39,9 +42,7 @@ use rebound_store::{
 };
 use rebound_store_embedded::EmbeddedStore;
 use tokio::sync::watch;
-use tonic::Request;
-
-use pb::executor_service_server::ExecutorService;
+use tonic::{Request, Response, Status};
 
 /// Milliseconds since the epoch of a UTC time `YYYY-MM-DD HH:MM:SS.mmm`.
 pub fn utc_ms(s: &str) -> i64 {
@@ -50,19 +51,32 @@ pub fn utc_ms(s: &str) -> i64 {
     Utc.from_utc_datetime(&t).timestamp_millis()
 }
 
-/// 1 s windows, a 200 ms skew margin, buckets of 3, two lanes; a 4.2 s orphan grace.
-pub fn config() -> Config {
-    Config {
+/// 1 s windows, a 200 ms skew margin, buckets of 3, two lanes; a 4.2 s orphan grace; the
+/// node's defaults for the rest.
+pub fn config() -> Settings {
+    Settings {
         node_id: "node-a".into(),
         window_seconds: 1,
         skew_margin_ms: 200,
         bucket_size: 3,
         lanes: 2,
-        cassandra_request_timeout_ms: 2_000,
+        store_request_timeout_ms: 2_000,
         slots: 8,
         lease_ttl_ms: 3_000,
         clock_sync: false,
-        ..Config::default()
+        max_delay_seconds: 2_592_000,
+        terminal_ttl_seconds: 3_600,
+        dead_letter_retention_seconds: 14 * 86_400,
+        max_concurrent_writes: 4_096,
+        max_subscribers: 1_024,
+        max_in_flight_bytes: 256 << 20,
+        scan_interval_ms: 500,
+        settings_refresh_ms: 1_000,
+        compaction_interval_ms: 2_000,
+        stats_interval_ms: 15_000,
+        clock_sync_interval_ms: 10_000,
+        default_policy: Default::default(),
+        push_allow: Allow::default(),
     }
 }
 
@@ -81,8 +95,32 @@ pub fn clock_now(clock: &ManualClock) -> i64 {
     clock.now_ms()
 }
 
-/// The subscription stream `ExecutorService::Subscribe` answers with.
-pub type Deliveries = <ExecutorApi as ExecutorService>::SubscribeStream;
+/// A subscription's deliveries, encoded as `ExecutorService::Subscribe` answers them.
+pub type Deliveries = Pin<Box<dyn Stream<Item = Result<pb::Delivery, Status>> + Send>>;
+
+/// The executor side of the engine's `Handle`, as the node's `ExecutorApi` calls it (with
+/// authentication off): requests in, encoded answers out.
+pub struct Executor {
+    pub handle: Handle,
+}
+
+impl Executor {
+    pub async fn subscribe(&self, service: &str, max_in_flight: u32) -> Deliveries {
+        let sub = self
+            .handle
+            .subscribe(service, max_in_flight)
+            .expect("subscribed");
+        Box::pin(sub.map(|d| Ok(wire::delivery_pb(d))))
+    }
+
+    pub async fn ack(
+        &self,
+        r: Request<pb::AckRequest>,
+    ) -> Result<Response<pb::AckResponse>, Status> {
+        let res = self.handle.ack_request(r.get_ref(), "").await?;
+        Ok(Response::new(wire::ack_response(res)))
+    }
+}
 
 /// One node's components on the embedded store and a manual clock, wired as `node.rs` does
 /// with a `WholeRing` ownership (a single node holds every range and the compactor role).
@@ -91,12 +129,12 @@ pub type Deliveries = <ExecutorApi as ExecutorService>::SubscribeStream;
 pub struct Rig {
     pub clock: ManualClock,
     pub store: Arc<EmbeddedStore>,
-    pub config: Config,
+    pub config: Settings,
     pub grid: WindowGrid,
     pub writer: Arc<Writer>,
     pub dispatcher: Arc<Dispatcher>,
     pub compactor: Arc<Compactor>,
-    pub executor: ExecutorApi,
+    pub executor: Executor,
     stop: watch::Sender<bool>,
     _dir: tempfile::TempDir,
 }
@@ -113,7 +151,7 @@ impl Rig {
     }
 
     /// A rig on `config`, a fresh embedded store and the whole ring.
-    pub async fn with_config(start_ms: i64, config: Config) -> Rig {
+    pub async fn with_config(start_ms: i64, config: Settings) -> Rig {
         let clock = ManualClock::new(start_ms);
         let (store, dir) = open_store(&clock).await;
         let writer_store: Arc<dyn ScheduleStore> =
@@ -125,7 +163,7 @@ impl Rig {
     /// `store`), everything else uses `store` itself, and whose ranges and compactor role
     /// come from `ownership` (`WholeRing`, or a `LeaseRing` on `store`).
     pub async fn build(
-        config: Config,
+        config: Settings,
         clock: ManualClock,
         store: Arc<EmbeddedStore>,
         dir: tempfile::TempDir,
@@ -143,17 +181,13 @@ impl Rig {
             writer_store,
             Some(ownership),
             shared,
-            config
-                .engine_options(boot_epoch, "127.0.0.1:0")
-                .expect("engine options"),
+            config.options(boot_epoch, "127.0.0.1:0"),
             stop.subscribe(),
         )
         .expect("engine");
         engine.services().refresh().await.expect("services read");
-        let executor = ExecutorApi {
-            auth: Arc::new(Auth::off()),
+        let executor = Executor {
             handle: engine.handle(None),
-            max_delay: Duration::from_secs(config.max_delay_seconds),
         };
         let writer = engine.writer().clone();
         let dispatcher = engine.dispatcher().clone();
@@ -289,15 +323,7 @@ impl Rig {
     }
 
     pub async fn subscribe(&self, service: &str, max_in_flight: u32) -> Deliveries {
-        self.executor
-            .subscribe(Request::new(pb::SubscribeRequest {
-                service: service.into(),
-                executor_id: "exec-1".into(),
-                max_in_flight,
-            }))
-            .await
-            .expect("subscribed")
-            .into_inner()
+        self.executor.subscribe(service, max_in_flight).await
     }
 
     pub async fn ack(

@@ -567,7 +567,7 @@ async fn a_succeeded_ack_covers_every_reenqueue_made_while_it_ran() {
 /// nothing else to wake for, so every delivery within seconds shows the early rescan.
 #[tokio::test]
 async fn instances_held_back_by_the_worker_limit_start_when_a_worker_has_fed() {
-    let config = rebound_server::config::Config {
+    let config = rebound_engine::engine::Settings {
         window_seconds: 60,
         scan_interval_ms: 60_000,
         lanes: 8,
