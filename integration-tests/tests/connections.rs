@@ -219,9 +219,9 @@ async fn channel(addr: SocketAddr) -> Result<Channel, tonic::transport::Error> {
 }
 
 fn closed_count(reason: &'static str) -> u64 {
-    metrics::global()
+    rebound_server::metric_definitions::metrics()
         .connections_closed
-        .get_or_create(&metrics::ReasonLabels { reason })
+        .get_or_create(&rebound_server::metric_definitions::ReasonLabels { reason })
         .get()
 }
 
@@ -553,9 +553,9 @@ async fn streams_that_never_read_are_bounded_and_their_work_goes_to_a_reader() {
         async move { done }
     })
     .await;
-    let m = metrics::global();
-    let label = |kind| metrics::KindLabels {
-        service: m.service(&service),
+    let m = rebound_engine::metric_definitions::metrics();
+    let label = |kind| rebound_engine::metric_definitions::KindLabels {
+        service: metrics::service(&service),
         kind,
     };
     let redelivered = m.deliveries.get_or_create(&label("redelivery")).get();

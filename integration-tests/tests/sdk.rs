@@ -449,9 +449,9 @@ async fn overload_is_shed_and_retried() {
     let addr = format!("http://{}", n.node.as_ref().unwrap().local_addr());
     let client = Client::connect(&addr).await.unwrap();
     let shed = || {
-        rebound_common::metrics::global()
+        rebound_server::metric_definitions::metrics()
             .requests_shed
-            .get_or_create(&rebound_common::metrics::ReasonLabels {
+            .get_or_create(&rebound_server::metric_definitions::ReasonLabels {
                 reason: "inflight_bytes",
             })
             .get()

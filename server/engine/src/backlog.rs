@@ -19,8 +19,9 @@ use std::{
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::watch;
 
+use crate::metric_definitions::{self as metrics, BandLabels};
 use crate::{error::Error, ownership::Ownership, walk::Walk};
-use rebound_common::metrics;
+use rebound_common::metrics::ServiceLabel;
 use rebound_store::{
     clock::SharedClock,
     window::{WindowGrid, WindowId, DAY_MS},
@@ -149,10 +150,12 @@ pub async fn measure(
 
 /// Sets the backlog gauges to `per`; services measured before and absent now read 0.
 fn publish(per: &BTreeMap<String, ServiceBacklog>, published: &mut HashSet<Arc<str>>, now: i64) {
-    let m = metrics::global();
+    let m = metrics::metrics();
     let mut sums: HashMap<Arc<str>, (Bands, Option<i64>)> = HashMap::new();
     for (service, b) in per {
-        let e = sums.entry(m.service(service)).or_default();
+        let e = sums
+            .entry(rebound_common::metrics::service(service))
+            .or_default();
         e.0.overdue += b.bands.overdue;
         e.0.within_minute += b.bands.within_minute;
         e.0.within_hour += b.bands.within_hour;
@@ -178,14 +181,14 @@ fn publish(per: &BTreeMap<String, ServiceBacklog>, published: &mut HashSet<Arc<s
             ("later", bands.later),
         ] {
             m.pending
-                .get_or_create(&metrics::BandLabels {
+                .get_or_create(&BandLabels {
                     service: service.clone(),
                     band,
                 })
                 .set(n as i64);
         }
         m.oldest_overdue
-            .get_or_create(&metrics::ServiceLabel {
+            .get_or_create(&ServiceLabel {
                 service: service.clone(),
             })
             .set(oldest.unwrap_or(0) as f64 / 1000.0);
@@ -215,7 +218,7 @@ pub async fn run(
             }
         } else if !published.is_empty() {
             // Another node measures now: export nothing rather than a stale figure.
-            let m = metrics::global();
+            let m = metrics::metrics();
             m.pending.clear();
             m.oldest_overdue.clear();
             m.backlog_measured.set(0.0);

@@ -211,7 +211,7 @@ impl Engine {
         let (ring, ownership): (_, Arc<dyn Ownership>) = match ownership {
             Some(o) => (None, o),
             None => {
-                rebound_common::metrics::global()
+                crate::metric_definitions::metrics()
                     .ring_size
                     .set(i64::from(opts.ring.slots));
                 let ring = Arc::new(LeaseRing::new(

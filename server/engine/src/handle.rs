@@ -15,6 +15,7 @@ use std::{
 
 use tracing::Span;
 
+use crate::metric_definitions as metrics;
 use crate::{
     dispatch::{hub::Hub, Dispatcher, Resolution, Subscription},
     error::Error,
@@ -29,7 +30,7 @@ use crate::{
     validate::{self, EnqueueInput},
     writer::{EnqueueOutcome, Writer},
 };
-use rebound_common::{metrics, trace::code_name};
+use rebound_common::{metrics::ServiceLabel, trace::code_name};
 use rebound_proto::v1 as pb;
 use rebound_store::{clock::SharedClock, RetryStore};
 
@@ -81,7 +82,7 @@ fn count_enqueue(service: &str, span: &Span, r: &Result<EnqueueOutcome, Error>) 
         None => service,
         Some(_) => "_invalid",
     };
-    let m = metrics::global();
+    let m = metrics::metrics();
     match r {
         Ok(o) if o.deduplicated => m.enqueue(label, "deduplicated", "OK"),
         Ok(_) => m.enqueue(label, "new", "OK"),
@@ -228,23 +229,25 @@ impl Handle {
     /// Sets the gauges read from this node's own state (in flight and subscribers by
     /// service, slots held, the compactor role, the clock offset), before a scrape.
     pub fn refresh_gauges(&self) {
-        let m = metrics::global();
+        let m = metrics::metrics();
         let now = self.clock.now_ms();
         let stats = self.hub.stats();
         let mut gauged = self.gauged.lock().expect("gauged lock");
         for s in gauged.drain(..) {
-            let label = metrics::ServiceLabel { service: s };
+            let label = ServiceLabel { service: s };
             m.in_flight.get_or_create(&label).set(0);
             m.subscribers.get_or_create(&label).set(0);
         }
         let mut sums: HashMap<Arc<str>, (i64, i64)> = HashMap::new();
         for (service, (in_flight, subscribers)) in stats {
-            let e = sums.entry(m.service(&service)).or_default();
+            let e = sums
+                .entry(rebound_common::metrics::service(&service))
+                .or_default();
             e.0 += in_flight as i64;
             e.1 += i64::from(subscribers);
         }
         for (service, (in_flight, subscribers)) in sums {
-            let label = metrics::ServiceLabel {
+            let label = ServiceLabel {
                 service: service.clone(),
             };
             m.in_flight.get_or_create(&label).set(in_flight);

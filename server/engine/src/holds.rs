@@ -128,7 +128,7 @@ impl Holds {
             .collect();
         let now = self.clock.now_ms();
         let in_force = map.values().filter(|r| r.until_ms > now).count();
-        rebound_common::metrics::global()
+        crate::metric_definitions::metrics()
             .dependency_holds
             .set(in_force as i64);
         *self.rows.write().expect("holds lock") = map;

@@ -16,6 +16,7 @@ pub mod error;
 pub mod guard;
 pub mod handle;
 pub mod holds;
+pub mod metric_definitions;
 pub mod names;
 pub mod outcome;
 pub mod ownership;

@@ -24,7 +24,7 @@ use std::{
 use http_body::Frame;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use rebound_common::metrics;
+use crate::metric_definitions as metrics;
 
 /// The retry hint of a shed request: long enough for the requests held to finish (a write
 /// takes milliseconds, a paused database up to the request timeout), short enough that a
@@ -72,7 +72,7 @@ impl RequestBudget {
     }
 
     fn shed(&self) -> tonic::Status {
-        metrics::global()
+        metrics::metrics()
             .requests_shed
             .get_or_create(&metrics::ReasonLabels {
                 reason: "inflight_bytes",
@@ -92,7 +92,7 @@ impl RequestBudget {
     }
 
     fn observe(&self) {
-        metrics::global()
+        metrics::metrics()
             .inflight_request_bytes
             .set(i64::try_from(self.held()).unwrap_or(i64::MAX));
     }

@@ -95,7 +95,7 @@ pub struct OpenGauge(());
 
 impl OpenGauge {
     pub fn new() -> Self {
-        rebound_common::metrics::global().connections.inc();
+        crate::metric_definitions::metrics().connections.inc();
         OpenGauge(())
     }
 }
@@ -108,7 +108,7 @@ impl Default for OpenGauge {
 
 impl Drop for OpenGauge {
     fn drop(&mut self) {
-        rebound_common::metrics::global().connections.dec();
+        crate::metric_definitions::metrics().connections.dec();
     }
 }
 
@@ -130,7 +130,7 @@ impl Closures {
 
     /// Counts one; Some(how many were not logged before it) when this one is to be logged.
     fn closed(&self) -> Option<u64> {
-        rebound_common::metrics::global().connection_closed(self.reason);
+        crate::metric_definitions::metrics().connection_closed(self.reason);
         let now = Instant::now();
         let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
         match logged.0 {

@@ -85,7 +85,9 @@ impl Probe {
             }
         }
         let r = self.probe().await;
-        metrics::global().ready.set(i64::from(r.ready()));
+        crate::metric_definitions::metrics()
+            .ready
+            .set(i64::from(r.ready()));
         *last = Some((Instant::now(), r.clone()));
         r
     }
@@ -122,7 +124,7 @@ impl Probe {
     /// Sets the gauges read from this node's own state, then encodes every metric.
     pub fn scrape(&self) -> String {
         self.handle.refresh_gauges();
-        metrics::global().encode()
+        metrics::encode()
     }
 }
 

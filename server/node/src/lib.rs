@@ -11,6 +11,7 @@ pub mod connections;
 pub mod dashboard;
 pub mod http;
 pub mod keys;
+pub mod metric_definitions;
 pub mod node;
 pub mod peers;
 pub mod telemetry;

@@ -13,6 +13,7 @@ mod directory;
 mod holds;
 mod leases;
 mod legacy;
+pub mod metric_definitions;
 pub mod migrate;
 mod services;
 mod state;
@@ -315,7 +316,11 @@ async fn observed<T, E: FailureKind>(
     let started = std::time::Instant::now();
     let r = fut.instrument(span.clone()).await;
     let failed = r.as_ref().err().map(FailureKind::kind);
-    rebound_common::metrics::global().store_request(&op, started.elapsed().as_secs_f64(), failed);
+    crate::metric_definitions::metrics().store_request(
+        &op,
+        started.elapsed().as_secs_f64(),
+        failed,
+    );
     if let Some(kind) = failed {
         rebound_common::trace::failed(&span, kind);
     }

@@ -141,7 +141,7 @@ impl<S: StateStore + ?Sized + 'static> Coalesced<S> {
             let carry = Box::pin(async move {
                 while let Some(mut queued) = slot.next_batch() {
                     let rows = std::mem::take(&mut queued.items);
-                    rebound_common::metrics::global().coalesced(kind, rows.len());
+                    crate::metric_definitions::metrics().coalesced(kind, rows.len());
                     let written = write_rounds(
                         rows,
                         |(s, _)| (&s.service, &s.transaction_id),
@@ -186,7 +186,7 @@ impl<S: StateStore + ?Sized + 'static> StateStore for Coalesced<S> {
             let carry = Box::pin(async move {
                 while let Some(mut batch) = slot.next_batch() {
                     let ids = std::mem::take(&mut batch.items);
-                    rebound_common::metrics::global().coalesced("state_reads", ids.len());
+                    crate::metric_definitions::metrics().coalesced("state_reads", ids.len());
                     batch.answer(inner.get_states(&service, &ids).await);
                 }
             });

@@ -23,6 +23,7 @@ pub mod clock;
 pub mod coalesced;
 pub mod context;
 mod layer;
+pub mod metric_definitions;
 pub mod observed;
 pub mod policy;
 #[cfg(feature = "testsuite")]

@@ -55,7 +55,7 @@ impl<S: ?Sized> Observed<S> {
         let started = Instant::now();
         let out = fut.instrument(span.clone()).await;
         let failed = out.failure();
-        rebound_common::metrics::global().store_call(
+        crate::metric_definitions::metrics().store_call(
             self.store,
             method,
             started.elapsed().as_secs_f64(),

@@ -11,13 +11,13 @@ use super::{
     hub::{InFlight, Work},
     AttemptOutcome, Dispatcher, Resolution,
 };
+use crate::metric_definitions as metrics;
 use crate::{
     error::Error,
     holds::{Gate, ProbeAnswer},
     saga, spans,
     writer::changed_meanwhile,
 };
-use rebound_common::metrics;
 use rebound_store::{DeadLetter, Status, TxState};
 
 impl Dispatcher {
@@ -35,7 +35,7 @@ impl Dispatcher {
             AttemptOutcome::Retry { .. } => "retry",
             AttemptOutcome::Failed { .. } => "failed",
         };
-        let m = metrics::global();
+        let m = metrics::metrics();
         let Some(inflight) = self.hub.take(delivery_id) else {
             m.ack("_unknown", "refused");
             return Err(Error::NotFound(format!(
@@ -336,7 +336,7 @@ impl Dispatcher {
                     %service, %transaction_id, position,
                     "compensation enqueued"
                 );
-                metrics::global().compensation(&service);
+                metrics::metrics().compensation(&service);
                 Ok(())
             }
             Err(Error::InvalidArgument { field, message }) => {
@@ -378,7 +378,7 @@ impl Dispatcher {
         } else {
             self.writer.finish(state, Status::Dead).await?;
         }
-        metrics::global().dead_letter(&service);
+        metrics::metrics().dead_letter(&service);
         Ok(())
     }
 

@@ -433,7 +433,7 @@ impl Hub {
                 continue;
             }
             tracing::trace!(subscriber = sub.id, transaction_id = %work.state.transaction_id, "delivered");
-            let m = rebound_common::metrics::global();
+            let m = crate::metric_definitions::metrics();
             m.delivery(service, work.deliveries > 0);
             m.delivery_lateness
                 .observe((now - work.state.due_at_ms).max(0) as f64 / 1000.0);

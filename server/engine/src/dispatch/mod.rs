@@ -33,6 +33,7 @@ use futures::{
 use rand::Rng;
 use tokio::sync::{oneshot, watch, Notify};
 
+use crate::metric_definitions as metrics;
 pub use crate::outcome::{AttemptOutcome, Resolution};
 use crate::{
     error::Error,
@@ -44,7 +45,7 @@ use crate::{
     writer::Writer,
 };
 use hub::{Deliveries, Delivery, Hub, Work};
-use rebound_common::{metrics, tasks::Tasks};
+use rebound_common::tasks::Tasks;
 use rebound_store::{
     clock::SharedClock,
     window::{WindowGrid, WindowId},
@@ -546,7 +547,7 @@ impl Dispatcher {
     async fn postpone_held(&self, state: &TxState, until: i64) -> bool {
         let done = self.postpone(state, until).await;
         if done {
-            metrics::global().held_postponed(&state.service);
+            metrics::metrics().held_postponed(&state.service);
         }
         done
     }

@@ -34,6 +34,7 @@ use tokio::{sync::watch, time::Instant};
 use tracing::Instrument;
 
 use super::{client, outcome, sign};
+use crate::metric_definitions as metrics;
 use crate::services::push_target as target;
 use crate::{
     dispatch::{hub::Delivery, Dispatcher},
@@ -42,7 +43,7 @@ use crate::{
     services::Services,
     spans,
 };
-use rebound_common::{metrics, tasks::Tasks};
+use rebound_common::tasks::Tasks;
 use rebound_store::clock::SharedClock;
 
 /// Failures in a row before a host is backed off.
@@ -367,7 +368,7 @@ impl Pusher {
             Err(client::PushError::Refused(_)) => "refused",
             Err(_) => "error",
         };
-        metrics::global().push(&d.service, result, started.elapsed().as_secs_f64());
+        metrics::metrics().push(&d.service, result, started.elapsed().as_secs_f64());
         let span = tracing::Span::current();
         if let Ok(resp) = &r {
             span.record("http.response.status_code", resp.status);

@@ -147,7 +147,7 @@ impl Writer {
                 .first()
                 .map_or_else(tracing::Span::none, |(_, span)| span.clone());
             let inputs: Vec<EnqueueInput> = queued.into_iter().map(|(input, _)| input).collect();
-            rebound_common::metrics::global().coalesced("enqueue_group", inputs.len());
+            rebound_store::metric_definitions::metrics().coalesced("enqueue_group", inputs.len());
             let results = self.enqueue_group(inputs).instrument(span).await;
             group.answer(Ok(results));
         }
@@ -435,7 +435,8 @@ impl Writer {
             let store = self.store.clone();
             self.pointers.record(members.len());
             pointer_writes.push(Box::pin(async move {
-                rebound_common::metrics::global().coalesced("pointer_writes", members.len());
+                rebound_store::metric_definitions::metrics()
+                    .coalesced("pointer_writes", members.len());
                 let r = store.put_pointer_groups(&groups).await;
                 (members, r)
             }));

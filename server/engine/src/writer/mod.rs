@@ -239,7 +239,8 @@ impl Writer {
                 let (service, location) = key;
                 while let Some(mut batch) = slot.next_batch() {
                     let pointers = std::mem::take(&mut batch.items);
-                    rebound_common::metrics::global().coalesced("pointer_writes", pointers.len());
+                    rebound_store::metric_definitions::metrics()
+                        .coalesced("pointer_writes", pointers.len());
                     let written = store.put_pointers(&service, &location, &pointers).await;
                     batch.answer(written.map(|()| vec![(); pointers.len()]));
                 }

@@ -321,10 +321,10 @@ async fn the_embedded_stores_calls_are_measured_by_store_and_method() {
             .map_or(0, |v| v.trim().parse().expect("a count"))
     }
     let rig = Rig::new(utc_ms(START)).await;
-    let metrics = rebound_common::metrics::global();
-    let before = metrics.encode();
+    rebound_store::metric_definitions::metrics();
+    let before = rebound_common::metrics::encode();
     rig.enqueue("svc", "measured", 0).await;
-    let after = metrics.encode();
+    let after = rebound_common::metrics::encode();
     // The metrics are per process: other tests add to them too, so only growth is checked.
     for method in ["get_states", "put_pointer_groups", "put_states"] {
         assert!(

@@ -28,7 +28,7 @@ use std::{
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 
-use rebound_common::metrics;
+use rebound_engine::metric_definitions as metrics;
 
 /// One sample of the text format: its name, its labels and its value.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,7 +116,7 @@ fn parse_labels(mut s: &str) -> Option<(Vec<(String, String)>, &str)> {
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let m = metrics::global();
+        let m = metrics::metrics();
         let mut r = Registry::default();
         r.register("enqueues", "", m.enqueues.clone());
         r.register("deliveries", "", m.deliveries.clone());
@@ -279,7 +279,7 @@ lateness_bucket{le="1.0"} 4
 
     #[test]
     fn the_registry_reads_the_global_counters() {
-        let m = metrics::global();
+        let m = metrics::metrics();
         m.enqueue("live-test-svc", "new", "OK");
         m.delivery("live-test-svc", false);
         m.ack("live-test-svc", "succeeded");

@@ -223,7 +223,8 @@ impl Node {
         let (clock, cluster_clock) = start::node_clock(&config, &store, clock).await;
         let boot_epoch = clock.now_ms();
         let listeners = start::Listeners::bind(&config).await?;
-        rebound_common::metrics::global().set_max_services(config.metrics_max_services);
+        rebound_common::metrics::set_max_services(config.metrics_max_services);
+        crate::metric_definitions::register_all();
         let advertised = listeners.advertised.clone();
         let (shutdown, _) = watch::channel(false);
         let engine = Arc::new(

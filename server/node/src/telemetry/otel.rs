@@ -18,7 +18,6 @@ use opentelemetry_sdk::{
 };
 use tokio::{sync::mpsc, task::JoinHandle};
 
-use rebound_common::metrics;
 use rebound_common::ConfigError;
 
 /// The variables read (docs/observability.md, "Traces").
@@ -297,7 +296,7 @@ impl SpanProcessor for QueueProcessor {
 
     fn on_end(&self, span: SpanData) {
         if self.tx.try_send(span).is_err() {
-            metrics::global().span_dropped("queue_full", 1);
+            crate::metric_definitions::metrics().span_dropped("queue_full", 1);
         }
     }
 
@@ -381,11 +380,11 @@ async fn export_batch(exporter: &impl SpanExporter, batch: Vec<SpanData>, timeou
     match tokio::time::timeout(timeout, exporter.export(batch)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
-            metrics::global().span_dropped("export_failed", n);
+            crate::metric_definitions::metrics().span_dropped("export_failed", n);
             tracing::debug!(target: "rebound_telemetry", error = %e, spans = n, "trace export failed");
         }
         Err(_) => {
-            metrics::global().span_dropped("export_failed", n);
+            crate::metric_definitions::metrics().span_dropped("export_failed", n);
             tracing::debug!(target: "rebound_telemetry", spans = n, "trace export timed out");
         }
     }

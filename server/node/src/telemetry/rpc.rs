@@ -14,7 +14,7 @@ use std::{
 use tracing::{field::Empty, Instrument};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use rebound_common::metrics;
+use crate::metric_definitions as metrics;
 use rebound_store::context::TextContext;
 
 /// At most this many distinct method names get labels of their own (`other` past it).
@@ -122,7 +122,7 @@ where
                 Err(_) => 2,
             };
             let name = code_name(code);
-            metrics::global()
+            metrics::metrics()
                 .rpc_duration
                 .get_or_create(&metrics::RpcLabels { method, code: name })
                 .observe(started.elapsed().as_secs_f64());
