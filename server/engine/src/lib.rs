@@ -7,7 +7,7 @@
 //! its options and serves it. See docs/architecture.md, "Crates and module map".
 
 pub mod admin;
-pub mod backlog;
+mod backlog;
 pub mod clock_sync;
 pub mod compactor;
 pub mod dispatch;
@@ -15,20 +15,20 @@ pub mod engine;
 pub mod error;
 pub mod guard;
 pub mod handle;
-pub mod holds;
+mod holds;
 pub mod metric_definitions;
 pub mod names;
-pub mod outcome;
+mod outcome;
 pub mod ownership;
-pub mod peers;
+mod peers;
 pub mod push;
 pub mod ring;
 pub mod saga;
 pub mod services;
 pub mod shared_settings;
 pub mod spans;
-pub mod txlock;
+mod txlock;
 pub mod validate;
-pub mod walk;
+mod walk;
 pub mod wire;
 pub mod writer;

@@ -351,11 +351,6 @@ impl<T> HeaderWatch<T> {
         }
     }
 
-    /// The wrapped connection.
-    pub fn get_ref(&self) -> &T {
-        &self.io
-    }
-
     fn late() -> io::Error {
         io::Error::new(
             io::ErrorKind::TimedOut,

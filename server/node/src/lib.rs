@@ -5,14 +5,14 @@
 
 pub mod api;
 pub mod auth;
-pub mod budget;
+mod budget;
 pub mod config;
-pub mod connections;
-pub mod dashboard;
-pub mod http;
-pub mod keys;
+mod connections;
+mod dashboard;
+mod http;
+mod keys;
 pub mod metric_definitions;
 pub mod node;
-pub mod peers;
+mod peers;
 pub mod telemetry;
-pub mod tls;
+mod tls;

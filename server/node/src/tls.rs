@@ -274,7 +274,6 @@ pub fn client_common_name(extensions: &http::Extensions) -> Option<String> {
 /// What the gRPC server knows of a connection (in every request's extensions).
 #[derive(Debug, Clone)]
 pub struct ConnInfo {
-    pub remote: Option<SocketAddr>,
     /// The client's certificate chain, verified in the handshake (TLS with client auth only).
     pub peer_certs: Option<Arc<Vec<CertificateDer<'static>>>>,
 }
@@ -285,11 +284,8 @@ impl
     axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
     for ConnInfo
 {
-    fn connect_info(s: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
-        ConnInfo {
-            remote: Some(*s.remote_addr()),
-            peer_certs: None,
-        }
+    fn connect_info(_: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+        ConnInfo { peer_certs: None }
     }
 }
 
@@ -301,7 +297,6 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsL
     fn connect_info(s: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
         let (_, session) = s.io().get_ref();
         ConnInfo {
-            remote: Some(*s.remote_addr()),
             peer_certs: session
                 .peer_certificates()
                 .map(|c| Arc::new(c.iter().map(|c| c.clone().into_owned()).collect())),
@@ -323,14 +318,10 @@ where
 
     fn connect_info(&self) -> ConnInfo {
         match self {
-            MaybeTls::Plain(t) => ConnInfo {
-                remote: t.connect_info().remote_addr(),
-                peer_certs: None,
-            },
+            MaybeTls::Plain(_) => ConnInfo { peer_certs: None },
             MaybeTls::Tls(s) => {
-                let (io, session) = s.get_ref();
+                let (_, session) = s.get_ref();
                 ConnInfo {
-                    remote: io.connect_info().remote_addr(),
                     peer_certs: session
                         .peer_certificates()
                         .map(|c| Arc::new(c.iter().map(|c| c.clone().into_owned()).collect())),
