@@ -20,11 +20,12 @@ use futures::{StreamExt, TryStreamExt};
 use tokio::sync::watch;
 
 use crate::metric_definitions::{self as metrics, BandLabels};
+use crate::window::WindowGrid;
 use crate::{error::Error, ownership::Ownership, walk::Walk};
 use rebound_common::metrics::ServiceLabel;
 use rebound_store::{
     clock::SharedClock,
-    window::{WindowGrid, WindowId, DAY_MS},
+    window::{WindowId, DAY_MS},
     Location, RetryStore,
 };
 

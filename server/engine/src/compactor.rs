@@ -9,12 +9,9 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::sync::watch;
 
+use crate::window::WindowGrid;
 use crate::{error::Error, ownership::Ownership, walk::Walk};
-use rebound_store::{
-    clock::SharedClock,
-    window::{WindowGrid, WindowId},
-    DirectoryStore,
-};
+use rebound_store::{clock::SharedClock, window::WindowId, DirectoryStore};
 
 /// Compactor settings (`Config::compactor_options` in rebound-server builds them from
 /// the node configuration).

@@ -30,5 +30,6 @@ pub mod spans;
 mod txlock;
 pub mod validate;
 mod walk;
+pub mod window;
 pub mod wire;
 pub mod writer;

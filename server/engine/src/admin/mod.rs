@@ -25,6 +25,7 @@ use std::{
 use futures::TryStreamExt;
 use rebound_proto::v1 as pb;
 
+use crate::window::WindowGrid;
 use crate::wire::{dur, policy_pb, ts};
 use crate::{
     error::Error,
@@ -36,7 +37,7 @@ use crate::{
     writer::generation_ms,
 };
 use rebound_store::{
-    window::{day_to_date, WindowGrid, WindowId},
+    window::{day_to_date, WindowId},
     Location, PointerState, Status, TokenRange,
 };
 

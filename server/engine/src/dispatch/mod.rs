@@ -35,6 +35,7 @@ use tokio::sync::{oneshot, watch, Notify};
 
 use crate::metric_definitions as metrics;
 pub use crate::outcome::{AttemptOutcome, Resolution};
+use crate::window::WindowGrid;
 use crate::{
     error::Error,
     holds::{Gate, Holds},
@@ -47,9 +48,8 @@ use crate::{
 use hub::{Deliveries, Delivery, Hub, Work};
 use rebound_common::tasks::Tasks;
 use rebound_store::{
-    clock::SharedClock,
-    window::{WindowGrid, WindowId},
-    DispatchStore, InstanceRow, Location, PointerState, TokenRange, TxState,
+    clock::SharedClock, window::WindowId, DispatchStore, InstanceRow, Location, PointerState,
+    TokenRange, TxState,
 };
 
 /// Dispatch settings, from the node configuration.

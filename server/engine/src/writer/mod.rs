@@ -22,6 +22,7 @@ use futures::{stream, StreamExt, TryStreamExt};
 use rand::Rng;
 use tokio::sync::Semaphore;
 
+use crate::window::WindowGrid;
 use crate::{
     error::Error,
     services::Services,
@@ -29,11 +30,8 @@ use crate::{
 };
 use rebound_common::tasks::Tasks;
 use rebound_store::{
-    clock::SharedClock,
-    policy::RetryPolicy,
-    token,
-    window::{WindowGrid, WindowId},
-    InstanceRow, Location, Pointer, ScheduleStore, Status, StoreError, TxState,
+    clock::SharedClock, policy::RetryPolicy, token, window::WindowId, InstanceRow, Location,
+    Pointer, ScheduleStore, Status, StoreError, TxState,
 };
 
 use enqueue::{group_commit, pointer_writes, EnqueueGroup, PointerWrites};

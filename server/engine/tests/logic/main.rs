@@ -28,6 +28,7 @@ use rebound_engine::{
     handle::Handle,
     ownership::{Ownership, WholeRing},
     validate::{EnqueueInput, Schedule},
+    window::WindowGrid,
     wire,
     writer::{EnqueueOutcome, Writer},
 };
@@ -36,7 +37,7 @@ use rebound_store::{
     clock::{ManualClock, SharedClock},
     observed::Observed,
     policy::PolicyOverrides,
-    window::{WindowGrid, WindowId},
+    window::WindowId,
     DirectoryStore, Location, MigrationStore, Pointer, RetryStore, ScheduleStore, StateStore,
     TokenRange, TxState,
 };

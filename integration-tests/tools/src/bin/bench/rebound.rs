@@ -9,8 +9,8 @@ use std::{
 };
 
 use anyhow::{bail, Context};
+use rebound_engine::window::WindowGrid;
 use rebound_proto::v1::{self as pb, retry_service_client::RetryServiceClient};
-use rebound_store::window::WindowGrid;
 use tonic::transport::Channel;
 
 use super::*;
