@@ -8,6 +8,7 @@ use libfuzzer_sys::{
 };
 use rebound_proto::v1 as pb;
 use rebound_engine::{error::Error, validate};
+use rebound_engine::policy::Rules as _;
 use rebound_store::policy::RetryPolicy;
 
 fn field(r: Result<impl Sized, Error>, name: &str) {

@@ -8,7 +8,6 @@ use libfuzzer_sys::{
 };
 use rebound_proto::v1 as pb;
 use rebound_engine::{error::Error, validate};
-use rebound_store::policy;
 
 fn field(r: Result<impl Sized, Error>, name: &str) {
     match r {
@@ -26,7 +25,7 @@ fn run(data: &[u8]) -> arbitrary::Result<()> {
         "transaction_id",
     );
     field(validate::executor_id("executor_id", &text), "executor_id");
-    let _ = policy::error_class_ok(&text);
+    let _ = rebound_engine::policy::error_class_ok(&text);
     let mut u = Unstructured::new(data);
     let r = pb::EnqueueRetryRequest {
         service: String::arbitrary(&mut u)?,

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rebound_server::{admin::Cursor};
+use rebound_engine::admin::Cursor;
 use rebound_engine::error::Error;
 
 fn check(token: &str) {

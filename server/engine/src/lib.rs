@@ -21,6 +21,7 @@ pub mod names;
 mod outcome;
 pub mod ownership;
 mod peers;
+pub mod policy;
 pub mod push;
 pub mod ring;
 pub mod saga;

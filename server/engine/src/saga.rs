@@ -19,7 +19,7 @@ use crate::{
 };
 use rebound_store::{Chain, Saga, Status, TxState};
 
-use rebound_store::policy::compensation_overrides as overrides;
+use crate::policy::compensation_overrides as overrides;
 
 /// Whether a retry ending DEAD starts a chain: a saga step with compensations (a dead
 /// compensation stops its chain instead).
@@ -186,8 +186,9 @@ pub fn members(state: &TxState) -> Result<Vec<(String, String)>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rebound_store::policy::COMPENSATION_RETRY_DURATION;
-    use rebound_store::policy::{PolicyOverrides, UNLIMITED_ATTEMPTS};
+    use crate::policy::PolicyOverrides;
+    use crate::policy::COMPENSATION_RETRY_DURATION;
+    use rebound_store::policy::UNLIMITED_ATTEMPTS;
 
     fn comp(service: &str, tx: &str) -> Vec<u8> {
         pb::Compensation {

@@ -7,8 +7,8 @@ use std::time::Duration;
 use rebound_proto::v1 as pb;
 
 pub use crate::names::MAX_SERVICE_LEN;
+use crate::policy::PolicyOverrides;
 use crate::{error::Error, names::show, outcome::AttemptOutcome};
-use rebound_store::policy::PolicyOverrides;
 
 pub const MAX_TRANSACTION_ID_BYTES: usize = 256;
 pub const MAX_ATTRIBUTES: usize = 64;
@@ -167,12 +167,12 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
         (Some(true), None) => Some(rebound_store::policy::UNLIMITED_ATTEMPTS),
         (_, n) => n,
     };
-    if p.non_retryable_error_classes.len() > rebound_store::policy::MAX_ERROR_CLASSES {
+    if p.non_retryable_error_classes.len() > crate::policy::MAX_ERROR_CLASSES {
         return Err(Error::invalid(
             f("non_retryable_error_classes"),
             format!(
                 "at most {} classes, got {}",
-                rebound_store::policy::MAX_ERROR_CLASSES,
+                crate::policy::MAX_ERROR_CLASSES,
                 p.non_retryable_error_classes.len()
             ),
         ));
@@ -180,13 +180,13 @@ pub fn policy(field: &str, p: Option<&pb::RetryPolicy>) -> Result<PolicyOverride
     if let Some(bad) = p
         .non_retryable_error_classes
         .iter()
-        .find(|c| !rebound_store::policy::error_class_ok(c))
+        .find(|c| !crate::policy::error_class_ok(c))
     {
         return Err(Error::invalid(
             f("non_retryable_error_classes"),
             format!(
                 "each class must be 1-{} characters of [A-Za-z0-9._:/-], got {}",
-                rebound_store::policy::MAX_ERROR_CLASS_LEN,
+                crate::policy::MAX_ERROR_CLASS_LEN,
                 show(bad)
             ),
         ));
@@ -352,12 +352,12 @@ pub fn ack_outcome(
             ));
         }
     }
-    if !r.error_class.is_empty() && !rebound_store::policy::error_class_ok(&r.error_class) {
+    if !r.error_class.is_empty() && !crate::policy::error_class_ok(&r.error_class) {
         return Err(Error::invalid(
             format!("{prefix}error_class"),
             format!(
                 "must be 1-{} characters of [A-Za-z0-9._:/-]",
-                rebound_store::policy::MAX_ERROR_CLASS_LEN
+                crate::policy::MAX_ERROR_CLASS_LEN
             ),
         ));
     }
@@ -669,9 +669,9 @@ mod tests {
             fn policies_are_total(p in pb_policy(), attempts in any::<u32>(), unit in any::<f64>()) {
                 match policy("policy", Some(&p)) {
                     Ok(o) => {
-                        let effective = rebound_store::policy::RetryPolicy::default().apply(&o);
-                        if effective.validate().is_ok() {
-                            let b = effective.backoff(attempts, unit);
+                        let effective = crate::policy::Rules::apply(&rebound_store::policy::RetryPolicy::default(), &o);
+                        if crate::policy::Rules::validate(&effective).is_ok() {
+                            let b = crate::policy::Rules::backoff(&effective, attempts, unit);
                             prop_assert!(b <= effective.max_backoff);
                         }
                     }

@@ -10,7 +10,8 @@ use super::{
     MAX_ATTRIBUTE_KEY_BYTES, MAX_ATTRIBUTE_VALUE_BYTES, MAX_LAST_ERROR_BYTES,
 };
 use crate::error::Error;
-use rebound_store::{context::TextContext, policy::PolicyOverrides, Saga};
+use crate::policy::PolicyOverrides;
+use rebound_store::{context::TextContext, Saga};
 
 /// When the caller wants the retry.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -104,7 +105,7 @@ pub fn compensations(
         let overrides = policy(&f("policy"), c.policy.as_ref())?;
         policies.push((
             c.service.clone(),
-            rebound_store::policy::compensation_overrides(overrides),
+            crate::policy::compensation_overrides(overrides),
         ));
         encoded.push(c.encode_to_vec());
     }

@@ -240,7 +240,7 @@ const ROWS: &[Row] = &[
     row(
         "too many error classes",
         |r| {
-            policy(r).non_retryable_error_classes = (0..=rebound_store::policy::MAX_ERROR_CLASSES)
+            policy(r).non_retryable_error_classes = (0..=crate::policy::MAX_ERROR_CLASSES)
                 .map(|i| format!("c{i}"))
                 .collect()
         },

@@ -25,6 +25,7 @@ use std::{
 use futures::TryStreamExt;
 use rebound_proto::v1 as pb;
 
+use crate::policy::Rules as _;
 use crate::window::WindowGrid;
 use crate::wire::{dur, policy_pb, ts};
 use crate::{

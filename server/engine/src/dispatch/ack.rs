@@ -12,6 +12,7 @@ use super::{
     AttemptOutcome, Dispatcher, Resolution,
 };
 use crate::metric_definitions as metrics;
+use crate::policy::Rules as _;
 use crate::{
     error::Error,
     holds::{Gate, ProbeAnswer},

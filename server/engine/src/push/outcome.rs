@@ -42,7 +42,7 @@ pub fn outcome(result: &Result<Response, PushError>, now_ms: i64) -> AttemptOutc
                 header(r, http::header::RETRY_AFTER.as_str()).and_then(|v| retry_after(v, now_ms));
             let class = header(r, ERROR_CLASS_HEADER)
                 .map(str::trim)
-                .filter(|c| rebound_store::policy::error_class_ok(c))
+                .filter(|c| crate::policy::error_class_ok(c))
                 .unwrap_or_default()
                 .to_owned();
             let error = with_status(status, &first_line(&r.body_prefix));
@@ -419,7 +419,7 @@ mod tests {
                     prop_assert!(!snooze);
                     prop_assert!(error.len() <= bound);
                     prop_assert!(after.is_none_or(|a| a <= MAX_RETRY_AFTER));
-                    prop_assert!(error_class.is_empty() || rebound_store::policy::error_class_ok(&error_class));
+                    prop_assert!(error_class.is_empty() || crate::policy::error_class_ok(&error_class));
                 }
                 AttemptOutcome::Failed { error } => prop_assert!(error.len() <= bound),
             }

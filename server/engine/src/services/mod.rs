@@ -32,11 +32,10 @@ pub mod push_target;
 pub mod seal;
 
 use self::push_target as target;
+use crate::policy::{PolicyOverrides, Rules as _};
 use crate::{error::Error, validate};
 use rebound_store::{
-    clock::SharedClock,
-    policy::{PolicyOverrides, RetryPolicy},
-    LeaseStore, ServiceRow, ServiceStore,
+    clock::SharedClock, policy::RetryPolicy, LeaseStore, ServiceRow, ServiceStore,
 };
 
 /// The stored settings of one service.

@@ -19,6 +19,7 @@ use tracing::Instrument;
 use rand::Rng;
 
 use super::{new_generation, DirRow, EnqueueOutcome, Writer};
+use crate::policy::Rules as _;
 use crate::{
     error::Error,
     validate::{EnqueueInput, Schedule},

@@ -27,6 +27,7 @@ use rebound_engine::{
     guard::Allow,
     handle::Handle,
     ownership::{Ownership, WholeRing},
+    policy::PolicyOverrides,
     validate::{EnqueueInput, Schedule},
     window::WindowGrid,
     wire,
@@ -36,7 +37,6 @@ use rebound_proto::v1 as pb;
 use rebound_store::{
     clock::{ManualClock, SharedClock},
     observed::Observed,
-    policy::PolicyOverrides,
     window::WindowId,
     DirectoryStore, Location, MigrationStore, Pointer, RetryStore, ScheduleStore, StateStore,
     TokenRange, TxState,

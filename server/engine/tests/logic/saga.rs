@@ -118,7 +118,7 @@ async fn a_dead_step_runs_its_compensations_in_order_each_after_the_last_succeed
     assert_eq!(c1.policy.max_attempts, 0, "unlimited attempts");
     assert_eq!(
         c1.policy.max_retry_duration,
-        Some(rebound_store::policy::COMPENSATION_RETRY_DURATION)
+        Some(rebound_engine::policy::COMPENSATION_RETRY_DURATION)
     );
     // Nothing after it runs until it succeeds, however long it fails.
     rig.ack(&first, pb::AckOutcome::Retry, Some(1))

@@ -5,6 +5,7 @@
 use std::{collections::HashMap, net::SocketAddr, path::Path};
 
 pub use crate::telemetry::LogFormat;
+use rebound_engine::policy::Rules as _;
 use rebound_store::policy::RetryPolicy;
 use rebound_store_cassandra::consistency::{Level, Serial};
 
