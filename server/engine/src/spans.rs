@@ -7,6 +7,7 @@ use opentelemetry::trace::TraceContextExt;
 use tracing::{field::Empty, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::trace_context::TraceText as _;
 use rebound_store::context::TextContext;
 
 /// The `send <service>` PRODUCER span of one enqueue (disabled when tracing is off), a
@@ -103,5 +104,5 @@ pub fn context_of(span: &Span) -> TextContext {
     if span.is_disabled() {
         return TextContext::default();
     }
-    TextContext::of(&span.context().span().span_context().clone())
+    crate::trace_context::of(&span.context().span().span_context().clone())
 }

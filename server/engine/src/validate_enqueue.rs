@@ -11,6 +11,7 @@ use super::{
 };
 use crate::error::Error;
 use crate::policy::PolicyOverrides;
+use crate::trace_context::TraceText as _;
 use rebound_store::{context::TextContext, Saga};
 
 /// When the caller wants the retry.

@@ -11,21 +11,23 @@ use tracing::{Instrument, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::auth::{Auth, Credential};
-use rebound_engine::{dispatch::Resolution, error::Error, handle::Handle, spans, validate, wire};
+use rebound_engine::{
+    dispatch::Resolution, error::Error, handle::Handle, spans, trace_context, validate, wire,
+};
 use rebound_store::context::TextContext;
 
 /// The trace context of a request's `traceparent` / `tracestate` metadata (empty: none or
 /// invalid).
 fn request_context(m: &MetadataMap) -> TextContext {
     let get = |k: &str| m.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
-    TextContext::from_text(get("traceparent"), get("tracestate"))
+    trace_context::from_text(get("traceparent"), get("tracestate"))
 }
 
 /// An enqueue's own `trace_context` (empty: none, or invalid, which validation refuses).
 fn item_context(r: &pb::EnqueueRetryRequest) -> TextContext {
     r.trace_context
         .as_ref()
-        .map(|t| TextContext::from_text(&t.traceparent, &t.tracestate))
+        .map(|t| trace_context::from_text(&t.traceparent, &t.tracestate))
         .unwrap_or_default()
 }
 
@@ -35,7 +37,7 @@ fn stored_context(span: &Span, own: TextContext, request: &TextContext) -> TextC
     if !span.is_disabled() {
         let sc = span.context().span().span_context().clone();
         if sc.is_valid() {
-            return TextContext::of(&sc);
+            return trace_context::of(&sc);
         }
     }
     if own.is_empty() {

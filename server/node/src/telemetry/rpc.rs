@@ -15,7 +15,7 @@ use tracing::{field::Empty, Instrument};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::metric_definitions as metrics;
-use rebound_store::context::TextContext;
+use rebound_engine::trace_context::TraceText as _;
 
 /// At most this many distinct method names get labels of their own (`other` past it).
 const MAX_METHODS: usize = 128;
@@ -95,7 +95,7 @@ where
                 rpc.method = name,
                 rpc.grpc.status_code = Empty,
             );
-            let parent = TextContext::from_headers(req.headers());
+            let parent = rebound_engine::trace_context::from_headers(req.headers());
             if !parent.is_empty() {
                 let _ = span.set_parent(parent.parent());
             }
