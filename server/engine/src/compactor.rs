@@ -13,8 +13,8 @@ use crate::window::WindowGrid;
 use crate::{error::Error, ownership::Ownership, walk::Walk};
 use rebound_store::{clock::SharedClock, window::WindowId, DirectoryStore};
 
-/// Compactor settings (`Config::compactor_options` in rebound-server builds them from
-/// the node configuration).
+/// Compactor settings (`engine::Settings::options` derives them from the engine's
+/// settings).
 #[derive(Debug, Clone, Copy)]
 pub struct CompactorOptions {
     /// Gate 2's margin: how long after its end (plus the largest writer lag) a window may go.

@@ -1,5 +1,6 @@
 //! gRPC handlers. They stay thin: decode and validate (the engine's `validate`), check the
-//! caller (`auth`), call the engine's `Handle`, encode (the engine's `wire`). Errors become `tonic::Status` only through `From<Error>`.
+//! caller (`auth`), call the engine's `Handle`, encode (the engine's `wire`). Errors become
+//! `tonic::Status` only through `From<Error>`.
 
 use std::{pin::Pin, sync::Arc};
 

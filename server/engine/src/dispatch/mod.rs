@@ -52,7 +52,7 @@ use rebound_store::{
     TokenRange, TxState,
 };
 
-/// Dispatch settings, from the node configuration.
+/// Dispatch settings (`engine::Settings::options` derives them).
 #[derive(Debug, Clone)]
 pub struct DispatchOptions {
     pub skew_margin_ms: i64,

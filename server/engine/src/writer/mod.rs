@@ -39,7 +39,7 @@ use enqueue::{group_commit, pointer_writes, EnqueueGroup, PointerWrites};
 mod cancel;
 mod enqueue;
 
-/// Writer settings (`Config::writer_options` in rebound-server builds them from the node configuration).
+/// Writer settings (`engine::Settings::options` derives them from the engine's settings).
 #[derive(Debug, Clone)]
 pub struct WriterOptions {
     pub node_id: String,

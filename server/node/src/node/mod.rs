@@ -5,10 +5,11 @@
 //! (the API, health and reflection on one port) and HTTP.
 //!
 //! Every task it runs has an owner (`NodeTasks`, see `tasks`): its servers' and the engine's.
-//! `Node::shutdown` signals them all and closes the Subscribe streams, lets running calls and tasks finish until the
-//! shutdown grace (`REBOUND_SHUTDOWN_GRACE_MS`) ends, then cuts the connections still open and
-//! aborts the tasks still running (the ring has at least 5 s to hand its leases back):
-//! shutdown never hangs, and no task outlives it.
+//! `Node::shutdown` signals them all and closes the Subscribe streams, lets running calls and
+//! tasks finish until the shutdown grace (`REBOUND_SHUTDOWN_GRACE_MS`) ends, then cuts the
+//! connections still open and aborts the tasks still running (the engine's `shutdown`: the
+//! ring has at least 5 s to hand its leases back): shutdown never hangs, and no task outlives
+//! it.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
