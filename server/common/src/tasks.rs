@@ -1,6 +1,6 @@
 //! Task owners. Every task the node spawns belongs to a `Tasks` held by the component that
-//! spawned it: the node its background loops, the dispatcher its instance workers and
-//! redeliveries, each coalescer its flushes. On shutdown the owner waits for its tasks until
+//! spawned it: the engine its loops, the node its servers, the dispatcher its instance
+//! workers and redeliveries, each coalescer its flushes. On shutdown the owner waits for its tasks until
 //! a deadline (the node's shutdown grace), then closes (no task is accepted any more) and
 //! aborts what is left, so that no task outlives `Node::shutdown`. The gRPC server's
 //! connections are tonic's tasks, cut at the deadline by `connections::Connections`.

@@ -1,7 +1,8 @@
 //! Every metric the node's transport exports, with its name and help text: gRPC calls, the
 //! readiness probe, connections, the request byte budget and span export.
 //! They are registered in the process's one registry (`rebound_common::metrics`) the first
-//! time `metrics()` is called; the node calls it at start, so a scrape lists them all.
+//! time `metrics()` is called; the node registers every crate's at start (`node::start`),
+//! so a scrape lists them all.
 
 use std::sync::OnceLock;
 
@@ -98,15 +99,4 @@ impl NodeMetrics {
             .get_or_create(&ReasonLabels { reason })
             .inc();
     }
-}
-
-/// Registers every crate's metrics this node exports, so that the first scrape lists them
-/// all: the node's own, the engine's, the storage layers', the Cassandra store's and the task
-/// owners'.
-pub fn register_all() {
-    metrics();
-    rebound_engine::metric_definitions::metrics();
-    rebound_store::metric_definitions::metrics();
-    rebound_store_cassandra::metric_definitions::metrics();
-    rebound_common::metrics::global();
 }

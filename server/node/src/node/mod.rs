@@ -225,7 +225,7 @@ impl Node {
         let boot_epoch = clock.now_ms();
         let listeners = start::Listeners::bind(&config).await?;
         rebound_common::metrics::set_max_services(config.metrics_max_services);
-        crate::metric_definitions::register_all();
+        start::register_metrics();
         let advertised = listeners.advertised.clone();
         let (shutdown, _) = watch::channel(false);
         let engine = Arc::new(

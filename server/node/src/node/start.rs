@@ -21,6 +21,17 @@ use rebound_store::{
     RetryStore,
 };
 
+/// Registers every crate's metrics this node exports, so that the first scrape lists them
+/// all: the node's own, the engine's, the storage layers', the Cassandra store's and the task
+/// owners'.
+pub(super) fn register_metrics() {
+    crate::metric_definitions::metrics();
+    rebound_engine::metric_definitions::metrics();
+    rebound_store::metric_definitions::metrics();
+    rebound_store_cassandra::metric_definitions::metrics();
+    rebound_common::metrics::global();
+}
+
 /// The credentials and the listeners' TLS, read before anything starts, so that a bad file
 /// stops the node at once.
 pub(super) fn secrets(config: &Config) -> anyhow::Result<(Arc<Auth>, Option<Arc<ServerTls>>)> {

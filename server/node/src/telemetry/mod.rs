@@ -6,7 +6,8 @@
 //!
 //! Traces (`otel`) are exported over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; with no
 //! endpoint no span is made at all (`enabled()` is false, and the spans of `rpc`, the
-//! handlers and the store are skipped). W3C trace context is `rebound_store::context`, the delivery's spans `rebound_engine::spans`.
+//! handlers and the store are skipped). W3C trace context is `rebound_engine::trace_context`,
+//! the delivery's spans `rebound_engine::spans`.
 
 pub mod json;
 pub mod otel;

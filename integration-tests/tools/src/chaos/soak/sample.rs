@@ -394,7 +394,7 @@ mod tests {
         let body = "\
 # HELP rebound_tasks Tasks.
 # TYPE rebound_tasks gauge
-rebound_tasks{owner=\"node\"} 5
+rebound_tasks{owner=\"engine\"} 5
 rebound_tasks{owner=\"dispatcher\"} 7
 # TYPE rebound_subscribers gauge
 rebound_subscribers{service=\"pay\"} 2
