@@ -1,8 +1,10 @@
-//! gRPC handlers. They stay thin: decode and validate (the engine's `validate`), check the
-//! caller (`auth`), call the engine's `Handle`, encode (the engine's `wire`). Errors become
-//! `tonic::Status` only through `From<Error>`.
+//! gRPC handlers. They stay thin: decode and validate (the engine's `validate`), check that
+//! the caller may use the service the call names, call the engine's `Handle`, encode (the
+//! engine's `wire`). Who the caller is was settled before the body was read, by the tower
+//! layer `auth::AuthLayer`, which leaves it in the request's extensions (`auth::Caller`).
+//! Errors become `tonic::Status` only through `From<Error>`.
 
-use std::{pin::Pin, sync::Arc};
+use std::pin::Pin;
 
 use futures::{stream, Stream, StreamExt};
 use opentelemetry::trace::TraceContextExt;
@@ -11,7 +13,7 @@ use tonic::{metadata::MetadataMap, Request, Response, Status};
 use tracing::{Instrument, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::auth::{Auth, Credential};
+use crate::auth::{Auth, Caller, Credential};
 use rebound_engine::{
     dispatch::Resolution, error::Error, handle::Handle, spans, trace_context, validate, wire,
 };
@@ -51,7 +53,6 @@ fn stored_context(span: &Span, own: TextContext, request: &TextContext) -> TextC
 /// Shared state of the handlers.
 #[derive(Debug, Clone)]
 pub struct Api {
-    pub auth: Arc<Auth>,
     pub handle: Handle,
     pub max_payload_bytes: usize,
     pub max_batch_items: usize,
@@ -72,8 +73,7 @@ impl pb::retry_service_server::RetryService for Api {
         let service = request.service.clone();
         let span = spans::send(&service, &request.transaction_id, &item_context(&request));
         let checked = (|| {
-            let caller = self.auth.caller(&metadata, &extensions)?;
-            let caller = caller.as_deref();
+            let caller = Caller::of(&extensions)?;
             let mut input = validate::enqueue("", request, self.max_payload_bytes)?;
             Auth::may_use(caller, "service", &input.service)?;
             let own = std::mem::take(&mut input.trace);
@@ -93,8 +93,7 @@ impl pb::retry_service_server::RetryService for Api {
         request: Request<pb::EnqueueRetryBatchRequest>,
     ) -> Result<Response<pb::EnqueueRetryBatchResponse>, Status> {
         let (metadata, extensions, request) = request.into_parts();
-        let caller = self.auth.caller(&metadata, &extensions)?;
-        let caller = caller.as_deref();
+        let caller = Caller::of(&extensions)?;
         let requests = request.requests;
         validate::enqueue_batch_len(requests.len(), self.max_batch_items)?;
         // Validate every item first; a transaction that appears twice is refused after its
@@ -129,15 +128,9 @@ impl pb::retry_service_server::RetryService for Api {
         &self,
         request: Request<pb::GetRetryRequest>,
     ) -> Result<Response<pb::Retry>, Status> {
-        let (metadata, extensions, r) = request.into_parts();
-        let caller = self.auth.caller(&metadata, &extensions)?;
-        let (_, retry) = lookup_retry(
-            &self.handle,
-            caller.as_deref(),
-            &r.service,
-            &r.transaction_id,
-        )
-        .await?;
+        let (_, extensions, r) = request.into_parts();
+        let caller = Caller::of(&extensions)?;
+        let (_, retry) = lookup_retry(&self.handle, caller, &r.service, &r.transaction_id).await?;
         Ok(Response::new(retry))
     }
 
@@ -145,9 +138,8 @@ impl pb::retry_service_server::RetryService for Api {
         &self,
         request: Request<pb::CancelRetryRequest>,
     ) -> Result<Response<pb::CancelRetryResponse>, Status> {
-        let (metadata, extensions, r) = request.into_parts();
-        let caller = self.auth.caller(&metadata, &extensions)?;
-        let caller = caller.as_deref();
+        let (_, extensions, r) = request.into_parts();
+        let caller = Caller::of(&extensions)?;
         validate::service("service", &r.service)?;
         validate::transaction_id("transaction_id", &r.transaction_id)?;
         Auth::may_use(caller, "service", &r.service)?;
@@ -162,7 +154,6 @@ impl pb::retry_service_server::RetryService for Api {
 /// The executor API: subscriptions, acknowledgements and deadline extensions.
 #[derive(Debug, Clone)]
 pub struct ExecutorApi {
-    pub auth: Arc<Auth>,
     pub handle: Handle,
 }
 
@@ -195,9 +186,8 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         &self,
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        let (metadata, extensions, r) = request.into_parts();
-        let caller = self.auth.caller(&metadata, &extensions)?;
-        let caller = caller.as_deref();
+        let (_, extensions, r) = request.into_parts();
+        let caller = Caller::of(&extensions)?;
         validate::subscribe(&r)?;
         Auth::may_use(caller, "service", &r.service)?;
         let sub = self.handle.subscribe(&r.service, r.max_in_flight)?;
@@ -208,8 +198,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
     }
 
     async fn ack(&self, r: Request<pb::AckRequest>) -> Result<Response<pb::AckResponse>, Status> {
-        let caller = self.auth.caller(r.metadata(), r.extensions())?;
-        let caller = caller.as_deref();
+        let caller = Caller::of(r.extensions())?;
         let res = self.ack_one(caller, r.get_ref(), "").await?;
         Ok(Response::new(wire::ack_response(res)))
     }
@@ -218,9 +207,8 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         &self,
         r: Request<pb::AckBatchRequest>,
     ) -> Result<Response<pb::AckBatchResponse>, Status> {
-        let (metadata, extensions, r) = r.into_parts();
-        let caller = self.auth.caller(&metadata, &extensions)?;
-        let caller = caller.as_deref();
+        let (_, extensions, r) = r.into_parts();
+        let caller = Caller::of(&extensions)?;
         let acks = r.acks;
         validate::ack_batch_len(acks.len())?;
         // Concurrently, so the state reads and writes of the batch coalesce into few Cassandra
@@ -239,9 +227,8 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         &self,
         r: Request<pb::ExtendDeadlineRequest>,
     ) -> Result<Response<pb::ExtendDeadlineResponse>, Status> {
-        let (metadata, extensions, r) = r.into_parts();
-        let caller = self.auth.caller(&metadata, &extensions)?;
-        let caller = caller.as_deref();
+        let (_, extensions, r) = r.into_parts();
+        let caller = Caller::of(&extensions)?;
         validate::delivery_id("delivery_id", &r.delivery_id)?;
         let ext = validate::extension("extension", r.extension.as_ref())?;
         if let Some(service) = self.handle.service_of(&r.delivery_id) {
@@ -254,7 +241,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
     }
 
     async fn get_ring(&self, r: Request<pb::GetRingRequest>) -> Result<Response<pb::Ring>, Status> {
-        self.auth.caller(r.metadata(), r.extensions())?;
+        Caller::of(r.extensions())?;
         Ok(Response::new(self.handle.ring().await?))
     }
 }

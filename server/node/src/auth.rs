@@ -22,16 +22,24 @@
 //! is decided before anything is read or written. The file holds only hashes, so reading it
 //! reveals no token. Health and reflection stay open. [`Auth::reload`] (SIGHUP) reads the file
 //! again; a file that does not parse leaves the credentials as they were.
+//!
+//! On the gRPC port, [`AuthLayer`] authenticates every call of `rebound.v1` before its body is
+//! read (and refuses AdminService calls without an admin credential), and leaves the
+//! [`Caller`] in the request's extensions. Which service a call touches is in its body, so
+//! the handlers check that part ([`Auth::may_use`]) once they have decoded it.
 
 use std::{
     collections::{HashMap, HashSet},
+    future::Future,
     path::{Path, PathBuf},
+    pin::Pin,
     sync::{Arc, RwLock},
+    task::{Context, Poll},
 };
 
+use http::HeaderMap;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use tonic::metadata::MetadataMap;
 
 use rebound_engine::{error::Error, names};
 
@@ -239,11 +247,11 @@ impl Auth {
 
     /// The credential a call presents: `Ok(None)` when authentication is off, UNAUTHENTICATED
     /// when it is on and the call has no known token (nor, without a token, a client
-    /// certificate whose CN names a credential). `extensions` are the request's, where the
-    /// TLS connection's client certificate is found.
+    /// certificate whose CN names a credential). `headers` are the request's (gRPC metadata),
+    /// `extensions` too: the TLS connection's client certificate is found there.
     pub fn caller(
         &self,
-        md: &MetadataMap,
+        md: &HeaderMap,
         extensions: &http::Extensions,
     ) -> Result<Option<Arc<Credential>>, AuthError> {
         let Some(table) = self.table() else {
@@ -293,26 +301,138 @@ impl Auth {
     }
 
     /// UNAUTHENTICATED or PERMISSION_DENIED unless the call presents an admin credential.
-    pub fn admin(&self, md: &MetadataMap, extensions: &http::Extensions) -> Result<(), AuthError> {
-        match self.caller(md, extensions)?.as_deref() {
-            None => Ok(()),
-            Some(c) if c.admin => Ok(()),
-            Some(c) => Err(AuthError::PermissionDenied(format!(
-                "credential {:?} is not an admin credential (admin = true)",
-                c.name
-            ))),
+    pub fn admin(&self, md: &HeaderMap, extensions: &http::Extensions) -> Result<(), AuthError> {
+        self.admin_caller(md, extensions).map(|_| ())
+    }
+
+    fn admin_caller(
+        &self,
+        md: &HeaderMap,
+        extensions: &http::Extensions,
+    ) -> Result<Option<Arc<Credential>>, AuthError> {
+        let caller = self.caller(md, extensions)?;
+        match caller.as_deref() {
+            None => {}
+            Some(c) if c.admin => {}
+            Some(c) => {
+                return Err(AuthError::PermissionDenied(format!(
+                    "credential {:?} is not an admin credential (admin = true)",
+                    c.name
+                )))
+            }
+        }
+        Ok(caller)
+    }
+}
+
+/// Who made a gRPC call, as [`AuthLayer`] found it: `None` inside when authentication is off.
+/// The layer puts one in the extensions of every `rebound.v1` call it lets through.
+#[derive(Debug, Clone)]
+pub struct Caller(Option<Arc<Credential>>);
+
+impl Caller {
+    /// The caller of a request that came through [`AuthLayer`]. A request that did not is
+    /// refused, never taken for "authentication off".
+    pub fn of(extensions: &http::Extensions) -> Result<Option<&Credential>, AuthError> {
+        match extensions.get::<Caller>() {
+            Some(c) => Ok(c.0.as_deref()),
+            None => Err(AuthError::Unauthenticated(
+                "the call was not authenticated (the node serves its API behind AuthLayer)".into(),
+            )),
         }
     }
 }
 
-/// Gate of the AdminService: every call needs an admin credential.
-#[derive(Debug, Clone)]
-pub struct AdminGate(pub std::sync::Arc<Auth>);
+/// What a gRPC path asks of the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    /// Health and reflection: open.
+    Nothing,
+    /// RetryService and ExecutorService: a known credential (or none, when off).
+    Credential,
+    /// AdminService: an admin credential.
+    Admin,
+}
 
-impl tonic::service::Interceptor for AdminGate {
-    fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        self.0.admin(req.metadata(), req.extensions())?;
-        Ok(req)
+fn needs(path: &str) -> Needs {
+    match path.strip_prefix("/rebound.v1.") {
+        None => Needs::Nothing,
+        Some(rest) if rest.starts_with("AdminService/") => Needs::Admin,
+        Some(_) => Needs::Credential,
+    }
+}
+
+/// The tower layer of the gRPC port that authenticates: every call of `rebound.v1` presents a
+/// known credential (AdminService calls an admin one) before its body is read, or is answered
+/// UNAUTHENTICATED or PERMISSION_DENIED; what it presented is its [`Caller`].
+#[derive(Debug, Clone)]
+pub struct AuthLayer {
+    auth: Arc<Auth>,
+}
+
+impl AuthLayer {
+    pub fn new(auth: Arc<Auth>) -> Self {
+        Self { auth }
+    }
+}
+
+impl<S> tower::Layer<S> for AuthLayer {
+    type Service = Authenticated<S>;
+    fn layer(&self, inner: S) -> Authenticated<S> {
+        Authenticated {
+            inner,
+            auth: self.auth.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Authenticated<S> {
+    inner: S,
+    auth: Arc<Auth>,
+}
+
+impl<S, B, RB> tower::Service<http::Request<B>> for Authenticated<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<RB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    RB: Default + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let found = match needs(req.uri().path()) {
+            Needs::Nothing => Ok(None),
+            Needs::Credential => self
+                .auth
+                .caller(req.headers(), req.extensions())
+                .map(|c| Some(Caller(c))),
+            Needs::Admin => self
+                .auth
+                .admin_caller(req.headers(), req.extensions())
+                .map(|c| Some(Caller(c))),
+        };
+        match found {
+            Ok(caller) => {
+                if let Some(caller) = caller {
+                    req.extensions_mut().insert(caller);
+                }
+                // The clone that was made ready serves this call; the fresh clone waits.
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                Box::pin(inner.call(req))
+            }
+            Err(e) => {
+                let refused = tonic::Status::from(e).into_http();
+                Box::pin(async move { Ok(refused) })
+            }
+        }
     }
 }
 
@@ -347,8 +467,8 @@ mod tests {
             .collect()
     }
 
-    fn md(v: &str) -> MetadataMap {
-        let mut m = MetadataMap::new();
+    fn md(v: &str) -> HeaderMap {
+        let mut m = HeaderMap::new();
         m.insert("authorization", v.parse().unwrap());
         m
     }
@@ -383,13 +503,100 @@ mod tests {
             );
         }
         assert!(matches!(
-            auth.caller(&MetadataMap::new(), &no_tls()),
+            auth.caller(&HeaderMap::new(), &no_tls()),
             Err(AuthError::Unauthenticated(_))
         ));
         // Off: everything passes.
         let off = Auth::off();
-        assert_eq!(off.caller(&MetadataMap::new(), &no_tls()).unwrap(), None);
-        off.admin(&MetadataMap::new(), &no_tls()).unwrap();
+        assert_eq!(off.caller(&HeaderMap::new(), &no_tls()).unwrap(), None);
+        off.admin(&HeaderMap::new(), &no_tls()).unwrap();
+    }
+
+    /// Calls the layer over a service that answers with the caller's name in a header
+    /// (`-` when authentication is off, absent when no `Caller` was left).
+    async fn through_layer(
+        auth: &Arc<Auth>,
+        path: &str,
+        token: Option<&str>,
+    ) -> http::Response<String> {
+        use tower::{Layer, ServiceExt};
+        let inner = tower::service_fn(|req: http::Request<()>| async move {
+            let mut res = http::Response::new(String::new());
+            if let Some(c) = req.extensions().get::<Caller>() {
+                let name = c.0.as_ref().map_or("-".to_string(), |c| c.name.clone());
+                res.headers_mut().insert("x-caller", name.parse().unwrap());
+            }
+            Ok::<_, std::convert::Infallible>(res)
+        });
+        let mut req = http::Request::builder().uri(path);
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        AuthLayer::new(auth.clone())
+            .layer(inner)
+            .oneshot(req.body(()).unwrap())
+            .await
+            .unwrap()
+    }
+
+    fn code(res: &http::Response<String>) -> Option<&str> {
+        res.headers()
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+    }
+
+    fn caller_of(res: &http::Response<String>) -> Option<&str> {
+        res.headers().get("x-caller").and_then(|v| v.to_str().ok())
+    }
+
+    #[tokio::test]
+    async fn the_layer_authenticates_every_api_call_before_its_handler() {
+        let auth = Arc::new(
+            Auth::parse(&format!(
+                "[[credential]]\nname = \"pay\"\ntoken_sha256 = \"{}\"\nservices = [\"payments\"]\n\
+                 [[credential]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n",
+                sha("p-secret"),
+                sha("o-secret")
+            ))
+            .unwrap(),
+        );
+        let enqueue = "/rebound.v1.RetryService/EnqueueRetry";
+        let ack = "/rebound.v1.ExecutorService/Ack";
+        let admin = "/rebound.v1.AdminService/ListServices";
+        // No token, an unknown one: UNAUTHENTICATED (16), and the handler never runs.
+        for (path, token) in [(enqueue, None), (ack, Some("nope")), (admin, None)] {
+            let res = through_layer(&auth, path, token).await;
+            assert_eq!(code(&res), Some("16"), "{path} {token:?}");
+            assert_eq!(caller_of(&res), None);
+        }
+        // A service credential on AdminService: PERMISSION_DENIED (7).
+        let res = through_layer(&auth, admin, Some("p-secret")).await;
+        assert_eq!(code(&res), Some("7"));
+        assert_eq!(caller_of(&res), None);
+        // Known credentials reach the handler as its `Caller`.
+        let res = through_layer(&auth, enqueue, Some("p-secret")).await;
+        assert_eq!((code(&res), caller_of(&res)), (None, Some("pay")));
+        let res = through_layer(&auth, admin, Some("o-secret")).await;
+        assert_eq!((code(&res), caller_of(&res)), (None, Some("ops")));
+        // Health and reflection stay open, with no caller.
+        for path in [
+            "/grpc.health.v1.Health/Check",
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        ] {
+            let res = through_layer(&auth, path, None).await;
+            assert_eq!((code(&res), caller_of(&res)), (None, None), "{path}");
+        }
+        // Off: every API call passes, as a caller of no credential.
+        let off = Arc::new(Auth::off());
+        for path in [enqueue, ack, admin] {
+            let res = through_layer(&off, path, None).await;
+            assert_eq!((code(&res), caller_of(&res)), (None, Some("-")), "{path}");
+        }
+        // A handler reached without the layer refuses rather than taking "off".
+        assert!(matches!(
+            Caller::of(&http::Extensions::new()),
+            Err(AuthError::Unauthenticated(_))
+        ));
     }
 
     #[test]

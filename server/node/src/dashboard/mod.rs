@@ -30,7 +30,7 @@ use axum::{
     Router,
 };
 use serde_json::{json, Value};
-use tonic::{metadata::MetadataMap, Code};
+use tonic::Code;
 
 use crate::{
     auth::{Auth, Credential},
@@ -220,7 +220,7 @@ async fn request_guard(
 /// What a request presents to `Auth`: its headers as gRPC metadata, and its connection's
 /// TLS client certificate.
 pub struct Presented {
-    pub metadata: MetadataMap,
+    pub headers: http::HeaderMap,
     pub extensions: http::Extensions,
 }
 
@@ -234,14 +234,14 @@ impl Presented {
             extensions.insert(info.clone());
         }
         Presented {
-            metadata: MetadataMap::from_headers(parts.headers.clone()),
+            headers: parts.headers.clone(),
             extensions,
         }
     }
 
     /// The `authorization` to pass on to peers (GetStats asks them with it).
     pub fn authorization(&self) -> Option<String> {
-        self.metadata
+        self.headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
@@ -251,12 +251,12 @@ impl Presented {
 impl Dashboard {
     /// Any known credential (None: authentication is off).
     fn caller(&self, p: &Presented) -> Result<Option<Arc<Credential>>, Error> {
-        Ok(self.auth.caller(&p.metadata, &p.extensions)?)
+        Ok(self.auth.caller(&p.headers, &p.extensions)?)
     }
 
     /// An admin credential, as AdminService's gate asks.
     fn admin_call(&self, p: &Presented) -> Result<(), Error> {
-        Ok(self.auth.admin(&p.metadata, &p.extensions)?)
+        Ok(self.auth.admin(&p.headers, &p.extensions)?)
     }
 }
 

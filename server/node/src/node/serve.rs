@@ -16,7 +16,7 @@ use tokio_stream::StreamExt;
 use super::{own, NodeTasks};
 use crate::{
     api::{AdminApi, Api, ExecutorApi},
-    auth::AdminGate,
+    auth::AuthLayer,
     config::Config,
     tls::{MaybeTls, ServerTls, TlsListener},
 };
@@ -28,7 +28,8 @@ pub(super) struct GrpcServices {
     pub api: Api,
     pub executor: ExecutorApi,
     pub admin: AdminApi,
-    pub admin_gate: AdminGate,
+    /// Authenticates every `rebound.v1` call before its handler runs.
+    pub auth: AuthLayer,
 }
 
 /// Serves the HTTP listener `l` (`router`: the probes, `/metrics` and the dashboard) under
@@ -103,7 +104,7 @@ pub(super) async fn serve_grpc(
         api,
         executor,
         admin,
-        admin_gate,
+        auth,
     } = services;
     let mut stop_rx = shutdown.subscribe();
     let max_message = config.max_message_bytes();
@@ -137,6 +138,7 @@ pub(super) async fn serve_grpc(
         .http2_keepalive_timeout(Some(limits.keepalive_timeout))
         .http2_max_header_list_size(crate::connections::MAX_HEADER_LIST_BYTES)
         .layer(crate::telemetry::rpc::RpcLayer)
+        .layer(auth)
         .layer(crate::budget::BudgetLayer::new(request_budget))
         .layer(tower::util::MapResponseLayer::new(
             move |r: http::Response<tonic::body::Body>| oversized_request(r, max_payload_bytes),
@@ -151,9 +153,7 @@ pub(super) async fn serve_grpc(
         .add_service(pb::executor_service_server::ExecutorServiceServer::new(
             executor,
         ))
-        .add_service(
-            pb::admin_service_server::AdminServiceServer::with_interceptor(admin, admin_gate),
-        );
+        .add_service(pb::admin_service_server::AdminServiceServer::new(admin));
 
     let mut serve_stop = shutdown.subscribe();
     let grace = Duration::from_millis(config.shutdown_grace_ms);

@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use super::serve::GrpcServices;
 use crate::{
     api::{AdminApi, Api, ExecutorApi},
-    auth::{AdminGate, Auth},
+    auth::{Auth, AuthLayer},
     config::{Config, StoreKind},
     keys::KeyFile,
     tls::ServerTls,
@@ -172,22 +172,21 @@ impl Parts<'_> {
         Ok(crate::http::router(probe, Some(dashboard)))
     }
 
-    /// The gRPC services: RetryService, ExecutorService and AdminService (behind its gate).
+    /// The gRPC services: RetryService, ExecutorService and AdminService, and the layer that
+    /// authenticates their calls (AdminService's with an admin credential).
     pub fn grpc_services(&self, auth: &Arc<Auth>, handle: Handle) -> GrpcServices {
         let config = self.config;
         GrpcServices {
             api: Api {
-                auth: auth.clone(),
                 handle: handle.clone(),
                 max_payload_bytes: config.max_payload_bytes,
                 max_batch_items: config.max_batch_items,
             },
             executor: ExecutorApi {
-                auth: auth.clone(),
                 handle: handle.clone(),
             },
             admin: AdminApi { handle },
-            admin_gate: AdminGate(auth.clone()),
+            auth: AuthLayer::new(auth.clone()),
         }
     }
 }
