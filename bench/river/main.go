@@ -7,9 +7,14 @@
 //	(c) delayed jobs: N jobs scheduled for one due time a few seconds ahead, drained by a
 //	    no-op worker (MaxWorkers 100): completed jobs/s from the due time to the last
 //	    persisted completion, and lateness = worker start - scheduled time (p50, p99, max);
+//	(s) steady: single inserts paced at -steady-rate/s for -steady-seconds, each due 1-5 s
+//	    after its insert is issued, worked by the same client as (c): lateness (p50, p99,
+//	    max, min) and how many ran early;
 //	(d) retry with backoff: every job fails its first attempt and succeeds on the second.
 //
-// and writes one JSON document in the suite's shared shape (see bench/README.md).
+// and the CPU per item of (a), (b), (c) and (s), of the Postgres server (the postmaster and
+// all its descendants) and of this process, from /proc. It writes one JSON document in the
+// suite's shared shape (see bench/README.md).
 //
 //	bench/river/run -n 20000 -concurrency 32 -out target/bench/river.json
 package main
@@ -22,14 +27,17 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,7 +55,7 @@ const (
 	drainQueue   = river.QueueDefault
 )
 
-// NoopArgs is the job of (a), (b) and (c).
+// NoopArgs is the job of (a), (b), (c) and the steady phase.
 type NoopArgs struct {
 	Seq int `json:"seq"`
 }
@@ -74,13 +82,40 @@ func (l *lateness) add(ms float64) {
 	}
 }
 
+// steadyLateness records the lateness of the steady phase's jobs by their Seq, once per job
+// (a job run a second time, which at-least-once execution allows, keeps its first start).
+type steadyLateness struct {
+	vals   []float64 // milliseconds, by Seq
+	seen   []atomic.Bool
+	worked atomic.Int64 // distinct jobs started
+}
+
+func newSteadyLateness(n int) *steadyLateness {
+	return &steadyLateness{vals: make([]float64, n), seen: make([]atomic.Bool, n)}
+}
+
+func (l *steadyLateness) add(seq int, ms float64) {
+	if seq >= 0 && seq < len(l.vals) && l.seen[seq].CompareAndSwap(false, true) {
+		l.vals[seq] = ms
+		l.worked.Add(1)
+	}
+}
+
+// NoopWorker records into the drain's recorder, or into the steady phase's once it is set
+// (after the drain has completed every one of its jobs).
 type NoopWorker struct {
 	river.WorkerDefaults[NoopArgs]
-	late *lateness
+	late   *lateness
+	steady atomic.Pointer[steadyLateness]
 }
 
 func (w *NoopWorker) Work(_ context.Context, job *river.Job[NoopArgs]) error {
-	w.late.add(float64(time.Since(job.ScheduledAt).Microseconds()) / 1000)
+	ms := float64(time.Since(job.ScheduledAt).Microseconds()) / 1000
+	if s := w.steady.Load(); s != nil {
+		s.add(job.Args.Seq, ms)
+		return nil
+	}
+	w.late.add(ms)
 	return nil
 }
 
@@ -114,6 +149,9 @@ type result struct {
 	LatenessMs    map[string]any `json:"lateness_ms"`
 	RetryOK       bool           `json:"retry_ok"`
 	Retry         map[string]any `json:"retry"`
+	Steady        map[string]any `json:"steady"`
+	CostPerItem   map[string]any `json:"cost_per_item"`
+	CostMethod    string         `json:"cost_method"`
 	PeakRSSMB     float64        `json:"peak_rss_mb"`
 	PeakRSSMethod string         `json:"peak_rss_method"`
 	PeakHWMSumMB  float64        `json:"peak_rss_hwm_sum_mb"`
@@ -140,7 +178,13 @@ func main() {
 	profile := flag.String("profile", "default", "default: River's client defaults with -workers; "+
 		"tuned: the settings of River's own benchmark (riverbench): MaxWorkers 2000, FetchCooldown 2ms, "+
 		"FetchPollInterval 20ms, reported as system \"river-tuned\"")
+	steadyRate := flag.Float64("steady-rate", 500, "single inserts per second in the steady phase")
+	steadySecs := flag.Float64("steady-seconds", 30, "how long the steady phase's pacer runs")
 	flag.Parse()
+	if *steadyRate <= 0 || *steadySecs <= 0 {
+		fmt.Fprintln(os.Stderr, "river bench: -steady-rate and -steady-seconds must be positive")
+		os.Exit(2)
+	}
 
 	system := "river"
 	switch *profile {
@@ -154,7 +198,7 @@ func main() {
 	}
 
 	cfg := benchConfig{system: system, profile: *profile, workers: *workers, batch: *batch, retryN: *retryN,
-		lead: *lead, poll: *poll, cooldown: *cooldown}
+		lead: *lead, poll: *poll, cooldown: *cooldown, steadyRate: *steadyRate, steadySecs: *steadySecs}
 	if err := run(*n, *conc, *out, *dbURL, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "river bench:", err)
 		os.Exit(1)
@@ -176,6 +220,7 @@ type benchConfig struct {
 	system, profile        string
 	workers, batch, retryN int
 	lead, poll, cooldown   time.Duration
+	steadyRate, steadySecs float64
 }
 
 func run(n, conc int, out, dbURL string, cfg benchConfig) error {
@@ -228,11 +273,13 @@ func run(n, conc int, out, dbURL string, cfg benchConfig) error {
 	}
 	sampler := newTreeSampler(postmaster)
 	sampler.start(250 * time.Millisecond)
+	meter := cpuMeter{server: postmaster, client: os.Getpid(), samplerTID: sampler.tid}
 
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	late := &lateness{vals: make([]float64, n)}
+	noop := &NoopWorker{late: late}
 	ws := river.NewWorkers()
-	river.AddWorker(ws, &NoopWorker{late: late})
+	river.AddWorker(ws, noop)
 	river.AddWorker(ws, &FlakyWorker{})
 
 	inserter, err := river.NewClient(driver, &river.Config{Logger: quiet, Workers: ws})
@@ -255,6 +302,7 @@ func run(n, conc int, out, dbURL string, cfg benchConfig) error {
 	var firstErr error
 	var errOnce sync.Once
 	var wg sync.WaitGroup
+	cpu0 := meter.read()
 	t0 := time.Now()
 	for g := 0; g < conc; g++ {
 		wg.Add(1)
@@ -277,6 +325,7 @@ func run(n, conc int, out, dbURL string, cfg benchConfig) error {
 	}
 	wg.Wait()
 	singleSecs := time.Since(t0).Seconds()
+	singleCost := meter.perItem(cpu0, n)
 	if firstErr != nil {
 		return fmt.Errorf("(a) insert: %w", firstErr)
 	}
@@ -295,6 +344,7 @@ func run(n, conc int, out, dbURL string, cfg benchConfig) error {
 
 	// (b) batch inserts.
 	logf("(b) %d jobs by InsertMany in batches of %d", n, batch)
+	cpu0 = meter.read()
 	t0 = time.Now()
 	if err := insertBatches(ctx, inserter, n, batch, func(i int) river.InsertManyParams {
 		return river.InsertManyParams{Args: NoopArgs{Seq: i}, InsertOpts: &river.InsertOpts{Queue: enqueueQueue}}
@@ -302,6 +352,7 @@ func run(n, conc int, out, dbURL string, cfg benchConfig) error {
 		return fmt.Errorf("(b) %w", err)
 	}
 	batchSecs := time.Since(t0).Seconds()
+	batchCost := meter.perItem(cpu0, n)
 	batchRate := float64(n) / batchSecs
 	logf("(b) %.0f jobs/s", batchRate)
 	batchRes := map[string]any{"ops_per_sec": round(batchRate), "batch": batch, "concurrency": 1, "seconds": round(batchSecs)}
@@ -350,6 +401,9 @@ func run(n, conc int, out, dbURL string, cfg benchConfig) error {
 		logf("(c) warning: the inserts finished %.1f s after the due time", time.Since(due).Seconds())
 	}
 
+	// The drain's clock, and its CPU reading, start at the due time.
+	time.Sleep(time.Until(due))
+	cpu0 = meter.read()
 	completed := 0
 	var last time.Time
 	timeout := time.After(time.Until(due) + 60*time.Second + time.Duration(n/200)*time.Second)
@@ -365,6 +419,7 @@ drain:
 			break drain
 		}
 	}
+	drainCost := meter.perItem(cpu0, completed)
 	var dbCompleted int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed' AND kind = $1`,
 		(NoopArgs{}).Kind()).Scan(&dbCompleted); err != nil {
@@ -389,6 +444,22 @@ drain:
 	lateRes := map[string]any{"p50": round(pct(lv, 50)), "p99": round(pct(lv, 99)), "max": round(pct(lv, 100)), "samples": len(lv)}
 	logf("(c) drained %d in %.2f s after due: %.0f jobs/s; lateness p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 		n, drainSecs, float64(n)/drainSecs, pct(lv, 50), pct(lv, 99), pct(lv, 100))
+
+	// (s) steady: the same working client, on an empty table.
+	if err := truncate(); err != nil {
+		return err
+	}
+	var pending int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE queue = $1`, drainQueue).Scan(&pending); err != nil {
+		return err
+	}
+	if pending != 0 {
+		return fmt.Errorf("(s) the queue %s still holds %d jobs", drainQueue, pending)
+	}
+	steadyRes, err := steadyPhase(ctx, inserter, noop, events, meter, cfg.steadyRate, cfg.steadySecs)
+	if err != nil {
+		return err
+	}
 
 	// (d) retry with backoff.
 	logf("(d) %d jobs that fail their first attempt (retry after 100 ms)", retryN)
@@ -440,6 +511,12 @@ retry:
 		RetryOK:       retryOK,
 		Retry: map[string]any{"n": retryN, "completed_on_attempt_2": secondAttempt, "failed_attempts": failed,
 			"seconds": round(retrySecs), "backoff": "100 ms * 2^(attempt-1) (custom RetryPolicy)"},
+		Steady: steadyRes,
+		CostPerItem: map[string]any{"enqueue_single": singleCost, "enqueue_batch": batchCost,
+			"delivery_cycle": drainCost, "steady": steadyRes["cost_per_item"]},
+		CostMethod: "CPU (utime+stime, and cutime+cstime for exited children) from /proc/PID/stat over each phase, " +
+			"x 1e6 / items: server = the postmaster (parent of this run's backend) and all its descendants, " +
+			"client = this process (producer and worker) less the memory sampler's own thread; delivery_cycle from the due time to the last completion, per job drained",
 		PeakRSSMB: round(peak / 1024),
 		PeakRSSMethod: "peak over the run of the summed PSS (smaps_rollup) of the postmaster and all its children " +
 			"(backends, checkpointer, WAL writer, ...), sampled every 250 ms; PSS splits shared_buffers fairly between processes",
@@ -449,6 +526,7 @@ retry:
 			"max_workers": workers, "batch": batch, "fetch_poll_interval_ms": poll.Milliseconds(),
 			"fetch_cooldown_ms": cfg.cooldown.Milliseconds(), "profile": cfg.profile,
 			"scheduler_interval_ms": 5000, "pool_max_conns": pcfg.MaxConns, "retry_n": retryN,
+			"steady_rate": cfg.steadyRate, "steady_seconds": cfg.steadySecs,
 		},
 		StartedAt: wallStart.UTC().Format(time.RFC3339),
 	}
@@ -471,6 +549,149 @@ retry:
 		return errors.New("(d) the retry run did not complete every job on its second attempt")
 	}
 	return nil
+}
+
+// steadyPhase runs the steady phase: one single insert every 1/rate s for secs seconds, each
+// from its own goroutine so that a slow insert never delays the schedule, each due at the
+// moment its insert is issued plus a delay drawn uniformly from [1 s, 5 s] (seed 1). The
+// no-op worker of (c) works them; the phase ends when every inserted job has been started and
+// its completion reported, or 120 s after the pacer stops.
+func steadyPhase(ctx context.Context, c *river.Client[pgxTx], noop *NoopWorker, events <-chan *river.Event,
+	meter cpuMeter, rate, secs float64) (map[string]any, error) {
+	total := int(math.Round(rate * secs))
+	rec := newSteadyLateness(total)
+	noop.steady.Store(rec)
+
+	// Completion events of the steady jobs, read here so that the channel has room for (d)'s.
+	var completed atomic.Int64
+	stopEvents, eventsDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(eventsDone)
+		for {
+			select {
+			case ev := <-events:
+				if ev.Kind == river.EventKindJobCompleted && ev.Job.Kind == (NoopArgs{}).Kind() {
+					completed.Add(1)
+				}
+			case <-stopEvents:
+				return
+			}
+		}
+	}()
+
+	logf("(s) %d single inserts paced at %.0f/s for %.0f s, each due 1-5 s later, worked with the client of (c)",
+		total, rate, secs)
+	rng := rand.New(rand.NewSource(1))
+	var inserted, failed atomic.Int64
+	var firstErr atomic.Pointer[error] // read while inserts may still run (after a time-out)
+	var wg sync.WaitGroup
+	var maxLag time.Duration
+	cpu0 := meter.read()
+	start := time.Now()
+	for i := 0; i < total; i++ {
+		target := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		if d := time.Until(target); d > 0 {
+			time.Sleep(d)
+		}
+		issued := time.Now()
+		maxLag = max(maxLag, issued.Sub(target))
+		due := issued.Add(time.Second + time.Duration(rng.Float64()*float64(4*time.Second)))
+		wg.Add(1)
+		go func(seq int, due time.Time) {
+			defer wg.Done()
+			if _, err := c.Insert(ctx, NoopArgs{Seq: seq}, &river.InsertOpts{Queue: drainQueue, ScheduledAt: due}); err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, &err)
+				return
+			}
+			inserted.Add(1)
+		}(i, due)
+	}
+	paceSecs := time.Since(start).Seconds()
+	insertsDone := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(insertsDone)
+	}()
+
+	giveUp := time.After(120 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	allInserted, timedOut := false, false
+wait:
+	for {
+		select {
+		case <-insertsDone:
+			allInserted = true
+			insertsDone = nil
+		case <-tick.C:
+		case <-giveUp:
+			timedOut = true
+			break wait
+		}
+		ins := inserted.Load()
+		if allInserted && rec.worked.Load() >= ins && completed.Load() >= ins {
+			break wait
+		}
+	}
+	endSecs := time.Since(start).Seconds()
+	n := int(inserted.Load())
+	cost := meter.perItem(cpu0, n)
+	close(stopEvents)
+	<-eventsDone
+	if e := firstErr.Load(); e != nil {
+		if n == 0 {
+			return nil, fmt.Errorf("(s) every insert failed, the first with: %w", *e)
+		}
+		logf("(s) warning: %d inserts failed, the first with: %v", failed.Load(), *e)
+	}
+
+	lv := make([]float64, 0, total)
+	for i := range rec.vals {
+		if rec.seen[i].Load() {
+			lv = append(lv, rec.vals[i])
+		}
+	}
+	sort.Float64s(lv)
+	early := 0
+	for _, v := range lv {
+		if v < 0 {
+			early++
+		}
+	}
+	stat := func(p float64) any {
+		if len(lv) == 0 {
+			return nil
+		}
+		return round(pct(lv, p))
+	}
+	delivered := int(rec.worked.Load())
+	if len(lv) > 0 {
+		logf("(s) %d inserted, %d worked (%d early) in %.1f s: lateness p50 %.1f ms, p99 %.1f ms, max %.1f ms, min %.1f ms",
+			n, delivered, early, endSecs, pct(lv, 50), pct(lv, 99), pct(lv, 100), lv[0])
+	}
+	if timedOut {
+		logf("(s) warning: gave up 120 s after the pacer stopped with %d of %d worked", delivered, n)
+	}
+	return map[string]any{
+		"rate_offered":      rate,
+		"seconds":           secs,
+		"n":                 n,
+		"delivered":         delivered,
+		"delay_s":           []int{1, 5},
+		"lateness_ms":       map[string]any{"p50": stat(50), "p99": stat(99), "max": stat(100), "min": stat(0)},
+		"early":             early,
+		"cost_per_item":     cost,
+		"completed":         int(completed.Load()),
+		"insert_errors":     int(failed.Load()),
+		"pacer_seconds":     round(paceSecs),
+		"pacer_max_lag_ms":  round(float64(maxLag.Microseconds()) / 1000),
+		"seconds_to_end":    round(endSecs),
+		"timed_out":         timedOut,
+		"queue":             drainQueue,
+		"insert":            "Client.Insert, one job per call, InsertOpts{Queue, ScheduledAt: issue time + delay}",
+		"lateness_recorder": "worker start - job.ScheduledAt, recorded apart from the drain's, once per job",
+	}, nil
 }
 
 func insertBatches(ctx context.Context, c *river.Client[pgxTx], n, batch int, mk func(int) river.InsertManyParams) error {
@@ -536,6 +757,7 @@ func parentPID(pid int) (int, error) {
 
 type treeSampler struct {
 	root    int
+	tid     int // the OS thread the sampler runs on, which the CPU meter leaves out of the client
 	done    chan struct{}
 	stopped chan struct{}
 	peakKB  float64
@@ -547,7 +769,13 @@ func newTreeSampler(root int) *treeSampler {
 }
 
 func (s *treeSampler) start(every time.Duration) {
+	ready := make(chan struct{})
 	go func() {
+		// On a thread of its own: reading smaps_rollup of every backend costs a few ms of CPU
+		// per sample, which the CPU meter subtracts from the client's by this thread's id.
+		runtime.LockOSThread()
+		s.tid = syscall.Gettid()
+		close(ready)
 		defer close(s.stopped)
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -560,6 +788,7 @@ func (s *treeSampler) start(every time.Duration) {
 			}
 		}
 	}()
+	<-ready
 }
 
 func (s *treeSampler) sample() {
@@ -612,4 +841,103 @@ func kbField(path, key string) float64 {
 		}
 	}
 	return 0
+}
+
+// --- CPU per item ------------------------------------------------------------------------------
+
+// cpuMeter reads the CPU time used so far by two process trees: the Postgres server (the
+// postmaster and all its descendants) and this benchmark process (and its children, if any),
+// less the thread of the memory sampler (samplerTID, 0 for none).
+type cpuMeter struct{ server, client, samplerTID int }
+
+type cpuReading struct{ server, client float64 } // CPU seconds
+
+type procStat struct {
+	ppid       int
+	own, child float64 // utime+stime, cutime+cstime (exited, waited-for children), in ticks
+}
+
+// procStats reads /proc/*/stat.
+func procStats() map[int]procStat {
+	stats := map[int]procStat{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue // exited since the listing
+		}
+		s := string(b)
+		// Fields after the command name (field 2, in parentheses, may hold spaces): f[1] is
+		// field 4 (ppid), f[11]..f[14] are fields 14-17 (utime, stime, cutime, cstime).
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 15 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		var t [4]float64
+		for i := range t {
+			t[i], _ = strconv.ParseFloat(f[11+i], 64)
+		}
+		stats[pid] = procStat{ppid: ppid, own: t[0] + t[1], child: t[2] + t[3]}
+	}
+	return stats
+}
+
+// treeCPU is the CPU seconds of root and all its descendants: each one's utime+stime, plus
+// each one's cutime+cstime, which hold the children that exited during the run (the
+// postmaster's holds the backends that ended). /proc counts in USER_HZ = 100 ticks/s.
+func treeCPU(stats map[int]procStat, root int) float64 {
+	children := map[int][]int{}
+	for pid, st := range stats {
+		children[st.ppid] = append(children[st.ppid], pid)
+	}
+	var ticks float64
+	queue := []int{root}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		if st, ok := stats[pid]; ok {
+			ticks += st.own + st.child
+		}
+		queue = append(queue, children[pid]...)
+	}
+	return ticks / 100
+}
+
+func (m cpuMeter) read() cpuReading {
+	stats := procStats()
+	r := cpuReading{server: treeCPU(stats, m.server), client: treeCPU(stats, m.client)}
+	if m.samplerTID > 0 {
+		r.client -= threadCPU(m.client, m.samplerTID)
+	}
+	return r
+}
+
+// threadCPU is the CPU seconds (utime+stime) of thread tid of process pid so far.
+func threadCPU(pid, tid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100
+}
+
+// perItem is the CPU per item (µs) of what happened since before.
+func (m cpuMeter) perItem(before cpuReading, items int) map[string]any {
+	after := m.read()
+	n := float64(max(items, 1))
+	server := (after.server - before.server) * 1e6 / n
+	client := (after.client - before.client) * 1e6 / n
+	return map[string]any{"server_cpu_us": round(server), "client_cpu_us": round(client), "total_cpu_us": round(server + client)}
 }
