@@ -7,8 +7,13 @@
 //   (c) delayed jobs: N jobs due at one time a few seconds ahead, drained by a Worker with a
 //       no-op processor (concurrency 100): completed jobs/s from the due time to the last
 //       'completed' event, and lateness = processing start - (timestamp + delay);
-//   (d) retry with backoff: attempts 2, exponential backoff of 100 ms, first attempt fails.
-// and writes one JSON document in the suite's shared shape (see bench/README.md).
+//   (d) retry with backoff: attempts 2, exponential backoff of 100 ms, first attempt fails;
+//   (e) steady: one queue.add per item at --steady-rate items/s for --steady-seconds, each with
+//       a delay drawn uniformly from [1 s, 5 s] (PRNG seed 1), worked by a Worker configured as
+//       (c)'s: lateness = processing start - the due time in the job's data;
+// and the CPU per item of (a), (b), (c) and (e): redis-server (and its children) and this
+// process, utime + stime from /proc/PID/stat. It writes one JSON document in the suite's shared
+// shape (see bench/README.md).
 //
 //   bench/bullmq/run --n 20000 --concurrency 32 --out target/bench/bullmq.json
 'use strict';
@@ -29,6 +34,8 @@ const { values: args } = parseArgs({
     workers: { type: 'string', default: '100' },
     'retry-n': { type: 'string', default: '200' },
     'lead-ms': { type: 'string', default: '3000' },
+    'steady-rate': { type: 'string', default: '500' },
+    'steady-seconds': { type: 'string', default: '30' },
   },
   strict: true,
 });
@@ -39,6 +46,10 @@ const BATCH = int('batch');
 const WORKERS = int('workers');
 const RETRY_N = int('retry-n');
 const LEAD_MS = int('lead-ms');
+const STEADY_RATE = int('steady-rate');
+const STEADY_SECONDS = int('steady-seconds');
+const STEADY_DELAY_MS = [1000, 5000];
+const STEADY_WAIT_MS = 120000;
 
 function int(name) {
   const v = Number.parseInt(args[name], 10);
@@ -84,13 +95,32 @@ function kbField(file, key) {
   return 0;
 }
 
-function parentPid(pid) {
+// The fields of /proc/PID/stat after the command name: [0] is field 3 (state), [1] ppid,
+// [11] utime, [12] stime, [13] cutime, [14] cstime (fields 14-17), in clock ticks.
+function statFields(pid) {
   try {
     const s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return Number.parseInt(s.slice(s.lastIndexOf(')') + 2).split(' ')[1], 10);
+    return s.slice(s.lastIndexOf(')') + 2).split(' ');
   } catch {
-    return -1;
+    return null;
   }
+}
+
+// root and every live descendant of it, from the ppid of every process in /proc.
+function processTree(root) {
+  const kids = new Map();
+  for (const e of fs.readdirSync('/proc')) {
+    const pid = Number(e);
+    if (!Number.isInteger(pid) || pid === root) continue;
+    const f = statFields(pid);
+    if (!f) continue;
+    const ppid = Number.parseInt(f[1], 10);
+    if (!kids.has(ppid)) kids.set(ppid, []);
+    kids.get(ppid).push(pid);
+  }
+  const pids = [root];
+  for (let i = 0; i < pids.length; i++) pids.push(...(kids.get(pids[i]) || []));
+  return pids;
 }
 
 class TreeSampler {
@@ -99,20 +129,19 @@ class TreeSampler {
     this.peakKB = 0;
     this.hwm = new Map();
     this.timer = null;
+    this.cpuSecs = 0; // this sampler's own CPU, taken out of the client's
   }
   sample() {
-    const pids = [this.root];
-    for (const e of fs.readdirSync('/proc')) {
-      const pid = Number(e);
-      if (Number.isInteger(pid) && pid !== this.root && parentPid(pid) === this.root) pids.push(pid);
-    }
+    const cpu = process.cpuUsage();
     let pss = 0;
-    for (const pid of pids) {
+    for (const pid of processTree(this.root)) {
       pss += kbField(`/proc/${pid}/smaps_rollup`, 'Pss:');
       const h = kbField(`/proc/${pid}/status`, 'VmHWM:');
       if (h > 0) this.hwm.set(pid, h);
     }
     if (pss > this.peakKB) this.peakKB = pss;
+    const used = process.cpuUsage(cpu);
+    this.cpuSecs += (used.user + used.system) / 1e6;
   }
   start(everyMs) {
     this.sample();
@@ -123,6 +152,56 @@ class TreeSampler {
     this.sample();
     return { peakKB: this.peakKB, rootHwmKB: this.hwm.get(this.root) || 0 };
   }
+}
+
+// --- CPU per item: utime + stime from /proc/PID/stat, as Rebound's harness (bench costs) -----------
+
+// CPU seconds a process has used, with its waited-for children's (cutime + cstime, so a child
+// that exited during a phase still counts). Ticks are 1/100 s (USER_HZ).
+function cpuSecs(pid) {
+  const f = statFields(pid);
+  if (!f) return 0;
+  return (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / 100;
+}
+
+// server: redis-server and its live descendants (AOF rewrite forks), or none when it is not a
+// process of this machine (then server_cpu_us and total_cpu_us are null); client: this process
+// (producer and workers together), less the memory sampler's own CPU.
+class CpuMeter {
+  constructor(serverPid, sampler) {
+    this.serverPid = serverPid;
+    this.sampler = sampler;
+  }
+  read() {
+    return {
+      server: this.serverPid ? processTree(this.serverPid).reduce((sum, pid) => sum + cpuSecs(pid), 0) : null,
+      client: cpuSecs('self') - (this.sampler ? this.sampler.cpuSecs : 0),
+    };
+  }
+  // CPU µs per item of what happened since `before`.
+  perItem(before, items) {
+    const after = this.read();
+    const n = Math.max(1, items);
+    const server = after.server == null ? null : ((after.server - before.server) * 1e6) / n;
+    const client = ((after.client - before.client) * 1e6) / n;
+    return {
+      server_cpu_us: round(server),
+      client_cpu_us: round(client),
+      total_cpu_us: server == null ? null : round(server + client),
+    };
+  }
+}
+
+// Deterministic uniform [0, 1): a Weyl sequence through murmur3's 32-bit finalizer.
+function uniform(seed) {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x9e3779b9) >>> 0;
+    let z = s;
+    z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
+    z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
+    return ((z ^ (z >>> 16)) >>> 0) / 2 ** 32;
+  };
 }
 
 // --- phases --------------------------------------------------------------------------------------
@@ -155,6 +234,78 @@ async function addBatches(queue, mk) {
   }
 }
 
+// (e) One queue.add per item, issued on schedule by a pacer that never waits for an add; each
+// job asks to run at due = the moment its add is issued + a delay in [1 s, 5 s], given to BullMQ
+// as delay = due - Date.now() at the call. The Worker (configured as (c)'s) runs from before the
+// first add until every added job has completed, or STEADY_WAIT_MS after the last add is issued.
+async function steadyPhase(queue, meter) {
+  const total = STEADY_RATE * STEADY_SECONDS;
+  const periodMs = 1000 / STEADY_RATE;
+  const [minDelay, maxDelay] = STEADY_DELAY_MS;
+  const rand = uniform(1);
+  const lateness = [];
+  let inserted = 0;
+  let addErrors = 0;
+  let delivered = 0;
+  const worker = new Worker(
+    queue.name,
+    async (job) => {
+      lateness.push(Date.now() - job.data.due);
+    },
+    { connection, concurrency: WORKERS },
+  );
+  worker.on('completed', () => delivered++);
+  worker.on('error', (err) => log(`worker error: ${err.message}`));
+  await worker.waitUntilReady();
+
+  const before = meter.read();
+  const adds = [];
+  const t0 = nowMs();
+  for (let i = 0; i < total; i++) {
+    const wait = t0 + i * periodMs - nowMs();
+    if (wait > 0) await sleep(wait);
+    const due = Date.now() + minDelay + Math.floor(rand() * (maxDelay - minDelay + 1));
+    adds.push(
+      queue.add('noop', { seq: i, due }, { delay: due - Date.now() }).then(
+        () => inserted++,
+        (err) => {
+          if (addErrors++ === 0) log(`(e) add failed: ${err.message}`);
+        },
+      ),
+    );
+  }
+  const pacedSecs = (nowMs() - t0) / 1000;
+  const deadline = nowMs() + STEADY_WAIT_MS;
+  await Promise.all(adds);
+  while (delivered < inserted && nowMs() < deadline) await sleep(10);
+  const cost = meter.perItem(before, inserted);
+  const secs = (nowMs() - t0) / 1000;
+  await worker.close();
+
+  const lv = lateness.sort((x, y) => x - y);
+  return {
+    rate_offered: STEADY_RATE,
+    seconds: STEADY_SECONDS,
+    n: inserted,
+    delivered,
+    delay_s: [minDelay / 1000, maxDelay / 1000],
+    lateness_ms: {
+      p50: round(pct(lv, 50)),
+      p99: round(pct(lv, 99)),
+      max: round(pct(lv, 100)),
+      min: round(lv[0]),
+      samples: lv.length,
+    },
+    early: lv.filter((v) => v < 0).length,
+    cost_per_item: cost,
+    add_errors: addErrors,
+    workers: WORKERS,
+    paced_seconds: round(pacedSecs),
+    total_seconds: round(secs),
+    complete: delivered >= inserted && addErrors === 0,
+  };
+}
+
 async function main() {
   const wallStart = Date.now();
   const admin = new IORedis({ ...connection, lazyConnect: false });
@@ -179,11 +330,16 @@ async function main() {
   const qEnqueue = new Queue(`bench-enqueue-${tag}`, { connection });
   const qDrain = new Queue(`bench-drain-${tag}`, { connection });
   const qRetry = new Queue(`bench-retry-${tag}`, { connection });
-  await Promise.all([qEnqueue.waitUntilReady(), qDrain.waitUntilReady(), qRetry.waitUntilReady()]);
+  const qSteady = new Queue(`bench-steady-${tag}`, { connection });
+  await Promise.all([qEnqueue, qDrain, qRetry, qSteady].map((q) => q.waitUntilReady()));
+  const meter = new CpuMeter(sampler ? redisPid : 0, sampler);
+  const cost = {};
 
   // (a)
   log(`(a) ${N} queue.add at concurrency ${C}`);
+  let cpu = meter.read();
   const a = await enqueueSingle(qEnqueue);
+  cost.enqueue_single = meter.perItem(cpu, N);
   const single = {
     ops_per_sec: round(N / a.secs),
     p50_ms: round(pct(a.lat, 50)),
@@ -196,9 +352,11 @@ async function main() {
 
   // (b)
   log(`(b) ${N} jobs by addBulk in batches of ${BATCH}`);
+  cpu = meter.read();
   let t0 = nowMs();
   await addBatches(qEnqueue, (i) => ({ name: 'noop', data: { seq: i } }));
   const batchSecs = (nowMs() - t0) / 1000;
+  cost.enqueue_batch = meter.perItem(cpu, N);
   const batchRate = N / batchSecs;
   const batch = { ops_per_sec: round(batchRate), batch: BATCH, concurrency: 1, seconds: round(batchSecs) };
   log(`(b) ${batch.ops_per_sec} jobs/s`);
@@ -234,6 +392,8 @@ async function main() {
   });
   drainWorker.on('error', (err) => log(`worker error: ${err.message}`));
   await drainWorker.waitUntilReady();
+  // The delivery cycle's CPU: from the due time (or from now, if it has passed) to the last completion.
+  const cpuAtDue = sleep(Math.max(0, due - Date.now())).then(() => meter.read());
   const insertedBeforeDue = Date.now() < due;
   if (!insertedBeforeDue) log(`(c) warning: the adds finished ${(Date.now() - due) / 1000} s after the due time`);
   const timeoutMs = Math.max(0, due - Date.now()) + 60000 + (N / 200) * 1000;
@@ -241,6 +401,7 @@ async function main() {
   const ok = await Promise.race([drained.then(() => true), new Promise((r) => (timer = setTimeout(() => r(false), timeoutMs)))]);
   clearTimeout(timer);
   if (!ok) throw new Error(`(c) only ${completed} of ${N} jobs completed in time`);
+  cost.delivery_cycle = meter.perItem(await cpuAtDue, N);
   const drainSecs = (lastCompletion - due) / 1000;
   const counts = await qDrain.getJobCounts('completed');
   const drain = {
@@ -294,8 +455,18 @@ async function main() {
   log(`(d) ${secondAttempt}/${RETRY_N} completed after a failed attempt (${failed} failures) in ${retrySecs.toFixed(2)} s: retry_ok=${retryOk}`);
   await retryWorker.close();
 
+  // (e)
+  log(`(e) steady: ${STEADY_RATE} queue.add/s for ${STEADY_SECONDS} s, delays in [1 s, 5 s], Worker of concurrency ${WORKERS}`);
+  const steady = await steadyPhase(qSteady, meter);
+  cost.steady = steady.cost_per_item;
+  const sl = steady.lateness_ms;
+  log(`(e) ${steady.delivered}/${steady.n} worked; lateness p50 ${sl.p50} ms, p99 ${sl.p99} ms, max ${sl.max} ms, min ${sl.min} ms, ${steady.early} early (ms resolution)`);
+  for (const [phase, c] of Object.entries(cost)) {
+    log(`cpu per item, ${phase}: server ${c.server_cpu_us} µs, client ${c.client_cpu_us} µs, total ${c.total_cpu_us} µs`);
+  }
+
   const mem = sampler ? sampler.stop() : null;
-  for (const q of [qEnqueue, qDrain, qRetry]) {
+  for (const q of [qEnqueue, qDrain, qRetry, qSteady]) {
     await q.obliterate({ force: true });
     await q.close();
   }
@@ -312,6 +483,11 @@ async function main() {
     enqueue_batch: batch,
     drain,
     lateness_ms: late,
+    cost_per_item: cost,
+    cost_method:
+      'utime + stime (+ cutime + cstime) from /proc/PID/stat, ticks / 100, difference over the phase, x 1e6 / items; ' +
+      'server: redis-server (pid from INFO server) and its children; client: this node process (producer and workers), ' +
+      "less the memory sampler's own CPU (process.cpuUsage around each sample); delivery_cycle from the due time to the last completion",
     retry_ok: retryOk,
     retry: {
       n: RETRY_N,
@@ -320,6 +496,7 @@ async function main() {
       seconds: round(retrySecs),
       backoff: "attempts 2, backoff {type: 'exponential', delay: 100}",
     },
+    steady,
     peak_rss_mb: mem ? round(mem.peakKB / 1024) : null,
     peak_rss_method:
       'peak over the run of the summed PSS (smaps_rollup) of redis-server and its children (AOF rewrite forks), sampled every 250 ms',
@@ -329,6 +506,8 @@ async function main() {
       worker_concurrency: WORKERS,
       batch: BATCH,
       retry_n: RETRY_N,
+      steady_rate: STEADY_RATE,
+      steady_seconds: STEADY_SECONDS,
       remove_on_complete: false,
       maxmemory_policy: policy,
       node: process.version,
@@ -346,6 +525,9 @@ async function main() {
   if (!retryOk) {
     log('(d) the retry run did not complete every job after one failed attempt');
     process.exitCode = 1;
+  }
+  if (!steady.complete) {
+    log(`(e) warning: ${steady.delivered} of ${steady.n} jobs were worked (${steady.add_errors} adds failed)`);
   }
 }
 
