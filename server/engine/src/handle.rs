@@ -26,7 +26,6 @@ use crate::{
     ownership::Ownership,
     ring::LeaseRing,
     services::Services,
-    spans,
     validate::{self, EnqueueInput},
     writer::{EnqueueOutcome, Writer},
 };
@@ -89,7 +88,7 @@ fn count_enqueue(service: &str, span: &Span, r: &Result<EnqueueOutcome, Error>) 
         Err(e) => {
             let code = code_name(e.code() as i32);
             m.enqueue(label, "refused", code);
-            spans::failed(span, code);
+            rebound_common::trace::failed(span, code);
         }
     }
 }

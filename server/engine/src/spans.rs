@@ -67,8 +67,6 @@ pub fn settle(
     span
 }
 
-pub use rebound_common::trace::failed;
-
 /// The `POST` CLIENT span of one push request (HTTP semantic conventions), a child of the
 /// delivery's stored trace context (the enqueue that started the retry); disabled when
 /// tracing is off. `http.response.status_code` is recorded when the answer comes.

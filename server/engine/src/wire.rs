@@ -17,7 +17,7 @@ use rebound_store::{
     window::day_to_date,
 };
 
-pub use rebound_proto::time::{dur, ts};
+use rebound_proto::time::{dur, ts};
 
 pub fn status_pb(s: store::Status) -> pb::RetryStatus {
     match s {

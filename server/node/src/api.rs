@@ -236,7 +236,7 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         }
         let deadline = self.handle.extend(&r.delivery_id, ext)?;
         Ok(Response::new(pb::ExtendDeadlineResponse {
-            ack_deadline: Some(wire::ts(deadline)),
+            ack_deadline: Some(rebound_proto::time::ts(deadline)),
         }))
     }
 

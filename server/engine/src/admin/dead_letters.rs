@@ -5,8 +5,8 @@ use futures::TryStreamExt;
 use rebound_proto::v1 as pb;
 
 use crate::handle::Handle;
-use crate::wire::ts;
 use crate::{error::Error, validate};
+use rebound_proto::time::ts;
 use rebound_store::{window::DAY_MS, DeadLetter};
 
 /// Longest time range a dead-letter call may cover.

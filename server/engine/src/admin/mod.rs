@@ -27,7 +27,7 @@ use rebound_proto::v1 as pb;
 
 use crate::policy::Rules as _;
 use crate::window::WindowGrid;
-use crate::wire::{dur, policy_pb, ts};
+use crate::wire::policy_pb;
 use crate::{
     error::Error,
     handle::Handle,
@@ -37,6 +37,7 @@ use crate::{
     walk::{Entry, Walk},
     writer::generation_ms,
 };
+use rebound_proto::time::{dur, ts};
 use rebound_store::{
     window::{day_to_date, WindowId},
     Location, PointerState, Status, TokenRange,

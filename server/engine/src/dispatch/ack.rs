@@ -66,7 +66,10 @@ impl Dispatcher {
             Ok(_) => m.ack(&service, kind),
             Err(e) => {
                 m.ack(&service, "refused");
-                spans::failed(&span, rebound_common::trace::code_name(e.code() as i32));
+                rebound_common::trace::failed(
+                    &span,
+                    rebound_common::trace::code_name(e.code() as i32),
+                );
             }
         }
         r

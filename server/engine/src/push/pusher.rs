@@ -376,7 +376,7 @@ impl Pusher {
         let failed = matches!(result, "timeout" | "error" | "5xx")
             || matches!(&r, Ok(resp) if resp.status == 408 || resp.status == 429);
         if result != "2xx" {
-            spans::failed(&span, result);
+            rebound_common::trace::failed(&span, result);
         }
         self.host_answered(&target.host, failed);
         outcome::outcome(&r, self.clock.now_ms())

@@ -135,7 +135,7 @@ pub struct Config {
     pub default_policy: RetryPolicy,
 }
 
-pub use rebound_common::ConfigError;
+use rebound_common::ConfigError;
 
 /// The store behind the storage traits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

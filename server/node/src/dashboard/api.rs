@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::{json_response, live, parse, ApiError, Dashboard, Presented};
 use crate::auth::Auth;
-use rebound_engine::{error::Error, wire};
+use rebound_engine::error::Error;
 
 type Reply = Result<Value, Error>;
 
@@ -120,7 +120,7 @@ pub async fn live(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
         let mut v = live::snapshot(d.handle.hub_stats(), |s| {
             all || Auth::may_use(caller, "service", s).is_ok()
         });
-        v["at"] = pj::time_json(Some(&wire::ts(d.handle.now_ms())));
+        v["at"] = pj::time_json(Some(&rebound_proto::time::ts(d.handle.now_ms())));
         v["node_id"] = json!(d.handle.node_id());
         Ok(v)
     })())

@@ -34,7 +34,6 @@ use tonic::Code;
 
 use crate::{
     auth::{Auth, Credential},
-    telemetry::rpc::code_name,
     tls::ConnInfo,
 };
 use rebound_engine::{error::Error, handle::Handle};
@@ -100,7 +99,7 @@ impl From<crate::auth::AuthError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"code": code_name(self.code as i32), "message": self.message});
+        let body = json!({"code": rebound_common::trace::code_name(self.code as i32), "message": self.message});
         json_response(self.status, &body)
     }
 }

@@ -28,8 +28,6 @@ pub enum LogFormat {
     Json,
 }
 
-pub use rebound_common::trace::enabled;
-
 /// What `init` set up; `shutdown` exports the spans still queued.
 #[derive(Debug, Default)]
 pub struct Telemetry {

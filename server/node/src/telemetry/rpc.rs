@@ -48,7 +48,7 @@ fn method_of(path: &str) -> &'static str {
     leaked
 }
 
-pub use rebound_common::trace::code_name;
+use rebound_common::trace::code_name;
 
 /// The layer (`tonic::transport::Server::builder().layer(RpcLayer)`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -82,7 +82,7 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let method = method_of(req.uri().path());
-        let span = if super::enabled() {
+        let span = if rebound_common::trace::enabled() {
             let (service, name) = method.split_once('/').unwrap_or((method, ""));
             let span = tracing::info_span!(
                 target: "rebound_server::rpc",
