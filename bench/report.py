@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 
 OUTPUTS = {"results.json", "results.md", "results.png"}
-ORDER = ["rebound", "rebound-push", "cassandra-raw", "cassandra-naive", "river", "river-tuned", "bullmq"]
+ORDER = ["rebound", "rebound-60s", "rebound-push", "cassandra-raw", "cassandra-naive", "river", "river-tuned",
+         "bullmq", "temporal"]
 DASH = "—"
 # (numerator, denominator) pairs printed when both systems are present.
 RATIO_PAIRS = [
@@ -33,6 +34,7 @@ RATIO_PAIRS = [
     ("rebound", "river"),
     ("rebound", "river-tuned"),
     ("rebound", "bullmq"),
+    ("rebound", "temporal"),
 ]
 RATIO_METRICS = [
     ("enqueue single ops/s", "enqueue_single.ops_per_sec"),
@@ -170,11 +172,30 @@ COST_PHASES = [
     ("enqueue_single", "single enqueue"),
     ("enqueue_batch", "batch enqueue"),
     ("delivery_cycle", "delivery cycle (feed, deliver, ack)"),
+    ("steady", "steady phase (enqueue, wait, deliver, ack)"),
 ]
 
 
+def server_cpu(c: dict):
+    """Everything but the client: `server_cpu_us` when given, else Cassandra + node."""
+    v = c.get("server_cpu_us")
+    if v is not None:
+        return v
+    parts = [c.get("cassandra_cpu_us"), c.get("node_cpu_us")]
+    return sum(parts) if all(p is not None for p in parts) else None
+
+
+def total_cpu(c: dict):
+    """The whole system's CPU per item: `total_cpu_us` when given, else server + client."""
+    v = c.get("total_cpu_us")
+    if v is not None:
+        return v
+    server, client = server_cpu(c), c.get("client_cpu_us")
+    return server + client if server is not None and client is not None else None
+
+
 def cost_lines(docs: list[dict]) -> list[str]:
-    """The `cost_per_item` phases of the systems that report them (Rebound, raw inserts)."""
+    """The `cost_per_item` phases of every system that reports them."""
     rows = []
     for d in docs:
         for key, label in COST_PHASES:
@@ -184,16 +205,18 @@ def cost_lines(docs: list[dict]) -> list[str]:
             requests = c.get("cassandra_requests")
             if requests is None and d.get("system") == "cassandra-raw":
                 requests = 1.0 if key == "enqueue_single" else 1 / 500
+            node = c.get("node_cpu_us", c.get("temporal_server_cpu_us"))
             rows.append(
                 f"| {fmt_text(d.get('system'))} | {label} | {fmt_ms(c.get('cassandra_cpu_us'))} | "
-                f"{fmt_ms(c.get('node_cpu_us'))} | {fmt_ms(c.get('client_cpu_us'))} | "
-                f"{DASH if requests is None else f'{requests:.3f}'} |"
+                f"{fmt_ms(node)} | {fmt_ms(server_cpu(c))} | {fmt_ms(c.get('client_cpu_us'))} | "
+                f"{fmt_ms(total_cpu(c))} | {DASH if requests is None else f'{requests:.3f}'} |"
             )
     if not rows:
         return []
     return [
-        "| system | phase | Cassandra CPU µs | node CPU µs | client CPU µs | Cassandra requests |",
-        "|---|---|--:|--:|--:|--:|",
+        "| system | phase | Cassandra CPU µs | node (Temporal: server) CPU µs | server side µs | "
+        "client CPU µs | whole system µs | Cassandra requests |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
         *rows,
     ]
 
@@ -208,9 +231,14 @@ def markdown(docs: list[dict]) -> str:
         "p99 ms",
         "batch ops/s",
         "drain acked/s",
-        "lateness p50 ms",
+        "CPU µs per delivered item (whole system)",
+        "drain lateness p50 ms",
         "p99 ms",
         "max ms",
+        "steady lateness p50 ms",
+        "p99 ms",
+        "max ms",
+        "early",
         "retry ok",
         "peak RSS MB",
         "tombstone warnings / failures",
@@ -226,9 +254,14 @@ def markdown(docs: list[dict]) -> str:
             fmt_ms(num(d, "enqueue_single.p99_ms")),
             fmt_int(num(d, "enqueue_batch.ops_per_sec")),
             fmt_int(num(d, "drain.acked_per_sec")),
+            fmt_ms(total_cpu(get(d, "cost_per_item.delivery_cycle") or {})),
             fmt_ms(num(d, "lateness_ms.p50")),
             fmt_ms(num(d, "lateness_ms.p99")),
             fmt_ms(num(d, "lateness_ms.max")),
+            fmt_ms(num(d, "steady.lateness_ms.p50")),
+            fmt_ms(num(d, "steady.lateness_ms.p99")),
+            fmt_ms(num(d, "steady.lateness_ms.max")),
+            fmt_int(num(d, "steady.early")),
             fmt_bool(d.get("retry_ok")),
             fmt_int(num(d, "peak_rss_mb")),
             (DASH if d.get("tombstone_warnings") is None else
@@ -267,6 +300,17 @@ def markdown(docs: list[dict]) -> str:
                 bit += (f"; {fmt_int(by_floor)} were acked by then, the rest at "
                         f"{fmt_int((n - by_floor) / max(secs - floor, 0.001))}/s")
             bits.append(bit)
+        if get(d, "steady") is not None:
+            bits.append(
+                f"steady phase: {fmt_int(num(d, 'steady.rate_offered'))}/s offered for "
+                f"{fmt_int(num(d, 'steady.seconds'))} s, delays 1-5 s, "
+                f"{fmt_int(num(d, 'steady.delivered'))} of {fmt_int(num(d, 'steady.n'))} delivered"
+            )
+        if isinstance(d.get("config"), dict) and d["config"].get("window_seconds") is not None:
+            bits.append(
+                f"window {fmt_int(num(d, 'config.window_seconds'))} s, "
+                f"skew margin {fmt_int(num(d, 'config.skew_margin_ms'))} ms"
+            )
         if d.get("hold_rss_mb") is not None:
             bits.append(f"RSS holding the backlog {fmt_int(num(d, 'hold_rss_mb'))} MB")
         if d.get("wall_seconds") is not None:
@@ -288,7 +332,10 @@ def markdown(docs: list[dict]) -> str:
         text += ["Ratios (higher is better for Rebound):", "", *[f"- {r}" for r in ratios], ""]
     text += [
         "Lateness is the time a job started executing minus the time it was due; drain is completed "
-        "(acknowledged) jobs per second from the due time to the last completion.",
+        "(acknowledged) jobs per second from the due time to the last completion. The drain's jobs all "
+        "fall due at one instant; the steady phase offers single inserts at a fixed rate, each due 1-5 s "
+        "after it is sent, so its lateness measures the timer rather than the drain (early: jobs started "
+        "before their due time).",
         "",
     ]
     return "\n".join(text)
@@ -351,18 +398,30 @@ def chart(docs: list[dict], path: Path) -> None:
     ax1.set_xticks(x, labels, fontsize=8)
     ax1.legend(fontsize=8, loc="upper left")
 
-    lat = [("p50", series("lateness_ms.p50")), ("p99", series("lateness_ms.p99"))]
+    lat = [
+        ("drain p50", series("lateness_ms.p50")),
+        ("drain p99", series("lateness_ms.p99")),
+        ("steady p50", series("steady.lateness_ms.p50")),
+        ("steady p99", series("steady.lateness_ms.p99")),
+    ]
     w = 0.8 / len(lat)
     for i, (name, vals) in enumerate(lat):
         bars = ax2.bar(x + (i - (len(lat) - 1) / 2) * w, vals, w, label=f"lateness {name}")
         ax2.bar_label(bars, labels=[DASH if v != v else f"{v:,.0f}" for v in vals], fontsize=7, padding=2)
     mark_missing(ax2, x, [s for _, s in lat], 0.8 / len(lat))
-    ax2.set_ylabel("milliseconds after the due time")
+    positive = [v for _, s in lat for v in s if v == v and v > 0]
+    log_lat = bool(positive) and max(positive) / min(positive) > 100
+    if log_lat:
+        ax2.set_yscale("log")
+    ax2.set_ylabel("milliseconds after the due time" + (" (log scale)" if log_lat else ""))
     ax2.set_title("Lateness of delayed jobs")
     ax2.set_xticks(x, labels, fontsize=8)
     ax2.legend(fontsize=8, loc="upper left")
     lo, hi = ax2.get_ylim()
-    ax2.set_ylim(0, hi * 1.1 if hi > 0 else 1)
+    if log_lat:
+        ax2.set_ylim(lo, hi * 3)
+    else:
+        ax2.set_ylim(0, hi * 1.1 if hi > 0 else 1)
 
     fig.suptitle(machine_line(), fontsize=8)
     fig.tight_layout()

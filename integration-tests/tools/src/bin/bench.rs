@@ -5,6 +5,9 @@
 //!
 //! usage:
 //!   bench rebound --addr http://127.0.0.1:50090 --pid PID --keyspace KS --n N --out F
+//!       [--steady-rate R (500)] [--steady-seconds S (30)] [--lead-ms L (3000)]
+//!   bench rebound-steady --addr ... --pid PID --window-seconds W (60) --skew-margin-ms M
+//!       (2000) --out F   (the steady phase alone, on a node at those settings)
 //!   bench rebound-push --addr ... --pid PID --metrics M --n N [--items I (N + min(N, 20000))]
 //!       [--max-concurrent C (500)] --out F   (push drain to a receiver in this process; the
 //!       node needs REBOUND_PUSH_ALLOW=127.0.0.1)
@@ -12,8 +15,7 @@
 //!   bench naive --n N --out F
 //!   bench costs --cassandra-pid PID --n N --out F   (Cassandra CPU per state-row operation)
 //!   bench ring --addrs A,B --metrics M,N --slots S --n N --out F   (per-node ring and scan cost)
-//! common: --concurrency C (32) --cassandra HOST:PORT (127.0.0.1:9042) --late L (lateness
-//! items, default min(n/10, 20000))
+//! common: --concurrency C (32) --cassandra HOST:PORT (127.0.0.1:9042)
 
 use std::collections::HashMap;
 
@@ -39,7 +41,7 @@ use common::*;
 use costs::{costs, quiesce, Meter};
 use otlp::otlp_sink;
 use push::rebound_push;
-use rebound::rebound;
+use rebound::{rebound, rebound_steady};
 
 pub(crate) struct Args {
     map: HashMap<String, String>,
@@ -78,6 +80,7 @@ async fn main() -> anyhow::Result<()> {
     let out = a.text("out", &format!("target/bench/{cmd}.json"));
     let result = match cmd.as_str() {
         "rebound" => rebound(&a).await?,
+        "rebound-steady" => rebound_steady(&a).await?,
         "rebound-push" => rebound_push(&a).await?,
         "otlp-sink" => return otlp_sink(&a).await,
         "raw" => raw(&a).await?,

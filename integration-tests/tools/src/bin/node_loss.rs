@@ -285,6 +285,7 @@ async fn run(a: Args) -> anyhow::Result<bool> {
         letters: &letters,
         clock_err_ms: err + 5,
         t0,
+        on_time: None,
     });
 
     // Figures.

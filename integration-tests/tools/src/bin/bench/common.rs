@@ -48,6 +48,7 @@ pub(crate) mod serde_like {
         pub max: f64,
     }
 
+    #[derive(Clone)]
     pub enum J {
         N(f64),
         S(String),
@@ -200,13 +201,15 @@ pub(crate) fn enqueue_req(
     }
 }
 
-/// Enqueues `n` retries of `service`, due now (`{prefix}-{i}`), in batches of 500, 4 batch
-/// calls at once; returns how many were not accepted.
+/// Enqueues `n` retries of `service` (`{prefix}-{i}`), due now or at `due_ms` (which their
+/// payload then carries, for the executors' lateness), in batches of 500, 4 batch calls at
+/// once; returns how many were not accepted.
 pub(crate) async fn enqueue_batches(
     client: &RetryServiceClient<Channel>,
     service: &str,
     prefix: &str,
     n: usize,
+    due_ms: Option<i64>,
 ) -> usize {
     let batches: Vec<usize> = (0..n).step_by(500).collect();
     let failed = AtomicUsize::new(0);
@@ -216,7 +219,13 @@ pub(crate) async fn enqueue_batches(
             let failed = &failed;
             async move {
                 let requests = (from..(from + 500).min(n))
-                    .map(|i| enqueue_req(service, format!("{prefix}-{i}"), None))
+                    .map(|i| {
+                        let mut r = enqueue_req(service, format!("{prefix}-{i}"), due_ms);
+                        if let Some(due) = due_ms {
+                            r.payload = due.to_string().into_bytes();
+                        }
+                        r
+                    })
                     .collect();
                 match c
                     .enqueue_retry_batch(pb::EnqueueRetryBatchRequest { requests })

@@ -80,16 +80,20 @@ impl Meter {
                 J::Null
             }
         };
+        let client = (after.client - before.client) * 1e6 / n;
+        // The whole system, as the peers' are counted: the server side (Cassandra and the
+        // node) and the harness (producer and executors).
+        let server = (self.cassandra > 0 && self.node > 0)
+            .then(|| (after.cassandra - before.cassandra + after.node - before.node) * 1e6 / n);
         J::O(vec![
             (
                 "cassandra_cpu_us",
                 us(after.cassandra, before.cassandra, self.cassandra),
             ),
             ("node_cpu_us", us(after.node, before.node, self.node)),
-            (
-                "client_cpu_us",
-                J::N((after.client - before.client) * 1e6 / n),
-            ),
+            ("client_cpu_us", J::N(client)),
+            ("server_cpu_us", server.map_or(J::Null, J::N)),
+            ("total_cpu_us", server.map_or(J::Null, |s| J::N(s + client))),
             (
                 "cassandra_requests",
                 match (after.requests, before.requests) {

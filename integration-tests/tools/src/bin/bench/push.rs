@@ -150,7 +150,7 @@ pub(crate) async fn rebound_push(a: &Args) -> anyhow::Result<J> {
     let target_set = Instant::now();
 
     eprintln!("rebound-push: {items} enqueues in batches of 500 (paused)");
-    let failed = enqueue_batches(&client, SERVICE, "p", items).await;
+    let failed = enqueue_batches(&client, SERVICE, "p", items, None).await;
     if failed > 0 {
         bail!("{failed} batch enqueues failed");
     }
