@@ -115,6 +115,10 @@ impl Started {
             letters: &letters,
             clock_err_ms: self.err_ms + 5,
             t0,
+            on_time: Some(checker::OnTime {
+                limit_ms: super::LATE_LIMIT_MS,
+                after_fault_ms: super::AFTER_FAULT_MS,
+            }),
         };
         let unstored = if f.pushed.is_empty() {
             HashSet::new()
@@ -247,6 +251,7 @@ impl Started {
             "duplicates: {} (explained by a fault or an expired deadline: {}) against a bound of {}",
             result.duplicates, result.explained_duplicates, result.duplicate_bound
         );
+        let _ = writeln!(text, "{}", on_time_line(&result));
         let _ = writeln!(
             text,
             "directory: {} samples, {} persisting orphans; end state: {}",
@@ -520,6 +525,30 @@ async fn dead_letters(shared: &Shared, pushed: &[&str]) -> HashMap<(String, Stri
         }
     }
     out
+}
+
+/// Rule 10's figures: how many schedules were judged, their lateness, the limit.
+fn on_time_line(result: &checker::CheckResult) -> String {
+    fn pct(v: &[i64]) -> String {
+        let mut l = v.to_vec();
+        l.sort_unstable();
+        match l.last() {
+            None => "none".into(),
+            Some(max) => {
+                let at = |q: f64| l[((l.len() - 1) as f64 * q).round() as usize];
+                format!("p50 {} ms, p99 {} ms, max {max} ms", at(0.5), at(0.99))
+            }
+        }
+    }
+    format!(
+        "on time: {} schedules judged away from faults (limit {} ms after max(due, answered), {} ms after a fault); lateness from the answered due time {}; of the {} enqueues among them, from the due time asked for {}",
+        result.on_time_judged,
+        super::LATE_LIMIT_MS,
+        super::AFTER_FAULT_MS,
+        pct(&result.lateness_ms),
+        result.lateness_requested_ms.len(),
+        pct(&result.lateness_requested_ms),
+    )
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 //! acknowledged schedule is delivered until an outcome ends it, and nothing is SCHEDULED, or
 //! DEAD without a dead letter, after the drain; 6. the same attempt delivered again with no
 //! scheduling in between is a duplicate, which a fault, a late ack or an unstored push
-//! outcome must explain, and the bound on duplicates.
+//! outcome must explain, and the bound on duplicates; 10. on time (streamed services): away
+//! from faults, an acknowledged schedule is first delivered within the limit of its due
+//! time.
 
 use rebound_proto::v1 as pb;
 
@@ -10,7 +12,7 @@ use super::{
     view::{dl, effect_end, role, status_name, Dl, Role, Tx, View},
     CheckResult, Input, RECORD_SLACK_MS, SLACK_MS, UNKNOWN_TAIL_MS,
 };
-use crate::chaos::history::{Answer, Kind};
+use crate::chaos::history::{Answer, EnqueueOk, Kind};
 
 /// The bound on duplicates: deliveries in flight at a fault (on its node, or anywhere for a
 /// Cassandra pause), plus those whose ack did not come back OK or was never sent. A push is
@@ -247,4 +249,98 @@ pub(super) fn duplicates(view: &View, tx: &Tx, out: &mut CheckResult) {
             );
         }
     }
+}
+
+/// Rule 10, on time. An acknowledged schedule (an enqueue that was not deduplicated, or a RETRY
+/// ack with its next due time) is judged when nothing else may have changed the retry
+/// before it was delivered (no other schedule, outcome or call of unknown outcome of the
+/// transaction overlaps it) and no fault may have had an effect in it (from the schedule's
+/// start to its first delivery of that due time, or to the limit, a fault's period extended
+/// by `OnTime::after_fault_ms`). That delivery must then be received by
+/// `max(due, answered) + limit`; its lateness (received − due) is sampled. Its absence is
+/// rule 4's to judge.
+pub(super) fn on_time(input: &Input, view: &View, tx: &Tx, out: &mut CheckResult) {
+    let Some(rule) = &input.on_time else {
+        return;
+    };
+    let ev = view.ev;
+    for &s in tx.idx {
+        let due = match &ev[s].kind {
+            Kind::Enqueue {
+                answer:
+                    Answer::Ok(EnqueueOk {
+                        due_ms,
+                        deduplicated: false,
+                        ..
+                    }),
+                ..
+            } => *due_ms,
+            Kind::Ack {
+                answer: Answer::Ok(a),
+                ..
+            } if !a.dead_lettered && role(&ev[s]) == Role::Schedule => match a.next_due_ms {
+                Some(d) => d,
+                None => continue,
+            },
+            _ => continue,
+        };
+        let ready = due.max(ev[s].end_ms);
+        let limit = ready + rule.limit_ms + input.clock_err_ms;
+        let lo = ev[s].start_ms;
+        let first = tx
+            .deliveries
+            .iter()
+            .copied()
+            .filter(|&d| ev[d].end_ms >= lo && dl(&ev[d]).is_some_and(|x| x.due_ms == due))
+            .min_by_key(|&d| ev[d].end_ms);
+        let Some(d) = first else {
+            continue;
+        };
+        // What happened after the delivery (its ack, above all) is not what made it late.
+        let hi = limit.min(ev[d].end_ms);
+        let overlapped = tx.idx.iter().any(|&j| {
+            j != s
+                && matches!(role(&ev[j]), Role::Schedule | Role::End | Role::Unknown)
+                && ev[j].start_ms <= hi
+                && effect_end(&ev[j]) >= lo
+        });
+        let faulted = view
+            .faults
+            .iter()
+            .any(|f| f.start <= hi && f.end + rule.after_fault_ms >= lo);
+        if overlapped || faulted {
+            continue;
+        }
+        out.on_time_judged += 1;
+        out.lateness_ms.push(ev[d].end_ms - due);
+        if let Kind::Enqueue { asked, .. } = &ev[s].kind {
+            if let Some(ms) = asked_ms(asked) {
+                // The harness computed the due time at about the call's start.
+                out.lateness_requested_ms
+                    .push(ev[d].end_ms - (ev[s].start_ms + ms));
+            }
+        }
+        if ev[d].end_ms > limit {
+            out.violations.push(tx.violation(
+                "delivered late",
+                format!(
+                    "#{s} due at {} ms, answered at {} ms, first delivered {} ms after it was due \
+                     (#{d}); the limit is {} ms after max(due, answered), with no fault near",
+                    due - input.t0,
+                    ev[s].end_ms - input.t0,
+                    ev[d].end_ms - due,
+                    rule.limit_ms
+                ),
+                &[s, d],
+            ));
+        }
+    }
+}
+
+/// The delay an enqueue asked for (`delay=…ms` or `due_in=…ms`, as the workload writes it).
+fn asked_ms(asked: &str) -> Option<i64> {
+    let v = asked
+        .strip_prefix("delay=")
+        .or_else(|| asked.strip_prefix("due_in="))?;
+    v.strip_suffix("ms")?.parse().ok()
 }

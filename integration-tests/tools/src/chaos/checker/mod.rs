@@ -58,7 +58,8 @@
 //! by an ack" (the final status after a cancel is still checked).
 //!
 //! The rules, one module per guarantee: `delivered` (1. never early, 4. every acknowledged
-//! schedule is delivered until an outcome ends it, 6. duplicates and their bound), `settled`
+//! schedule is delivered until an outcome ends it, 6. duplicates and their bound, 10. on
+//! time, for streamed services), `settled`
 //! (2. nothing after SUCCEEDED, 3. nothing after a cancel, 5. every DEAD retry is in the dead
 //! letters) and `pushed` (7-9, the pushed services); `view` reads the history for them.
 
@@ -99,6 +100,18 @@ pub struct Input<'a> {
     pub letters: &'a HashMap<(String, String), Vec<String>>,
     pub clock_err_ms: i64,
     pub t0: i64,
+    /// Rule 10, on time (None: lateness is not judged).
+    pub on_time: Option<OnTime>,
+}
+
+/// How late a delivery may be, away from faults (rule 10).
+#[derive(Clone, Copy, Debug)]
+pub struct OnTime {
+    /// After `max(due, answered)`, plus the clock error.
+    pub limit_ms: i64,
+    /// How long after a fault ends its effects may still make a delivery late (a lease to
+    /// expire and be taken, a restarted node to serve).
+    pub after_fault_ms: i64,
 }
 
 #[derive(Debug, Default)]
@@ -116,6 +129,12 @@ pub struct CheckResult {
     /// Push requests for a retry after a 2xx to it, and how many of those were explained.
     pub pushes_after_2xx: usize,
     pub explained_pushes_after_2xx: usize,
+    /// Rule 10: the schedules judged, and the lateness (received − due, ms) of each one's
+    /// first delivery: from the due time the node answered (a window's start today), and,
+    /// for enqueues, from the due time the workload asked for.
+    pub on_time_judged: usize,
+    pub lateness_ms: Vec<i64>,
+    pub lateness_requested_ms: Vec<i64>,
 }
 
 pub fn check(input: &Input) -> CheckResult {
@@ -147,6 +166,7 @@ pub fn check_with(input: &Input, push: Option<&Push>) -> CheckResult {
         delivered::until_ended(input, &view, &tx, &mut out);
         delivered::duplicates(&view, &tx, &mut out);
         if !pushed_services.contains(&key.0.as_str()) {
+            delivered::on_time(input, &view, &tx, &mut out);
             continue;
         }
         // Pushed services (see the module's documentation).

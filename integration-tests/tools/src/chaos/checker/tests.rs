@@ -104,6 +104,7 @@ fn kinds(events: &[Event], fin: pb::RetryStatus) -> Vec<&'static str> {
         letters: &letters,
         clock_err_ms: 0,
         t0: 0,
+        on_time: None,
     })
     .violations
     .iter()
@@ -224,6 +225,7 @@ fn a_redriven_retry_is_delivered_again_from_its_first_attempt() {
             letters: &letters,
             clock_err_ms: 0,
             t0: 0,
+            on_time: None,
         })
     };
     let r = check_h(&h);
@@ -362,6 +364,7 @@ fn push_kinds(
             letters: &letters,
             clock_err_ms: 0,
             t0: 0,
+            on_time: None,
         },
         Some(&push),
     )
@@ -567,4 +570,129 @@ fn an_enqueue_just_after_a_2xx_may_be_settled_by_it() {
         push_kinds(&h, SUCCEEDED, 1, "", &[]),
         vec!["acknowledged schedule never delivered"]
     );
+}
+
+/// An enqueue due at 1,000 ms and its one delivery received at `received`, with `extra`
+/// events after them; judged by rule 10 with a limit of 2,000 ms and 3,000 ms after a fault.
+fn on_time_of(received: i64, extra: Vec<Event>) -> CheckResult {
+    let mut events = vec![
+        enqueue(0, 5, 1_000, 1),
+        at(
+            received - 1,
+            received,
+            Kind::Delivery {
+                node: 1,
+                service: SVC.into(),
+                tx: TX.into(),
+                delivery_id: "d1".into(),
+                attempt: 1,
+                due_ms: 1_000,
+                deadline_ms: received + 30_000,
+            },
+        ),
+    ];
+    events.extend(extra);
+    let finals = BTreeMap::from([(
+        (SVC.to_string(), TX.to_string()),
+        Answer::Ok(pb::Retry {
+            status: pb::RetryStatus::Succeeded as i32,
+            ..Default::default()
+        }),
+    )]);
+    let letters = HashMap::new();
+    check(&Input {
+        events: &events,
+        finals: &finals,
+        letters: &letters,
+        clock_err_ms: 0,
+        t0: 0,
+        on_time: Some(OnTime {
+            limit_ms: 2_000,
+            after_fault_ms: 3_000,
+        }),
+    })
+}
+
+fn late_kinds(r: &CheckResult) -> Vec<&'static str> {
+    r.violations
+        .iter()
+        .map(|v| v.kind)
+        .filter(|k| *k == "delivered late")
+        .collect()
+}
+
+#[test]
+fn a_delivery_past_the_limit_away_from_faults_is_late() {
+    // Within the limit: judged, lateness sampled from the due time.
+    let r = on_time_of(2_900, vec![]);
+    assert_eq!((r.on_time_judged, r.lateness_ms.clone()), (1, vec![1_900]));
+    // From the due time asked for too (delay=0ms, asked at 0).
+    assert_eq!(r.lateness_requested_ms, vec![2_900]);
+    assert!(late_kinds(&r).is_empty());
+    // Past it.
+    let r = on_time_of(3_100, vec![]);
+    assert_eq!(late_kinds(&r), vec!["delivered late"]);
+}
+
+#[test]
+fn lateness_near_a_fault_or_another_call_is_not_judged() {
+    let fault = |start, end| {
+        at(
+            start,
+            end,
+            Kind::Fault {
+                kind: FaultKind::Kill,
+                node: Some(1),
+                detail: String::new(),
+            },
+        )
+    };
+    // A fault before the limit, or one that ended less than after_fault_ms before the enqueue.
+    for f in [fault(2_500, 2_600), fault(-3_500, -2_900)] {
+        let r = on_time_of(9_000, vec![f]);
+        assert_eq!((r.on_time_judged, late_kinds(&r)), (0, vec![]));
+    }
+    // One that ended long before is no excuse.
+    let r = on_time_of(9_000, vec![fault(-9_000, -8_000)]);
+    assert_eq!(late_kinds(&r), vec!["delivered late"]);
+    // A cancel of unknown outcome may have changed the retry before the limit.
+    let cancel = at(
+        1_500,
+        1_600,
+        Kind::Cancel {
+            node: 2,
+            service: SVC.into(),
+            tx: TX.into(),
+            answer: Answer::Unknown("deadline".into()),
+        },
+    );
+    let r = on_time_of(9_000, vec![cancel]);
+    assert_eq!((r.on_time_judged, late_kinds(&r)), (0, vec![]));
+}
+
+#[test]
+fn what_follows_the_delivery_does_not_excuse_it() {
+    // Its ack (a RETRY that schedules again) comes after the late delivery: still late.
+    let ack = at(
+        3_200,
+        3_210,
+        Kind::Ack {
+            node: 1,
+            service: SVC.into(),
+            tx: TX.into(),
+            delivery_id: "d1".into(),
+            delivery: 1,
+            attempt: 1,
+            outcome: Outcome::Retry,
+            retry_after_ms: None,
+            error: "x".into(),
+            answer: Answer::Ok(AckOk {
+                next_due_ms: Some(9_000),
+                dead_lettered: false,
+                snoozed: false,
+            }),
+        },
+    );
+    let r = on_time_of(3_100, vec![ack]);
+    assert_eq!(late_kinds(&r), vec!["delivered late"]);
 }
