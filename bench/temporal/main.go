@@ -227,7 +227,7 @@ func main() {
 	flag.IntVar(&c.retryN, "retry-n", 200, "workflows in the retry run (d)")
 	flag.DurationVar(&c.lead, "lead", 3*time.Second, "T of (c) = now + 2 x the estimated time of its starts + lead")
 	flag.DurationVar(&c.enqueueDelay, "enqueue-delay", time.Hour, "StartDelay of the workflows of (a)")
-	flag.Float64Var(&c.steadyRate, "steady-rate", 100, "starts per second of the steady phase")
+	flag.Float64Var(&c.steadyRate, "steady-rate", 20, "starts per second of the steady phase")
 	flag.Float64Var(&c.steadySeconds, "steady-seconds", 30, "how long the steady phase's pacer runs, seconds")
 	flag.Float64Var(&c.steadyWait, "steady-wait-seconds", 120, "how long the steady phase waits for its items after the pacer stops, seconds")
 	flag.IntVar(&c.cassandraPID, "cassandra-pid", 0, "Cassandra's pid, for its CPU (0: not counted)")
