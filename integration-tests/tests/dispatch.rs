@@ -41,21 +41,22 @@ async fn delivers_when_due_then_empties_the_directory() {
     let (n, clock) = TestNode::with_manual_clock(cfg, start).await;
     let mut c = n.client.clone();
     for i in 0..10 {
-        c.enqueue_retry(req("svc", &format!("t{i}"), 0))
+        c.enqueue_retry(req("svc", &format!("t{i}"), 1_500))
             .await
             .unwrap();
     }
     c.enqueue_retry(req("other", "o1", 0)).await.unwrap();
     let mut sub = subscribe(&n.channel, "svc", 100).await;
-    // Due in window 23:59:58-23:59:59: not readable before 23:59:59.200.
-    clock.set(utc_ms("2026-11-30 23:59:59.150"));
+    // Due at 23:59:58.600, in window 23:59:58-23:59:59 (not readable by a scan before
+    // 23:59:59.200): nothing before the due time, then every one from memory (the timer).
+    clock.set(utc_ms("2026-11-30 23:59:58.550"));
     assert!(
         next_delivery(&mut sub, Duration::from_millis(800))
             .await
             .is_none(),
         "delivered before due"
     );
-    clock.set(utc_ms("2026-12-01 00:00:00.500"));
+    clock.set(utc_ms("2026-11-30 23:59:58.650"));
     let mut seen = BTreeMap::new();
     while seen.len() < 10 {
         let d = next_delivery(&mut sub, Duration::from_secs(10))
@@ -64,7 +65,10 @@ async fn delivers_when_due_then_empties_the_directory() {
         assert_eq!(d.service, "svc");
         assert_eq!(d.attempt, 2);
         assert_eq!(d.payload, d.transaction_id.as_bytes());
-        assert!(ts_ms(d.due_time.as_ref().unwrap()) <= utc_ms("2026-12-01 00:00:00.500"));
+        assert_eq!(
+            ts_ms(d.due_time.as_ref().unwrap()),
+            utc_ms("2026-11-30 23:59:58.600")
+        );
         assert!(
             seen.insert(d.transaction_id.clone(), d.clone()).is_none(),
             "delivered twice"
@@ -73,6 +77,8 @@ async fn delivers_when_due_then_empties_the_directory() {
     for d in seen.values() {
         ack(&n.channel, d, pb::AckOutcome::Succeeded).await.unwrap();
     }
+    // The scan of the window finds them resolved, and deletes their buckets.
+    clock.set(utc_ms("2026-12-01 00:00:00.500"));
     // The other service has no subscriber: its instance stays, which holds its window open.
     eventually(
         Duration::from_secs(15),

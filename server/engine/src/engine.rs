@@ -24,6 +24,7 @@ use crate::{
     push::{client::Client, PushOptions, Pusher},
     ring::{LeaseRing, RingOptions},
     services::Services,
+    timer::{Timer, TimerOptions},
     writer::{Writer, WriterOptions},
 };
 use rebound_common::{coalesce::Counts, tasks::Tasks};
@@ -44,6 +45,7 @@ pub struct EngineOptions {
     pub default_policy: RetryPolicy,
     pub writer: WriterOptions,
     pub dispatch: DispatchOptions,
+    pub timer: TimerOptions,
     pub hub: HubLimits,
     pub compactor: CompactorOptions,
     /// The lease ring's (unused when an `Ownership` is given to `Engine::build`).
@@ -90,6 +92,11 @@ pub struct Settings {
     pub max_concurrent_writes: usize,
     pub max_subscribers: usize,
     pub max_in_flight_bytes: usize,
+    /// The memory path (`dispatch::timer`): most retries held, their bytes, and how far ahead
+    /// of their due time they are held (0 entries: off; the scan delivers everything).
+    pub timer_max_entries: usize,
+    pub timer_max_bytes: usize,
+    pub timer_horizon_seconds: u64,
     pub scan_interval_ms: u64,
     pub settings_refresh_ms: u64,
     pub compaction_interval_ms: u64,
@@ -146,6 +153,13 @@ impl Settings {
                 read_ahead: 64,
                 dead_letter_ttl_seconds: c.dead_letter_retention_seconds,
                 orphan_grace_ms: c.orphan_grace_ms(),
+            },
+            timer: TimerOptions {
+                max_entries: c.timer_max_entries,
+                max_bytes: c.timer_max_bytes,
+                horizon_ms: i64::try_from(c.timer_horizon_seconds.saturating_mul(1000))
+                    .unwrap_or(i64::MAX),
+                fence_margin_ms: c.fence_margin_ms(),
             },
             hub: HubLimits {
                 max_subscribers: c.max_subscribers,
@@ -229,11 +243,13 @@ impl Engine {
             opts.default_policy.clone(),
         ));
         let holds = Arc::new(Holds::new(store.clone(), clock.clone(), &opts.node_id));
+        let timer = Timer::new(opts.timer, ownership.clone());
         let writer = Writer::new(
             writer_store,
             clock.clone(),
             opts.writer.clone(),
             services.clone(),
+            timer.clone(),
         );
         let hub = Arc::new(Hub::new(clock.clone(), opts.boot_epoch, opts.hub));
         let dispatcher = Arc::new(Dispatcher::new(
@@ -246,6 +262,7 @@ impl Engine {
             clock.clone(),
             opts.dispatch.clone(),
             stopping.clone(),
+            timer,
         ));
         let compactor = Arc::new(Compactor::new(
             store.clone(),
@@ -341,6 +358,7 @@ impl Engine {
             self.holds.clone().run(crate::holds::REFRESH_EVERY, stop()),
         );
         own(l, self.dispatcher.clone().run_scanner());
+        own(l, self.dispatcher.clone().run_timer());
         own(l, self.pusher.clone().run(stop()));
         own(
             l,

@@ -28,6 +28,7 @@ pub mod saga;
 pub mod services;
 pub mod shared_settings;
 pub mod spans;
+pub mod timer;
 pub mod trace_context;
 mod txlock;
 pub mod validate;

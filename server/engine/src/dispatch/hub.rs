@@ -33,6 +33,7 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
+use super::claims::ClaimGuard;
 use crate::error::Error;
 use rebound_store::{clock::SharedClock, context::TextContext, TxState};
 
@@ -84,10 +85,16 @@ pub struct Work {
     /// The service's concurrency slot, when it has a limit: held until the work is resolved
     /// or dropped, across redeliveries.
     pub slot: Option<OwnedSemaphorePermit>,
+    /// The path's claim on the pointer (`claims`): held until the work is resolved or dropped,
+    /// across redeliveries, so that the other path of this node does not deliver it too.
+    pub claim: Option<Box<ClaimGuard>>,
 }
 
 impl Work {
     pub fn resolve(mut self) {
+        if let Some(claim) = self.claim.as_mut() {
+            claim.resolved();
+        }
         if let Some(done) = self.done.take() {
             let _ = done.send(());
         }
@@ -590,6 +597,7 @@ mod tests {
             deliveries: 0,
             done: None,
             slot: None,
+            claim: None,
         }
     }
 

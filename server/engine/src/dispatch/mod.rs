@@ -15,6 +15,7 @@
 //!   here or in a token range no live node holds.
 
 mod ack;
+pub mod claims;
 pub mod hub;
 
 use std::{
@@ -35,6 +36,7 @@ use tokio::sync::{oneshot, watch, Notify};
 
 use crate::metric_definitions as metrics;
 pub use crate::outcome::{AttemptOutcome, Resolution};
+use crate::timer::{self, Timer};
 use crate::window::WindowGrid;
 use crate::{
     error::Error,
@@ -45,6 +47,7 @@ use crate::{
     walk::{self, Walk},
     writer::Writer,
 };
+use claims::{By, ClaimGuard, Claims, Done};
 use hub::{Deliveries, Delivery, Hub, Work};
 use rebound_common::tasks::Tasks;
 use rebound_store::{
@@ -101,6 +104,15 @@ pub struct Dispatcher {
     rescan: Notify,
     /// Instance workers and redeliveries.
     tasks: Tasks,
+    /// The memory path: what this node wrote into its own lanes, by due time.
+    timer: Arc<Timer>,
+    /// Which path is delivering a pointer (the timer or a scan), so that only one does.
+    claims: Arc<Claims>,
+    /// Per service, the oldest day the last scan started or held back due work on: the timer
+    /// leaves a newer day's retries to the scan meanwhile (oldest day first).
+    held_days: Mutex<std::collections::HashMap<String, i32>>,
+    timer_fired: AtomicU64,
+    timer_left: AtomicU64,
 }
 
 /// How often a scan rereads which years hold a day.
@@ -111,6 +123,15 @@ const NEXT_WINDOW_SLACK_MS: u64 = 5;
 
 /// Most state rows one feed read asks for (`transaction_id IN ?`).
 const FEED_READ_CHUNK: usize = 64;
+
+/// Pointers the timer resolved that the scan may skip unread (`Claims`).
+const RESOLVED_REMEMBERED: usize = 50_000;
+
+/// How soon (real time) the timer tries again an entry whose lease was too short to deliver it.
+const TIMER_LEASE_RECHECK: Duration = Duration::from_millis(100);
+
+/// Longest the timer's loop sleeps without looking (a clock moved by a sync step).
+const TIMER_MAX_SLEEP: Duration = Duration::from_millis(500);
 
 impl Dispatcher {
     #[allow(clippy::too_many_arguments)]
@@ -124,8 +145,14 @@ impl Dispatcher {
         clock: SharedClock,
         opts: DispatchOptions,
         stopping: watch::Receiver<bool>,
+        timer: Arc<Timer>,
     ) -> Self {
         Self {
+            timer,
+            claims: Claims::new(RESOLVED_REMEMBERED),
+            held_days: Mutex::new(Default::default()),
+            timer_fired: AtomicU64::new(0),
+            timer_left: AtomicU64::new(0),
             services,
             holds,
             grid: writer.grid(),
@@ -379,6 +406,7 @@ impl Dispatcher {
                 }
             }
         }
+        *self.held_days.lock().expect("held days lock") = held_at;
         Ok(())
     }
 
@@ -623,38 +651,65 @@ impl Dispatcher {
 
     /// Hands every live pointer of one bucket to the hub. Returns how far it got and the
     /// resolutions to wait for. An abandoned or partial bucket stays whole and is replayed.
+    ///
+    /// Each pointer is claimed before its state row is read (`claims`): one the timer is
+    /// delivering is not read, its resolution is waited for instead; one the timer resolved
+    /// already is skipped unread.
     async fn feed_bucket(
         self: &Arc<Self>,
         service: &str,
         loc: &Location,
         lease: &Lease,
-    ) -> Result<(Feed, FuturesUnordered<oneshot::Receiver<()>>), Error> {
+    ) -> Result<(Feed, FuturesUnordered<Done>), Error> {
         let writer_lag = self.writer_lag(&loc.instance);
         let store = self.store.clone();
+        let claims = self.claims.clone();
         let svc = service.to_string();
         // The state rows are read in chunks of the pointers at hand, one `IN` query each,
         // two chunks ahead of delivery (`read_ahead` rows in all).
         let chunk = (self.opts.read_ahead / 2).clamp(1, FEED_READ_CHUNK);
-        let mut states = self
+        let mut items = self
             .store
             .stream_pointers(service, loc)
             .await?
             .ready_chunks(chunk)
             .map(move |pointers| {
                 let store = store.clone();
+                let claims = claims.clone();
                 let svc = svc.clone();
                 async move {
                     let pointers = pointers.into_iter().collect::<Result<Vec<_>, _>>()?;
-                    let ids: Vec<String> =
-                        pointers.iter().map(|p| p.transaction_id.clone()).collect();
-                    let states = store.get_states(&svc, &ids).await?;
-                    Ok::<_, rebound_store::StoreError>(pointers.into_iter().zip(states))
+                    let mut out = Vec::with_capacity(pointers.len());
+                    let mut to_read = Vec::new();
+                    for p in pointers {
+                        let key = (svc.clone(), p.transaction_id.clone(), p.generation);
+                        if claims.take_resolved(&key) {
+                            continue;
+                        }
+                        match claims.claim(key, By::Scan) {
+                            Ok(claim) => to_read.push((p, claim)),
+                            Err((_, done)) => out.push(Fed::Waiting(done)),
+                        }
+                    }
+                    let ids: Vec<String> = to_read
+                        .iter()
+                        .map(|(p, _)| p.transaction_id.clone())
+                        .collect();
+                    let states = if ids.is_empty() {
+                        Vec::new()
+                    } else {
+                        store.get_states(&svc, &ids).await?
+                    };
+                    for ((pointer, claim), state) in to_read.into_iter().zip(states) {
+                        out.push(Fed::Read(Box::new((pointer, state, claim))));
+                    }
+                    Ok::<_, rebound_store::StoreError>(out)
                 }
             })
             .buffered(2)
             // A failed read ends the feed (the bucket is replayed): its error comes once.
             .flat_map(|chunk| match chunk {
-                Ok(items) => stream::iter(items.map(Ok).collect::<Vec<_>>()),
+                Ok(items) => stream::iter(items.into_iter().map(Ok).collect::<Vec<_>>()),
                 Err(e) => stream::iter(vec![Err(e)]),
             });
         let pending = FuturesUnordered::new();
@@ -667,12 +722,17 @@ impl Dispatcher {
             move || this.fenced(&lease) && !this.services.is_paused(&svc)
         };
         let mut whole = true;
-        while let Some(item) = states.next().await {
+        while let Some(item) = items.next().await {
             if !self.fenced(lease) {
                 return Ok((Feed::Abandoned, pending));
             }
-            let (pointer, state) = match item {
-                Ok(x) => x,
+            let (pointer, state, claim) = match item {
+                Ok(Fed::Read(read)) => *read,
+                // The timer is delivering it: the bucket waits for its resolution.
+                Ok(Fed::Waiting(done)) => {
+                    pending.push(done);
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "reading a bucket failed; it will be replayed");
                     return Ok((Feed::Abandoned, pending));
@@ -692,53 +752,334 @@ impl Dispatcher {
                     // Stale or already resolved (the execution marker), or a failed enqueue.
                     PointerState::Stale | PointerState::Orphan => continue,
                 };
-            if !keep() {
-                return Ok((Feed::Abandoned, pending));
+            let (guard, done_tx) = claim;
+            let done = guard.done();
+            match self.offer(service, state, &keep, guard, done_tx).await {
+                Offered::Delivered => pending.push(done),
+                Offered::Resolved => {}
+                Offered::Kept => whole = false,
+                Offered::Abandoned => return Ok((Feed::Abandoned, pending)),
             }
-            // A held dependency: postponed to the hold's end, without using an attempt.
-            if let Gate::Wait(until) = self.holds.gate(&state.dependency).await {
-                if !self.postpone_held(&state, until).await {
-                    whole = false;
-                }
-                continue;
-            }
-            // A chain's first compensation: only once its step reads DEAD.
-            match self.step_gate(&state).await {
-                Some(true) => {}
-                Some(false) => continue,
-                None => {
-                    whole = false;
-                    continue;
-                }
-            }
-            // Per-service limits: a concurrency slot held until the retry is resolved, then a
-            // dispatch token.
-            let slot = match self.services.limiter(service) {
-                None => None,
-                Some(l) => {
-                    let Ok(slot) = l.take_slot(&keep).await else {
-                        return Ok((Feed::Abandoned, pending));
-                    };
-                    if !l.take_token(&keep).await {
-                        return Ok((Feed::Abandoned, pending));
-                    }
-                    slot
-                }
-            };
-            let (tx, rx) = oneshot::channel();
-            let work = Work {
-                state,
-                deliveries: 0,
-                done: Some(tx),
-                slot,
-            };
-            if self.hub.deliver(work, None, &keep).await.is_err() {
-                return Ok((Feed::Abandoned, pending));
-            }
-            pending.push(rx);
         }
         Ok((if whole { Feed::Whole } else { Feed::Partial }, pending))
     }
+
+    /// Offers a live retry for delivery, as both paths do: a held dependency postpones it, a
+    /// chain's first compensation waits for its step, the service's limits take a slot and a
+    /// token, then the hub hands it to a subscriber. `claim` and `done` go with the work (or
+    /// say, when it ends here, whether it was resolved).
+    async fn offer(
+        self: &Arc<Self>,
+        service: &str,
+        state: Box<TxState>,
+        keep: &(dyn Fn() -> bool + Send + Sync),
+        claim: ClaimGuard,
+        done: oneshot::Sender<()>,
+    ) -> Offered {
+        let resolved = |mut claim: ClaimGuard, done: oneshot::Sender<()>| {
+            claim.resolved();
+            let _ = done.send(());
+            Offered::Resolved
+        };
+        if !keep() {
+            return Offered::Abandoned;
+        }
+        // A held dependency: postponed to the hold's end, without using an attempt.
+        if let Gate::Wait(until) = self.holds.gate(&state.dependency).await {
+            if !self.postpone_held(&state, until).await {
+                return Offered::Kept;
+            }
+            return resolved(claim, done);
+        }
+        // A chain's first compensation: only once its step reads DEAD.
+        match self.step_gate(&state).await {
+            Some(true) => {}
+            Some(false) => return resolved(claim, done),
+            None => return Offered::Kept,
+        }
+        // Per-service limits: a concurrency slot held until the retry is resolved, then a
+        // dispatch token.
+        let slot = match self.services.limiter(service) {
+            None => None,
+            Some(l) => {
+                let Ok(slot) = l.take_slot(keep).await else {
+                    return Offered::Abandoned;
+                };
+                if !l.take_token(keep).await {
+                    return Offered::Abandoned;
+                }
+                slot
+            }
+        };
+        let work = Work {
+            state,
+            deliveries: 0,
+            done: Some(done),
+            slot,
+            claim: Some(Box::new(claim)),
+        };
+        if self.hub.deliver(work, None, keep).await.is_err() {
+            return Offered::Abandoned;
+        }
+        Offered::Delivered
+    }
+
+    /// Fires the timer's loop until the node stops: every service with a due entry gets a
+    /// task that delivers its due entries (`fire`).
+    pub async fn run_timer(self: Arc<Self>) {
+        let mut stop = self.stopping.clone();
+        loop {
+            self.fire_due();
+            let parked = self.timer.has_parked();
+            let now = self.timer_now();
+            let wake = self
+                .timer
+                .next_due()
+                .map_or(now + TIMER_MAX_SLEEP.as_millis() as i64, |d| {
+                    d.min(now + TIMER_MAX_SLEEP.as_millis() as i64)
+                });
+            self.timer.sleeping_until(wake);
+            let mut wait = Duration::from_millis((wake - now).max(1) as u64);
+            if parked {
+                wait = wait.min(TIMER_LEASE_RECHECK);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.timer.changed.notified() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            if parked {
+                self.timer.unpark();
+            }
+        }
+    }
+
+    /// Starts a task per service with entries due now (tests call it by hand, the clock being
+    /// theirs).
+    pub fn fire_due(self: &Arc<Self>) {
+        if self.stopping() {
+            return;
+        }
+        for service in self.timer.start_firing(self.timer_now()) {
+            let this = self.clone();
+            let svc = service.clone();
+            if self
+                .tasks
+                .spawn(async move { this.fire(&svc).await })
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Delivers the due entries of `service`, earliest first, a chunk at a time, the next
+    /// chunk read while this one is delivered.
+    async fn fire(self: &Arc<Self>, service: &str) {
+        let this = self.clone();
+        let svc = service.to_string();
+        let mut chunks = stream::unfold((), move |()| {
+            let this = this.clone();
+            let svc = svc.clone();
+            async move {
+                let due = this.timer.take_due(&svc, this.timer_now(), FEED_READ_CHUNK);
+                if due.is_empty() {
+                    return None;
+                }
+                Some((this.claim_and_read(&svc, due).await, ()))
+            }
+        })
+        .boxed();
+        while let Some(items) = chunks.next().await {
+            for (entry, lease, state, (claim, done)) in items {
+                let keep = {
+                    let this = self.clone();
+                    let give_up = self.timer_gives_up_at(&entry);
+                    let svc = service.to_string();
+                    move || {
+                        this.fenced(&lease)
+                            && !this.services.is_paused(&svc)
+                            && this.hub.has_subscriber(&svc)
+                            && this.timer_now() < give_up
+                    }
+                };
+                match self.offer(service, state, &keep, claim, done).await {
+                    Offered::Delivered => {
+                        self.timer_fired.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Offered::Resolved => {}
+                    Offered::Kept | Offered::Abandoned => {
+                        // Left to the scan of its window.
+                        self.timer_left.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The time the timer goes by: this node's clock, less how far it runs ahead of
+    /// Cassandra's when clock sync is off (`Ownership::writer_read_lag_ms` of its own writer),
+    /// so that nothing is delivered before the due time it answered, on Cassandra's clock, as
+    /// the scan judges a window by that clock too.
+    fn timer_now(&self) -> i64 {
+        let (node, epoch) = self.writer.identity();
+        self.clock.now_ms() - self.ownership.writer_read_lag_ms(node, epoch)
+    }
+
+    /// When the timer stops trying to deliver an entry and leaves it to the scan: when the
+    /// scan may read its window (its end plus the margin, in this node's clock, which wrote
+    /// it), so that one of the two paths may deliver it at every moment. Should they overlap
+    /// (the clock stepped back), the claims keep it to one delivery.
+    fn timer_gives_up_at(&self, entry: &timer::Entry) -> i64 {
+        self.grid.end_ms(entry.location.window) + self.opts.skew_margin_ms
+    }
+
+    /// Claims the entries the timer may still deliver and reads their state rows; the live
+    /// ones come back with their lease and claim. An entry left out goes to the scan: its
+    /// lease is gone or short, its window is about to be read, an older day of its service
+    /// is being fed, or the scan has claimed it. A failed read leaves them all to the scan.
+    async fn claim_and_read(
+        self: &Arc<Self>,
+        service: &str,
+        due: Vec<timer::Entry>,
+    ) -> Vec<(
+        timer::Entry,
+        Lease,
+        Box<TxState>,
+        (ClaimGuard, oneshot::Sender<()>),
+    )> {
+        let now = self.timer_now();
+        // No stream to take them: the scan delivers them once one subscribes (a state read now
+        // would be stale by then).
+        if !self.hub.has_subscriber(service) {
+            self.timer_left
+                .fetch_add(due.len() as u64, Ordering::Relaxed);
+            return Vec::new();
+        }
+        let leases = self.ownership.held();
+        let oldest_day = self.oldest_day_at_work(service);
+        let mut claimed = Vec::with_capacity(due.len());
+        for entry in due {
+            // Its range is no longer this node's: the new holder's scan delivers it.
+            let Some(lease) = leases.iter().find(|l| l.range.contains(entry.token)) else {
+                self.timer_left.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let give_up = self.timer_gives_up_at(&entry);
+            if now >= give_up || oldest_day.is_some_and(|d| d < entry.location.window.day) {
+                self.timer_left.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            // Held, but for less than the fence margin: tried again once the ring has renewed
+            // it (or given up, above).
+            if !self.fenced(lease) {
+                if self.timer.park(entry).is_err() {
+                    self.timer_left.fetch_add(1, Ordering::Relaxed);
+                }
+                continue;
+            }
+            let key = (
+                entry.service.clone(),
+                entry.transaction_id.clone(),
+                entry.generation,
+            );
+            match self.claims.claim(key, By::Timer) {
+                Ok(claim) => claimed.push((entry, *lease, claim)),
+                // The scan has it.
+                Err(_) => continue,
+            }
+        }
+        if claimed.is_empty() {
+            return Vec::new();
+        }
+        let ids: Vec<String> = claimed
+            .iter()
+            .map(|(e, _, _)| e.transaction_id.clone())
+            .collect();
+        let states = match self.store.get_states(service, &ids).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(service, error = %e, items = ids.len(), "the timer cannot read the retries due; the scan of their windows delivers them");
+                self.timer_left
+                    .fetch_add(ids.len() as u64, Ordering::Relaxed);
+                return Vec::new();
+            }
+        };
+        let mut live = Vec::with_capacity(claimed.len());
+        for ((entry, lease, (mut claim, done)), state) in claimed.into_iter().zip(states) {
+            match state {
+                Some(s) if s.is_live(entry.generation) => {
+                    live.push((entry, lease, Box::new(s), (claim, done)))
+                }
+                // Acknowledged, cancelled or scheduled again since: its pointer is stale.
+                Some(s) if s.generation >= entry.generation => {
+                    claim.resolved();
+                    let _ = done.send(());
+                }
+                // No row (purged): the scan judges it.
+                _ => {}
+            }
+        }
+        live
+    }
+
+    /// The oldest day on which a scan of `service` is feeding, or last started or held back
+    /// due work: the timer leaves newer days to the scan meanwhile (oldest day first).
+    fn oldest_day_at_work(&self, service: &str) -> Option<i32> {
+        let feeding = self
+            .feeding
+            .lock()
+            .expect("feeding lock")
+            .iter()
+            .filter(|k| k.1 == service)
+            .map(|k| k.0.day)
+            .min();
+        let held = self
+            .held_days
+            .lock()
+            .expect("held days lock")
+            .get(service)
+            .copied();
+        feeding.into_iter().chain(held).min()
+    }
+
+    /// Retries delivered from memory, and timer entries left to the scan, so far.
+    pub fn timer_counts(&self) -> (u64, u64) {
+        (
+            self.timer_fired.load(Ordering::Relaxed),
+            self.timer_left.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The timer (its size and counts, for tests and metrics).
+    pub fn timer(&self) -> &Arc<Timer> {
+        &self.timer
+    }
+}
+
+/// One pointer of a bucket being fed: read with its claim, or being delivered by the timer.
+enum Fed {
+    Read(Box<ReadPointer>),
+    Waiting(Done),
+}
+
+type ReadPointer = (
+    rebound_store::Pointer,
+    Option<TxState>,
+    (ClaimGuard, oneshot::Sender<()>),
+);
+
+/// What `Dispatcher::offer` did with a retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offered {
+    /// Handed to the hub: resolved once acknowledged.
+    Delivered,
+    /// Postponed or cancelled by a gate: resolved here.
+    Resolved,
+    /// A gate could not act (a read or write failed): left for a replay.
+    Kept,
+    /// The lease, the pause, the node's stop or the path's deadline ended it: left for a replay.
+    Abandoned,
 }
 
 /// The receiving end of one executor's stream (`Dispatcher::subscribe`). Dropping it (the

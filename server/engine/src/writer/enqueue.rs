@@ -350,7 +350,7 @@ impl Writer {
         // per window this process has not written yet.
         let mut bumped: HashMap<WindowId, Result<WindowId, Error>> = HashMap::new();
         let mut kept = Vec::with_capacity(placed.len());
-        for (i, target, mut state, deduplicated) in placed {
+        for (i, target, state, deduplicated) in placed {
             let above = match bumped.get(&target) {
                 Some(a) => a.clone(),
                 None => {
@@ -360,10 +360,7 @@ impl Writer {
                 }
             };
             match above {
-                Ok(above) => {
-                    state.due_at_ms = self.grid.end_ms(above);
-                    kept.push((i, above, state, deduplicated));
-                }
+                Ok(above) => kept.push((i, above, state, deduplicated)),
                 Err(e) => results[i] = Some(Err(e)),
             }
         }
@@ -483,6 +480,9 @@ impl Writer {
             .await;
         let landed = self.check_state_landed(now);
         for ((i, state, deduplicated), r) in rows.into_iter().zip(written) {
+            if r.is_ok() {
+                self.arm(&state);
+            }
             results[i] = Some(match r {
                 Ok(()) => landed.clone().map(|()| outcome(state, deduplicated)),
                 Err(e) => Err(e.into()),
@@ -502,7 +502,6 @@ impl Writer {
                 let now = self.clock.now_ms();
                 let target = self.grid.target(now, state.due_at_ms);
                 state.generation = new_generation(state.generation, now);
-                state.due_at_ms = self.grid.end_ms(target);
                 state.updated_at_ms = now;
                 self.write_schedule(&mut state, target, now, None).await
             }
@@ -516,6 +515,10 @@ impl Writer {
             .collect()
     }
 }
+
+/// How far the due time of a repeated enqueue may be from the live schedule's for the repeat
+/// to confirm it (a client repeating a call after a timeout asks again "in 3 s" a little later).
+const CONFIRM_WITHIN_MS: i64 = 1_000;
 
 /// An enqueue that passed the checks needing the node's settings.
 struct Checked {
@@ -619,7 +622,7 @@ impl Writer {
             input,
             policy,
             target,
-            due_at_ms: self.grid.end_ms(target),
+            due_at_ms: due_ms.max(now),
         })
     }
 
@@ -693,8 +696,13 @@ impl Writer {
             if !prev.trace.is_empty() {
                 state.trace.clone_from(&prev.trace);
             }
-            // Same window: confirm. The live pointer stays; only the state row is refreshed.
-            if let Some(loc) = prev.location.as_ref().filter(|l| l.window == target) {
+            // A repeated call (the same window, and a due time within `CONFIRM_WITHIN_MS` of
+            // the live one's): confirm. The live pointer and its due time stay; only the state
+            // row is refreshed. A due time further off is a new schedule, so that the retry is
+            // delivered when the latest enqueue asked.
+            if let Some(loc) = prev.location.as_ref().filter(|l| {
+                l.window == target && (prev.due_at_ms - due_at_ms).abs() <= CONFIRM_WITHIN_MS
+            }) {
                 state.generation = prev.generation;
                 state.base_generation = prev.base_generation;
                 state.location = Some(loc.clone());

@@ -26,6 +26,7 @@ use crate::window::WindowGrid;
 use crate::{
     error::Error,
     services::Services,
+    timer::{Entry, Timer},
     txlock::{TxLock, TxLocks},
 };
 use rebound_common::tasks::Tasks;
@@ -66,7 +67,7 @@ const PLACEMENTS: usize = 3;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnqueueOutcome {
     pub transaction_id: String,
-    /// When the retry becomes eligible: the end of its window.
+    /// When the retry is due: the time asked for, or now when that has passed.
     pub due_at_ms: i64,
     pub generation: i64,
     pub deduplicated: bool,
@@ -126,6 +127,9 @@ pub struct Writer {
     /// This writer, for the task that carries a group-commit slot.
     me: std::sync::Weak<Writer>,
     tx_locks: TxLocks,
+    /// The dispatcher's memory path: each schedule written into a lane of this node's is armed
+    /// once its state row is durable.
+    timer: Arc<Timer>,
 }
 
 impl Writer {
@@ -134,9 +138,11 @@ impl Writer {
         clock: SharedClock,
         opts: WriterOptions,
         services: Arc<Services>,
+        timer: Arc<Timer>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|writer: &std::sync::Weak<Writer>| Self {
             services,
+            timer,
             pointers: pointer_writes(),
             group: group_commit(),
             me: writer.clone(),
@@ -175,6 +181,11 @@ impl Writer {
 
     pub fn grid(&self) -> WindowGrid {
         self.grid
+    }
+
+    /// This writer's node id and boot epoch (its instances' names carry them).
+    pub fn identity(&self) -> (&str, i64) {
+        (&self.opts.node_id, self.opts.boot_epoch)
     }
 
     /// The writer instance name of a lane: `<node_id>-<boot_epoch>-<lane>`.
@@ -390,7 +401,9 @@ impl Writer {
         if fresh {
             state.base_generation = state.generation;
         }
-        state.due_at_ms = self.grid.end_ms(target);
+        // Due when asked for (the timer delivers it then); its window only bounds how late the
+        // scan finds it when memory does not hold it.
+        state.due_at_ms = due_ms.max(now);
         state.updated_at_ms = now;
         self.write_schedule(&mut state, target, now, guard).await?;
         Ok(state)
@@ -425,14 +438,9 @@ impl Writer {
                 now = self.clock.now_ms();
                 target = self.grid.target(now, state.due_at_ms);
                 state.generation = new_generation(state.generation, now);
-                state.due_at_ms = self.grid.end_ms(target);
                 state.updated_at_ms = now;
             }
-            let above = self.above_low_water(target).await?;
-            if above != target {
-                target = above;
-                state.due_at_ms = self.grid.end_ms(target);
-            }
+            target = self.above_low_water(target).await?;
             let end = self.grid.end_ms(target);
             if self.clock.now_ms() >= end {
                 continue;
@@ -462,6 +470,8 @@ impl Writer {
                         }
                     }
                 }
+                // The row is durable, whatever the check below says of its timing.
+                self.arm(state);
                 return self.check_state_landed(now);
             }
             tracing::warn!(
@@ -489,6 +499,27 @@ impl Writer {
             )));
         }
         Ok(())
+    }
+
+    /// Hands a schedule whose state row is durable to the timer, which delivers it at its due
+    /// time when it falls due within the horizon and its lane is in a range this node holds
+    /// (otherwise the scan of its window does).
+    fn arm(&self, state: &TxState) {
+        let Some(location) = state.location.clone() else {
+            return;
+        };
+        let token = token::instance_token(&state.service, &location.instance);
+        let _ = self.timer.arm(
+            Entry {
+                service: state.service.clone(),
+                transaction_id: state.transaction_id.clone(),
+                generation: state.generation,
+                due_ms: state.due_at_ms,
+                location,
+                token,
+            },
+            self.clock.now_ms(),
+        );
     }
 
     /// Writes a terminal state (SUCCEEDED, DEAD, CANCELLED) with the terminal TTL; a DEAD row

@@ -305,21 +305,20 @@ async fn a_retry_ack_reschedules_into_a_later_window() {
         .await
         .unwrap();
     assert!(!r.dead_lettered && !r.snoozed);
-    let next = rig.grid.window_of(acked_at + 3_000);
-    let due = rig.grid.end_ms(next);
+    let next = rig.grid.target(acked_at, acked_at + 3_000);
     let next_due = r.next_due_time.expect("a next due time");
     assert_eq!(
         next_due.seconds * 1000 + i64::from(next_due.nanos) / 1_000_000,
-        due
+        acked_at + 3_000
     );
     let s = rig.state("svc", "t1").await;
+    assert_eq!(s.location.as_ref().unwrap().window, next);
     assert_eq!(s.status, Status::Scheduled);
     assert_eq!(s.attempt, 2);
     assert_eq!(s.last_error, "boom");
     assert!(s.generation > first.generation);
     assert_eq!(s.base_generation, first.generation);
-    assert_eq!(s.location.as_ref().unwrap().window, next);
-    assert_eq!(s.due_at_ms, due);
+    assert_eq!(s.due_at_ms, acked_at + 3_000);
     // The first bucket is resolved and goes.
     eventually("the first bucket to be deleted", || {
         window_is_empty(&rig, w)
@@ -520,7 +519,7 @@ async fn a_succeeded_ack_loses_to_a_cancel_and_a_fresh_start_made_while_it_ran()
     assert_eq!((s.status, s.delivery_count), (Status::Succeeded, 1));
     assert!(rig.try_enqueue("svc", "plain", 0).await.is_err());
     // The fresh start is delivered when its window is due.
-    let w2 = rig.grid.window_of(fresh.due_at_ms - 1);
+    let w2 = rig.location("svc", "fresh").await.window;
     rig.clock.set(readable_at(&rig, w2));
     rig.scan().await;
     let again = expect_delivery(&mut sub).await;

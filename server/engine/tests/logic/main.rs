@@ -15,6 +15,7 @@ mod holds;
 mod ring;
 mod saga;
 mod stall;
+mod timer;
 mod writer;
 
 use std::{collections::BTreeMap, pin::Pin, sync::Arc, time::Duration};
@@ -71,6 +72,9 @@ pub fn config() -> Settings {
         max_concurrent_writes: 4_096,
         max_subscribers: 1_024,
         max_in_flight_bytes: 256 << 20,
+        timer_max_entries: 100_000,
+        timer_max_bytes: 32 << 20,
+        timer_horizon_seconds: 3_600,
         scan_interval_ms: 500,
         settings_refresh_ms: 1_000,
         compaction_interval_ms: 2_000,

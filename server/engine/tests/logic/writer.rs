@@ -17,9 +17,10 @@ async fn an_enqueue_writes_directory_rows_then_pointer_then_state() {
     let rig = Rig::new(utc_ms(START)).await;
     let now = rig.now();
     let out = rig.enqueue("svc", "t1", 0).await;
-    // W+1: never the current window.
+    // Due when asked for (now); placed by W+1: never the current window.
     let target = rig.grid.next(rig.grid.window_of(now));
-    assert_eq!(out.due_at_ms, rig.grid.end_ms(target));
+    assert_eq!(out.due_at_ms, now);
+    assert_eq!(rig.location("svc", "t1").await.window, target);
     assert!(!out.deduplicated);
 
     // Tier 1 and 2.
@@ -197,7 +198,8 @@ async fn a_target_below_the_low_water_mark_moves_up_to_it() {
         day: target.day,
         index: target.index + 3,
     };
-    assert_eq!(out.due_at_ms, rig.grid.end_ms(moved));
+    // Its due time is still the one asked for; only its window moved.
+    assert_eq!(out.due_at_ms, rig.now());
     assert_eq!(rig.location("svc", "t1").await.window, moved);
     assert_eq!(
         rig.store.list_windows_from(target.day, 0).await.unwrap(),
@@ -235,7 +237,10 @@ async fn a_pointer_that_lands_after_its_window_ended_is_placed_again() {
     let after = rig.now();
     assert!(after >= rig.grid.end_ms(first));
     let second = rig.grid.next(rig.grid.window_of(after));
-    assert_eq!(out.due_at_ms, rig.grid.end_ms(second));
+    assert_eq!(
+        out.due_at_ms, now,
+        "due when asked for, wherever it is placed"
+    );
     // The late pointer is gone (its bucket may have been read); the new one is live.
     let late = rig.window_pointers("svc", first).await;
     assert!(

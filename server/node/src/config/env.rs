@@ -46,6 +46,9 @@ pub const ENV_KEYS: &[&str] = &[
     "REBOUND_MAX_BATCH_ITEMS",
     "REBOUND_MAX_CONCURRENT_WRITES",
     "REBOUND_MAX_SUBSCRIBERS",
+    "REBOUND_TIMER_MAX_ENTRIES",
+    "REBOUND_TIMER_MAX_BYTES",
+    "REBOUND_TIMER_HORIZON_SECONDS",
     "REBOUND_MAX_CONNECTIONS",
     "REBOUND_MAX_CONCURRENT_STREAMS",
     "REBOUND_REQUEST_HEADER_TIMEOUT_MS",
@@ -110,6 +113,9 @@ struct FileConfig {
     max_batch_items: Option<usize>,
     max_concurrent_writes: Option<usize>,
     max_subscribers: Option<usize>,
+    timer_max_entries: Option<usize>,
+    timer_max_bytes: Option<usize>,
+    timer_horizon_seconds: Option<u64>,
     max_connections: Option<usize>,
     max_concurrent_streams: Option<u32>,
     request_header_timeout_ms: Option<u64>,
@@ -214,6 +220,9 @@ impl Config {
         set(&mut self.max_batch_items, f.max_batch_items);
         set(&mut self.max_concurrent_writes, f.max_concurrent_writes);
         set(&mut self.max_subscribers, f.max_subscribers);
+        set(&mut self.timer_max_entries, f.timer_max_entries);
+        set(&mut self.timer_max_bytes, f.timer_max_bytes);
+        set(&mut self.timer_horizon_seconds, f.timer_horizon_seconds);
         set(&mut self.max_connections, f.max_connections);
         set(&mut self.max_concurrent_streams, f.max_concurrent_streams);
         set(
@@ -361,6 +370,9 @@ impl Config {
         num!("REBOUND_MAX_BATCH_ITEMS", max_batch_items);
         num!("REBOUND_MAX_CONCURRENT_WRITES", max_concurrent_writes);
         num!("REBOUND_MAX_SUBSCRIBERS", max_subscribers);
+        num!("REBOUND_TIMER_MAX_ENTRIES", timer_max_entries);
+        num!("REBOUND_TIMER_MAX_BYTES", timer_max_bytes);
+        num!("REBOUND_TIMER_HORIZON_SECONDS", timer_horizon_seconds);
         num!("REBOUND_MAX_CONNECTIONS", max_connections);
         num!("REBOUND_MAX_CONCURRENT_STREAMS", max_concurrent_streams);
         num!(
@@ -601,6 +613,9 @@ mod tests {
             "max_batch_items",
             "max_concurrent_writes",
             "max_subscribers",
+            "timer_max_entries",
+            "timer_max_bytes",
+            "timer_horizon_seconds",
             "max_connections",
             "max_concurrent_streams",
             "request_header_timeout_ms",

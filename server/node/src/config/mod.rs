@@ -55,6 +55,13 @@ pub struct Config {
     pub max_concurrent_writes: usize,
     /// Open `Subscribe` streams on this node; more are refused with RESOURCE_EXHAUSTED.
     pub max_subscribers: usize,
+    /// The memory path of dispatch: most retries held in the timer, their bytes, and how far
+    /// ahead of their due time (`REBOUND_TIMER_MAX_ENTRIES`, 0: off;
+    /// `REBOUND_TIMER_MAX_BYTES`; `REBOUND_TIMER_HORIZON_SECONDS`). Beyond these the window
+    /// scan delivers, up to a window plus the margin late.
+    pub timer_max_entries: usize,
+    pub timer_max_bytes: usize,
+    pub timer_horizon_seconds: u64,
     /// Connections open at once on the gRPC port, TLS handshakes included
     /// (`REBOUND_MAX_CONNECTIONS`); one more is closed as soon as it is accepted.
     pub max_connections: usize,
@@ -220,6 +227,9 @@ impl Default for Config {
             max_batch_items: 1_000,
             max_concurrent_writes: 4_096,
             max_subscribers: 1_024,
+            timer_max_entries: 100_000,
+            timer_max_bytes: 32 << 20,
+            timer_horizon_seconds: 3_600,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_concurrent_streams: 1_024,
             request_header_timeout_ms: 10_000,
@@ -515,6 +525,24 @@ impl Config {
             self.max_subscribers as u64,
             1,
             1_000_000,
+        )?;
+        range(
+            "REBOUND_TIMER_MAX_ENTRIES",
+            self.timer_max_entries as u64,
+            0,
+            10_000_000,
+        )?;
+        range(
+            "REBOUND_TIMER_MAX_BYTES",
+            self.timer_max_bytes as u64,
+            0,
+            16 << 30,
+        )?;
+        range(
+            "REBOUND_TIMER_HORIZON_SECONDS",
+            self.timer_horizon_seconds,
+            0,
+            self.max_delay_seconds.max(1),
         )?;
         range(
             "REBOUND_MAX_CONNECTIONS",

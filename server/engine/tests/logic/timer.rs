@@ -1,0 +1,153 @@
+//! The timer: a retry this node wrote is delivered from memory at its due time; the scan of
+//! its window is the recovery path, and never delivers what the timer is delivering.
+
+use rebound_proto::v1 as pb;
+use rebound_store::window::WindowId;
+
+use crate::{config, eventually, expect_delivery, next_delivery, utc_ms, Rig};
+
+const START: &str = "2026-11-30 15:00:00.100";
+
+/// When `w` becomes readable by a scan: its end plus the skew margin.
+fn readable_at(rig: &Rig, w: WindowId) -> i64 {
+    rig.grid.end_ms(w) + rig.config.skew_margin_ms as i64
+}
+
+async fn window_is_empty(rig: &Rig, w: WindowId) -> bool {
+    rig.window_rows(w).await == (0, 0, 0)
+}
+
+#[tokio::test]
+async fn a_retry_is_delivered_from_memory_at_its_due_time_not_before() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let out = rig.enqueue("svc", "t1", 300).await;
+    assert_eq!(out.due_at_ms, rig.now() + 300, "due when asked for");
+    let w = rig.location("svc", "t1").await.window;
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.clock.set(out.due_at_ms - 1);
+    rig.dispatcher.fire_due();
+    assert!(
+        next_delivery(&mut sub, 30).await.is_none(),
+        "delivered early"
+    );
+    rig.clock.set(out.due_at_ms);
+    rig.dispatcher.fire_due();
+    let d = expect_delivery(&mut sub).await;
+    assert_eq!(d.transaction_id, "t1");
+    assert!(rig.now() < readable_at(&rig, w), "not from a scan");
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    // The scan of its window finds it resolved: nothing more is delivered, the bucket goes.
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    assert!(next_delivery(&mut sub, 30).await.is_none(), "twice");
+    eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+    assert_eq!(rig.dispatcher.timer_counts().0, 1);
+}
+
+#[tokio::test]
+async fn the_scan_waits_for_what_the_timer_delivers_and_deletes_the_bucket_after_the_acks() {
+    let rig = Rig::new(utc_ms(START)).await;
+    for t in ["t1", "t2"] {
+        rig.enqueue("svc", t, 100).await;
+    }
+    let w = rig.location("svc", "t1").await.window;
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.clock.set(rig.now() + 100);
+    rig.dispatcher.fire_due();
+    let first = expect_delivery(&mut sub).await;
+    let second = expect_delivery(&mut sub).await;
+    rig.ack(&first, pb::AckOutcome::Succeeded, None)
+        .await
+        .unwrap();
+    // The window is read while the second is in flight: it is not delivered again, and its
+    // bucket stays until it is acknowledged.
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    assert!(next_delivery(&mut sub, 50).await.is_none(), "twice");
+    assert!(!window_is_empty(&rig, w).await, "deleted before the ack");
+    rig.ack(&second, pb::AckOutcome::Succeeded, None)
+        .await
+        .unwrap();
+    eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+}
+
+#[tokio::test]
+async fn what_the_scan_is_delivering_the_timer_does_not_deliver_again() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let out = rig.enqueue("svc", "t1", 0).await;
+    let w = rig.location("svc", "t1").await.window;
+    let mut sub = rig.subscribe("svc", 10).await;
+    // The scan gets there first (the timer did not fire), then the clock steps back (a sync)
+    // to before the timer gives up: the timer finds the scan's claim.
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let d = expect_delivery(&mut sub).await;
+    rig.clock.set(out.due_at_ms + 1);
+    rig.dispatcher.fire_due();
+    assert!(next_delivery(&mut sub, 50).await.is_none(), "twice");
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+}
+
+#[tokio::test]
+async fn what_the_timer_does_not_hold_the_scan_delivers() {
+    // Room for one retry; a horizon of a minute.
+    let rig = Rig::with_config(
+        utc_ms(START),
+        rebound_engine::engine::Settings {
+            timer_max_entries: 1,
+            timer_horizon_seconds: 60,
+            ..config()
+        },
+    )
+    .await;
+    let t0 = rig.now();
+    for t in ["held", "full"] {
+        rig.enqueue("svc", t, 0).await;
+    }
+    let far = rig.enqueue("svc", "far", 120_000).await;
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.dispatcher.fire_due();
+    let d = expect_delivery(&mut sub).await;
+    assert_eq!(d.transaction_id, "held");
+    assert!(next_delivery(&mut sub, 30).await.is_none());
+    let w = rig.location("svc", "full").await.window;
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let d2 = expect_delivery(&mut sub).await;
+    assert_eq!(d2.transaction_id, "full");
+    // Beyond the horizon: the scan of its window, too.
+    let wf = rig.location("svc", "far").await.window;
+    rig.clock.set(far.due_at_ms);
+    rig.dispatcher.fire_due();
+    assert!(next_delivery(&mut sub, 30).await.is_none());
+    rig.clock.set(readable_at(&rig, wf));
+    rig.scan().await;
+    assert_eq!(expect_delivery(&mut sub).await.transaction_id, "far");
+    assert!(far.due_at_ms - t0 == 120_000);
+}
+
+#[tokio::test]
+async fn a_paused_service_is_left_to_the_scan_after_the_resume() {
+    let rig = Rig::new(utc_ms(START)).await;
+    rig.enqueue("svc", "t1", 0).await;
+    let w = rig.location("svc", "t1").await.window;
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.dispatcher
+        .services
+        .set_paused("svc", true)
+        .await
+        .unwrap();
+    rig.dispatcher.fire_due();
+    assert!(next_delivery(&mut sub, 50).await.is_none(), "paused");
+    rig.dispatcher
+        .services
+        .set_paused("svc", false)
+        .await
+        .unwrap();
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    assert_eq!(expect_delivery(&mut sub).await.transaction_id, "t1");
+}
