@@ -439,9 +439,10 @@ async fn each_of_four_nodes_reads_only_its_share_of_tier_3() {
     }
     converge(&nodes[0], 4, true).await;
     // 48 services x 2 lanes: 96 Tier-3 rows per window written to (one or two), nobody
-    // subscribed, so they stay and every scan reads them.
+    // subscribed, so they stay and every scan reads them. Spread over the four nodes: each
+    // writes into lanes of its own slots (docs/architecture.md, "Data model", Instances).
     for i in 0..48 {
-        enqueue_due_now(&nodes[0], &format!("svc{i:02}"), "t", 4).await;
+        enqueue_due_now(&nodes[i % 4], &format!("svc{i:02}"), "t", 4).await;
     }
     let total: usize = nodes[0].count("instances_by_window").await;
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -250,6 +250,7 @@ impl Engine {
             opts.writer.clone(),
             services.clone(),
             timer.clone(),
+            ownership.clone(),
         );
         let hub = Arc::new(Hub::new(clock.clone(), opts.boot_epoch, opts.hub));
         let dispatcher = Arc::new(Dispatcher::new(

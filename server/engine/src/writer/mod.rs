@@ -25,6 +25,7 @@ use tokio::sync::Semaphore;
 use crate::window::WindowGrid;
 use crate::{
     error::Error,
+    ownership::Ownership,
     services::Services,
     timer::{Entry, Timer},
     txlock::{TxLock, TxLocks},
@@ -39,6 +40,7 @@ use enqueue::{group_commit, pointer_writes, EnqueueGroup, PointerWrites};
 
 mod cancel;
 mod enqueue;
+mod lanes;
 
 /// Writer settings (`engine::Settings::options` derives them from the engine's settings).
 #[derive(Debug, Clone)]
@@ -59,6 +61,13 @@ pub struct WriterOptions {
     /// later may be too late.
     pub orphan_grace_ms: i64,
 }
+
+/// How long after its state row is written the timer may deliver a retry at the earliest: time
+/// for a concurrent enqueue of the same transaction on another node, which read the row before
+/// this write landed, to land its own, so that the state row read when the timer fires names
+/// the one live generation (docs/architecture.md, "Guarantees across nodes": one live retry per
+/// transaction). Only a retry due sooner than this after its enqueue waits for it.
+const SETTLE_MS: i64 = 500;
 
 /// Placements of one schedule tried before giving up when every pointer landed late.
 const PLACEMENTS: usize = 3;
@@ -130,6 +139,8 @@ pub struct Writer {
     /// The dispatcher's memory path: each schedule written into a lane of this node's is armed
     /// once its state row is durable.
     timer: Arc<Timer>,
+    /// The lanes of each service in this node's own slots.
+    lanes: lanes::Lanes,
 }
 
 impl Writer {
@@ -139,8 +150,10 @@ impl Writer {
         opts: WriterOptions,
         services: Arc<Services>,
         timer: Arc<Timer>,
+        ownership: Arc<dyn Ownership>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|writer: &std::sync::Weak<Writer>| Self {
+            lanes: lanes::Lanes::new(ownership, opts.lanes, opts.node_id.clone(), opts.boot_epoch),
             services,
             timer,
             pointers: pointer_writes(),
@@ -284,7 +297,7 @@ impl Writer {
         window: WindowId,
         now: i64,
     ) -> (Location, Vec<DirRow>) {
-        let lane = token::lane_of(transaction_id, self.opts.lanes);
+        let lane = self.lanes.suffix(service, transaction_id);
         let current = self.grid.window_of(now);
         let mut dir = self.directory.lock().expect("directory lock");
         dir.sweep(current);
@@ -503,22 +516,23 @@ impl Writer {
 
     /// Hands a schedule whose state row is durable to the timer, which delivers it at its due
     /// time when it falls due within the horizon and its lane is in a range this node holds
-    /// (otherwise the scan of its window does).
+    /// (otherwise the scan of its window does); never sooner than `SETTLE_MS` after now.
     fn arm(&self, state: &TxState) {
         let Some(location) = state.location.clone() else {
             return;
         };
         let token = token::instance_token(&state.service, &location.instance);
+        let now = self.clock.now_ms();
         let _ = self.timer.arm(
             Entry {
                 service: state.service.clone(),
                 transaction_id: state.transaction_id.clone(),
                 generation: state.generation,
-                due_ms: state.due_at_ms,
+                due_ms: state.due_at_ms.max(now + SETTLE_MS),
                 location,
                 token,
             },
-            self.clock.now_ms(),
+            now,
         );
     }
 

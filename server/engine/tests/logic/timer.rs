@@ -20,8 +20,8 @@ async fn window_is_empty(rig: &Rig, w: WindowId) -> bool {
 #[tokio::test]
 async fn a_retry_is_delivered_from_memory_at_its_due_time_not_before() {
     let rig = Rig::new(utc_ms(START)).await;
-    let out = rig.enqueue("svc", "t1", 300).await;
-    assert_eq!(out.due_at_ms, rig.now() + 300, "due when asked for");
+    let out = rig.enqueue("svc", "t1", 700).await;
+    assert_eq!(out.due_at_ms, rig.now() + 700, "due when asked for");
     let w = rig.location("svc", "t1").await.window;
     let mut sub = rig.subscribe("svc", 10).await;
     rig.clock.set(out.due_at_ms - 1);
@@ -48,11 +48,11 @@ async fn a_retry_is_delivered_from_memory_at_its_due_time_not_before() {
 async fn the_scan_waits_for_what_the_timer_delivers_and_deletes_the_bucket_after_the_acks() {
     let rig = Rig::new(utc_ms(START)).await;
     for t in ["t1", "t2"] {
-        rig.enqueue("svc", t, 100).await;
+        rig.enqueue("svc", t, 600).await;
     }
     let w = rig.location("svc", "t1").await.window;
     let mut sub = rig.subscribe("svc", 10).await;
-    rig.clock.set(rig.now() + 100);
+    rig.clock.set(rig.now() + 600);
     rig.dispatcher.fire_due();
     let first = expect_delivery(&mut sub).await;
     let second = expect_delivery(&mut sub).await;
@@ -82,7 +82,7 @@ async fn what_the_scan_is_delivering_the_timer_does_not_deliver_again() {
     rig.clock.set(readable_at(&rig, w));
     rig.scan().await;
     let d = expect_delivery(&mut sub).await;
-    rig.clock.set(out.due_at_ms + 1);
+    rig.clock.set(out.due_at_ms + 600);
     rig.dispatcher.fire_due();
     assert!(next_delivery(&mut sub, 50).await.is_none(), "twice");
     rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
@@ -109,6 +109,14 @@ async fn what_the_timer_does_not_hold_the_scan_delivers() {
     }
     let far = rig.enqueue("svc", "far", 120_000).await;
     let mut sub = rig.subscribe("svc", 10).await;
+    // Due now, but not from memory until half a second after it was written: time for a
+    // concurrent enqueue on another node to land.
+    rig.dispatcher.fire_due();
+    assert!(
+        next_delivery(&mut sub, 30).await.is_none(),
+        "before it settled"
+    );
+    rig.clock.set(t0 + 500);
     rig.dispatcher.fire_due();
     let d = expect_delivery(&mut sub).await;
     assert_eq!(d.transaction_id, "held");
@@ -140,6 +148,7 @@ async fn a_paused_service_is_left_to_the_scan_after_the_resume() {
         .set_paused("svc", true)
         .await
         .unwrap();
+    rig.clock.set(rig.now() + 500);
     rig.dispatcher.fire_due();
     assert!(next_delivery(&mut sub, 50).await.is_none(), "paused");
     rig.dispatcher
