@@ -33,6 +33,11 @@ pub trait Ownership: Send + Sync + Debug {
     fn writer_read_lag_ms(&self, _node_id: &str, _boot_epoch: i64) -> i64 {
         0
     }
+    /// How far this node's clock runs ahead of Cassandra's, as measured (`peers`), never
+    /// below 0. 0 when unknown.
+    fn own_lead_ms(&self) -> i64 {
+        0
+    }
     /// The largest lag of any live writer: no window is closed to every writer before
     /// `now - max_writer_lag_ms` has passed its end.
     fn max_writer_lag_ms(&self) -> i64 {

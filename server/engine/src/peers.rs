@@ -33,6 +33,9 @@ struct Inner {
     behind_cassandra: HashMap<(String, i64), i64>,
     /// This node's own lag behind Cassandra's clock.
     mine: i64,
+    /// The same, as measured (no deadband): the smallest of this node's recent samples, so at
+    /// most its true lag plus the latency of a heartbeat write.
+    mine_measured: i64,
     max_lag: i64,
 }
 
@@ -104,6 +107,7 @@ impl PeerClocks {
             g.by_writer.clear();
             g.behind_cassandra.clear();
             g.mine = 0;
+            g.mine_measured = 0;
             g.max_lag = 0;
             return;
         };
@@ -130,6 +134,7 @@ impl PeerClocks {
         g.by_writer = by_writer;
         g.behind_cassandra = behind_cassandra;
         g.mine = band(mine);
+        g.mine_measured = mine;
         g.by_node = by_node.into_iter().map(|(k, (_, l))| (k, l)).collect();
     }
 
@@ -163,6 +168,15 @@ impl PeerClocks {
         let writer = g.behind_cassandra.get(&key).copied().unwrap_or(0);
         let relative = g.by_writer.get(&key).copied().unwrap_or(0);
         (writer.max(0) - g.mine).max(relative).max(0)
+    }
+
+    /// How far this node's clock runs ahead of Cassandra's, as measured (0 when it does not,
+    /// or before its first heartbeat is read back). No deadband: what delivers at a due time
+    /// this node answered (the timer) waits this much, so that nothing goes out before that
+    /// time on Cassandra's clock. The measure errs towards "behind" (a heartbeat's latency),
+    /// so it never makes a delivery early.
+    pub fn own_lead_ms(&self) -> i64 {
+        (-self.lock().mine_measured).max(0)
     }
 
     /// How far the clock of node `node_id` (its newest boot) lags this node's; negative

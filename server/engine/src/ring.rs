@@ -492,6 +492,10 @@ impl Ownership for LeaseRing {
         self.peers.read_lag_ms(node_id, boot_epoch)
     }
 
+    fn own_lead_ms(&self) -> i64 {
+        self.peers.own_lead_ms()
+    }
+
     fn max_writer_lag_ms(&self) -> i64 {
         self.peers.max_lag_ms()
     }

@@ -918,12 +918,18 @@ impl Dispatcher {
     }
 
     /// The time the timer goes by: this node's clock, less how far it runs ahead of
-    /// Cassandra's when clock sync is off (`Ownership::writer_read_lag_ms` of its own writer),
-    /// so that nothing is delivered before the due time it answered, on Cassandra's clock, as
-    /// the scan judges a window by that clock too.
+    /// Cassandra's (as measured by its heartbeats, `Ownership::own_lead_ms`, and at least the
+    /// scan's read lag of its own writer), so that nothing is delivered before the due time it
+    /// answered, on Cassandra's clock. The scan has the skew margin for that; the timer, which
+    /// fires at the due time itself, goes by the measure: a clock within the margin's deadband
+    /// of Cassandra's, which the scan counts as on time, still delays it.
     fn timer_now(&self) -> i64 {
         let (node, epoch) = self.writer.identity();
-        self.clock.now_ms() - self.ownership.writer_read_lag_ms(node, epoch)
+        let lead = self
+            .ownership
+            .writer_read_lag_ms(node, epoch)
+            .max(self.ownership.own_lead_ms());
+        self.clock.now_ms() - lead
     }
 
     /// When the timer stops trying to deliver an entry and leaves it to the scan: when the
