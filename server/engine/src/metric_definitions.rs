@@ -35,6 +35,17 @@ pub mod names {
     pub const SUBSCRIBERS: &str = "rebound_subscribers";
     pub const PUSH_REQUESTS: &str = "rebound_push_requests";
     pub const PUSH_DURATION: &str = "rebound_push_request_duration_seconds";
+    pub const TIMER_ENTRIES: &str = "rebound_timer_entries";
+    pub const TIMER_BYTES: &str = "rebound_timer_bytes";
+    pub const TIMER_OUTCOMES: &str = "rebound_timer_entries_done";
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TimerLabels {
+    /// `delivered` (from memory), `resolved` (stale or gated when it fired), `left` (to the
+    /// window scan: its lease, stream, pause, an older day, a failed read, or too late),
+    /// `refused` (not armed: full, beyond the horizon, or its lane's range not held).
+    pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -94,6 +105,9 @@ pub struct EngineMetrics {
     pub compactor: Gauge,
     pub clock_offset: FloatGauge,
     pub subscribers: Family<ServiceLabel, Gauge>,
+    pub timer_entries: Gauge,
+    pub timer_bytes: Gauge,
+    pub timer_outcomes: Family<TimerLabels, Counter>,
     pub push_requests: Family<PushLabels, Counter>,
     pub push_duration: Family<ServiceLabel, Histogram, fn() -> Histogram>,
 }
@@ -125,6 +139,9 @@ impl EngineMetrics {
             compactor: Gauge::default(),
             clock_offset: FloatGauge::default(),
             subscribers: Family::default(),
+            timer_entries: Gauge::default(),
+            timer_bytes: Gauge::default(),
+            timer_outcomes: Family::default(),
             push_requests: Family::default(),
             push_duration: Family::new_with_constructor(push_buckets),
         };
@@ -133,6 +150,17 @@ impl EngineMetrics {
             "EnqueueRetry items by service and result (new, deduplicated, refused) and gRPC code",
             m.enqueues.clone(),
         );
+        registry::register(
+            TIMER_ENTRIES,
+            "Retries this node's timer holds to deliver from memory at their due time",
+            m.timer_entries.clone(),
+        );
+        registry::register(
+            TIMER_BYTES,
+            "Bytes the timer's entries are counted as (REBOUND_TIMER_MAX_BYTES bounds them)",
+            m.timer_bytes.clone(),
+        );
+        registry::register(TIMER_OUTCOMES, "Timer entries by what became of them: delivered (from memory), resolved (stale or gated when they fired), left (to the window scan), refused (not armed: full, beyond the horizon, or not this node's range)", m.timer_outcomes.clone());
         registry::register(DELIVERIES, "Deliveries sent to executors by service and kind (first delivery of an attempt, or redelivery)", m.deliveries.clone());
         registry::register(ACKS, "Acks by service and outcome (succeeded, retry, failed, snoozed, dead_lettered, refused)", m.acks.clone());
         registry::register(
@@ -213,6 +241,13 @@ impl EngineMetrics {
                 outcome,
             })
             .inc();
+    }
+
+    /// Counts `n` timer entries that ended `outcome` (see `TimerLabels`).
+    pub fn timer(&self, outcome: &'static str, n: u64) {
+        self.timer_outcomes
+            .get_or_create(&TimerLabels { outcome })
+            .inc_by(n);
     }
 
     pub fn held_postponed(&self, service: &str) {

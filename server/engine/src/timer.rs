@@ -43,6 +43,13 @@ pub struct Entry {
     pub token: i64,
 }
 
+/// The timer's size, as the metrics show it.
+fn gauges(inner: &Inner) {
+    let m = crate::metric_definitions::metrics();
+    m.timer_entries.set(inner.count as i64);
+    m.timer_bytes.set(inner.bytes as i64);
+}
+
 /// What one entry holds in memory: its strings and a fixed share for the rest and the maps.
 fn entry_bytes(e: &Entry) -> usize {
     e.service.len() + e.transaction_id.len() + e.location.instance.len() + 160
@@ -108,7 +115,10 @@ impl Timer {
         let r = self.try_arm(entry, now_ms);
         match r {
             Ok(()) => self.armed.fetch_add(1, Ordering::Relaxed),
-            Err(_) => self.refused.fetch_add(1, Ordering::Relaxed),
+            Err(_) => {
+                crate::metric_definitions::metrics().timer("refused", 1);
+                self.refused.fetch_add(1, Ordering::Relaxed)
+            }
         };
         r
     }
@@ -165,7 +175,11 @@ impl Timer {
 
     fn insert(&self, entry: Entry) -> Result<(), Refused> {
         let due = entry.due_ms;
-        Self::insert_locked(&mut self.lock(), &self.opts, entry)?;
+        {
+            let mut inner = self.lock();
+            Self::insert_locked(&mut inner, &self.opts, entry)?;
+            gauges(&inner);
+        }
         if due < self.wake_at.load(Ordering::Relaxed) {
             self.changed.notify_one();
         }
@@ -246,6 +260,8 @@ impl Timer {
         }
         if out.is_empty() {
             inner.firing.remove(service);
+        } else {
+            gauges(inner);
         }
         out
     }

@@ -906,12 +906,11 @@ impl Dispatcher {
                 match self.offer(service, state, &keep, claim, done).await {
                     Offered::Delivered => {
                         self.timer_fired.fetch_add(1, Ordering::Relaxed);
+                        metrics::metrics().timer("delivered", 1);
                     }
-                    Offered::Resolved => {}
-                    Offered::Kept | Offered::Abandoned => {
-                        // Left to the scan of its window.
-                        self.timer_left.fetch_add(1, Ordering::Relaxed);
-                    }
+                    Offered::Resolved => metrics::metrics().timer("resolved", 1),
+                    // Left to the scan of its window.
+                    Offered::Kept | Offered::Abandoned => self.left_to_scan(1),
                 }
             }
         }
@@ -958,8 +957,7 @@ impl Dispatcher {
         // No stream to take them: the scan delivers them once one subscribes (a state read now
         // would be stale by then).
         if !self.hub.has_subscriber(service) {
-            self.timer_left
-                .fetch_add(due.len() as u64, Ordering::Relaxed);
+            self.left_to_scan(due.len() as u64);
             return Vec::new();
         }
         let leases = self.ownership.held();
@@ -968,19 +966,19 @@ impl Dispatcher {
         for entry in due {
             // Its range is no longer this node's: the new holder's scan delivers it.
             let Some(lease) = leases.iter().find(|l| l.range.contains(entry.token)) else {
-                self.timer_left.fetch_add(1, Ordering::Relaxed);
+                self.left_to_scan(1);
                 continue;
             };
             let give_up = self.timer_gives_up_at(&entry);
             if now >= give_up || oldest_day.is_some_and(|d| d < entry.location.window.day) {
-                self.timer_left.fetch_add(1, Ordering::Relaxed);
+                self.left_to_scan(1);
                 continue;
             }
             // Held, but for less than the fence margin: tried again once the ring has renewed
             // it (or given up, above).
             if !self.fenced(lease) {
                 if self.timer.park(entry).is_err() {
-                    self.timer_left.fetch_add(1, Ordering::Relaxed);
+                    self.left_to_scan(1);
                 }
                 continue;
             }
@@ -992,7 +990,7 @@ impl Dispatcher {
             match self.claims.claim(key, By::Timer) {
                 Ok(claim) => claimed.push((entry, *lease, claim)),
                 // The scan has it.
-                Err(_) => continue,
+                Err(_) => self.left_to_scan(1),
             }
         }
         if claimed.is_empty() {
@@ -1006,8 +1004,7 @@ impl Dispatcher {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(service, error = %e, items = ids.len(), "the timer cannot read the retries due; the scan of their windows delivers them");
-                self.timer_left
-                    .fetch_add(ids.len() as u64, Ordering::Relaxed);
+                self.left_to_scan(ids.len() as u64);
                 return Vec::new();
             }
         };
@@ -1021,6 +1018,7 @@ impl Dispatcher {
                 Some(s) if s.generation >= entry.generation => {
                     claim.resolved();
                     let _ = done.send(());
+                    metrics::metrics().timer("resolved", 1);
                 }
                 // No row (purged): the scan judges it.
                 _ => {}
@@ -1047,6 +1045,11 @@ impl Dispatcher {
             .get(service)
             .copied();
         feeding.into_iter().chain(held).min()
+    }
+
+    fn left_to_scan(&self, n: u64) {
+        self.timer_left.fetch_add(n, Ordering::Relaxed);
+        metrics::metrics().timer("left", n);
     }
 
     /// Retries delivered from memory, and timer entries left to the scan, so far.
