@@ -125,7 +125,7 @@ const NEXT_WINDOW_SLACK_MS: u64 = 5;
 const FEED_READ_CHUNK: usize = 64;
 
 /// Pointers the timer resolved that the scan may skip unread (`Claims`).
-const RESOLVED_REMEMBERED: usize = 50_000;
+const RESOLVED_REMEMBERED: usize = 32_768;
 
 /// How soon (real time) the timer tries again an entry whose lease was too short to deliver it.
 const TIMER_LEASE_RECHECK: Duration = Duration::from_millis(100);
