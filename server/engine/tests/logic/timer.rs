@@ -1,8 +1,11 @@
 //! The timer: a retry this node wrote is delivered from memory at its due time; the scan of
 //! its window is the recovery path, and never delivers what the timer is delivering.
 
+use std::sync::Arc;
+
+use rebound_engine::ownership::WholeRing;
 use rebound_proto::v1 as pb;
-use rebound_store::window::WindowId;
+use rebound_store::{observed::Observed, window::WindowId, ScheduleStore};
 
 use crate::{config, eventually, expect_delivery, next_delivery, utc_ms, Rig};
 
@@ -159,4 +162,44 @@ async fn a_paused_service_is_left_to_the_scan_after_the_resume() {
     rig.clock.set(readable_at(&rig, w));
     rig.scan().await;
     assert_eq!(expect_delivery(&mut sub).await.transaction_id, "t1");
+}
+
+#[tokio::test]
+async fn after_a_restart_the_scan_delivers_what_the_old_process_held_in_memory() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let out = rig.enqueue("svc", "t1", 700).await;
+    let w = rig.location("svc", "t1").await.window;
+    // The process dies with the retry in its timer (its timer never fires again); a new
+    // process starts on the same store, with a new boot epoch.
+    rig.clock.set(rig.now() + 1);
+    let writer_store: Arc<dyn ScheduleStore> =
+        Arc::new(Observed::new(rig.store.clone(), "embedded"));
+    let restarted = Rig::build(
+        config(),
+        rig.clock.clone(),
+        rig.store.clone(),
+        tempfile::tempdir().expect("a temporary directory"),
+        writer_store,
+        Arc::new(WholeRing),
+    )
+    .await;
+    let mut sub = restarted.subscribe("svc", 10).await;
+    rig.clock.set(out.due_at_ms);
+    restarted.dispatcher.fire_due();
+    assert!(
+        next_delivery(&mut sub, 30).await.is_none(),
+        "the new process's timer holds nothing"
+    );
+    rig.clock.set(readable_at(&restarted, w));
+    restarted.scan().await;
+    let d = expect_delivery(&mut sub).await;
+    assert_eq!(d.transaction_id, "t1");
+    restarted
+        .ack(&d, pb::AckOutcome::Succeeded, None)
+        .await
+        .unwrap();
+    eventually("the bucket to be deleted", || {
+        window_is_empty(&restarted, w)
+    })
+    .await;
 }
