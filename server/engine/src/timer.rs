@@ -240,6 +240,16 @@ impl Timer {
     /// Up to `max` entries of `service` due at `now_ms`, earliest first, out of the timer. Empty
     /// when none is due, and then the service's firing task ends.
     pub fn take_due(&self, service: &str, now_ms: i64, max: usize) -> Vec<Entry> {
+        let out = self.take_due_locked(service, now_ms, max);
+        if out.is_empty() {
+            // The loop left this service to its firing task, which ends here: the loop must
+            // look at its next entry again (it may be due before the loop planned to wake).
+            self.changed.notify_one();
+        }
+        out
+    }
+
+    fn take_due_locked(&self, service: &str, now_ms: i64, max: usize) -> Vec<Entry> {
         let mut inner = self.lock();
         let inner = &mut *inner;
         let mut out = Vec::new();
