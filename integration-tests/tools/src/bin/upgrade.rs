@@ -5,14 +5,16 @@
 //!   executor and is SIGKILLed; a new node with the same node id drains the keyspace. Each
 //!   must be delivered exactly once and end SUCCEEDED, and the directory must end empty.
 //! - B, the rolling upgrade ([`rolling`]): an old and a new node take enqueues in turn while
-//!   executors ack on both; halfway the old one is SIGTERMed and started again as the new
-//!   build. Nothing may be lost; duplicates are printed (a failure past two per id).
+//!   executors ack on both; halfway the old one is SIGTERMed and, after `--down-seconds`
+//!   (6: past the 2 s lease TTL, so that its slots move to the other node and back), started
+//!   again as the new build. Nothing may be lost; duplicates are printed (a failure past two
+//!   per id).
 //!
 //! Neither depends on the due time a build answers (the old build answers the end of the
 //! window after the current one, the new one the time asked for).
 //!
 //! usage: upgrade --old-bin PATH [--new-bin PATH] [--old-rev R] [--new-rev R] [--items 2000]
-//!                [--only a|b] [--seed S] [--keep]
+//!                [--down-seconds 6] [--only a|b] [--seed S] [--keep]
 //! `--new-bin` defaults to `REBOUND_SERVER_BIN` or the rebound-server beside this binary;
 //! the revs only label the output. Exit 0: every scenario passed; 1: one failed (a loss, or
 //! as its module says); 2: harness error.
@@ -24,19 +26,24 @@ mod drain;
 #[path = "upgrade/rolling.rs"]
 mod rolling;
 
-use std::{path::PathBuf, time::Instant};
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use rebound_tools::chaos::{cluster, directory, history};
 
 use common::{Build, Ctx, Verdict};
 
-const USAGE: &str = "usage: upgrade --old-bin PATH [--new-bin PATH] [--old-rev R] [--new-rev R] [--items N] [--only a|b] [--seed S] [--keep]";
+const USAGE: &str = "usage: upgrade --old-bin PATH [--new-bin PATH] [--old-rev R] [--new-rev R] [--items N] [--down-seconds S] [--only a|b] [--seed S] [--keep]";
 
 /// The command line.
 struct Args {
     old: Build,
     new: Build,
     items: usize,
+    /// How long scenario B leaves n0 down between the old build and the new.
+    down: Duration,
     only: Option<char>,
     seed: u64,
     keep: bool,
@@ -48,6 +55,7 @@ fn parse() -> Result<Args, String> {
     let mut old_rev = "unknown".to_string();
     let mut new_rev = "unknown".to_string();
     let mut items = 2_000;
+    let mut down = Duration::from_secs(6);
     let mut only = None;
     let mut seed = u64::from(rand::random::<u16>());
     let mut keep = false;
@@ -79,6 +87,13 @@ fn parse() -> Result<Args, String> {
             "--new-rev" => new_rev = v,
             "--items" => items = num(&v)?.max(1) as usize,
             "--seed" => seed = num(&v)?,
+            "--down-seconds" => {
+                down = v
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .ok_or(format!("{k}: not a number of seconds: {v}"))?
+            }
             "--only" => match v.to_ascii_lowercase().as_str() {
                 "a" => only = Some('a'),
                 "b" => only = Some('b'),
@@ -108,6 +123,7 @@ fn parse() -> Result<Args, String> {
             rev: new_rev,
         },
         items,
+        down,
         only,
         seed,
         keep,
@@ -170,7 +186,7 @@ async fn run(a: Args) -> anyhow::Result<bool> {
         verdicts.push(drain::run(&ctx, a.items).await?);
     }
     if a.only != Some('a') {
-        verdicts.push(rolling::run(&ctx).await?);
+        verdicts.push(rolling::run(&ctx, a.down).await?);
     }
     println!(
         "== upgrade check summary (old {} -> new {}, seed {})",

@@ -1,8 +1,10 @@
 //! Scenario B, the rolling upgrade: node n0 of the old build and node n1 of the new one on
 //! one keyspace, an executor subscribed to each (acks go to the node that delivered); for
 //! 20 s about 50 retries a second (due 0-5 s ahead) go to the two nodes in turn; at 10 s n0
-//! is SIGTERMed and started again, same node id, as the new build (its enqueues go to n1
-//! meanwhile). Then everything is drained. Every accepted id must be delivered; duplicates
+//! is SIGTERMed, stays down for `down` and is started again, same node id, as the new build
+//! (its enqueues go to n1 meanwhile). Down for longer than the lease TTL (2 s), its slots
+//! move to n1 and back when it returns; a restart at once keeps them with n0 (same node
+//! id). Then everything is drained. Every accepted id must be delivered; duplicates
 //! (at-least-once around a lease move) are printed, and are a failure only past two
 //! deliveries of one id.
 
@@ -44,13 +46,14 @@ const EXECUTOR_MAX_IN_FLIGHT: u32 = 100;
 /// Whether each node takes enqueues (n0 does not while it is being upgraded).
 type Up = Arc<[AtomicBool; 2]>;
 
-/// Runs scenario B.
-pub async fn run(ctx: &Ctx) -> anyhow::Result<Verdict> {
+/// Runs scenario B, n0 down for `down` between its SIGTERM and its start as the new build.
+pub async fn run(ctx: &Ctx, down: Duration) -> anyhow::Result<Verdict> {
     let keyspace = unique_keyspace("upgrade_rolling");
     println!(
-        "== {NAME}: keyspace {keyspace}, {} s of {RATE} retries/s of service {:?}",
+        "== {NAME}: keyspace {keyspace}, {} s of {RATE} retries/s of service {:?}; n0 down for {:.1} s",
         PHASE.as_secs(),
-        common::SERVICE
+        common::SERVICE,
+        down.as_secs_f64()
     );
     let (t0, t0_ms) = (Instant::now(), now_ms());
     let cql = directory::session(&ctx.contact_point).await?;
@@ -80,7 +83,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Verdict> {
         n0,
         ctx.settings(&ctx.new, &keyspace),
         up.clone(),
-        phase + RESTART_AT,
+        (phase + RESTART_AT, down),
         t0,
     ));
     let (enqueued, via) = enqueue_phase(&channels, &up, ctx.seed).await;
@@ -125,13 +128,13 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Verdict> {
 }
 
 /// At `at`: takes n0 out of the enqueues, SIGTERMs it (SIGKILL after [`TERM_GRACE`]),
-/// starts it again as `new` and puts it back. Returns it running, and when the SIGTERM
-/// went (ms, Cassandra's clock).
+/// leaves it down for `down`, starts it again as `new` and puts it back. Returns it
+/// running, and when the SIGTERM went (ms, Cassandra's clock).
 async fn upgrade_n0(
     mut n0: Node,
     new: NodeSettings,
     up: Up,
-    at: Instant,
+    (at, down): (Instant, Duration),
     t0: Instant,
 ) -> anyhow::Result<(Node, i64)> {
     tokio::time::sleep_until(at.into()).await;
@@ -150,6 +153,7 @@ async fn upgrade_n0(
         "exited"
     };
     println!("B: {:.1} s: n0 {how}", secs_since(t0));
+    tokio::time::sleep(down).await;
     common::start(&mut n0, &new).await?;
     up[0].store(true, Ordering::SeqCst);
     println!("B: {:.1} s: n0 up again as the new build", secs_since(t0));
