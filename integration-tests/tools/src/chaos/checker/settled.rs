@@ -45,9 +45,18 @@ pub(super) fn outcomes(input: &Input, view: &View, tx: &Tx, out: &mut CheckResul
                     ) && ev[j].start_ms < e.end_ms
                         && effect_end(&ev[j]) > read_at
                 });
+                // An enqueue after the ack started schedules the retry again. So does one that
+                // took effect after the delivery's read when a cancel did too: the ack lost to
+                // the cancel, and the enqueue started a fresh retry it does not cover (the
+                // timer delivers at the due time, so its read can precede both by little).
+                let since = if cancelled_after_read {
+                    read_at
+                } else {
+                    e.start_ms
+                };
                 if let Some(&d) = deliveries
                     .iter()
-                    .find(|&&d| sent_lb(d) > e.end_ms && !enqueue_between(e.start_ms, ev[d].end_ms))
+                    .find(|&&d| sent_lb(d) > e.end_ms && !enqueue_between(since, ev[d].end_ms))
                 {
                     v(
                         "delivered after SUCCEEDED was acknowledged",

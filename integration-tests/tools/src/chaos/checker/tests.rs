@@ -270,6 +270,36 @@ fn an_enqueue_after_a_succeeded_ack_is_refused_unless_a_cancel_won() {
         .contains(&"SUCCEEDED undone (a later call was accepted)"));
 }
 
+/// Seed 131228's interleaving: while a delivery runs, a cancel and a fresh enqueue (both slow,
+/// both taking effect after the delivery's read, the enqueue answered before the ack was sent);
+/// the SUCCEEDED ack answers OK and loses to the cancel, and the fresh retry is delivered. No
+/// violation; without the cancel, the same delivery is one.
+#[test]
+fn a_fresh_start_after_a_cancel_that_beat_the_ack_may_be_delivered() {
+    let fresh = enqueue(1_500, 2_900, 5_000, 2);
+    let delivery_again = at(
+        6_000,
+        6_001,
+        Kind::Delivery {
+            node: 1,
+            service: SVC.into(),
+            tx: TX.into(),
+            delivery_id: "d2".into(),
+            attempt: 1,
+            due_ms: 5_000,
+            deadline_ms: 36_000,
+        },
+    );
+    let mut h = race((3_010, 3_012), (1_000, 2_800));
+    h.extend([fresh.clone(), delivery_again.clone()]);
+    assert_eq!(kinds(&h, pb::RetryStatus::Succeeded), Vec::<&str>::new());
+    let mut h = race((3_010, 3_012), (1_000, 2_800));
+    h.truncate(3);
+    h.extend([fresh, delivery_again]);
+    assert!(kinds(&h, pb::RetryStatus::Succeeded)
+        .contains(&"delivered after SUCCEEDED was acknowledged"));
+}
+
 // Pushed services.
 
 const PUSHED: &str = "pushed";
