@@ -873,8 +873,8 @@ impl Dispatcher {
         }
     }
 
-    /// Delivers the due entries of `service`, earliest first, a chunk at a time, the next
-    /// chunk read while this one is delivered.
+    /// Delivers the due entries of `service`, earliest first, a chunk (one state read) at a
+    /// time.
     async fn fire(self: &Arc<Self>, service: &str) {
         let this = self.clone();
         let svc = service.to_string();
