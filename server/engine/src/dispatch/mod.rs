@@ -108,8 +108,9 @@ pub struct Dispatcher {
     timer: Arc<Timer>,
     /// Which path is delivering a pointer (the timer or a scan), so that only one does.
     claims: Arc<Claims>,
-    /// Per service, the oldest day the last scan started or held back due work on: the timer
-    /// leaves a newer day's retries to the scan meanwhile (oldest day first).
+    /// Per service, the oldest day on which the last scan held due work back (or found it in
+    /// a range no node holds): the timer leaves a newer day's retries to the scan meanwhile
+    /// (oldest day first). Work it started is in `feeding` while it feeds.
     held_days: Mutex<std::collections::HashMap<String, i32>>,
     timer_fired: AtomicU64,
     timer_left: AtomicU64,
@@ -349,6 +350,9 @@ impl Dispatcher {
             r.into_iter()
         });
         let mut held_at: std::collections::HashMap<String, i32> = Default::default();
+        // The oldest day on which a service's due work waits (held back, or in a range no
+        // node holds): the timer leaves the service's newer days to the scan meanwhile.
+        let mut waiting_at: std::collections::HashMap<String, i32> = Default::default();
         self.scans.fetch_add(1, Ordering::Relaxed);
         let walk = Walk(&*self.store);
         for y in self.years(now, year).await? {
@@ -381,6 +385,7 @@ impl Dispatcher {
                             // Due work nobody holds yet: this service's newer days wait for
                             // it as they would if it were ours.
                             held_at.entry(row.service.clone()).or_insert(day);
+                            waiting_at.entry(row.service.clone()).or_insert(day);
                             continue;
                         };
                         if !self.fenced(lease) {
@@ -398,6 +403,7 @@ impl Dispatcher {
                             start => {
                                 if start == Start::Waiting {
                                     self.held_back.store(true, Ordering::Relaxed);
+                                    waiting_at.entry(service.clone()).or_insert(day);
                                 }
                                 held_at.entry(service).or_insert(day);
                             }
@@ -406,7 +412,7 @@ impl Dispatcher {
                 }
             }
         }
-        *self.held_days.lock().expect("held days lock") = held_at;
+        *self.held_days.lock().expect("held days lock") = waiting_at;
         Ok(())
     }
 
@@ -1027,8 +1033,8 @@ impl Dispatcher {
         live
     }
 
-    /// The oldest day on which a scan of `service` is feeding, or last started or held back
-    /// due work: the timer leaves newer days to the scan meanwhile (oldest day first).
+    /// The oldest day on which a scan of `service` is feeding, or last held due work back:
+    /// the timer leaves newer days to the scan meanwhile (oldest day first).
     fn oldest_day_at_work(&self, service: &str) -> Option<i32> {
         let feeding = self
             .feeding
