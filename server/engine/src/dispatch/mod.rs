@@ -16,7 +16,9 @@
 
 mod ack;
 pub mod claims;
+mod gates;
 pub mod hub;
+mod memory;
 
 use std::{
     collections::HashSet,
@@ -31,18 +33,15 @@ use futures::{
     stream::{self, FuturesUnordered},
     FutureExt, StreamExt,
 };
-use rand::Rng;
 use tokio::sync::{oneshot, watch, Notify};
 
-use crate::metric_definitions as metrics;
 pub use crate::outcome::{AttemptOutcome, Resolution};
-use crate::timer::{self, Timer};
+use crate::timer::Timer;
 use crate::window::WindowGrid;
 use crate::{
     error::Error,
     holds::{Gate, Holds},
     ownership::{Lease, Ownership},
-    saga::{self, StepGate},
     services::Services,
     walk::{self, Walk},
     writer::Writer,
@@ -127,12 +126,6 @@ const FEED_READ_CHUNK: usize = 64;
 
 /// Pointers the timer resolved that the scan may skip unread (`Claims`).
 const RESOLVED_REMEMBERED: usize = 32_768;
-
-/// How soon (real time) the timer tries again an entry whose lease was too short to deliver it.
-const TIMER_LEASE_RECHECK: Duration = Duration::from_millis(100);
-
-/// Longest the timer's loop sleeps without looking (a clock moved by a sync step).
-const TIMER_MAX_SLEEP: Duration = Duration::from_millis(500);
 
 impl Dispatcher {
     #[allow(clippy::too_many_arguments)]
@@ -577,84 +570,6 @@ impl Dispatcher {
         true
     }
 
-    /// Postpones a retry whose dependency is held to the hold's end (`postpone`).
-    async fn postpone_held(&self, state: &TxState, until: i64) -> bool {
-        let done = self.postpone(state, until).await;
-        if done {
-            metrics::metrics().held_postponed(&state.service);
-        }
-        done
-    }
-
-    /// Postpones a retry to `until` (plus up to a second, so that the retries postponed
-    /// together do not all come back at once), without using an attempt or a delivery, as a
-    /// snooze would. Under the transaction's lock and on a fresh read, as an ack: a cancel or
-    /// enqueue made since wins. False when it could not be written (the bucket is kept, and
-    /// replayed).
-    async fn postpone(&self, state: &TxState, until: i64) -> bool {
-        let (service, txid) = (&state.service, &state.transaction_id);
-        let _lock = self.lock_transaction(service, txid).await;
-        let current = match self.store.get_state(service, txid).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(service, transaction_id = txid, error = %e, "cannot read a retry to postpone; its bucket is replayed");
-                return false;
-            }
-        };
-        let Some(current) = current.filter(|s| s.is_live(state.generation)) else {
-            return true;
-        };
-        let due = until + rand::rng().random_range(0..1000);
-        match self.writer.reschedule(current, due).await {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::warn!(service, transaction_id = txid, error = %e, "cannot postpone a retry; its bucket is replayed");
-                false
-            }
-        }
-    }
-
-    /// Whether `state` may be delivered as far as its saga goes: every retry but a chain's first
-    /// compensation may. That one goes out only once its step reads DEAD, which is final
-    /// (docs/architecture.md, "Compensation chains"): a step that has not ended yet postpones
-    /// it (as a hold does, without using an attempt), a step that ended SUCCEEDED or
-    /// CANCELLED cancels it. Some(false): postponed or cancelled. None: the step or the write
-    /// could not be done (the bucket is kept, and replayed).
-    async fn step_gate(&self, state: &TxState) -> Option<bool> {
-        let Some((service, txid)) = saga::step_of(state) else {
-            return Some(true);
-        };
-        let step = match self.store.get_state(service, txid).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(service, transaction_id = txid, error = %e, "cannot read the step of a compensation; its bucket is replayed");
-                return None;
-            }
-        };
-        match saga::step_gate(step.as_ref(), self.clock.now_ms()) {
-            StepGate::Deliver => Some(true),
-            StepGate::Wait(until) => self.postpone(state, until).await.then_some(false),
-            StepGate::Cancel => {
-                let (comp, comp_tx) = (&state.service, &state.transaction_id);
-                match self.writer.cancel(comp, comp_tx).await {
-                    Ok(_) => {
-                        tracing::info!(
-                            saga_service = service, saga_transaction_id = txid,
-                            service = %comp, transaction_id = %comp_tx,
-                            step_status = ?step.map(|s| s.status),
-                            "a compensation was cancelled: its step did not die"
-                        );
-                        Some(false)
-                    }
-                    Err(e) => {
-                        tracing::warn!(service = %comp, transaction_id = %comp_tx, error = %e, "cannot cancel the compensation of a step that did not die; its bucket is replayed");
-                        None
-                    }
-                }
-            }
-        }
-    }
-
     /// Hands every live pointer of one bucket to the hub. Returns how far it got and the
     /// resolutions to wait for. An abandoned or partial bucket stays whole and is replayed.
     ///
@@ -828,247 +743,6 @@ impl Dispatcher {
             return Offered::Abandoned;
         }
         Offered::Delivered
-    }
-
-    /// Fires the timer's loop until the node stops: every service with a due entry gets a
-    /// task that delivers its due entries (`fire`).
-    pub async fn run_timer(self: Arc<Self>) {
-        let mut stop = self.stopping.clone();
-        loop {
-            self.fire_due();
-            let parked = self.timer.has_parked();
-            let now = self.timer_now();
-            let wake = self
-                .timer
-                .next_due()
-                .map_or(now + TIMER_MAX_SLEEP.as_millis() as i64, |d| {
-                    d.min(now + TIMER_MAX_SLEEP.as_millis() as i64)
-                });
-            self.timer.sleeping_until(wake);
-            let mut wait = Duration::from_millis((wake - now).max(1) as u64);
-            if parked {
-                wait = wait.min(TIMER_LEASE_RECHECK);
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = self.timer.changed.notified() => {}
-                _ = stop.wait_for(|s| *s) => return,
-            }
-            if parked {
-                self.timer.unpark();
-            }
-        }
-    }
-
-    /// Starts a task per service with entries due now (tests call it by hand, the clock being
-    /// theirs).
-    pub fn fire_due(self: &Arc<Self>) {
-        if self.stopping() {
-            return;
-        }
-        for service in self.timer.start_firing(self.timer_now()) {
-            let this = self.clone();
-            let svc = service.clone();
-            if self
-                .tasks
-                .spawn(async move { this.fire(&svc).await })
-                .is_err()
-            {
-                return;
-            }
-        }
-    }
-
-    /// Delivers the due entries of `service`, earliest first, a chunk (one state read) at a
-    /// time.
-    async fn fire(self: &Arc<Self>, service: &str) {
-        let this = self.clone();
-        let svc = service.to_string();
-        let mut chunks = stream::unfold((), move |()| {
-            let this = this.clone();
-            let svc = svc.clone();
-            async move {
-                let due = this.timer.take_due(&svc, this.timer_now(), FEED_READ_CHUNK);
-                if due.is_empty() {
-                    return None;
-                }
-                Some((this.claim_and_read(&svc, due).await, ()))
-            }
-        })
-        .boxed();
-        while let Some(items) = chunks.next().await {
-            for (entry, lease, state, (claim, done)) in items {
-                let keep = {
-                    let this = self.clone();
-                    let give_up = self.timer_gives_up_at(&entry);
-                    let svc = service.to_string();
-                    move || {
-                        this.fenced(&lease)
-                            && !this.services.is_paused(&svc)
-                            && this.hub.has_subscriber(&svc)
-                            && this.timer_now() < give_up
-                    }
-                };
-                match self.offer(service, state, &keep, claim, done).await {
-                    Offered::Delivered => {
-                        self.timer_fired.fetch_add(1, Ordering::Relaxed);
-                        metrics::metrics().timer("delivered", 1);
-                    }
-                    Offered::Resolved => metrics::metrics().timer("resolved", 1),
-                    // Left to the scan of its window.
-                    Offered::Kept | Offered::Abandoned => self.left_to_scan(1),
-                }
-            }
-        }
-    }
-
-    /// The time the timer goes by: this node's clock, less how far it runs ahead of
-    /// Cassandra's (as measured by its heartbeats, `Ownership::own_lead_ms`, and at least the
-    /// scan's read lag of its own writer), so that nothing is delivered before the due time it
-    /// answered, on Cassandra's clock. The scan has the skew margin for that; the timer, which
-    /// fires at the due time itself, goes by the measure: a clock within the margin's deadband
-    /// of Cassandra's, which the scan counts as on time, still delays it.
-    fn timer_now(&self) -> i64 {
-        let (node, epoch) = self.writer.identity();
-        let lead = self
-            .ownership
-            .writer_read_lag_ms(node, epoch)
-            .max(self.ownership.own_lead_ms());
-        self.clock.now_ms() - lead
-    }
-
-    /// When the timer stops trying to deliver an entry and leaves it to the scan: when the
-    /// scan may read its window (its end plus the margin, in this node's clock, which wrote
-    /// it), so that one of the two paths may deliver it at every moment. Should they overlap
-    /// (the clock stepped back), the claims keep it to one delivery.
-    fn timer_gives_up_at(&self, entry: &timer::Entry) -> i64 {
-        self.grid.end_ms(entry.location.window) + self.opts.skew_margin_ms
-    }
-
-    /// Claims the entries the timer may still deliver and reads their state rows; the live
-    /// ones come back with their lease and claim. An entry left out goes to the scan: its
-    /// lease is gone or short, its window is about to be read, an older day of its service
-    /// is being fed, or the scan has claimed it. A failed read leaves them all to the scan.
-    async fn claim_and_read(
-        self: &Arc<Self>,
-        service: &str,
-        due: Vec<timer::Entry>,
-    ) -> Vec<(
-        timer::Entry,
-        Lease,
-        Box<TxState>,
-        (ClaimGuard, oneshot::Sender<()>),
-    )> {
-        let now = self.timer_now();
-        // No stream to take them: the scan delivers them once one subscribes (a state read now
-        // would be stale by then).
-        if !self.hub.has_subscriber(service) {
-            self.left_to_scan(due.len() as u64);
-            return Vec::new();
-        }
-        let leases = self.ownership.held();
-        let oldest_day = self.oldest_day_at_work(service);
-        let mut claimed = Vec::with_capacity(due.len());
-        for entry in due {
-            // Its range is no longer this node's: the new holder's scan delivers it.
-            let Some(lease) = leases.iter().find(|l| l.range.contains(entry.token)) else {
-                self.left_to_scan(1);
-                continue;
-            };
-            let give_up = self.timer_gives_up_at(&entry);
-            if now >= give_up || oldest_day.is_some_and(|d| d < entry.location.window.day) {
-                self.left_to_scan(1);
-                continue;
-            }
-            // Held, but for less than the fence margin: tried again once the ring has renewed
-            // it (or given up, above).
-            if !self.fenced(lease) {
-                if self.timer.park(entry).is_err() {
-                    self.left_to_scan(1);
-                }
-                continue;
-            }
-            let key = (
-                entry.service.clone(),
-                entry.transaction_id.clone(),
-                entry.generation,
-            );
-            match self.claims.claim(key, By::Timer) {
-                Ok(claim) => claimed.push((entry, *lease, claim)),
-                // The scan has it.
-                Err(_) => self.left_to_scan(1),
-            }
-        }
-        if claimed.is_empty() {
-            return Vec::new();
-        }
-        let ids: Vec<String> = claimed
-            .iter()
-            .map(|(e, _, _)| e.transaction_id.clone())
-            .collect();
-        let states = match self.store.get_states(service, &ids).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(service, error = %e, items = ids.len(), "the timer cannot read the retries due; the scan of their windows delivers them");
-                self.left_to_scan(ids.len() as u64);
-                return Vec::new();
-            }
-        };
-        let mut live = Vec::with_capacity(claimed.len());
-        for ((entry, lease, (mut claim, done)), state) in claimed.into_iter().zip(states) {
-            match state {
-                Some(s) if s.is_live(entry.generation) => {
-                    live.push((entry, lease, Box::new(s), (claim, done)))
-                }
-                // Acknowledged, cancelled or scheduled again since: its pointer is stale.
-                Some(s) if s.generation >= entry.generation => {
-                    claim.resolved();
-                    let _ = done.send(());
-                    metrics::metrics().timer("resolved", 1);
-                }
-                // No row (purged): the scan judges it.
-                _ => {}
-            }
-        }
-        live
-    }
-
-    /// The oldest day on which a scan of `service` is feeding, or last held due work back:
-    /// the timer leaves newer days to the scan meanwhile (oldest day first).
-    fn oldest_day_at_work(&self, service: &str) -> Option<i32> {
-        let feeding = self
-            .feeding
-            .lock()
-            .expect("feeding lock")
-            .iter()
-            .filter(|k| k.1 == service)
-            .map(|k| k.0.day)
-            .min();
-        let held = self
-            .held_days
-            .lock()
-            .expect("held days lock")
-            .get(service)
-            .copied();
-        feeding.into_iter().chain(held).min()
-    }
-
-    fn left_to_scan(&self, n: u64) {
-        self.timer_left.fetch_add(n, Ordering::Relaxed);
-        metrics::metrics().timer("left", n);
-    }
-
-    /// Retries delivered from memory, and timer entries left to the scan, so far.
-    pub fn timer_counts(&self) -> (u64, u64) {
-        (
-            self.timer_fired.load(Ordering::Relaxed),
-            self.timer_left.load(Ordering::Relaxed),
-        )
-    }
-
-    /// The timer (its size and counts, for tests and metrics).
-    pub fn timer(&self) -> &Arc<Timer> {
-        &self.timer
     }
 }
 
