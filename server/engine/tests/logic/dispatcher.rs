@@ -17,7 +17,7 @@ fn next_window(rig: &Rig) -> WindowId {
 }
 
 /// When `w` becomes readable: its end plus the skew margin.
-fn readable_at(rig: &Rig, w: WindowId) -> i64 {
+pub(crate) fn readable_at(rig: &Rig, w: WindowId) -> i64 {
     rig.grid.end_ms(w) + rig.config.skew_margin_ms as i64
 }
 
@@ -37,7 +37,7 @@ async fn deliveries(sub: &mut Deliveries, n: usize) -> Vec<pb::Delivery> {
     out
 }
 
-async fn window_is_empty(rig: &Rig, w: WindowId) -> bool {
+pub(crate) async fn window_is_empty(rig: &Rig, w: WindowId) -> bool {
     rig.window_rows(w).await == (0, 0, 0)
 }
 

@@ -5,20 +5,15 @@ use std::sync::Arc;
 
 use rebound_engine::ownership::WholeRing;
 use rebound_proto::v1 as pb;
-use rebound_store::{observed::Observed, window::WindowId, ScheduleStore};
+use rebound_store::{observed::Observed, ScheduleStore};
 
-use crate::{config, eventually, expect_delivery, next_delivery, utc_ms, Rig};
+use crate::{
+    config,
+    dispatcher::{readable_at, window_is_empty},
+    eventually, expect_delivery, next_delivery, utc_ms, Rig,
+};
 
 const START: &str = "2026-11-30 15:00:00.100";
-
-/// When `w` becomes readable by a scan: its end plus the skew margin.
-fn readable_at(rig: &Rig, w: WindowId) -> i64 {
-    rig.grid.end_ms(w) + rig.config.skew_margin_ms as i64
-}
-
-async fn window_is_empty(rig: &Rig, w: WindowId) -> bool {
-    rig.window_rows(w).await == (0, 0, 0)
-}
 
 #[tokio::test]
 async fn a_retry_is_delivered_from_memory_at_its_due_time_not_before() {
