@@ -112,9 +112,19 @@ async fn no_task_outlives_shutdown() {
     let _idle = tokio::net::TcpStream::connect(node.local_addr())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let before: std::collections::HashMap<_, _> = tasks.live().into_iter().collect();
-    for owner in ["server", "connections", "engine", "ring", "dispatcher"] {
+    // The node stops while every owner has a task running. The dispatcher's tasks come and
+    // go (the timer's deliveries, redeliveries, the scan's workers), so the test waits for a
+    // moment when one runs rather than sampling once.
+    let owners = ["server", "connections", "engine", "ring", "dispatcher"];
+    let waited = std::time::Instant::now();
+    let before: std::collections::HashMap<_, _> = loop {
+        let live: std::collections::HashMap<_, _> = tasks.live().into_iter().collect();
+        if owners.iter().all(|o| live[o] > 0) || waited.elapsed() > Duration::from_secs(10) {
+            break live;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    for owner in owners {
         assert!(
             before[owner] > 0,
             "nothing running under {owner}: {before:?}"
