@@ -1,7 +1,8 @@
 //! Where an enqueue lands, against a real Cassandra: the five tiers hold exactly the expected
-//! rows, buckets roll at their size and per window and boot, the W+1 rule (never the current
-//! or a past window) holds at every edge, and with no delay the policy's backoff places the
-//! retry.
+//! rows, buckets roll at their size and per window and boot, the placement rule (a near-term
+//! retry in the current window while it has headroom, otherwise the W+1 rule: never the
+//! current or a past window) holds at every edge, and with no delay the policy's backoff
+//! places the retry.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,7 +28,8 @@ async fn tiers_hold_exactly_the_expected_rows() {
         c.enqueue_retry(req("orders", &format!("o-{i}"), 0))
             .await
             .unwrap();
-        expected_window.insert(format!("o-{i}"), 18001);
+        // Due now, a near-term retry: the current window.
+        expected_window.insert(format!("o-{i}"), 18000);
     }
     for i in 0..3 {
         // Due 10:00:05.500: window 18002.
@@ -40,7 +42,7 @@ async fn tiers_hold_exactly_the_expected_rows() {
         c.enqueue_retry(req("billing", &format!("b-{i}"), 0))
             .await
             .unwrap();
-        expected_window.insert(format!("b-{i}"), 18001);
+        expected_window.insert(format!("b-{i}"), 18000);
     }
 
     // Tier 5: one pointer per transaction, in the expected window, under this node's lanes.
@@ -200,7 +202,7 @@ async fn tiers_hold_exactly_the_expected_rows() {
     assert_eq!(
         tier2,
         BTreeSet::from([
-            ("2026-11-30".to_string(), 18001),
+            ("2026-11-30".to_string(), 18000),
             ("2026-11-30".to_string(), 18002)
         ])
     );
@@ -248,7 +250,7 @@ async fn bucket_rolls_at_bucket_size_and_per_window_and_boot() {
     };
     let epoch = n.node.as_ref().unwrap().boot_epoch;
     let inst = format!("node-a-{epoch}-0");
-    let w1 = 21_601; // 12:00:00 is window 21600; W+1.
+    let w1 = 21_600; // 12:00:00 is window 21600: due now, a near-term retry goes into it.
     assert_eq!(
         count_by_bucket(&pointers(&n).await, w1),
         BTreeMap::from([
@@ -294,7 +296,7 @@ async fn bucket_rolls_at_bucket_size_and_per_window_and_boot() {
 }
 
 #[tokio::test]
-async fn never_the_current_or_a_past_window_at_every_edge() {
+async fn near_term_in_the_current_window_else_never_the_current_or_a_past_one_at_every_edge() {
     let cfg = test_config("edges");
     let window_ms = 2_000;
     let (n, clock) = TestNode::with_manual_clock(cfg, utc_ms("2026-11-30 00:00:00.000")).await;
@@ -302,6 +304,8 @@ async fn never_the_current_or_a_past_window_at_every_edge() {
     let mut k = 0;
     let edges = [
         "2026-11-30 00:00:00.000", // first instant of a window and of a day
+        "2026-11-30 00:00:01.499", // last instant with headroom for a near-term write
+        "2026-11-30 00:00:01.500", // first instant without
         "2026-11-30 00:00:01.999", // last instant of a window
         "2026-11-30 23:59:58.000", // first instant of the last window of the day
         "2026-11-30 23:59:59.999", // last instant of the day
@@ -349,7 +353,18 @@ async fn never_the_current_or_a_past_window_at_every_edge() {
             let day = chrono::NaiveDate::parse_from_str(&loc.day, "%Y-%m-%d").unwrap();
             let days = (day - chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()).num_days();
             let abs = days * (86_400_000 / window_ms) + i64::from(loc.window);
-            assert_eq!(abs, current + 1, "{edge}: landed in {loc:?}");
+            // The timer fires at the due time, but no sooner than 500 ms after the write. A
+            // retry that fires within the current window goes into it while a quarter of the
+            // window (500 ms) is left; otherwise into its own window, never the current one.
+            let fires = due.max(now + 500);
+            let expected = if fires.div_euclid(window_ms) == current
+                && now + window_ms / 4 < (current + 1) * window_ms
+            {
+                current
+            } else {
+                due.div_euclid(window_ms).max(current + 1)
+            };
+            assert_eq!(abs, expected, "{edge}: landed in {loc:?}");
         }
     }
     // The year rolled over: Tier 1 lists 2027-01-01 under 2027.
@@ -368,7 +383,8 @@ async fn never_the_current_or_a_past_window_at_every_edge() {
         "{tier1:?}"
     );
 
-    // And for many random instants and delays, the window is never the current or a past one.
+    // And for many random instants and delays, the rule holds: never a past window, the current
+    // one only for a near-term retry with headroom.
     let mut rng_state = 0x2545_f491_4f6c_dd1d_u64;
     let mut next = || {
         rng_state ^= rng_state << 13;
@@ -407,13 +423,24 @@ async fn never_the_current_or_a_past_window_at_every_edge() {
             scylla::value::CqlTimestamp(body.last_enqueued_at_ms),
         );
         let abs = abs_window(d, w, window_ms);
+        let current = enqueued.0.div_euclid(window_ms);
         assert!(
-            abs > enqueued.0.div_euclid(window_ms),
-            "enqueued at {} landed in window {abs}",
-            enqueued.0
+            abs > current
+                || (abs == current
+                    && due.0.max(enqueued.0 + 500).div_euclid(window_ms) == current
+                    && enqueued.0 + window_ms / 4 < (current + 1) * window_ms),
+            "enqueued at {} due {} landed in window {abs}",
+            enqueued.0,
+            due.0
         );
-        // Due when asked for; never in a window before its due time's.
+        // Due when asked for; never in a window before its due time's, nor after it and the
+        // next one.
         assert!(abs >= due.0.div_euclid(window_ms), "due {} in {abs}", due.0);
+        assert!(
+            abs <= due.0.div_euclid(window_ms).max(current + 1),
+            "due {} in {abs}",
+            due.0
+        );
     }
     n.finish().await;
 }

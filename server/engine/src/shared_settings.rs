@@ -2,7 +2,7 @@
 //! node shares"): the window size, the ring's slots and the lanes. The first node to start
 //! records them in the store; every later start compares its own with what is recorded and
 //! refuses to start on any difference, naming both values. A node with another window size
-//! would read windows the others never close, or deliver before the W+1 rule allows; another
+//! would read windows the others never close, or deliver before invariant 1 allows; another
 //! slot count splits the ring elsewhere, so ranges go unread or are read twice.
 
 use std::time::Duration;

@@ -10,7 +10,7 @@
 //!   state write having returned; an abandoned bucket stays whole and is replayed;
 //! - every step and every delete checks the lease first (fencing) and stops when it is gone;
 //! - an instance is worked only once its writer's clock has closed its window (`peers`), so
-//!   no writer adds to a bucket after it was read (W+1 in the writer's own clock);
+//!   no writer adds to a bucket after it was read (invariant 1 in the writer's own clock);
 //! - within one service, a newer day waits while an older day has due work not yet fed,
 //!   here or in a token range no live node holds.
 
@@ -323,7 +323,7 @@ impl Dispatcher {
     /// Tier-3 reads are bounded in CQL to the held token ranges, plus the ranges no live node
     /// holds (a handover under way), whose due work is not started here but still holds a
     /// service's newer days back. An instance is due once its writer's clock has closed the
-    /// window (`peers`): the W+1 rule holds in the clock that placed it.
+    /// window (`peers`): invariant 1 holds in the clock that placed it.
     pub async fn scan(self: &Arc<Self>) -> Result<(), Error> {
         let leases = self.ownership.held();
         if leases.is_empty() {
@@ -528,7 +528,8 @@ impl Dispatcher {
         while let Some((loc, ok)) = draining.next().await {
             all_done &= self.finish_bucket(&row.service, &loc, ok, lease).await;
         }
-        // The window is closed to writers (W+1), so no bucket can appear after this check.
+        // The window is closed to writers (invariant 1), so no bucket can appear after this
+        // check.
         if all_done
             && self.fenced(lease)
             && Walk(&*self.store).buckets(window, row).await?.is_empty()

@@ -1,5 +1,5 @@
 //! The node's pushers (docs/architecture.md, "Push delivery"): one per service with a push
-//! target, each a subscriber of the dispatcher like an executor's stream, so that leases, W+1
+//! target, each a subscriber of the dispatcher like an executor's stream, so that leases,
 //! windows, ack deadlines, limits and fairness are those of streamed delivery. A pusher takes
 //! a delivery, POSTs it (`client`, `sign`), and acknowledges it with the outcome the response
 //! means (`outcome`) through the same path as an executor's Ack.

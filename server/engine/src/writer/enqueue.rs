@@ -617,7 +617,7 @@ impl Writer {
                 now + (d.min(self.opts.max_delay).as_millis() as i64)
             }
         };
-        let target = self.grid.target(now, due_ms);
+        let target = self.first_window(now, due_ms);
         Ok(Checked {
             input,
             policy,
@@ -696,12 +696,15 @@ impl Writer {
             if !prev.trace.is_empty() {
                 state.trace.clone_from(&prev.trace);
             }
-            // A repeated call (the same window, and a due time within `CONFIRM_WITHIN_MS` of
-            // the live one's): confirm. The live pointer and its due time stay; only the state
-            // row is refreshed. A due time further off is a new schedule, so that the retry is
-            // delivered when the latest enqueue asked.
+            // A repeated call (the same window, or the live pointer in the current window, not
+            // read yet, where a near-term write placed it; and a due time within
+            // `CONFIRM_WITHIN_MS` of the live one's): confirm. The live pointer and its due time
+            // stay; only the state row is refreshed. A due time further off is a new schedule,
+            // so that the retry is delivered when the latest enqueue asked.
+            let current = self.grid.window_of(now);
             if let Some(loc) = prev.location.as_ref().filter(|l| {
-                l.window == target && (prev.due_at_ms - due_at_ms).abs() <= CONFIRM_WITHIN_MS
+                (l.window == target || l.window == current)
+                    && (prev.due_at_ms - due_at_ms).abs() <= CONFIRM_WITHIN_MS
             }) {
                 state.generation = prev.generation;
                 state.base_generation = prev.base_generation;

@@ -1,5 +1,5 @@
 //! The enqueue path (docs/architecture.md, "Data model" and "Invariants"):
-//! choose the window by the W+1 rule, the lane by the transaction id, the bucket by an in-memory
+//! choose the window (the current one for a near-term retry, else by the W+1 rule), the lane by the transaction id, the bucket by an in-memory
 //! counter, write the directory rows once per key per process, then the Tier-5 pointer, then the
 //! state row.
 //!
@@ -67,7 +67,7 @@ pub struct WriterOptions {
 /// this write landed, to land its own, so that the state row read when the timer fires names
 /// the one live generation (docs/architecture.md, "Guarantees across nodes": one live retry per
 /// transaction). Only a retry due sooner than this after its enqueue waits for it.
-const SETTLE_MS: i64 = 500;
+pub(crate) const SETTLE_MS: i64 = 500;
 
 /// Placements of one schedule tried before giving up when every pointer landed late.
 const PLACEMENTS: usize = 3;
@@ -96,7 +96,7 @@ enum DirRow {
 const DIRECTORY_WRITES_PARALLEL: usize = 16;
 
 /// Directory rows already written by this process, and the bucket counters. Entries for
-/// windows that can no longer be written (the current window and older) are swept.
+/// windows that can no longer be written (older than the current window) are swept.
 #[derive(Debug, Default)]
 struct Directory {
     days: HashSet<i32>,
@@ -114,10 +114,10 @@ impl Directory {
         }
         self.swept_at = Some(current);
         self.days.retain(|d| *d >= current.day);
-        self.windows.retain(|w| *w > current);
-        self.instances.retain(|k| k.0 > current);
-        self.buckets.retain(|k| k.0 > current);
-        self.counters.retain(|k, _| k.0 > current);
+        self.windows.retain(|w| *w >= current);
+        self.instances.retain(|k| k.0 >= current);
+        self.buckets.retain(|k| k.0 >= current);
+        self.counters.retain(|k, _| k.0 >= current);
     }
 }
 
@@ -385,6 +385,13 @@ impl Writer {
         Ok(())
     }
 
+    /// The window a schedule due at `due_ms`, made at `now_ms`, is first written to: the
+    /// current one for a near-term retry while it has headroom, else by the W+1 rule
+    /// (`WindowGrid::near_target`).
+    pub fn first_window(&self, now_ms: i64, due_ms: i64) -> WindowId {
+        self.grid.near_target(now_ms, due_ms, SETTLE_MS)
+    }
+
     /// Schedules the next attempt of `state` at `due_ms` under a new generation: a new pointer
     /// in a future window, then the state row. The old pointer becomes stale.
     pub async fn reschedule(&self, state: TxState, due_ms: i64) -> Result<TxState, Error> {
@@ -404,7 +411,7 @@ impl Writer {
         fresh: bool,
     ) -> Result<TxState, Error> {
         let now = self.clock.now_ms();
-        let target = self.grid.target(now, due_ms);
+        let target = self.first_window(now, due_ms);
         // A saga step's next schedule lands only over the row it follows (`end`).
         let guard = (!fresh && state.conditional_writes()).then_some(state.generation);
         state.status = Status::Scheduled;
@@ -425,12 +432,14 @@ impl Writer {
     /// The write order of every schedule: directory rows (cached), the Tier-5 pointer with
     /// `state.generation`, then the state row pointing at it.
     ///
-    /// Late writes: W+1 leaves at least one window between choosing a window and anyone
-    /// reading it, which a normal write takes milliseconds of. A writer that stalled longer
-    /// (a stopped process, a paused database) could land rows in a window that was read, or
-    /// compacted, meanwhile. So the clock is read again before the directory rows, before
-    /// the pointer and once the pointer is durable: when the window has ended, the retry is
-    /// placed anew, under a new generation, in a window after the current one, and a pointer
+    /// Late writes: a write counts only if its pointer is durable before its window ends, by
+    /// this writer's clock; readers wait for the end plus the skew margin (docs/architecture.md,
+    /// invariant 1). W+1 leaves a whole window for that, a near-term write into the current
+    /// window at least `WindowGrid::near_headroom_ms`; a normal write takes milliseconds. A
+    /// writer that stalled longer (a stopped process, a paused database) could land rows in a
+    /// window that was read, or compacted, meanwhile. So the clock is read again before the
+    /// directory rows, before the pointer and once the pointer is durable: when the window has
+    /// ended, the retry is placed anew, under a new generation, by the W+1 rule, and a pointer
     /// that landed late is deleted (its bucket may be gone). If the state row then lands later
     /// than a reader waits for it, the outcome is unknown and the caller is told so
     /// (DEADLINE_EXCEEDED: repeating the enqueue settles it).
@@ -694,8 +703,9 @@ mod tests {
         d.windows.insert(w(3));
         d.counters.insert((w(2), "s".into(), 0), 5);
         d.counters.insert((w(3), "s".into(), 0), 5);
-        d.sweep(w(2));
+        d.sweep(w(3));
         assert_eq!(d.days, HashSet::from([10]));
+        // The current window still takes near-term writes: kept.
         assert_eq!(d.windows, HashSet::from([w(3)]));
         assert_eq!(d.counters.len(), 1);
     }

@@ -14,7 +14,7 @@ fn margin(rig: &Rig) -> i64 {
 #[tokio::test]
 async fn gate_1_keeps_a_window_that_still_has_instances() {
     let rig = Rig::new(utc_ms("2026-11-30 14:00:00.100")).await;
-    let w = rig.grid.next(rig.grid.window_of(rig.now()));
+    let w = rig.writer.first_window(rig.now(), rig.now());
     rig.enqueue("nobody-listens", "x", 0).await;
     // Long past Gate 2, but its instance is still there: nobody has delivered it.
     rig.clock.set(rig.grid.end_ms(w) + 60_000);
@@ -64,10 +64,10 @@ async fn gate_2_keeps_a_window_until_its_end_plus_the_margin() {
 #[tokio::test]
 async fn a_drained_day_is_compacted_window_by_window_until_the_directory_is_empty() {
     // Near midnight, so the day itself ends during the test.
-    let rig = Rig::new(utc_ms("2026-11-30 23:59:57.100")).await;
+    let rig = Rig::new(utc_ms("2026-11-30 23:59:58.100")).await;
     let day = rig.grid.window_of(rig.now()).day;
-    rig.enqueue("svc", "a", 0).await; // 23:59:58
-    rig.enqueue("svc", "b", 2_000).await; // 23:59:59, the day's last window
+    rig.enqueue("svc", "a", 0).await; // 23:59:58, the current window (near-term)
+    rig.enqueue("svc", "b", 1_000).await; // 23:59:59, the day's last window
     let w1 = rig.location("svc", "a").await.window;
     let w2 = rig.location("svc", "b").await.window;
     assert_eq!((w1.day, w2.day), (day, day));

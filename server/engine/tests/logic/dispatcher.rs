@@ -11,9 +11,9 @@ use crate::{eventually, expect_delivery, next_delivery, utc_ms, Deliveries, Rig}
 
 const START: &str = "2026-11-30 15:00:00.100";
 
-/// The window an enqueue at `rig.now()` with no delay goes to (W+1).
+/// The window an enqueue at `rig.now()` with no delay goes to (`Writer::first_window`).
 fn next_window(rig: &Rig) -> WindowId {
-    rig.grid.next(rig.grid.window_of(rig.now()))
+    rig.writer.first_window(rig.now(), rig.now())
 }
 
 /// When `w` becomes readable: its end plus the skew margin.

@@ -40,7 +40,7 @@ async fn scan_at(rig: &Rig, at: i64, subs: &mut [&mut Deliveries]) -> Vec<pb::De
 async fn a_held_dependency_defers_every_service_without_attempts_then_one_probe_goes_first() {
     let rig = Rig::new(utc_ms(START)).await;
     let holds = rig.dispatcher.holds.clone();
-    let w = rig.grid.next(rig.grid.window_of(rig.now()));
+    let w = rig.writer.first_window(rig.now(), rig.now());
     for (service, txid) in [("orders", "o1"), ("orders", "o2"), ("billing", "b1")] {
         enqueue_naming(&rig, service, txid, "payments-gateway").await;
     }
@@ -116,7 +116,7 @@ async fn a_held_dependency_defers_every_service_without_attempts_then_one_probe_
 #[tokio::test]
 async fn an_executor_holds_the_dependency_with_its_retry_ack() {
     let rig = Rig::new(utc_ms(START)).await;
-    let w = rig.grid.next(rig.grid.window_of(rig.now()));
+    let w = rig.writer.first_window(rig.now(), rig.now());
     enqueue_naming(&rig, "orders", "o1", "ledger").await;
     enqueue_naming(&rig, "billing", "b1", "ledger").await;
     rig.enqueue("orders", "plain", 0).await;
@@ -199,7 +199,7 @@ async fn a_delivery_whose_deadline_passes_during_a_hold_waits_for_its_end() {
     let rig = Rig::new(utc_ms(START)).await;
     rig.start_reaper();
     let holds = rig.dispatcher.holds.clone();
-    let w = rig.grid.next(rig.grid.window_of(rig.now()));
+    let w = rig.writer.first_window(rig.now(), rig.now());
     enqueue_naming(&rig, "orders", "o1", "payments-gateway").await;
     let ack_timeout = rig
         .state("orders", "o1")

@@ -164,6 +164,9 @@ async fn after_a_restart_the_scan_delivers_what_the_old_process_held_in_memory()
     let rig = Rig::new(utc_ms(START)).await;
     let out = rig.enqueue("svc", "t1", 700).await;
     let w = rig.location("svc", "t1").await.window;
+    // Near-term: written into the current window, so the scan finds it at that window's end
+    // plus the margin, a window sooner than the W+1 rule would.
+    assert_eq!(w, rig.grid.window_of(rig.now()));
     // The process dies with the retry in its timer (its timer never fires again); a new
     // process starts on the same store, with a new boot epoch.
     rig.clock.set(rig.now() + 1);
@@ -202,9 +205,9 @@ async fn after_a_restart_the_scan_delivers_what_the_old_process_held_in_memory()
 #[tokio::test]
 async fn a_retry_placed_in_the_next_day_is_delivered_from_memory_after_the_day_was_scanned() {
     // The scan works today's windows up to midnight; a retry written in the last second of the
-    // day goes into tomorrow's first window (W+1). Nothing of an older day waits, so the timer
-    // delivers it at its due time rather than leaving it to tomorrow's scan.
-    let rig = Rig::new(utc_ms("2026-11-30 23:59:57.100")).await;
+    // day and due after midnight goes into tomorrow's first window. Nothing of an older day
+    // waits, so the timer delivers it at its due time rather than leaving it to tomorrow's scan.
+    let rig = Rig::new(utc_ms("2026-11-30 23:59:58.100")).await;
     rig.enqueue("svc", "today", 0).await;
     let today = rig.location("svc", "today").await.window;
     let mut sub = rig.subscribe("svc", 10).await;
@@ -213,7 +216,7 @@ async fn a_retry_placed_in_the_next_day_is_delivered_from_memory_after_the_day_w
     let d = expect_delivery(&mut sub).await;
     assert_eq!(d.transaction_id, "today");
     rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
-    let out = rig.enqueue("svc", "tomorrow", 600).await;
+    let out = rig.enqueue("svc", "tomorrow", 900).await;
     let w = rig.location("svc", "tomorrow").await.window;
     assert!(w.day > today.day, "placed in the next day");
     rig.clock.set(out.due_at_ms);

@@ -17,8 +17,8 @@ async fn an_enqueue_writes_directory_rows_then_pointer_then_state() {
     let rig = Rig::new(utc_ms(START)).await;
     let now = rig.now();
     let out = rig.enqueue("svc", "t1", 0).await;
-    // Due when asked for (now); placed by W+1: never the current window.
-    let target = rig.grid.next(rig.grid.window_of(now));
+    // Due when asked for (now); a near-term retry goes into the current window.
+    let target = rig.writer.first_window(now, now);
     assert_eq!(out.due_at_ms, now);
     assert_eq!(rig.location("svc", "t1").await.window, target);
     assert!(!out.deduplicated);
@@ -91,7 +91,7 @@ async fn buckets_fill_up_to_the_bucket_size_per_lane() {
     for id in &ids {
         rig.enqueue("svc", id, 0).await;
     }
-    let target = rig.grid.next(rig.grid.window_of(rig.now()));
+    let target = rig.writer.first_window(rig.now(), rig.now());
     let by_bucket = rig.window_pointers("svc", target).await;
     let sizes: Vec<usize> = by_bucket.values().map(Vec::len).collect();
     assert_eq!(sizes, vec![3, 3, 1], "{by_bucket:?}");
@@ -187,7 +187,7 @@ async fn a_succeeded_retry_refuses_a_new_enqueue() {
 #[tokio::test]
 async fn a_target_below_the_low_water_mark_moves_up_to_it() {
     let rig = Rig::new(utc_ms(START)).await;
-    let target = rig.grid.next(rig.grid.window_of(rig.now()));
+    let target = rig.writer.first_window(rig.now(), rig.now());
     // The compactor (with a faster clock) has passed three windows beyond the target.
     rig.store
         .set_low_water(target.day, target.index + 3)
@@ -230,13 +230,14 @@ async fn stalling_rig() -> (Rig, Arc<StallingStore>) {
 async fn a_pointer_that_lands_after_its_window_ended_is_placed_again() {
     let (rig, stalling) = stalling_rig().await;
     let now = rig.now();
-    let first = rig.grid.next(rig.grid.window_of(now));
+    let first = rig.writer.first_window(now, now);
     // The pointer write takes two windows: it lands after `first` has ended.
     stalling.stall_next_pointer_write(2 * rig.grid.window_ms());
     let out = rig.enqueue("svc", "t1", 0).await;
     let after = rig.now();
     assert!(after >= rig.grid.end_ms(first));
-    let second = rig.grid.next(rig.grid.window_of(after));
+    // Placed again by the W+1 rule.
+    let second = rig.grid.target(after, now);
     assert_eq!(
         out.due_at_ms, now,
         "due when asked for, wherever it is placed"
@@ -350,7 +351,7 @@ async fn the_embedded_stores_calls_are_measured_by_store_and_method() {
 #[tokio::test]
 async fn a_succeeded_ack_whose_write_fails_leaves_its_delivery_as_it_was() {
     let (rig, stalling) = stalling_rig().await;
-    let window = rig.grid.next(rig.grid.window_of(rig.now()));
+    let window = rig.writer.first_window(rig.now(), rig.now());
     rig.enqueue("svc", "t1", 0).await;
     let mut sub = rig.subscribe("svc", 10).await;
     rig.clock
