@@ -45,7 +45,8 @@ async fn delivers_when_due_then_empties_the_directory() {
             .await
             .unwrap();
     }
-    c.enqueue_retry(req("other", "o1", 0)).await.unwrap();
+    // In the same window as svc's.
+    c.enqueue_retry(req("other", "o1", 1_500)).await.unwrap();
     let mut sub = subscribe(&n.channel, "svc", 100).await;
     // Due at 23:59:58.600, in window 23:59:58-23:59:59 (not readable by a scan before
     // 23:59:59.200): nothing before the due time, then every one from memory (the timer).
