@@ -370,6 +370,14 @@ impl Dispatcher {
                         .fetch_add(rows.len() as u64, Ordering::Relaxed);
                     for row in rows {
                         if !self.due_for_writer(window, &row.instance, now) {
+                            // A window of an older day that its writer has not closed yet (its
+                            // clock runs behind this node's): that day comes first all the
+                            // same, so the service's newer days wait for it, here and in the
+                            // timer.
+                            if day < today.day {
+                                held_at.entry(row.service.clone()).or_insert(day);
+                                waiting_at.entry(row.service.clone()).or_insert(day);
+                            }
                             continue;
                         }
                         let Some(lease) =
