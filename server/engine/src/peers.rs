@@ -5,12 +5,12 @@
 //! adds), and a node's lag relative to this one is the difference of the two.
 //!
 //! Windows, leases and orphan grace are all judged in some node's clock: a lease expires at
-//! the time its holder wrote, in the holder's clock; a writer keeps a retry in a window only if it
-//! was durable before the window's end by its own clock (invariant 1), so its window is
-//! closed to it only once its own clock says so. Clock sync
-//! keeps every node within the skew margin, which covers small differences; a node whose
-//! clock is off by more (clock sync turned off on a wrong clock) is handled by converting its
-//! times into this node's frame: `mine = theirs + lag`. Lags within half the skew margin
+//! the time its holder wrote, in the holder's clock; a writer keeps a retry in a window only
+//! if it was durable before the window's end by its own clock (invariant 1), so its window is
+//! closed to it only once its own clock says so. Clock sync keeps every node within the skew
+//! margin, which covers small differences; a node whose clock is off by more (clock sync
+//! turned off on a wrong clock) is handled by converting its times into this node's frame:
+//! `mine = theirs + lag`. Lags within half the skew margin
 //! count as zero, so the noise of a measurement never changes what a healthy cluster does.
 
 use std::{

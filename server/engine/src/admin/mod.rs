@@ -10,8 +10,8 @@
 //!   is stale (an older generation, or a state row already terminal). A pointer whose state
 //!   row may still land (younger than the orphan grace) or a retry scheduled at or after
 //!   `before` keeps the bucket. Tier-4 and Tier-3 rows are deleted only in windows closed to
-//!   writers (ended plus the skew margin: invariant 1), so no writer can add a bucket behind the delete; in
-//!   open windows the dispatcher removes the then-empty rows as usual.
+//!   writers (ended plus the skew margin: invariant 1), so no writer can add a bucket behind
+//!   the delete; in open windows the dispatcher removes the then-empty rows as usual.
 //! - `PurgeDeadLetters` deletes dead letters only (whole day partitions, or one range per
 //!   day); the retries themselves stay DEAD until their terminal TTL.
 //! - Redrive never deletes: a redriven letter is marked (`redriven_at`), so day partitions

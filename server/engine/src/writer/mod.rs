@@ -1,7 +1,7 @@
-//! The enqueue path (docs/architecture.md, "Data model" and "Invariants"):
-//! choose the window (the current one for a near-term retry, else by the W+1 rule), the lane by the transaction id, the bucket by an in-memory
-//! counter, write the directory rows once per key per process, then the Tier-5 pointer, then the
-//! state row.
+//! The enqueue path (docs/architecture.md, "Data model" and "Invariants"): choose the window
+//! (the current one for a near-term retry, else by the W+1 rule), the lane by the transaction
+//! id, the bucket by an in-memory counter, write the directory rows once per key per process,
+//! then the Tier-5 pointer, then the state row.
 //!
 //! Invariants kept here:
 //! - a pointer is written only after its directory rows are durable, and a state row only
