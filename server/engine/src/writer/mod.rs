@@ -67,7 +67,7 @@ pub struct WriterOptions {
 /// this write landed, to land its own, so that the state row read when the timer fires names
 /// the one live generation (docs/architecture.md, "Guarantees across nodes": one live retry per
 /// transaction). Only a retry due sooner than this after its enqueue waits for it.
-pub(crate) const SETTLE_MS: i64 = 500;
+const SETTLE_MS: i64 = 500;
 
 /// Placements of one schedule tried before giving up when every pointer landed late.
 const PLACEMENTS: usize = 3;

@@ -241,12 +241,9 @@ fn a_redriven_retry_is_delivered_again_from_its_first_attempt() {
     assert_eq!(kinds, vec!["duplicate delivery without a fault"]);
 }
 
-/// A SUCCEEDED ack that lost to a cancel does not make a later enqueue (a fresh start
-/// after the cancel) a violation; one that no cancel raced does.
-#[test]
-fn an_enqueue_after_a_succeeded_ack_is_refused_unless_a_cancel_won() {
-    let enqueue = enqueue(4_000, 4_005, 5_000, 2);
-    let delivery_again = at(
+/// The retry delivered again at 6 s (due at 5 s), after the race of `race`.
+fn delivery_again() -> Event {
+    at(
         6_000,
         6_001,
         Kind::Delivery {
@@ -258,7 +255,15 @@ fn an_enqueue_after_a_succeeded_ack_is_refused_unless_a_cancel_won() {
             due_ms: 5_000,
             deadline_ms: 36_000,
         },
-    );
+    )
+}
+
+/// A SUCCEEDED ack that lost to a cancel does not make a later enqueue (a fresh start
+/// after the cancel) a violation; one that no cancel raced does.
+#[test]
+fn an_enqueue_after_a_succeeded_ack_is_refused_unless_a_cancel_won() {
+    let enqueue = enqueue(4_000, 4_005, 5_000, 2);
+    let delivery_again = delivery_again();
     let mut h = race((3_010, 3_012), (3_000, 3_005));
     h.extend([enqueue.clone(), delivery_again.clone()]);
     assert_eq!(kinds(&h, pb::RetryStatus::Cancelled), Vec::<&str>::new());
@@ -277,19 +282,7 @@ fn an_enqueue_after_a_succeeded_ack_is_refused_unless_a_cancel_won() {
 #[test]
 fn a_fresh_start_after_a_cancel_that_beat_the_ack_may_be_delivered() {
     let fresh = enqueue(1_500, 2_900, 5_000, 2);
-    let delivery_again = at(
-        6_000,
-        6_001,
-        Kind::Delivery {
-            node: 1,
-            service: SVC.into(),
-            tx: TX.into(),
-            delivery_id: "d2".into(),
-            attempt: 1,
-            due_ms: 5_000,
-            deadline_ms: 36_000,
-        },
-    );
+    let delivery_again = delivery_again();
     let mut h = race((3_010, 3_012), (1_000, 2_800));
     h.extend([fresh.clone(), delivery_again.clone()]);
     assert_eq!(kinds(&h, pb::RetryStatus::Succeeded), Vec::<&str>::new());
