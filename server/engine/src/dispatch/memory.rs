@@ -109,10 +109,14 @@ impl Dispatcher {
                 };
                 match self.offer(service, state, &keep, claim, done).await {
                     Offered::Delivered => {
+                        self.touched_by_timer(service, &entry.location);
                         self.timer_fired.fetch_add(1, Ordering::Relaxed);
                         metrics::metrics().timer("delivered", 1);
                     }
-                    Offered::Resolved => metrics::metrics().timer("resolved", 1),
+                    Offered::Resolved => {
+                        self.touched_by_timer(service, &entry.location);
+                        metrics::metrics().timer("resolved", 1);
+                    }
                     // Left to the scan of its window.
                     Offered::Kept | Offered::Abandoned => self.left_to_scan(1),
                 }
@@ -222,6 +226,7 @@ impl Dispatcher {
                 Some(s) if s.generation >= entry.generation => {
                     claim.resolved();
                     let _ = done.send(());
+                    self.touched_by_timer(service, &entry.location);
                     metrics::metrics().timer("resolved", 1);
                 }
                 // No row (purged): the scan judges it.

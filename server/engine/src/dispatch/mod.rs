@@ -113,6 +113,13 @@ pub struct Dispatcher {
     held_days: Mutex<std::collections::HashMap<String, i32>>,
     timer_fired: AtomicU64,
     timer_left: AtomicU64,
+    /// Instances (window, service, instance) in which the timer resolved or delivered a
+    /// retry, until a scan works them (at most `TIMER_TOUCHED_REMEMBERED`). A scan sweeps
+    /// these even when no executor is subscribed, so that what the timer delivered before
+    /// the last executor left does not stay in the directory (and in the counts of pending
+    /// retries) until one subscribes again; other instances of a service with no
+    /// subscriber are not read.
+    timer_touched: Mutex<HashSet<(WindowId, String, String)>>,
 }
 
 /// How often a scan rereads which years hold a day.
@@ -126,6 +133,10 @@ const FEED_READ_CHUNK: usize = 64;
 
 /// Pointers the timer resolved that the scan may skip unread (`Claims`).
 const RESOLVED_REMEMBERED: usize = 32_768;
+
+/// Instances the timer worked that a scan sweeps without a subscriber (`timer_touched`).
+/// Past it, an instance waits for a subscriber as any other does.
+const TIMER_TOUCHED_REMEMBERED: usize = 4_096;
 
 impl Dispatcher {
     #[allow(clippy::too_many_arguments)]
@@ -147,6 +158,7 @@ impl Dispatcher {
             held_days: Mutex::new(Default::default()),
             timer_fired: AtomicU64::new(0),
             timer_left: AtomicU64::new(0),
+            timer_touched: Mutex::new(HashSet::new()),
             services,
             holds,
             grid: writer.grid(),
@@ -273,6 +285,19 @@ impl Dispatcher {
         self.feeding.lock().expect("feeding lock").remove(key);
         if self.held_back.swap(false, Ordering::Relaxed) {
             self.rescan.notify_one();
+        }
+    }
+
+    /// Notes that the timer resolved or delivered a retry of `location`'s instance: a scan
+    /// sweeps it even with no subscriber (`timer_touched`).
+    fn touched_by_timer(&self, service: &str, location: &Location) {
+        let mut touched = self.timer_touched.lock().expect("touched lock");
+        if touched.len() < TIMER_TOUCHED_REMEMBERED {
+            touched.insert((
+                location.window,
+                service.to_string(),
+                location.instance.clone(),
+            ));
         }
     }
 
@@ -435,13 +460,22 @@ impl Dispatcher {
     }
 
     fn maybe_start(self: &Arc<Self>, window: WindowId, row: InstanceRow, lease: Lease) -> Start {
-        if !self.hub.has_subscriber(&row.service) {
+        let key = (window, row.service.clone(), row.instance.clone());
+        // Without a subscriber, only an instance the timer worked is read, and only swept:
+        // its resolved buckets deleted, up to its first live retry.
+        let sweep = !self.hub.has_subscriber(&row.service);
+        if sweep
+            && !self
+                .timer_touched
+                .lock()
+                .expect("touched lock")
+                .contains(&key)
+        {
             return Start::NoSubscriber;
         }
         if self.services.is_paused(&row.service) {
             return Start::Paused;
         }
-        let key = (window, row.service.clone(), row.instance.clone());
         {
             let mut active = self.active.lock().expect("active lock");
             let mut feeding = self.feeding.lock().expect("feeding lock");
@@ -465,12 +499,16 @@ impl Dispatcher {
             }
             active.insert(key.clone());
             feeding.insert(key.clone());
+            self.timer_touched
+                .lock()
+                .expect("touched lock")
+                .remove(&key);
         }
         let this = self.clone();
         let worker = {
             let key = key.clone();
             async move {
-                if let Err(e) = this.work_instance(window, &row, &lease).await {
+                if let Err(e) = this.work_instance(window, &row, &lease, sweep).await {
                     tracing::warn!(error = %e, service = %row.service, instance = %row.instance, "instance worker stopped, will resume on a later scan");
                 }
                 this.fed(&key);
@@ -489,12 +527,14 @@ impl Dispatcher {
     /// Delivers every bucket of one instance in one window, deleting each once all of its
     /// pointers are resolved, then the instance's Tier-3 row when no bucket is left. Buckets
     /// are fed one after another without waiting for the previous one's acks, so slow acks
-    /// on one bucket do not stall the next.
+    /// on one bucket do not stall the next. A `sweep` delivers nothing: it stops at the
+    /// first live retry, having deleted the buckets before it that were all resolved.
     async fn work_instance(
         self: &Arc<Self>,
         window: WindowId,
         row: &InstanceRow,
         lease: &Lease,
+        sweep: bool,
     ) -> Result<(), Error> {
         let buckets = Walk(&*self.store).buckets(window, row).await?;
         let mut draining = FuturesUnordered::new();
@@ -507,22 +547,15 @@ impl Dispatcher {
             };
             // A storage error abandons the instance but still waits below for what is in
             // flight, so that no later worker delivers those items a second time.
-            let (feed, mut pending) = match self.feed_bucket(&row.service, &loc, lease).await {
+            let (feed, pending) = match self.feed_bucket(&row.service, &loc, lease, sweep).await {
                 Ok(x) => x,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read a bucket; it will be replayed");
-                    (Feed::Abandoned, FuturesUnordered::new())
+                    (Feed::Abandoned, Outstanding::default())
                 }
             };
             let fed = feed == Feed::Whole;
-            draining.push(async move {
-                let mut resolved = true;
-                while let Some(r) = pending.next().await {
-                    // Dropped unresolved: the node is stopping.
-                    resolved &= r.is_ok();
-                }
-                (loc, fed && resolved)
-            });
+            draining.push(async move { (loc, pending.settled().await && fed) });
             while let Some(Some((loc, ok))) = draining.next().now_or_never() {
                 all_done &= self.finish_bucket(&row.service, &loc, ok, lease).await;
             }
@@ -590,7 +623,8 @@ impl Dispatcher {
         service: &str,
         loc: &Location,
         lease: &Lease,
-    ) -> Result<(Feed, FuturesUnordered<Done>), Error> {
+        sweep: bool,
+    ) -> Result<(Feed, Outstanding), Error> {
         let writer_lag = self.writer_lag(&loc.instance);
         let store = self.store.clone();
         let claims = self.claims.clone();
@@ -642,7 +676,7 @@ impl Dispatcher {
                 Ok(items) => stream::iter(items.into_iter().map(Ok).collect::<Vec<_>>()),
                 Err(e) => stream::iter(vec![Err(e)]),
             });
-        let pending = FuturesUnordered::new();
+        let mut pending = Outstanding::default();
         // Feeding goes on while the lease holds and the service is not paused; a pause
         // abandons the bucket (replayed after the resume), deliveries in flight may finish.
         let keep = {
@@ -682,6 +716,9 @@ impl Dispatcher {
                     // Stale or already resolved (the execution marker), or a failed enqueue.
                     PointerState::Stale | PointerState::Orphan => continue,
                 };
+            if sweep {
+                return Ok((Feed::Abandoned, pending));
+            }
             let (guard, done_tx) = claim;
             let done = guard.done();
             match self.offer(service, state, &keep, guard, done_tx).await {
@@ -834,6 +871,41 @@ enum Start {
     Waiting,
 }
 
+/// The resolutions a fed bucket waits for. Each is reaped as soon as it has come, so the set
+/// holds only the unresolved ones (about what is in flight) rather than one per pointer of
+/// the bucket: with 50,000-pointer buckets the latter was most of the node's memory at a
+/// million-item drain.
+#[derive(Default)]
+struct Outstanding {
+    pending: FuturesUnordered<Done>,
+    /// Whether one was dropped unresolved (the node is stopping).
+    dropped: bool,
+}
+
+impl Outstanding {
+    fn push(&mut self, done: Done) {
+        self.pending.push(done);
+        // Polls what is ready without waiting; the rest is polled again in `settled`. Outside
+        // tokio's cooperative budget: once a task has spent it, a ready oneshot reads as
+        // pending until the task yields, and a bucket is often fed without yielding.
+        while let Some(Some(r)) = tokio::task::unconstrained(self.pending.next()).now_or_never() {
+            self.reap(r.is_ok());
+        }
+    }
+
+    fn reap(&mut self, resolved: bool) {
+        self.dropped |= !resolved;
+    }
+
+    /// Waits for the rest; true when every one was resolved.
+    async fn settled(mut self) -> bool {
+        while let Some(r) = self.pending.next().await {
+            self.reap(r.is_ok());
+        }
+        !self.dropped
+    }
+}
+
 /// How feeding a bucket ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Feed {
@@ -843,4 +915,51 @@ enum Feed {
     Partial,
     /// Lease lost, node stopping or a storage error: stop this instance.
     Abandoned,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done() -> (oneshot::Sender<()>, Done) {
+        let (tx, rx) = oneshot::channel();
+        (tx, rx.shared())
+    }
+
+    #[tokio::test]
+    async fn a_fed_bucket_holds_only_its_unresolved_resolutions() {
+        let mut out = Outstanding::default();
+        let mut open = Vec::new();
+        for i in 0..10_000 {
+            let (tx, d) = done();
+            out.push(d);
+            if i % 1_000 == 0 {
+                open.push(tx);
+            } else {
+                let _ = tx.send(());
+            }
+        }
+        // Each resolved one is reaped by the pushes after it, however long the bucket.
+        assert!(
+            out.pending.len() <= open.len() + 1,
+            "{} held",
+            out.pending.len()
+        );
+        for tx in open {
+            let _ = tx.send(());
+        }
+        assert!(out.settled().await);
+    }
+
+    #[tokio::test]
+    async fn one_dropped_unresolved_keeps_the_bucket() {
+        let mut out = Outstanding::default();
+        let (tx, d) = done();
+        out.push(d);
+        drop(tx);
+        let (tx, d) = done();
+        out.push(d);
+        let _ = tx.send(());
+        assert!(!out.settled().await);
+    }
 }

@@ -225,3 +225,71 @@ async fn a_retry_placed_in_the_next_day_is_delivered_from_memory_after_the_day_w
     assert_eq!(d.transaction_id, "tomorrow");
     assert!(rig.now() < readable_at(&rig, w), "from memory");
 }
+
+#[tokio::test]
+async fn what_the_timer_delivered_leaves_the_directory_after_the_last_executor_left() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let out = rig.enqueue("svc", "t1", 600).await;
+    let w = rig.location("svc", "t1").await.window;
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.clock.set(out.due_at_ms);
+    rig.dispatcher.fire_due();
+    let d = expect_delivery(&mut sub).await;
+    rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    drop(sub);
+    // No executor when its window is read: the bucket goes all the same, rather than staying
+    // (and counting as pending) until one subscribes.
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    eventually("the bucket to be deleted", || window_is_empty(&rig, w)).await;
+}
+
+#[tokio::test]
+async fn a_sweep_without_executors_keeps_the_retries_the_timer_did_not_deliver() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let ids: Vec<String> = (0..6).map(|i| format!("t{i}")).collect();
+    // The even ones due at .700 (delivered from memory), the odd ones at .900 (after the
+    // executor left): one window, several buckets of both.
+    let mut due = Vec::new();
+    for (i, t) in ids.iter().enumerate() {
+        due.push(
+            rig.enqueue("svc", t, if i % 2 == 0 { 600 } else { 800 })
+                .await,
+        );
+    }
+    let w = rig.location("svc", "t0").await.window;
+    for t in &ids {
+        assert_eq!(rig.location("svc", t).await.window, w);
+    }
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.clock.set(due[0].due_at_ms);
+    rig.dispatcher.fire_due();
+    for _ in 0..3 {
+        let d = expect_delivery(&mut sub).await;
+        rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    }
+    drop(sub);
+    rig.clock.set(due[1].due_at_ms);
+    rig.dispatcher.fire_due();
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    rig.scan().await;
+    assert!(
+        !window_is_empty(&rig, w).await,
+        "a live retry's bucket was deleted"
+    );
+    // An executor comes back: the three not delivered arrive, once each.
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.scan().await;
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let d = expect_delivery(&mut sub).await;
+        got.push(d.transaction_id.clone());
+        rig.ack(&d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    }
+    got.sort();
+    assert_eq!(got, ["t1", "t3", "t5"]);
+    assert!(next_delivery(&mut sub, 50).await.is_none(), "twice");
+    rig.scan().await;
+    eventually("the window to be emptied", || window_is_empty(&rig, w)).await;
+}
