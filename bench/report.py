@@ -292,13 +292,12 @@ def markdown(docs: list[dict]) -> str:
             bits.append(f"directory compacted {fmt_ms(num(d, 'compaction_s_after_drain'))} s after the drain")
         n, secs, floor = num(d, "drain.n"), num(d, "drain.seconds"), num(d, "drain.w1_floor_s")
         if None not in (n, secs, floor):
-            bit = (f"drain took {fmt_ms(secs)} s; the window of its last retry was readable "
-                   f"{fmt_ms(floor)} s after its start (W+1), so no drain of it could exceed "
-                   f"{fmt_int(n / max(floor, 0.001))}/s")
+            bit = (f"drain took {fmt_ms(secs)} s; the window of its retries was readable "
+                   f"{fmt_ms(floor)} s after T (its end plus the margin)")
             by_floor = num(d, "drain.acked_at_w1_floor")
             if by_floor is not None:
-                bit += (f"; {fmt_int(by_floor)} were acked by then, the rest at "
-                        f"{fmt_int((n - by_floor) / max(secs - floor, 0.001))}/s")
+                bit += (f"; {fmt_int(by_floor)} were acked by then (from the timer's memory), "
+                        f"the rest at {fmt_int((n - by_floor) / max(secs - floor, 0.001))}/s")
             bits.append(bit)
         if get(d, "steady") is not None:
             bits.append(

@@ -71,8 +71,9 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
             t_ms - inserts_end_ms
         );
     }
-    // The W+1 rule (docs/architecture.md, invariant 1): the window of T is read once it has
-    // ended plus the skew margin; no retry of it can be delivered before then.
+    // The window of T is read by the scan once it has ended plus the skew margin
+    // (docs/architecture.md, invariant 1); before then, only the timer delivers (from memory,
+    // at most its entries).
     let window_seconds: u32 = a.get("window-seconds", 1)?;
     if window_seconds == 0 || 86_400 % window_seconds != 0 {
         bail!("--window-seconds must divide 86400");
@@ -181,8 +182,8 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
                 ("acked_per_sec", J::N(drain_ops)),
                 ("n", J::N(drained as f64)),
                 ("seconds", J::N(drain_secs)),
-                // From T to when T's window became readable: no drain of these retries
-                // could end sooner.
+                // From T to when T's window became readable by the scan (the field keeps its
+                // name from the W+1 days); what was acked by then came from the timer.
                 ("w1_floor_s", J::N(w1_floor_s)),
                 ("acked_at_w1_floor", J::N(acked_at_floor as f64)),
                 (
