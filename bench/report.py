@@ -295,7 +295,9 @@ def markdown(docs: list[dict]) -> str:
             bit = (f"drain took {fmt_ms(secs)} s; the window of its retries was readable "
                    f"{fmt_ms(floor)} s after T (its end plus the margin)")
             by_floor = num(d, "drain.acked_at_w1_floor")
-            if by_floor is not None:
+            if by_floor is not None and by_floor >= n:
+                bit += f"; all {fmt_int(n)} were acked by then, from the timer's memory"
+            elif by_floor is not None:
                 bit += (f"; {fmt_int(by_floor)} were acked by then (from the timer's memory), "
                         f"the rest at {fmt_int((n - by_floor) / max(secs - floor, 0.001))}/s")
             bits.append(bit)
