@@ -106,7 +106,7 @@ pub async fn states(n: &TestNode) -> StateMap {
 
 /// The `body` cell of a state row, decoded.
 pub fn body_of(bytes: &[u8]) -> rebound_store::body::Body {
-    rebound_store::body::Body::decode_stored(bytes, "test row").unwrap()
+    rebound_store::body::Body::decode_stored(bytes, "test", "row").unwrap()
 }
 
 pub fn cql_date(days_since_epoch: i32) -> CqlDate {

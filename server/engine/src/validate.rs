@@ -324,7 +324,10 @@ pub fn ack_outcome(
     max_delay: Duration,
     prefix: &str,
 ) -> Result<AttemptOutcome, Error> {
-    delivery_id(&format!("{prefix}delivery_id"), &r.delivery_id)?;
+    // The field's name is made only for an error: an ack costs no allocation here.
+    if delivery_id("", &r.delivery_id).is_err() {
+        delivery_id(&format!("{prefix}delivery_id"), &r.delivery_id)?;
+    }
     if r.error.len() > MAX_LAST_ERROR_BYTES {
         return Err(Error::invalid(
             format!("{prefix}error"),

@@ -574,8 +574,11 @@ struct BodyRow {
 impl BodyRow {
     fn into_state(self, service: &str, transaction_id: &str) -> StoreResult<TxState> {
         let status = parse_status(self.status, service, transaction_id)?;
-        let what = format!("{service}/{transaction_id}");
-        let body = Body::decode_stored(self.body.as_deref().unwrap_or_default(), &what)?;
+        let body = Body::decode_stored(
+            self.body.as_deref().unwrap_or_default(),
+            service,
+            transaction_id,
+        )?;
         Ok(body.into_state(
             service,
             transaction_id,

@@ -146,7 +146,7 @@ fn read_state(
     })?;
     let generation = d.i64()?;
     let payload = d.bytes()?;
-    let body = Body::decode_stored(&d.bytes()?, &format!("{service}/{id}"))?;
+    let body = Body::decode_stored(&d.bytes()?, service, id)?;
     let written = written_of(&mut d)?;
     Ok(Some(body.into_state(
         service,

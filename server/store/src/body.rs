@@ -278,10 +278,13 @@ impl Body {
         .apply_settled()
     }
 
-    /// Decodes a stored body; `what` names the row in the error.
-    pub fn decode_stored(bytes: &[u8], what: &str) -> StoreResult<Self> {
-        Body::decode(bytes)
-            .map_err(|e| StoreError::Internal(format!("state row {what} has a bad body: {e}")))
+    /// Decodes a stored body; the error names the row (formatted only then).
+    pub fn decode_stored(bytes: &[u8], service: &str, transaction_id: &str) -> StoreResult<Self> {
+        Body::decode(bytes).map_err(|e| {
+            StoreError::Internal(format!(
+                "state row {service}/{transaction_id} has a bad body: {e}"
+            ))
+        })
     }
 
     /// The policy, or the node default when the body has none (never written that way).
@@ -331,9 +334,9 @@ mod tests {
             ..Default::default()
         };
         let bytes = body.encode_to_vec();
-        let mut back = Body::decode_stored(&bytes, "s/t").unwrap();
+        let mut back = Body::decode_stored(&bytes, "s", "t").unwrap();
         assert_eq!(back, body);
         assert_eq!(back.policy_or_default(), body.policy_or_default());
-        assert!(Body::decode_stored(&[0xff, 0xff, 0xff], "s/t").is_err());
+        assert!(Body::decode_stored(&[0xff, 0xff, 0xff], "s", "t").is_err());
     }
 }

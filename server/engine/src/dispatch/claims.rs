@@ -34,19 +34,47 @@ pub enum By {
     Scan,
 }
 
+/// The resolution of a claim, made shareable only once a second waiter asks for it: most
+/// claims are resolved with nobody else waiting, and a `Shared` costs two allocations more
+/// than the oneshot it wraps.
+#[derive(Debug)]
+enum Resolution {
+    Alone(oneshot::Receiver<()>),
+    Shared(Done),
+    /// Between the two, for the moment of the swap.
+    Swapping,
+}
+
+impl Resolution {
+    fn shared(&mut self) -> Done {
+        if let Resolution::Shared(d) = self {
+            return d.clone();
+        }
+        let Resolution::Alone(rx) = std::mem::replace(self, Resolution::Swapping) else {
+            unreachable!("a resolution is swapped under the claims' lock only")
+        };
+        let done = rx.shared();
+        *self = Resolution::Shared(done.clone());
+        done
+    }
+}
+
 #[derive(Debug)]
 struct Held {
     id: u64,
     by: By,
-    done: Done,
+    resolution: Resolution,
 }
+
+/// One allocation per claim: the maps and the guard share it.
+type SharedKey = Arc<Key>;
 
 #[derive(Debug, Default)]
 struct Inner {
-    held: HashMap<Key, Held>,
+    held: HashMap<SharedKey, Held>,
     /// Pointers the timer resolved, and the order they were, oldest first.
-    resolved: HashSet<Key>,
-    order: VecDeque<Key>,
+    resolved: HashSet<SharedKey>,
+    order: VecDeque<SharedKey>,
 }
 
 /// The claims of one node's dispatcher.
@@ -71,26 +99,26 @@ impl Claims {
         self.inner.lock().expect("claims lock")
     }
 
-    /// Claims `key` for `by`; the returned sender resolves the claim's `Done` (its receiver is
-    /// what another path waits on). Err with the holder's path and `Done` when it is claimed.
+    /// Claims `key` for `by`; the returned sender resolves the claim's `Done` (what another
+    /// path waits on). Err with the holder's path and `Done` when it is claimed.
     pub fn claim(
         self: &Arc<Self>,
         key: Key,
         by: By,
     ) -> Result<(ClaimGuard, oneshot::Sender<()>), (By, Done)> {
         let mut inner = self.lock();
-        if let Some(h) = inner.held.get(&key) {
-            return Err((h.by, h.done.clone()));
+        if let Some(h) = inner.held.get_mut(&key) {
+            return Err((h.by, h.resolution.shared()));
         }
         let (tx, rx) = oneshot::channel();
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
-        let done = rx.shared();
+        let key = Arc::new(key);
         inner.held.insert(
             key.clone(),
             Held {
                 id,
                 by,
-                done: done.clone(),
+                resolution: Resolution::Alone(rx),
             },
         );
         Ok((
@@ -99,7 +127,6 @@ impl Claims {
                 key,
                 id,
                 by,
-                done,
                 resolved: false,
             },
             tx,
@@ -121,10 +148,19 @@ impl Claims {
         (inner.held.len(), inner.resolved.len())
     }
 
-    fn release(&self, key: &Key, id: u64, resolved: bool) {
+    fn done(&self, key: &Key, id: u64) -> Option<Done> {
         let mut inner = self.lock();
-        if inner.held.get(key).is_some_and(|h| h.id == id) {
-            inner.held.remove(key);
+        inner
+            .held
+            .get_mut(key)
+            .filter(|h| h.id == id)
+            .map(|h| h.resolution.shared())
+    }
+
+    fn release(&self, key: &SharedKey, id: u64, resolved: bool) {
+        let mut inner = self.lock();
+        if inner.held.get(&**key).is_some_and(|h| h.id == id) {
+            inner.held.remove(&**key);
         }
         if !resolved || self.max_resolved == 0 {
             return;
@@ -134,7 +170,7 @@ impl Claims {
             let Some(k) = inner.order.pop_front() else {
                 break;
             };
-            inner.resolved.remove(&k);
+            inner.resolved.remove(&*k);
         }
         if inner.resolved.insert(key.clone()) {
             inner.order.push_back(key.clone());
@@ -147,10 +183,9 @@ impl Claims {
 #[derive(Debug)]
 pub struct ClaimGuard {
     claims: Arc<Claims>,
-    key: Key,
+    key: SharedKey,
     id: u64,
     by: By,
-    done: Done,
     /// Set by `resolved` for the timer's claims: remember the pointer as stale.
     resolved: bool,
 }
@@ -168,7 +203,9 @@ impl ClaimGuard {
 
     /// What resolves with the claimed work (the receiver of `claim`'s sender).
     pub fn done(&self) -> Done {
-        self.done.clone()
+        self.claims
+            .done(&self.key, self.id)
+            .expect("a claim is held while its guard lives")
     }
 }
 

@@ -95,31 +95,38 @@ impl Dispatcher {
         })
         .boxed();
         while let Some(items) = chunks.next().await {
+            // Counted once a chunk (a metric's labels are looked up at each count).
+            let (mut delivered, mut resolved, mut left) = (0, 0, 0);
             for (entry, lease, state, (claim, done)) in items {
-                let keep = {
-                    let this = self.clone();
-                    let give_up = self.timer_gives_up_at(&entry);
-                    let svc = service.to_string();
-                    move || {
-                        this.fenced(&lease)
-                            && !this.services.is_paused(&svc)
-                            && this.hub.has_subscriber(&svc)
-                            && this.timer_now() < give_up
-                    }
+                let give_up = self.timer_gives_up_at(&entry);
+                let keep = || {
+                    self.fenced(&lease)
+                        && !self.services.is_paused(service)
+                        && self.hub.has_subscriber(service)
+                        && self.timer_now() < give_up
                 };
                 match self.offer(service, state, &keep, claim, done).await {
                     Offered::Delivered => {
                         self.touched_by_timer(service, &entry.location);
-                        self.timer_fired.fetch_add(1, Ordering::Relaxed);
-                        metrics::metrics().timer("delivered", 1);
+                        delivered += 1;
                     }
                     Offered::Resolved => {
                         self.touched_by_timer(service, &entry.location);
-                        metrics::metrics().timer("resolved", 1);
+                        resolved += 1;
                     }
                     // Left to the scan of its window.
-                    Offered::Kept | Offered::Abandoned => self.left_to_scan(1),
+                    Offered::Kept | Offered::Abandoned => left += 1,
                 }
+            }
+            if delivered > 0 {
+                self.timer_fired.fetch_add(delivered, Ordering::Relaxed);
+                metrics::metrics().timer("delivered", delivered);
+            }
+            if resolved > 0 {
+                metrics::metrics().timer("resolved", resolved);
+            }
+            if left > 0 {
+                self.left_to_scan(left);
             }
         }
     }

@@ -20,6 +20,7 @@ mod gates;
 pub mod hub;
 mod memory;
 mod outstanding;
+mod touched;
 
 use std::{
     collections::HashSet,
@@ -55,6 +56,7 @@ use rebound_store::{
     clock::SharedClock, window::WindowId, DispatchStore, InstanceRow, Location, PointerState,
     TokenRange, TxState,
 };
+use touched::Touched;
 
 /// Dispatch settings (`engine::Settings::options` derives them).
 #[derive(Debug, Clone)]
@@ -121,7 +123,7 @@ pub struct Dispatcher {
     /// the last executor left does not stay in the directory (and in the counts of pending
     /// retries) until one subscribes again; other instances of a service with no
     /// subscriber are not read.
-    timer_touched: Mutex<HashSet<(WindowId, String, String)>>,
+    timer_touched: Mutex<Touched>,
 }
 
 /// How often a scan rereads which years hold a day.
@@ -160,7 +162,7 @@ impl Dispatcher {
             held_days: Mutex::new(Default::default()),
             timer_fired: AtomicU64::new(0),
             timer_left: AtomicU64::new(0),
-            timer_touched: Mutex::new(HashSet::new()),
+            timer_touched: Mutex::new(Touched::default()),
             services,
             holds,
             grid: writer.grid(),
@@ -293,14 +295,12 @@ impl Dispatcher {
     /// Notes that the timer resolved or delivered a retry of `location`'s instance: a scan
     /// sweeps it even with no subscriber (`timer_touched`).
     fn touched_by_timer(&self, service: &str, location: &Location) {
-        let mut touched = self.timer_touched.lock().expect("touched lock");
-        if touched.len() < TIMER_TOUCHED_REMEMBERED {
-            touched.insert((
-                location.window,
-                service.to_string(),
-                location.instance.clone(),
-            ));
-        }
+        self.timer_touched.lock().expect("touched lock").note(
+            TIMER_TOUCHED_REMEMBERED,
+            location.window,
+            service,
+            &location.instance,
+        );
     }
 
     /// How long the scanner waits: the scan interval, or less when a window becomes readable
@@ -467,11 +467,11 @@ impl Dispatcher {
         // its resolved buckets deleted, up to its first live retry.
         let sweep = !self.hub.has_subscriber(&row.service);
         if sweep
-            && !self
-                .timer_touched
-                .lock()
-                .expect("touched lock")
-                .contains(&key)
+            && !self.timer_touched.lock().expect("touched lock").contains(
+                window,
+                &row.service,
+                &row.instance,
+            )
         {
             return Start::NoSubscriber;
         }
@@ -501,10 +501,11 @@ impl Dispatcher {
             }
             active.insert(key.clone());
             feeding.insert(key.clone());
-            self.timer_touched
-                .lock()
-                .expect("touched lock")
-                .remove(&key);
+            self.timer_touched.lock().expect("touched lock").remove(
+                window,
+                &row.service,
+                &row.instance,
+            );
         }
         let this = self.clone();
         let worker = {
