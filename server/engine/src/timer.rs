@@ -41,6 +41,8 @@ pub struct Entry {
     pub location: Location,
     /// The token of the pointer's lane (`token::instance_token`): which lease covers it.
     pub token: i64,
+    /// The size of its payload, which its delivery reads back: what a take is bounded by.
+    pub payload_bytes: usize,
 }
 
 /// The timer's size, as the metrics show it.
@@ -237,10 +239,17 @@ impl Timer {
         due
     }
 
-    /// Up to `max` entries of `service` due at `now_ms`, earliest first, out of the timer. Empty
-    /// when none is due, and then the service's firing task ends.
-    pub fn take_due(&self, service: &str, now_ms: i64, max: usize) -> Vec<Entry> {
-        let out = self.take_due_locked(service, now_ms, max);
+    /// Up to `max` entries of `service` due at `now_ms`, earliest first, out of the timer, and
+    /// no more than `max_payload_bytes` of payloads unless the first alone is. Empty when none
+    /// is due, and then the service's firing task ends.
+    pub fn take_due(
+        &self,
+        service: &str,
+        now_ms: i64,
+        max: usize,
+        max_payload_bytes: usize,
+    ) -> Vec<Entry> {
+        let out = self.take_due_locked(service, now_ms, max, max_payload_bytes);
         if out.is_empty() {
             // The loop left this service to its firing task, which ends here: the loop must
             // look at its next entry again (it may be due before the loop planned to wake).
@@ -249,14 +258,25 @@ impl Timer {
         out
     }
 
-    fn take_due_locked(&self, service: &str, now_ms: i64, max: usize) -> Vec<Entry> {
+    fn take_due_locked(
+        &self,
+        service: &str,
+        now_ms: i64,
+        max: usize,
+        max_payload_bytes: usize,
+    ) -> Vec<Entry> {
         let mut inner = self.lock();
         let inner = &mut *inner;
         let mut out = Vec::new();
+        let mut payload_bytes = 0;
         if let Some(m) = inner.services.get_mut(service) {
             while out.len() < max {
                 let Some(first) = m.first_entry() else { break };
                 if first.key().0 > now_ms {
+                    break;
+                }
+                payload_bytes += first.get().payload_bytes;
+                if payload_bytes > max_payload_bytes && !out.is_empty() {
                     break;
                 }
                 let e = first.remove();
@@ -309,6 +329,7 @@ mod tests {
                 bucket: 0,
             },
             token: 0,
+            payload_bytes: 10,
         }
     }
 
@@ -335,16 +356,31 @@ mod tests {
         // A firing service is not offered twice, nor counted for the next wake.
         assert!(t.start_firing(150).is_empty());
         assert_eq!(t.next_due(), Some(200));
-        let got = t.take_due("a", 150, 10);
+        let got = t.take_due("a", 150, 10, 1 << 20);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].transaction_id, "y");
-        assert!(t.take_due("a", 150, 10).is_empty());
+        assert!(t.take_due("a", 150, 10, 1 << 20).is_empty());
         assert_eq!(t.next_due(), Some(200));
         let mut fired = t.start_firing(400);
         fired.sort();
         assert_eq!(fired, vec!["a".to_string(), "b".to_string()]);
-        assert_eq!(t.take_due("a", 400, 10)[0].transaction_id, "x");
+        assert_eq!(t.take_due("a", 400, 10, 1 << 20)[0].transaction_id, "x");
         assert_eq!(t.size().0, 1);
+    }
+
+    #[test]
+    fn a_take_is_bounded_in_payload_bytes_but_always_takes_one() {
+        let t = timer(10, 1 << 20);
+        for id in ["x", "y", "z"] {
+            t.arm(entry("a", id, 1), 0).unwrap();
+        }
+        assert_eq!(
+            t.take_due("a", 5, 10, 5).len(),
+            1,
+            "the first alone is over"
+        );
+        assert_eq!(t.take_due("a", 5, 10, 20).len(), 2);
+        assert!(t.take_due("a", 5, 10, 20).is_empty());
     }
 
     #[test]

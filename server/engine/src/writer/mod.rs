@@ -540,6 +540,7 @@ impl Writer {
                 due_ms: state.due_at_ms.max(now + SETTLE_MS),
                 location,
                 token,
+                payload_bytes: state.payload.len(),
             },
             now,
         );

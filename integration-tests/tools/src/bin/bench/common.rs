@@ -311,6 +311,10 @@ pub(crate) fn executors(
         .collect()
 }
 
+/// AckBatch calls made so far by every stream of the harness (acks per call is how well the
+/// deliveries came in bursts: each call costs the executor, the node and Cassandra the same).
+pub(crate) static ACK_CALLS: AtomicUsize = AtomicUsize::new(0);
+
 /// Sends the queued acks of one stream as AckBatch calls and counts those answered OK.
 pub(crate) async fn ack_batches(
     ex: ExecutorServiceClient<Channel>,
@@ -337,6 +341,7 @@ pub(crate) async fn ack_batches(
         }
         let mut ex = ex.clone();
         let acked = acked.clone();
+        ACK_CALLS.fetch_add(1, Ordering::Relaxed);
         calls.spawn(async move {
             let acks = ids
                 .into_iter()

@@ -95,6 +95,7 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
     tokio::time::sleep(Duration::from_millis((t_ms - now_ms()).max(0) as u64)).await;
     eprintln!("rebound: draining {n}, all due at T (now), with 4 no-op streams x 500");
     let before = meter.read().await;
+    let ack_calls_before = ACK_CALLS.load(Ordering::Relaxed);
     let w1_floor_s = (readable_ms - t_ms).max(0) as f64 / 1000.0;
     // How many were acked by the time the window of T became readable.
     let at_floor = {
@@ -109,6 +110,7 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
     let drained = acked.load(Ordering::Relaxed);
     let drain_ops = drained as f64 / drain_secs;
     let drain_cost = meter.per_item(before, drained).await;
+    let ack_calls = ACK_CALLS.load(Ordering::Relaxed) - ack_calls_before;
     let late = percentiles(drain_late.lock().expect("lateness").clone());
 
     eprintln!("rebound: the drain is done; the single enqueues' retries are acked untimed");
@@ -182,6 +184,10 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
                 ("acked_per_sec", J::N(drain_ops)),
                 ("n", J::N(drained as f64)),
                 ("seconds", J::N(drain_secs)),
+                (
+                    "acks_per_call",
+                    J::N(drained as f64 / ack_calls.max(1) as f64),
+                ),
                 // From T to when T's window became readable by the scan (the field keeps its
                 // name from the W+1 days); what was acked by then came from the timer.
                 ("w1_floor_s", J::N(w1_floor_s)),
