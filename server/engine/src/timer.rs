@@ -249,49 +249,40 @@ impl Timer {
         max: usize,
         max_payload_bytes: usize,
     ) -> Vec<Entry> {
-        let out = self.take_due_locked(service, now_ms, max, max_payload_bytes);
+        let mut out = Vec::new();
+        {
+            let mut inner = self.lock();
+            let inner = &mut *inner;
+            let mut payload_bytes = 0;
+            if let Some(m) = inner.services.get_mut(service) {
+                while out.len() < max {
+                    let Some(first) = m.first_entry() else { break };
+                    if first.key().0 > now_ms {
+                        break;
+                    }
+                    payload_bytes += first.get().payload_bytes;
+                    if payload_bytes > max_payload_bytes && !out.is_empty() {
+                        break;
+                    }
+                    let e = first.remove();
+                    inner.count -= 1;
+                    inner.bytes -= entry_bytes(&e);
+                    out.push(e);
+                }
+                if m.is_empty() {
+                    inner.services.remove(service);
+                }
+            }
+            if out.is_empty() {
+                inner.firing.remove(service);
+            } else {
+                gauges(inner);
+            }
+        }
         if out.is_empty() {
             // The loop left this service to its firing task, which ends here: the loop must
             // look at its next entry again (it may be due before the loop planned to wake).
             self.changed.notify_one();
-        }
-        out
-    }
-
-    fn take_due_locked(
-        &self,
-        service: &str,
-        now_ms: i64,
-        max: usize,
-        max_payload_bytes: usize,
-    ) -> Vec<Entry> {
-        let mut inner = self.lock();
-        let inner = &mut *inner;
-        let mut out = Vec::new();
-        let mut payload_bytes = 0;
-        if let Some(m) = inner.services.get_mut(service) {
-            while out.len() < max {
-                let Some(first) = m.first_entry() else { break };
-                if first.key().0 > now_ms {
-                    break;
-                }
-                payload_bytes += first.get().payload_bytes;
-                if payload_bytes > max_payload_bytes && !out.is_empty() {
-                    break;
-                }
-                let e = first.remove();
-                inner.count -= 1;
-                inner.bytes -= entry_bytes(&e);
-                out.push(e);
-            }
-            if m.is_empty() {
-                inner.services.remove(service);
-            }
-        }
-        if out.is_empty() {
-            inner.firing.remove(service);
-        } else {
-            gauges(inner);
         }
         out
     }
