@@ -59,13 +59,17 @@ pub fn transaction_id(field: &str, v: &str) -> Result<(), Error> {
 /// A delivery id as the node issues them (`dispatch::hub::delivery_id_text`): 1 to 128 bytes.
 /// Its parts are never read back; an id the node did not issue is simply not in flight.
 pub fn delivery_id(field: &str, id: &str) -> Result<(), Error> {
-    if id.is_empty() || id.len() > MAX_DELIVERY_ID_BYTES {
+    if !delivery_id_ok(id) {
         return Err(Error::invalid(
             field,
             format!("must be the 1-{MAX_DELIVERY_ID_BYTES} byte id of a delivery"),
         ));
     }
     Ok(())
+}
+
+fn delivery_id_ok(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_DELIVERY_ID_BYTES
 }
 
 /// The optional name an executor gives itself in `Subscribe` (logged only).
@@ -325,7 +329,7 @@ pub fn ack_outcome(
     prefix: &str,
 ) -> Result<AttemptOutcome, Error> {
     // The field's name is made only for an error: an ack costs no allocation here.
-    if delivery_id("", &r.delivery_id).is_err() {
+    if !delivery_id_ok(&r.delivery_id) {
         delivery_id(&format!("{prefix}delivery_id"), &r.delivery_id)?;
     }
     if r.error.len() > MAX_LAST_ERROR_BYTES {
