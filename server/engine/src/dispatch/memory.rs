@@ -22,7 +22,7 @@ use crate::{
 use rebound_store::TxState;
 
 /// Most timer entries delivered as one chunk (their state rows read in `IN` queries of the
-/// store's size, in parallel), and most payload bytes in one: two chunks are held at a time.
+/// store's size, in parallel), and most payload bytes in one.
 const TIMER_CHUNK: usize = 512;
 const TIMER_CHUNK_PAYLOAD_BYTES: usize = 2 << 20;
 
@@ -82,8 +82,7 @@ impl Dispatcher {
         }
     }
 
-    /// Delivers the due entries of `service`, earliest first, a chunk at a time, the next
-    /// chunk's state rows read while this one is delivered.
+    /// Delivers the due entries of `service`, earliest first, a chunk at a time.
     ///
     /// A chunk is as large as what is due allows (`TIMER_CHUNK`, `TIMER_CHUNK_PAYLOAD_BYTES`):
     /// the hub hands it to the streams as one burst, so executors acknowledge it in few
@@ -93,20 +92,24 @@ impl Dispatcher {
     async fn fire(self: &Arc<Self>, service: &str) {
         let this = self.clone();
         let svc = service.to_string();
+        // No read ahead: the take that comes back empty ends this service's firing, so it
+        // must follow the offers of the last chunk (a second firing task would otherwise
+        // offer the same service's retries alongside, through the holds' gates too).
         let mut chunks = stream::unfold((), move |()| {
-            let due = this.timer.take_due(
-                &svc,
-                this.timer_now(),
-                TIMER_CHUNK,
-                TIMER_CHUNK_PAYLOAD_BYTES,
-            );
-            let read = (!due.is_empty()).then(|| {
-                let (this, svc) = (this.clone(), svc.clone());
-                (async move { this.claim_and_read(&svc, due).await }, ())
-            });
-            futures::future::ready(read)
+            let (this, svc) = (this.clone(), svc.clone());
+            async move {
+                let due = this.timer.take_due(
+                    &svc,
+                    this.timer_now(),
+                    TIMER_CHUNK,
+                    TIMER_CHUNK_PAYLOAD_BYTES,
+                );
+                if due.is_empty() {
+                    return None;
+                }
+                Some((this.claim_and_read(&svc, due).await, ()))
+            }
         })
-        .buffered(2)
         .boxed();
         while let Some(items) = chunks.next().await {
             // Counted once a chunk (a metric's labels are looked up at each count).
