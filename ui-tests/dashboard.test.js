@@ -225,6 +225,51 @@ describe("dashboard", { concurrency: false }, () => {
 		await page.close_();
 	});
 
+	test("a retry's page shows each attempt as a timeline", async () => {
+		const service = "t7-history";
+		let calls = 0;
+		const ex = startExecutor(service, () =>
+			++calls === 1 ? Outcome.retry("gateway: 503", { afterMs: 200 }) : Outcome.success(),
+		);
+		await waitFor("the executor's subscription", async () => (await liveOf(service))?.subscribers >= 1);
+		await admin.enqueue({ service, transactionId: "h-1", delayMs: 0 });
+		// `rebound history` answers from the same GetRetry.
+		const history = await waitFor("the retry to succeed", async () => {
+			const r = await cli("history", service, "h-1");
+			return r.status === "SUCCEEDED" && r;
+		});
+		assert.deepEqual(
+			history.attempts.map((a) => a.outcome),
+			["RETRY", "SUCCEEDED"],
+		);
+		assert.equal(history.attempts[0].retry_after, 0.2);
+		await ex.stop();
+		const page = await open(ADMIN);
+		await go(page, `#/retry/${service}/h-1`);
+		await page.waitForSelector("[data-attempts] tr[data-attempt]");
+		const rows = await page.$$eval("[data-attempts] tr[data-attempt]", (trs) =>
+			trs.map((tr) => ({
+				attempt: tr.dataset.attempt,
+				outcome: tr.querySelector('[data-field="outcome"]').dataset.value,
+				executor: tr.querySelector('[data-field="executor_id"]').textContent,
+				error: tr.querySelector('[data-field="error"]').textContent,
+				gap: tr.querySelector('[data-field="gap"]').dataset.value,
+			})),
+		);
+		assert.deepEqual(
+			rows.map((r) => [r.attempt, r.outcome]),
+			[
+				["2", "RETRY"],
+				["3", "SUCCEEDED"],
+			],
+		);
+		assert.equal(rows[0].error, "gateway: 503");
+		assert.notEqual(rows[0].executor, "–", "the executor is named");
+		assert.ok(Number(rows[1].gap) >= 0.2, `the second attempt waited its retry_after: ${rows[1].gap}`);
+		await page.locator("[data-attempts]").screenshot({ path: join(SHOTS, "retry-attempts.png") });
+		await page.close_();
+	});
+
 	test("pause through the page stops delivery; resume delivers", async () => {
 		const service = "t2-pause";
 		await admin.enqueue({ service, transactionId: "seed", delayMs: 3600_000 });

@@ -109,6 +109,17 @@ Examples:
   rebound get orders order-42/charge --json | jq -r .status")]
     Get(TransactionArgs),
 
+    /// What each attempt of one retry did: when it ran, where, how long, how it ended (GetRetry).
+    #[command(after_help = "\
+Oldest first: the first attempt and the most recent ones (at most 10), with a count of those
+not kept between them. OUTCOME is SUCCEEDED, RETRY, FAILED, DEADLINE_EXPIRED, HELD or SNOOZED
+(the last two use no attempt). Exit code 3 when there is no such retry.
+
+Examples:
+  rebound history orders order-42/charge
+  rebound history orders order-42/charge --json | jq -r '.attempts[].error'")]
+    History(TransactionArgs),
+
     /// Cancel a pending retry (CancelRetry).
     #[command(after_help = "\
 Cancelling a retry that already finished is not an error: the output shows its final status and

@@ -243,6 +243,58 @@ pub fn retry_text(r: &pb::Retry) -> String {
     ])
 }
 
+/// A retry's attempt history as a table, oldest first (`Retry.attempts`), with a line for
+/// the attempts dropped between the first and the rest.
+pub fn attempts_text(r: &pb::Retry) -> String {
+    if r.attempts.is_empty() {
+        return "no attempts recorded\n".to_string();
+    }
+    let mut t = crate::table::Table::new(&[
+        "ATTEMPT",
+        "OUTCOME",
+        "DELIVERED_AT",
+        "TOOK",
+        "NODE",
+        "EXECUTOR",
+        "RETRY_AFTER",
+        "ERROR",
+    ]);
+    let or_dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    for a in &r.attempts {
+        let error = match (a.error.is_empty(), a.error_class.is_empty()) {
+            (_, true) => or_dash(&a.error),
+            (true, false) => format!("[{}]", a.error_class),
+            (false, false) => format!("[{}] {}", a.error_class, a.error),
+        };
+        t.row(vec![
+            a.attempt.to_string(),
+            rebound_proto::json::attempt_outcome_name(a.outcome),
+            time_cell(a.delivered_at.as_ref()),
+            a.duration.as_ref().map_or("-".to_string(), duration_text),
+            or_dash(&a.node_id),
+            or_dash(&a.executor_id),
+            a.retry_after
+                .as_ref()
+                .map_or("-".to_string(), duration_text),
+            error,
+        ]);
+    }
+    let mut text = t.render();
+    if r.attempts_dropped > 0 {
+        text.push_str(&format!(
+            "({} attempts between the first and these are not kept)\n",
+            r.attempts_dropped
+        ));
+    }
+    text
+}
+
 /// A compensation chain on one line: the saga step, this retry's place, and each compensation
 /// with its status.
 pub fn chain_text(c: &pb::CompensationChain) -> String {

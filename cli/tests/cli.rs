@@ -519,6 +519,38 @@ async fn subscribe_receives_prints_and_acks() {
         .json();
     assert_eq!(succeeded["attempt"], 2, "{succeeded:#}");
 
+    // `history` shows each attempt as its ack ended it, and `get` ends with the same table.
+    let history = rebound(&a, &["history", "orders", retried]).await.ok();
+    for cell in ["ATTEMPT", "RETRY", "still down", "1h", "rebound-cli-"] {
+        assert!(history.stdout.contains(cell), "{cell:?} in {history:#?}");
+    }
+    let table = rebound(&a, &["get", "orders", retried]).await.ok();
+    assert!(table.stdout.contains("still down"), "{table:#?}");
+    let doc = rebound(&a, &["--json", "history", "orders", done])
+        .await
+        .ok()
+        .json();
+    assert_eq!(doc["status"], "SUCCEEDED", "{doc:#}");
+    assert_eq!(doc["attempts_dropped"], 0, "{doc:#}");
+    let only = &doc["attempts"][0];
+    assert_eq!(only["outcome"], "SUCCEEDED", "{doc:#}");
+    assert_eq!(only["attempt"], 2, "{doc:#}");
+    assert_eq!(only["retry_after"], Value::Null, "{doc:#}");
+    assert!(
+        only["executor_id"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("rebound-cli-")),
+        "{doc:#}"
+    );
+    assert!(
+        only["duration"].as_f64().is_some_and(|d| d >= 0.0),
+        "{doc:#}"
+    );
+    assert_eq!(doc["attempts"].as_array().map(Vec::len), Some(1), "{doc:#}");
+    rebound(&a, &["history", "orders", "no-such-retry"])
+        .await
+        .exits(3);
+
     // Nothing more is due: --wait ends it, as an error when --count was not reached.
     rebound(&a, &["subscribe", "orders", "--count", "1", "--wait", "1s"])
         .await

@@ -130,7 +130,37 @@ pub fn retry_json(r: &pb::Retry) -> Value {
             "transaction_id": c.transaction_id,
         })).collect::<Vec<_>>(),
         "chain": r.chain.as_ref().map(chain_json),
+        "attempts": r.attempts.iter().map(attempt_json).collect::<Vec<_>>(),
+        "attempts_dropped": r.attempts_dropped,
     })
+}
+
+/// One attempt of a retry's history (`Retry.attempts`).
+pub fn attempt_json(a: &pb::Attempt) -> Value {
+    json!({
+        "attempt": a.attempt,
+        "delivered_at": time_json(a.delivered_at.as_ref()),
+        "ended_at": time_json(a.ended_at.as_ref()),
+        "node_id": a.node_id,
+        "executor_id": a.executor_id,
+        "outcome": attempt_outcome_name(a.outcome),
+        "error": a.error,
+        "error_class": a.error_class,
+        "retry_after": duration_json(a.retry_after.as_ref()),
+        "duration": duration_json(a.duration.as_ref()),
+        "deliveries": a.deliveries,
+    })
+}
+
+/// The name of an `AttemptOutcome` without its prefix: `SUCCEEDED`, `DEADLINE_EXPIRED`, ...
+pub fn attempt_outcome_name(v: i32) -> String {
+    match pb::AttemptOutcome::try_from(v) {
+        Ok(o) => o
+            .as_str_name()
+            .trim_start_matches("ATTEMPT_OUTCOME_")
+            .to_string(),
+        Err(_) => format!("UNKNOWN_{v}"),
+    }
 }
 
 /// Where a compensation chain stands (`Retry.chain`, `DeadLetter.chain`); a compensation not
@@ -536,6 +566,11 @@ mod tests {
         assert_eq!(status_name(pb::RetryStatus::Scheduled as i32), "SCHEDULED");
         assert_eq!(status_name(pb::RetryStatus::Dead as i32), "DEAD");
         assert_eq!(status_name(99), "UNKNOWN_99");
+        assert_eq!(
+            attempt_outcome_name(pb::AttemptOutcome::DeadlineExpired as i32),
+            "DEADLINE_EXPIRED"
+        );
+        assert_eq!(attempt_outcome_name(42), "UNKNOWN_42");
     }
 
     #[test]

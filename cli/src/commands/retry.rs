@@ -89,7 +89,34 @@ pub(super) async fn get(ctx: &Ctx, service: &str, transaction_id: &str) -> Resul
         transaction_id: transaction_id.into(),
     };
     let r = ctx.call(ctx.retry().get_retry(ctx.req(request))).await?;
-    Ok(Out::new(render::retry_json(&r), render::retry_text(&r)))
+    let mut text = render::retry_text(&r);
+    if !r.attempts.is_empty() {
+        text.push('\n');
+        text.push_str(&render::attempts_text(&r));
+    }
+    Ok(Out::new(render::retry_json(&r), text))
+}
+
+/// The attempt history of one retry (GetRetry's `attempts`).
+pub(super) async fn history(
+    ctx: &Ctx,
+    service: &str,
+    transaction_id: &str,
+) -> Result<Out, CliError> {
+    let request = pb::GetRetryRequest {
+        service: service.into(),
+        transaction_id: transaction_id.into(),
+    };
+    let r = ctx.call(ctx.retry().get_retry(ctx.req(request))).await?;
+    let json = json!({
+        "service": r.service,
+        "transaction_id": r.transaction_id,
+        "status": render::status_name(r.status),
+        "attempt": r.attempt,
+        "attempts": r.attempts.iter().map(rebound_proto::json::attempt_json).collect::<Vec<_>>(),
+        "attempts_dropped": r.attempts_dropped,
+    });
+    Ok(Out::new(json, render::attempts_text(&r)))
 }
 
 pub(super) async fn cancel(

@@ -80,6 +80,72 @@ func (RetryStatus) EnumDescriptor() ([]byte, []int) {
 	return file_rebound_v1_types_proto_rawDescGZIP(), []int{0}
 }
 
+// How an attempt ended.
+type AttemptOutcome int32
+
+const (
+	AttemptOutcome_ATTEMPT_OUTCOME_UNSPECIFIED AttemptOutcome = 0
+	AttemptOutcome_ATTEMPT_OUTCOME_SUCCEEDED   AttemptOutcome = 1
+	// Acked RETRY: the attempt failed and counts.
+	AttemptOutcome_ATTEMPT_OUTCOME_RETRY  AttemptOutcome = 2
+	AttemptOutcome_ATTEMPT_OUTCOME_FAILED AttemptOutcome = 3
+	// Not acknowledged before its ack deadline, max_deliveries_per_attempt times.
+	AttemptOutcome_ATTEMPT_OUTCOME_DEADLINE_EXPIRED AttemptOutcome = 4
+	// Acked RETRY with a hold of its dependency (AckRequest.hold): no attempt used.
+	AttemptOutcome_ATTEMPT_OUTCOME_HELD AttemptOutcome = 5
+	// Acked RETRY as a snooze (AckRequest.snooze): no attempt used.
+	AttemptOutcome_ATTEMPT_OUTCOME_SNOOZED AttemptOutcome = 6
+)
+
+// Enum value maps for AttemptOutcome.
+var (
+	AttemptOutcome_name = map[int32]string{
+		0: "ATTEMPT_OUTCOME_UNSPECIFIED",
+		1: "ATTEMPT_OUTCOME_SUCCEEDED",
+		2: "ATTEMPT_OUTCOME_RETRY",
+		3: "ATTEMPT_OUTCOME_FAILED",
+		4: "ATTEMPT_OUTCOME_DEADLINE_EXPIRED",
+		5: "ATTEMPT_OUTCOME_HELD",
+		6: "ATTEMPT_OUTCOME_SNOOZED",
+	}
+	AttemptOutcome_value = map[string]int32{
+		"ATTEMPT_OUTCOME_UNSPECIFIED":      0,
+		"ATTEMPT_OUTCOME_SUCCEEDED":        1,
+		"ATTEMPT_OUTCOME_RETRY":            2,
+		"ATTEMPT_OUTCOME_FAILED":           3,
+		"ATTEMPT_OUTCOME_DEADLINE_EXPIRED": 4,
+		"ATTEMPT_OUTCOME_HELD":             5,
+		"ATTEMPT_OUTCOME_SNOOZED":          6,
+	}
+)
+
+func (x AttemptOutcome) Enum() *AttemptOutcome {
+	p := new(AttemptOutcome)
+	*p = x
+	return p
+}
+
+func (x AttemptOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_rebound_v1_types_proto_enumTypes[1].Descriptor()
+}
+
+func (AttemptOutcome) Type() protoreflect.EnumType {
+	return &file_rebound_v1_types_proto_enumTypes[1]
+}
+
+func (x AttemptOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AttemptOutcome.Descriptor instead.
+func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_rebound_v1_types_proto_rawDescGZIP(), []int{1}
+}
+
 // Retry policy. Every field is optional: an unset field takes the service default, then the
 // node default (1 s initial backoff, x2, +/-20 % jitter, 5 attempts, 30 s ack timeout).
 // Retries stop at whichever of max_attempts and max_retry_duration is reached first.
@@ -315,9 +381,16 @@ type Retry struct {
 	Compensations []*Compensation `protobuf:"bytes,18,rep,name=compensations,proto3" json:"compensations,omitempty"`
 	// Where its compensation chain stands, read when GetRetry answered; unset when the retry
 	// has no compensations and is none.
-	Chain         *CompensationChain `protobuf:"bytes,19,opt,name=chain,proto3" json:"chain,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Chain *CompensationChain `protobuf:"bytes,19,opt,name=chain,proto3" json:"chain,omitempty"`
+	// The attempts it made, oldest first: the first one and the most recent ones, at most 10
+	// in all; attempts_dropped counts those left out between them. Each is recorded by the ack
+	// that ended it (or the expiry of its last ack deadline). A dead retry keeps its history as
+	// long as its dead letter, and a redrive keeps it; a new enqueue after a terminal status
+	// starts a new one.
+	Attempts        []*Attempt `protobuf:"bytes,20,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	AttemptsDropped uint32     `protobuf:"varint,21,opt,name=attempts_dropped,json=attemptsDropped,proto3" json:"attempts_dropped,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Retry) Reset() {
@@ -483,6 +556,154 @@ func (x *Retry) GetChain() *CompensationChain {
 	return nil
 }
 
+func (x *Retry) GetAttempts() []*Attempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *Retry) GetAttemptsDropped() uint32 {
+	if x != nil {
+		return x.AttemptsDropped
+	}
+	return 0
+}
+
+// One attempt of a retry (Retry.attempts).
+type Attempt struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its number: the Delivery.attempt it was delivered with.
+	Attempt uint32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// When it was delivered (the last delivery, when its ack deadline expired before), and when
+	// it ended.
+	DeliveredAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=delivered_at,json=deliveredAt,proto3" json:"delivered_at,omitempty"`
+	EndedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// The node that delivered it, and the executor it went to (SubscribeRequest.executor_id;
+	// "push" for a push target).
+	NodeId     string         `protobuf:"bytes,4,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ExecutorId string         `protobuf:"bytes,5,opt,name=executor_id,json=executorId,proto3" json:"executor_id,omitempty"`
+	Outcome    AttemptOutcome `protobuf:"varint,6,opt,name=outcome,proto3,enum=rebound.v1.AttemptOutcome" json:"outcome,omitempty"`
+	// The ack's error (its first 512 bytes) and error class.
+	Error      string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	ErrorClass string `protobuf:"bytes,8,opt,name=error_class,json=errorClass,proto3" json:"error_class,omitempty"`
+	// The ack's retry_after; unset when it asked for none.
+	RetryAfter *durationpb.Duration `protobuf:"bytes,9,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// How long the executor took: ended_at - delivered_at.
+	Duration *durationpb.Duration `protobuf:"bytes,10,opt,name=duration,proto3" json:"duration,omitempty"`
+	// How many deliveries the attempt took (more than 1 after expired ack deadlines).
+	Deliveries    uint32 `protobuf:"varint,11,opt,name=deliveries,proto3" json:"deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Attempt) Reset() {
+	*x = Attempt{}
+	mi := &file_rebound_v1_types_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Attempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Attempt) ProtoMessage() {}
+
+func (x *Attempt) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_types_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
+func (*Attempt) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_types_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Attempt) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Attempt) GetDeliveredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeliveredAt
+	}
+	return nil
+}
+
+func (x *Attempt) GetEndedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedAt
+	}
+	return nil
+}
+
+func (x *Attempt) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Attempt) GetExecutorId() string {
+	if x != nil {
+		return x.ExecutorId
+	}
+	return ""
+}
+
+func (x *Attempt) GetOutcome() AttemptOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return AttemptOutcome_ATTEMPT_OUTCOME_UNSPECIFIED
+}
+
+func (x *Attempt) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Attempt) GetErrorClass() string {
+	if x != nil {
+		return x.ErrorClass
+	}
+	return ""
+}
+
+func (x *Attempt) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *Attempt) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *Attempt) GetDeliveries() uint32 {
+	if x != nil {
+		return x.Deliveries
+	}
+	return 0
+}
+
 // A compensation of a saga step (EnqueueRetryRequest.compensations): a retry of its own,
 // enqueued when the step's retry ends DEAD (the first) or when the compensation before it was
 // acknowledged SUCCEEDED (each next one).
@@ -502,7 +723,7 @@ type Compensation struct {
 
 func (x *Compensation) Reset() {
 	*x = Compensation{}
-	mi := &file_rebound_v1_types_proto_msgTypes[3]
+	mi := &file_rebound_v1_types_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +735,7 @@ func (x *Compensation) String() string {
 func (*Compensation) ProtoMessage() {}
 
 func (x *Compensation) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_types_proto_msgTypes[3]
+	mi := &file_rebound_v1_types_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +748,7 @@ func (x *Compensation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compensation.ProtoReflect.Descriptor instead.
 func (*Compensation) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_rebound_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Compensation) GetService() string {
@@ -581,7 +802,7 @@ type CompensationChain struct {
 
 func (x *CompensationChain) Reset() {
 	*x = CompensationChain{}
-	mi := &file_rebound_v1_types_proto_msgTypes[4]
+	mi := &file_rebound_v1_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +814,7 @@ func (x *CompensationChain) String() string {
 func (*CompensationChain) ProtoMessage() {}
 
 func (x *CompensationChain) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_types_proto_msgTypes[4]
+	mi := &file_rebound_v1_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +827,7 @@ func (x *CompensationChain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompensationChain.ProtoReflect.Descriptor instead.
 func (*CompensationChain) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_rebound_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CompensationChain) GetSagaService() string {
@@ -649,7 +870,7 @@ type CompensationProgress struct {
 
 func (x *CompensationProgress) Reset() {
 	*x = CompensationProgress{}
-	mi := &file_rebound_v1_types_proto_msgTypes[5]
+	mi := &file_rebound_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +882,7 @@ func (x *CompensationProgress) String() string {
 func (*CompensationProgress) ProtoMessage() {}
 
 func (x *CompensationProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_types_proto_msgTypes[5]
+	mi := &file_rebound_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +895,7 @@ func (x *CompensationProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompensationProgress.ProtoReflect.Descriptor instead.
 func (*CompensationProgress) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_rebound_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CompensationProgress) GetService() string {
@@ -711,7 +932,7 @@ type TraceContext struct {
 
 func (x *TraceContext) Reset() {
 	*x = TraceContext{}
-	mi := &file_rebound_v1_types_proto_msgTypes[6]
+	mi := &file_rebound_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +944,7 @@ func (x *TraceContext) String() string {
 func (*TraceContext) ProtoMessage() {}
 
 func (x *TraceContext) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_types_proto_msgTypes[6]
+	mi := &file_rebound_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +957,7 @@ func (x *TraceContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceContext.ProtoReflect.Descriptor instead.
 func (*TraceContext) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_rebound_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TraceContext) GetTraceparent() string {
@@ -784,7 +1005,7 @@ const file_rebound_v1_types_proto_rawDesc = "" +
 	"\x03day\x18\x01 \x01(\tR\x03day\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\rR\x06window\x12\x1a\n" +
 	"\binstance\x18\x03 \x01(\tR\binstance\x12\x16\n" +
-	"\x06bucket\x18\x04 \x01(\rR\x06bucket\"\xb2\a\n" +
+	"\x06bucket\x18\x04 \x01(\rR\x06bucket\"\x8e\b\n" +
 	"\x05Retry\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12%\n" +
 	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x12/\n" +
@@ -813,10 +1034,30 @@ const file_rebound_v1_types_proto_rawDesc = "" +
 	"dependency\x18\x11 \x01(\tR\n" +
 	"dependency\x12>\n" +
 	"\rcompensations\x18\x12 \x03(\v2\x18.rebound.v1.CompensationR\rcompensations\x123\n" +
-	"\x05chain\x18\x13 \x01(\v2\x1d.rebound.v1.CompensationChainR\x05chain\x1a=\n" +
+	"\x05chain\x18\x13 \x01(\v2\x1d.rebound.v1.CompensationChainR\x05chain\x12/\n" +
+	"\battempts\x18\x14 \x03(\v2\x13.rebound.v1.AttemptR\battempts\x12)\n" +
+	"\x10attempts_dropped\x18\x15 \x01(\rR\x0fattemptsDropped\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\x03\n" +
+	"\aAttempt\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\rR\aattempt\x12=\n" +
+	"\fdelivered_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\x125\n" +
+	"\bended_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x17\n" +
+	"\anode_id\x18\x04 \x01(\tR\x06nodeId\x12\x1f\n" +
+	"\vexecutor_id\x18\x05 \x01(\tR\n" +
+	"executorId\x124\n" +
+	"\aoutcome\x18\x06 \x01(\x0e2\x1a.rebound.v1.AttemptOutcomeR\aoutcome\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12\x1f\n" +
+	"\verror_class\x18\b \x01(\tR\n" +
+	"errorClass\x12:\n" +
+	"\vretry_after\x18\t \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\x125\n" +
+	"\bduration\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1e\n" +
+	"\n" +
+	"deliveries\x18\v \x01(\rR\n" +
+	"deliveries\"\xa3\x02\n" +
 	"\fCompensation\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12%\n" +
 	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\x12\x18\n" +
@@ -847,7 +1088,15 @@ const file_rebound_v1_types_proto_rawDesc = "" +
 	"\x16RETRY_STATUS_SCHEDULED\x10\x01\x12\x1a\n" +
 	"\x16RETRY_STATUS_SUCCEEDED\x10\x02\x12\x15\n" +
 	"\x11RETRY_STATUS_DEAD\x10\x03\x12\x1a\n" +
-	"\x16RETRY_STATUS_CANCELLED\x10\x04B`\n" +
+	"\x16RETRY_STATUS_CANCELLED\x10\x04*\xe4\x01\n" +
+	"\x0eAttemptOutcome\x12\x1f\n" +
+	"\x1bATTEMPT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x01\x12\x19\n" +
+	"\x15ATTEMPT_OUTCOME_RETRY\x10\x02\x12\x1a\n" +
+	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12$\n" +
+	" ATTEMPT_OUTCOME_DEADLINE_EXPIRED\x10\x04\x12\x18\n" +
+	"\x14ATTEMPT_OUTCOME_HELD\x10\x05\x12\x1b\n" +
+	"\x17ATTEMPT_OUTCOME_SNOOZED\x10\x06B`\n" +
 	"\x0edev.rebound.v1B\n" +
 	"TypesProtoP\x01Z@github.com/rebound-dev/rebound/client-sdk/go/reboundv1;reboundv1b\x06proto3"
 
@@ -863,46 +1112,54 @@ func file_rebound_v1_types_proto_rawDescGZIP() []byte {
 	return file_rebound_v1_types_proto_rawDescData
 }
 
-var file_rebound_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rebound_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_rebound_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_rebound_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_rebound_v1_types_proto_goTypes = []any{
 	(RetryStatus)(0),              // 0: rebound.v1.RetryStatus
-	(*RetryPolicy)(nil),           // 1: rebound.v1.RetryPolicy
-	(*Location)(nil),              // 2: rebound.v1.Location
-	(*Retry)(nil),                 // 3: rebound.v1.Retry
-	(*Compensation)(nil),          // 4: rebound.v1.Compensation
-	(*CompensationChain)(nil),     // 5: rebound.v1.CompensationChain
-	(*CompensationProgress)(nil),  // 6: rebound.v1.CompensationProgress
-	(*TraceContext)(nil),          // 7: rebound.v1.TraceContext
-	nil,                           // 8: rebound.v1.Retry.AttributesEntry
-	nil,                           // 9: rebound.v1.Compensation.AttributesEntry
-	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(AttemptOutcome)(0),           // 1: rebound.v1.AttemptOutcome
+	(*RetryPolicy)(nil),           // 2: rebound.v1.RetryPolicy
+	(*Location)(nil),              // 3: rebound.v1.Location
+	(*Retry)(nil),                 // 4: rebound.v1.Retry
+	(*Attempt)(nil),               // 5: rebound.v1.Attempt
+	(*Compensation)(nil),          // 6: rebound.v1.Compensation
+	(*CompensationChain)(nil),     // 7: rebound.v1.CompensationChain
+	(*CompensationProgress)(nil),  // 8: rebound.v1.CompensationProgress
+	(*TraceContext)(nil),          // 9: rebound.v1.TraceContext
+	nil,                           // 10: rebound.v1.Retry.AttributesEntry
+	nil,                           // 11: rebound.v1.Compensation.AttributesEntry
+	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_rebound_v1_types_proto_depIdxs = []int32{
-	10, // 0: rebound.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	10, // 1: rebound.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	10, // 2: rebound.v1.RetryPolicy.max_retry_duration:type_name -> google.protobuf.Duration
-	10, // 3: rebound.v1.RetryPolicy.ack_timeout:type_name -> google.protobuf.Duration
+	12, // 0: rebound.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	12, // 1: rebound.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	12, // 2: rebound.v1.RetryPolicy.max_retry_duration:type_name -> google.protobuf.Duration
+	12, // 3: rebound.v1.RetryPolicy.ack_timeout:type_name -> google.protobuf.Duration
 	0,  // 4: rebound.v1.Retry.status:type_name -> rebound.v1.RetryStatus
-	11, // 5: rebound.v1.Retry.due_time:type_name -> google.protobuf.Timestamp
-	8,  // 6: rebound.v1.Retry.attributes:type_name -> rebound.v1.Retry.AttributesEntry
-	1,  // 7: rebound.v1.Retry.policy:type_name -> rebound.v1.RetryPolicy
-	11, // 8: rebound.v1.Retry.first_enqueued_at:type_name -> google.protobuf.Timestamp
-	11, // 9: rebound.v1.Retry.last_enqueued_at:type_name -> google.protobuf.Timestamp
-	11, // 10: rebound.v1.Retry.updated_at:type_name -> google.protobuf.Timestamp
-	2,  // 11: rebound.v1.Retry.location:type_name -> rebound.v1.Location
-	4,  // 12: rebound.v1.Retry.compensations:type_name -> rebound.v1.Compensation
-	5,  // 13: rebound.v1.Retry.chain:type_name -> rebound.v1.CompensationChain
-	9,  // 14: rebound.v1.Compensation.attributes:type_name -> rebound.v1.Compensation.AttributesEntry
-	1,  // 15: rebound.v1.Compensation.policy:type_name -> rebound.v1.RetryPolicy
-	6,  // 16: rebound.v1.CompensationChain.compensations:type_name -> rebound.v1.CompensationProgress
-	0,  // 17: rebound.v1.CompensationProgress.status:type_name -> rebound.v1.RetryStatus
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	13, // 5: rebound.v1.Retry.due_time:type_name -> google.protobuf.Timestamp
+	10, // 6: rebound.v1.Retry.attributes:type_name -> rebound.v1.Retry.AttributesEntry
+	2,  // 7: rebound.v1.Retry.policy:type_name -> rebound.v1.RetryPolicy
+	13, // 8: rebound.v1.Retry.first_enqueued_at:type_name -> google.protobuf.Timestamp
+	13, // 9: rebound.v1.Retry.last_enqueued_at:type_name -> google.protobuf.Timestamp
+	13, // 10: rebound.v1.Retry.updated_at:type_name -> google.protobuf.Timestamp
+	3,  // 11: rebound.v1.Retry.location:type_name -> rebound.v1.Location
+	6,  // 12: rebound.v1.Retry.compensations:type_name -> rebound.v1.Compensation
+	7,  // 13: rebound.v1.Retry.chain:type_name -> rebound.v1.CompensationChain
+	5,  // 14: rebound.v1.Retry.attempts:type_name -> rebound.v1.Attempt
+	13, // 15: rebound.v1.Attempt.delivered_at:type_name -> google.protobuf.Timestamp
+	13, // 16: rebound.v1.Attempt.ended_at:type_name -> google.protobuf.Timestamp
+	1,  // 17: rebound.v1.Attempt.outcome:type_name -> rebound.v1.AttemptOutcome
+	12, // 18: rebound.v1.Attempt.retry_after:type_name -> google.protobuf.Duration
+	12, // 19: rebound.v1.Attempt.duration:type_name -> google.protobuf.Duration
+	11, // 20: rebound.v1.Compensation.attributes:type_name -> rebound.v1.Compensation.AttributesEntry
+	2,  // 21: rebound.v1.Compensation.policy:type_name -> rebound.v1.RetryPolicy
+	8,  // 22: rebound.v1.CompensationChain.compensations:type_name -> rebound.v1.CompensationProgress
+	0,  // 23: rebound.v1.CompensationProgress.status:type_name -> rebound.v1.RetryStatus
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_rebound_v1_types_proto_init() }
@@ -916,8 +1173,8 @@ func file_rebound_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rebound_v1_types_proto_rawDesc), len(file_rebound_v1_types_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   9,
+			NumEnums:      2,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -16,6 +16,7 @@ import pytest
 from conftest import Cluster, Node, credentials_file, free_port, make_certs
 
 from rebound_client import (
+    AttemptOutcome,
     Client,
     Compensation,
     EnqueueRequest,
@@ -147,6 +148,16 @@ async def test_retry_after_reschedules(node: Node) -> None:
         assert t2 - t1 >= 2.0
         r = c.get(SERVICE, "tx-r")
         assert r.status == RetryStatus.SUCCEEDED and r.delivery_count == 2
+        # attempt_history: each attempt, as its ack ended it.
+        assert [(a.attempt, a.outcome) for a in r.attempts] == [
+            (a1, AttemptOutcome.RETRY),
+            (a2, AttemptOutcome.SUCCEEDED),
+        ]
+        first = r.attempts[0]
+        assert first.error == "busy" and first.retry_after == timedelta(seconds=2)
+        assert first.executor_id and first.node_id and first.deliveries == 1
+        assert first.delivered_at is not None and first.ended_at is not None
+        assert r.attempts[1].retry_after is None and r.attempts_dropped == 0
 
 
 async def test_snooze_uses_no_attempt(node: Node) -> None:

@@ -116,7 +116,7 @@ pub use error::Error;
 pub use executor::{Executor, ExecutorBuilder, HandlerError, Job, Outcome};
 pub use overload::{OVERLOAD_ATTEMPTS, OVERLOAD_WAIT};
 pub use policy::RetryPolicy;
-pub use retry::{Cancelled, Chain, ChainStep, Retry, RetryStatus};
+pub use retry::{Attempt, AttemptOutcome, Cancelled, Chain, ChainStep, Retry, RetryStatus};
 pub use transport::{Credentials, Transport, CONNECT_TIMEOUT};
 
 /// The generated `rebound.v1` messages and clients.

@@ -1,13 +1,17 @@
 //! The state of a retry as `GetRetry` and `CancelRetry` report it.
 
-use std::{collections::HashMap, fmt, time::SystemTime};
+use std::{
+    collections::HashMap,
+    fmt,
+    time::{Duration, SystemTime},
+};
 
 use rebound_proto::v1 as pb;
 
 use crate::{
     error::{malformed, Error},
     policy::RetryPolicy,
-    time::required_time,
+    time::{duration_from_proto, required_time},
 };
 
 /// Where a retry is in its life.
@@ -105,7 +109,83 @@ pub struct Retry {
     pub delivery_count: u32,
     /// For a saga step or a compensation: where its compensation chain stands.
     pub chain: Option<Chain>,
+    /// What each attempt did, oldest first: the first and the most recent, 10 in all.
+    pub attempts: Vec<Attempt>,
+    /// Attempts left out between the first and the rest.
+    pub attempts_dropped: u32,
     raw: pb::Retry,
+}
+
+/// How an attempt ended ([`Attempt::outcome`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AttemptOutcome {
+    Succeeded,
+    /// Acked RETRY: the attempt failed and counts.
+    Retry,
+    Failed,
+    /// Not acknowledged before its ack deadline, `max_deliveries_per_attempt` times.
+    DeadlineExpired,
+    /// Acked RETRY with a hold of its dependency: no attempt used.
+    Held,
+    /// Acked RETRY as a snooze: no attempt used.
+    Snoozed,
+    /// A value this client does not know (a newer server's).
+    Unknown(i32),
+}
+
+impl AttemptOutcome {
+    pub fn from_proto(value: i32) -> Self {
+        match pb::AttemptOutcome::try_from(value) {
+            Ok(pb::AttemptOutcome::Succeeded) => AttemptOutcome::Succeeded,
+            Ok(pb::AttemptOutcome::Retry) => AttemptOutcome::Retry,
+            Ok(pb::AttemptOutcome::Failed) => AttemptOutcome::Failed,
+            Ok(pb::AttemptOutcome::DeadlineExpired) => AttemptOutcome::DeadlineExpired,
+            Ok(pb::AttemptOutcome::Held) => AttemptOutcome::Held,
+            Ok(pb::AttemptOutcome::Snoozed) => AttemptOutcome::Snoozed,
+            Ok(pb::AttemptOutcome::Unspecified) | Err(_) => AttemptOutcome::Unknown(value),
+        }
+    }
+}
+
+/// One attempt of a retry ([`Retry::attempts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// Its number: the `Delivery.attempt` it was delivered with.
+    pub attempt: u32,
+    pub delivered_at: Option<SystemTime>,
+    pub ended_at: Option<SystemTime>,
+    /// How long the executor took.
+    pub duration: Duration,
+    /// The node that delivered it, and the executor it went to (`push` for a push target).
+    pub node_id: String,
+    pub executor_id: String,
+    pub outcome: AttemptOutcome,
+    /// The ack's error (its first 512 bytes) and error class.
+    pub error: String,
+    pub error_class: String,
+    /// The `retry_after` the ack asked for; None: none.
+    pub retry_after: Option<Duration>,
+    /// Deliveries the attempt took (more than 1 after expired ack deadlines).
+    pub deliveries: u32,
+}
+
+impl From<pb::Attempt> for Attempt {
+    fn from(a: pb::Attempt) -> Self {
+        Attempt {
+            attempt: a.attempt,
+            delivered_at: a.delivered_at.and_then(|t| SystemTime::try_from(t).ok()),
+            ended_at: a.ended_at.and_then(|t| SystemTime::try_from(t).ok()),
+            duration: a.duration.map(duration_from_proto).unwrap_or_default(),
+            node_id: a.node_id,
+            executor_id: a.executor_id,
+            outcome: AttemptOutcome::from_proto(a.outcome),
+            error: a.error,
+            error_class: a.error_class,
+            retry_after: a.retry_after.map(duration_from_proto),
+            deliveries: a.deliveries,
+        }
+    }
 }
 
 /// Where a compensation chain stands ([`Retry::chain`]), as read when `get` answered.
@@ -185,6 +265,8 @@ impl TryFrom<pb::Retry> for Retry {
             enqueue_count: r.enqueue_count,
             delivery_count: r.delivery_count,
             chain: r.chain.map(Chain::from),
+            attempts: r.attempts.into_iter().map(Attempt::from).collect(),
+            attempts_dropped: r.attempts_dropped,
             raw,
         })
     }
@@ -259,6 +341,26 @@ mod tests {
                     status: pb::RetryStatus::Scheduled as i32,
                 }],
             }),
+            attempts: vec![pb::Attempt {
+                attempt: 2,
+                delivered_at: ts(1_700_000_040),
+                ended_at: ts(1_700_000_041),
+                node_id: "n1".into(),
+                executor_id: "worker-7".into(),
+                outcome: pb::AttemptOutcome::Retry as i32,
+                error: "timeout".into(),
+                error_class: "5xx".into(),
+                retry_after: Some(prost_types::Duration {
+                    seconds: 30,
+                    nanos: 0,
+                }),
+                duration: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                deliveries: 1,
+            }],
+            attempts_dropped: 3,
         }
     }
 
@@ -288,6 +390,20 @@ mod tests {
         );
         assert_eq!(r.enqueue_count, 2);
         assert_eq!(r.delivery_count, 1);
+        let a = &r.attempts[0];
+        assert_eq!((a.attempt, a.outcome), (2, AttemptOutcome::Retry));
+        assert_eq!(a.retry_after, Some(Duration::from_secs(30)));
+        assert_eq!(a.duration, Duration::from_secs(1));
+        assert_eq!(
+            a.delivered_at,
+            Some(UNIX_EPOCH + Duration::from_secs(1_700_000_040))
+        );
+        assert_eq!(
+            (a.executor_id.as_str(), a.error.as_str()),
+            ("worker-7", "timeout")
+        );
+        assert_eq!(r.attempts_dropped, 3);
+        assert_eq!(AttemptOutcome::from_proto(99), AttemptOutcome::Unknown(99));
         assert_eq!(r.as_proto(), &raw);
         assert_eq!(r.into_proto(), raw);
     }

@@ -9,9 +9,11 @@ import {
   type EnqueueRetryResponse,
 } from "./gen/rebound/v1/retry_pb.js";
 import {
+  AttemptOutcome,
   CompensationSchema,
   RetryPolicySchema,
   RetryStatus,
+  type Attempt as AttemptMessage,
   type Compensation as CompensationMessage,
   type CompensationChain,
   type Retry as RetryMessage,
@@ -24,7 +26,7 @@ import { shedAware } from "./overload.js";
 import { dateOf } from "./time.js";
 import { Channel, overloadRetries, type ConnectionOptions } from "./transport.js";
 
-export { RetryStatus };
+export { AttemptOutcome, RetryStatus };
 
 /**
  * Overrides of the service's retry policy; an unset field keeps the service's (then the
@@ -214,6 +216,43 @@ function enqueued(r: EnqueueRetryResponse): Enqueued {
   };
 }
 
+/** One attempt of a retry (`Retry.attempts`). */
+export interface Attempt {
+  /** Its number: the `Delivery.attempt` it was delivered with. */
+  attempt: number;
+  deliveredAt: Date | undefined;
+  endedAt: Date | undefined;
+  /** How long the executor took. */
+  durationMs: number;
+  /** The node that delivered it, and the executor it went to (`push` for a push target). */
+  nodeId: string;
+  executorId: string;
+  outcome: AttemptOutcome;
+  /** The ack's error (its first 512 bytes) and error class. */
+  error: string;
+  errorClass: string;
+  /** The `retry_after` the ack asked for; undefined: none. */
+  retryAfterMs: number | undefined;
+  /** Deliveries the attempt took (more than 1 after expired ack deadlines). */
+  deliveries: number;
+}
+
+export function attemptFromProto(a: AttemptMessage): Attempt {
+  return {
+    attempt: a.attempt,
+    deliveredAt: dateOf(a.deliveredAt),
+    endedAt: dateOf(a.endedAt),
+    durationMs: a.duration ? durationMs(a.duration) : 0,
+    nodeId: a.nodeId,
+    executorId: a.executorId,
+    outcome: a.outcome,
+    error: a.error,
+    errorClass: a.errorClass,
+    retryAfterMs: a.retryAfter ? durationMs(a.retryAfter) : undefined,
+    deliveries: a.deliveries,
+  };
+}
+
 /** The state of one retry, as GetRetry returns it (`raw`: the whole message). */
 export interface Retry {
   service: string;
@@ -236,6 +275,10 @@ export interface Retry {
    * retry is neither). The compensations still to run after it are in `raw.compensations`.
    */
   chain: Chain | undefined;
+  /** What each attempt did, oldest first: the first and the most recent, 10 in all. */
+  attempts: Attempt[];
+  /** Attempts left out between the first and the rest. */
+  attemptsDropped: number;
   raw: RetryMessage;
 }
 
@@ -362,6 +405,8 @@ export class Client {
       enqueueCount: r.enqueueCount,
       deliveryCount: r.deliveryCount,
       chain: chainFromProto(r.chain),
+      attempts: r.attempts.map(attemptFromProto),
+      attemptsDropped: r.attemptsDropped,
       raw: r,
     };
   }

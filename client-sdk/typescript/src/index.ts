@@ -14,8 +14,10 @@
  * The generated messages and service descriptors are under `@rebound/client/gen/rebound/v1/*_pb`.
  */
 export {
+  AttemptOutcome,
   Client,
   RetryStatus,
+  type Attempt,
   type Chain,
   type ChainStep,
   type Compensation,

@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 import {
+  AttemptOutcome,
   Client,
   Code,
   Executor,
@@ -179,7 +180,23 @@ test("retry after reschedules", async () => {
   const [[a1, t1], [a2, t2]] = seen as [[number, number], [number, number]];
   assert.equal(a2, a1 + 1);
   assert.ok(t2 - t1 >= 2000, `${t2 - t1} ms between the attempts`);
-  assert.equal((await c.get(SERVICE, "tx-r")).status, RetryStatus.SUCCEEDED);
+  const r = await c.get(SERVICE, "tx-r");
+  assert.equal(r.status, RetryStatus.SUCCEEDED);
+  // attempt_history: each attempt, as its ack ended it.
+  assert.deepEqual(
+    r.attempts.map((a) => [a.attempt, a.outcome]),
+    [
+      [a1, AttemptOutcome.RETRY],
+      [a2, AttemptOutcome.SUCCEEDED],
+    ],
+  );
+  const first = r.attempts[0]!;
+  assert.equal(first.error, "busy");
+  assert.equal(first.retryAfterMs, 2000);
+  assert.ok(first.executorId && first.nodeId && first.deliveredAt && first.endedAt);
+  assert.equal(first.deliveries, 1);
+  assert.equal(r.attempts[1]!.retryAfterMs, undefined);
+  assert.equal(r.attemptsDropped, 0);
 });
 
 test("snooze uses no attempt", async () => {

@@ -140,9 +140,15 @@ impl Handle {
     }
 
     /// Subscribe: a stream of `service`'s deliveries to this node, at most `max_in_flight`
-    /// unacknowledged at once.
-    pub fn subscribe(&self, service: &str, max_in_flight: u32) -> Result<Subscription, Error> {
-        self.dispatcher.subscribe(service, max_in_flight)
+    /// unacknowledged at once, for executor `executor_id` (named in each attempt's record).
+    pub fn subscribe(
+        &self,
+        service: &str,
+        executor_id: &str,
+        max_in_flight: u32,
+    ) -> Result<Subscription, Error> {
+        self.dispatcher
+            .subscribe(service, executor_id, max_in_flight)
     }
 
     /// The service of a delivery in flight on this node (None: not in flight here), for the

@@ -2,6 +2,8 @@
 //! operator API (`admin`) answer with these, and nothing below them names a protobuf type for
 //! what they return. Decoding (with its checks) is `validate`'s.
 
+use std::time::Duration;
+
 use rebound_proto::v1 as pb;
 
 use crate::{
@@ -13,6 +15,7 @@ use crate::{
 };
 use rebound_store::{self as store, TokenRange, TxState};
 use rebound_store::{
+    history::{AttemptEnd, AttemptRecord},
     policy::{RetryPolicy, UNLIMITED_ATTEMPTS},
     window::day_to_date,
 };
@@ -100,8 +103,35 @@ pub fn retry_pb(s: TxState) -> pb::Retry {
             .filter_map(|b| prost::Message::decode(b.as_slice()).ok())
             .collect(),
         chain: None,
+        attempts: s.history.attempts.iter().map(attempt_pb).collect(),
+        attempts_dropped: s.history.dropped,
         service: s.service,
         transaction_id: s.transaction_id,
+    }
+}
+
+/// One attempt of a retry's history (`Retry.attempts`).
+pub fn attempt_pb(a: &AttemptRecord) -> pb::Attempt {
+    let outcome = match a.end {
+        AttemptEnd::Succeeded => pb::AttemptOutcome::Succeeded,
+        AttemptEnd::Retry => pb::AttemptOutcome::Retry,
+        AttemptEnd::Failed => pb::AttemptOutcome::Failed,
+        AttemptEnd::DeadlineExpired => pb::AttemptOutcome::DeadlineExpired,
+        AttemptEnd::Held => pb::AttemptOutcome::Held,
+        AttemptEnd::Snoozed => pb::AttemptOutcome::Snoozed,
+    };
+    pb::Attempt {
+        attempt: a.attempt,
+        delivered_at: Some(ts(a.delivered_at_ms)),
+        ended_at: Some(ts(a.ended_at_ms)),
+        node_id: a.node_id.clone(),
+        executor_id: a.executor_id.clone(),
+        outcome: outcome as i32,
+        error: a.error.clone(),
+        error_class: a.error_class.clone(),
+        retry_after: a.retry_after_ms.map(|ms| dur(Duration::from_millis(ms))),
+        duration: Some(dur(Duration::from_millis(a.duration_ms() as u64))),
+        deliveries: a.deliveries,
     }
 }
 

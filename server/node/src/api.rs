@@ -190,7 +190,9 @@ impl pb::executor_service_server::ExecutorService for ExecutorApi {
         let caller = Caller::of(&extensions)?;
         validate::subscribe(&r)?;
         Auth::may_use(caller, "service", &r.service)?;
-        let sub = self.handle.subscribe(&r.service, r.max_in_flight)?;
+        let sub = self
+            .handle
+            .subscribe(&r.service, &r.executor_id, r.max_in_flight)?;
         tracing::info!(service = %r.service, executor_id = %r.executor_id, subscriber = sub.id(), max_in_flight = r.max_in_flight, "executor subscribed");
         Ok(Response::new(Box::pin(
             sub.map(|d| Ok(wire::delivery_pb(d))),

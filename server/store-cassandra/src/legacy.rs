@@ -233,6 +233,8 @@ impl StateRow {
             delivery_count: self.delivery_count.unwrap_or(0).max(0) as u32,
             dependency: String::new(),
             saga: Default::default(),
+            // The layout before 0007 has no body, so no history.
+            history: Default::default(),
             legacy_columns: true,
             base_generation: 0,
             cancelled_generation: self.cancelled_generation,

@@ -8,7 +8,12 @@ use std::{collections::BTreeMap, time::Duration};
 use prost::Message;
 
 use super::{Chain, Location, Saga, Status, StoreError, StoreResult, TxState, WriteTime};
-use crate::{context::TextContext, policy::RetryPolicy, window::WindowId};
+use crate::{
+    context::TextContext,
+    history::{AttemptEnd, AttemptRecord, History},
+    policy::RetryPolicy,
+    window::WindowId,
+};
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Body {
@@ -53,6 +58,71 @@ pub struct Body {
     /// For a compensation: its chain (`Saga::chain`).
     #[prost(message, optional, tag = "17")]
     pub chain: Option<ChainBody>,
+    /// The attempt history (`History::attempts`), oldest first.
+    #[prost(message, repeated, tag = "18")]
+    pub attempts: Vec<AttemptBody>,
+    /// Attempts dropped from the history between the first and the kept ones.
+    #[prost(uint32, tag = "19")]
+    pub attempts_dropped: u32,
+}
+
+/// One attempt (`AttemptRecord`); times in ms since the epoch.
+#[derive(Clone, PartialEq, Message)]
+pub struct AttemptBody {
+    #[prost(uint32, tag = "1")]
+    pub attempt: u32,
+    #[prost(int64, tag = "2")]
+    pub delivered_at_ms: i64,
+    #[prost(int64, tag = "3")]
+    pub ended_at_ms: i64,
+    #[prost(string, tag = "4")]
+    pub node_id: String,
+    #[prost(string, tag = "5")]
+    pub executor_id: String,
+    /// `AttemptEnd::code`; a code this node does not know reads as RETRY.
+    #[prost(uint32, tag = "6")]
+    pub end: u32,
+    #[prost(string, tag = "7")]
+    pub error: String,
+    #[prost(string, tag = "8")]
+    pub error_class: String,
+    /// The `retry_after` asked for (none: none asked).
+    #[prost(uint64, optional, tag = "9")]
+    pub retry_after_ms: Option<u64>,
+    #[prost(uint32, tag = "10")]
+    pub deliveries: u32,
+}
+
+impl AttemptBody {
+    fn of(a: &AttemptRecord) -> Self {
+        AttemptBody {
+            attempt: a.attempt,
+            delivered_at_ms: a.delivered_at_ms,
+            ended_at_ms: a.ended_at_ms,
+            node_id: a.node_id.clone(),
+            executor_id: a.executor_id.clone(),
+            end: a.end.code(),
+            error: a.error.clone(),
+            error_class: a.error_class.clone(),
+            retry_after_ms: a.retry_after_ms,
+            deliveries: a.deliveries,
+        }
+    }
+
+    fn record(self) -> AttemptRecord {
+        AttemptRecord {
+            attempt: self.attempt,
+            delivered_at_ms: self.delivered_at_ms,
+            ended_at_ms: self.ended_at_ms,
+            node_id: self.node_id,
+            executor_id: self.executor_id,
+            end: AttemptEnd::of_code(self.end).unwrap_or(AttemptEnd::Retry),
+            error: self.error,
+            error_class: self.error_class,
+            retry_after_ms: self.retry_after_ms,
+            deliveries: self.deliveries,
+        }
+    }
 }
 
 /// A compensation's chain (`Chain`).
@@ -237,6 +307,8 @@ impl Body {
             dependency: s.dependency.clone(),
             compensations: s.saga.compensations.clone(),
             chain: s.saga.chain.as_ref().map(ChainBody::of),
+            attempts: s.history.attempts.iter().map(AttemptBody::of).collect(),
+            attempts_dropped: s.history.dropped,
         }
     }
 
@@ -272,6 +344,10 @@ impl Body {
             saga: Saga {
                 compensations: self.compensations,
                 chain: self.chain.map(ChainBody::chain),
+            },
+            history: History {
+                attempts: self.attempts.into_iter().map(AttemptBody::record).collect(),
+                dropped: self.attempts_dropped,
             },
             written: cells.written,
         }
@@ -338,5 +414,50 @@ mod tests {
         assert_eq!(back, body);
         assert_eq!(back.policy_or_default(), body.policy_or_default());
         assert!(Body::decode_stored(&[0xff, 0xff, 0xff], "s", "t").is_err());
+    }
+
+    #[test]
+    fn history_round_trips_through_the_body() {
+        let mut history = History::default();
+        for (n, end, after) in [
+            (1, AttemptEnd::Retry, Some(1_500)),
+            (2, AttemptEnd::Held, None),
+            (2, AttemptEnd::DeadlineExpired, Some(0)),
+            (3, AttemptEnd::Succeeded, None),
+        ] {
+            history.record(AttemptRecord {
+                attempt: n,
+                delivered_at_ms: 10 * i64::from(n),
+                ended_at_ms: 10 * i64::from(n) + 7,
+                node_id: "n2".into(),
+                executor_id: "worker-7".into(),
+                end,
+                error: format!("error {n}"),
+                error_class: "5xx".into(),
+                retry_after_ms: after,
+                deliveries: 2,
+            });
+        }
+        history.dropped = 4;
+        let state = TxState {
+            history: history.clone(),
+            ..TxState::cancelled_ghost("s", "t", 7)
+        };
+        let body = Body::decode_stored(&Body::of_state(&state).encode_to_vec(), "s", "t").unwrap();
+        let cells = StateCells {
+            status: Status::Scheduled,
+            generation: 7,
+            payload: Vec::new(),
+            cancelled_generation: None,
+            succeeded_generation: None,
+            written: WriteTime::default(),
+        };
+        assert_eq!(body.into_state("s", "t", cells).history, history);
+        // An end this node does not know (written by a newer one) reads as RETRY.
+        let unknown = AttemptBody {
+            end: 77,
+            ..AttemptBody::of(&history.attempts[0])
+        };
+        assert_eq!(unknown.record().end, AttemptEnd::Retry);
     }
 }

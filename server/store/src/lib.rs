@@ -22,6 +22,7 @@ pub mod body;
 pub mod clock;
 pub mod coalesced;
 pub mod context;
+pub mod history;
 mod layer;
 pub mod metric_definitions;
 pub mod observed;
@@ -144,6 +145,9 @@ pub struct TxState {
     /// chain (schema 0007's body; none in the layout before it). docs/architecture.md,
     /// "Compensation chains".
     pub saga: Saga,
+    /// Its attempts, bounded (kept in the body; none in the layout before schema 0007).
+    /// docs/architecture.md, "Attempt history".
+    pub history: history::History,
     /// When the row as read was written, on the store's write clock (Cassandra's
     /// `WRITETIME`, microseconds); unknown for a row not read from the store. A settle
     /// (`StateStore::settle_state`) goes just above it, so it loses to whatever was written
@@ -256,6 +260,7 @@ impl TxState {
             trace: TextContext::default(),
             dependency: String::new(),
             saga: Default::default(),
+            history: Default::default(),
             written: WriteTime::default(),
         }
     }

@@ -26,6 +26,8 @@ The generated messages and stubs are in ``rebound.v1`` (``retry_pb2``, ``executo
 """
 
 from ._client import (
+    Attempt,
+    AttemptOutcome,
     Cancelled,
     Chain,
     ChainStep,
@@ -42,6 +44,8 @@ from ._policy import RetryPolicy
 from ._transport import Tls
 
 __all__ = [
+    "Attempt",
+    "AttemptOutcome",
     "Cancelled",
     "Chain",
     "ChainStep",

@@ -17,7 +17,7 @@ from rebound.v1 import retry_pb2, retry_pb2_grpc, types_pb2
 from . import _overload
 from ._errors import ItemError, ReboundError, code_of
 from ._policy import RetryPolicy
-from ._time import from_timestamp, to_duration, to_timestamp
+from ._time import from_duration, from_timestamp, to_duration, to_timestamp
 from ._transport import Tls, auth_metadata, sync_channel, trace_metadata
 
 T = TypeVar("T")
@@ -130,6 +130,65 @@ class Enqueued:
         return cls(r.transaction_id, from_timestamp(r.due_time), r.generation, r.deduplicated)
 
 
+class AttemptOutcome(enum.Enum):
+    """How an attempt ended (:attr:`Attempt.outcome`)."""
+
+    UNSPECIFIED = types_pb2.ATTEMPT_OUTCOME_UNSPECIFIED
+    SUCCEEDED = types_pb2.ATTEMPT_OUTCOME_SUCCEEDED
+    #: Acked RETRY: the attempt failed and counts.
+    RETRY = types_pb2.ATTEMPT_OUTCOME_RETRY
+    FAILED = types_pb2.ATTEMPT_OUTCOME_FAILED
+    #: Not acknowledged before its ack deadline, ``max_deliveries_per_attempt`` times.
+    DEADLINE_EXPIRED = types_pb2.ATTEMPT_OUTCOME_DEADLINE_EXPIRED
+    #: Acked RETRY with a hold of its dependency: no attempt used.
+    HELD = types_pb2.ATTEMPT_OUTCOME_HELD
+    #: Acked RETRY as a snooze: no attempt used.
+    SNOOZED = types_pb2.ATTEMPT_OUTCOME_SNOOZED
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a retry (:attr:`Retry.attempts`)."""
+
+    #: Its number: the ``Delivery.attempt`` it was delivered with.
+    attempt: int
+    delivered_at: datetime | None
+    ended_at: datetime | None
+    #: How long the executor took.
+    duration: timedelta
+    #: The node that delivered it, and the executor it went to (``push`` for a push target).
+    node_id: str
+    executor_id: str
+    outcome: AttemptOutcome
+    #: The ack's error (its first 512 bytes) and error class.
+    error: str
+    error_class: str
+    #: The ``retry_after`` the ack asked for; None: none.
+    retry_after: timedelta | None
+    #: Deliveries the attempt took (more than 1 after expired ack deadlines).
+    deliveries: int
+
+    @classmethod
+    def from_proto(cls, a: types_pb2.Attempt) -> Attempt:
+        try:
+            outcome = AttemptOutcome(a.outcome)
+        except ValueError:
+            outcome = AttemptOutcome.UNSPECIFIED
+        return cls(
+            attempt=a.attempt,
+            delivered_at=from_timestamp(a.delivered_at),
+            ended_at=from_timestamp(a.ended_at),
+            duration=from_duration(a.duration),
+            node_id=a.node_id,
+            executor_id=a.executor_id,
+            outcome=outcome,
+            error=a.error,
+            error_class=a.error_class,
+            retry_after=from_duration(a.retry_after) if a.HasField("retry_after") else None,
+            deliveries=a.deliveries,
+        )
+
+
 @dataclass(frozen=True)
 class ChainStep:
     """One compensation of a :class:`Chain`."""
@@ -193,6 +252,10 @@ class Retry:
     raw: types_pb2.Retry
     #: For a saga step or a compensation: where its compensation chain stands (None: neither).
     chain: Chain | None = None
+    #: What each attempt did, oldest first: the first and the most recent, 10 in all.
+    attempts: list[Attempt] = field(default_factory=list)
+    #: Attempts left out between the first and the rest.
+    attempts_dropped: int = 0
 
     @classmethod
     def from_proto(cls, r: types_pb2.Retry) -> Retry:
@@ -214,6 +277,8 @@ class Retry:
             delivery_count=r.delivery_count,
             raw=r,
             chain=Chain.from_proto(r.chain) if r.HasField("chain") else None,
+            attempts=[Attempt.from_proto(a) for a in r.attempts],
+            attempts_dropped=r.attempts_dropped,
         )
 
 

@@ -19,7 +19,10 @@ use crate::{
     saga, spans,
     writer::changed_meanwhile,
 };
-use rebound_store::{DeadLetter, Status, TxState};
+use rebound_store::{
+    history::{AttemptEnd, AttemptRecord},
+    DeadLetter, Status, TxState,
+};
 
 impl Dispatcher {
     /// Applies an executor's acknowledgement of `delivery_id`. NOT_FOUND when it is not in
@@ -29,6 +32,17 @@ impl Dispatcher {
         self: &Arc<Self>,
         delivery_id: &str,
         outcome: AttemptOutcome,
+    ) -> Result<Resolution, Error> {
+        self.ack_as(delivery_id, outcome, false).await
+    }
+
+    /// `ack`; `held` when the ack held the retry's dependency (`ack_holding`), so that its
+    /// attempt is recorded as HELD.
+    async fn ack_as(
+        self: &Arc<Self>,
+        delivery_id: &str,
+        outcome: AttemptOutcome,
+        held: bool,
     ) -> Result<Resolution, Error> {
         let kind = match &outcome {
             AttemptOutcome::Succeeded => "succeeded",
@@ -55,8 +69,9 @@ impl Dispatcher {
             AttemptOutcome::Retry { snooze: false, .. } => Some(ProbeAnswer::Retry(None)),
             AttemptOutcome::Retry { snooze: true, .. } => None,
         };
+        let record = self.attempt_record(&inflight.work, &outcome, held);
         let r = self
-            .settle(delivery_id, inflight, outcome)
+            .settle(delivery_id, inflight, outcome, record)
             .instrument(span.clone())
             .await;
         if let (Ok(_), false, Some(answer)) = (&r, dependency.is_empty(), answer) {
@@ -98,7 +113,58 @@ impl Dispatcher {
                 .hold(&dependency, duration, reason, "executor", 0)
                 .await?;
         }
-        self.ack(delivery_id, outcome).await
+        self.ack_as(delivery_id, outcome, true).await
+    }
+
+    /// The history's record of the attempt `work` was delivered for, ending now with
+    /// `outcome` (docs/architecture.md, "Attempt history").
+    fn attempt_record(&self, work: &Work, outcome: &AttemptOutcome, held: bool) -> AttemptRecord {
+        let (end, error, error_class, retry_after) = match outcome {
+            AttemptOutcome::Succeeded => (AttemptEnd::Succeeded, "", "", None),
+            AttemptOutcome::Failed { error } => (AttemptEnd::Failed, error.as_str(), "", None),
+            AttemptOutcome::Retry {
+                after,
+                error,
+                error_class,
+                snooze,
+            } => (
+                match (held, snooze) {
+                    (true, _) => AttemptEnd::Held,
+                    (false, true) => AttemptEnd::Snoozed,
+                    (false, false) => AttemptEnd::Retry,
+                },
+                error.as_str(),
+                error_class.as_str(),
+                *after,
+            ),
+        };
+        self.record_of(work, end, error, error_class, retry_after)
+    }
+
+    fn record_of(
+        &self,
+        work: &Work,
+        end: AttemptEnd,
+        error: &str,
+        error_class: &str,
+        retry_after: Option<Duration>,
+    ) -> AttemptRecord {
+        let (delivered_at_ms, executor_id) = match &work.delivered {
+            Some((at, executor)) => (*at, executor.to_string()),
+            None => (0, String::new()),
+        };
+        AttemptRecord {
+            attempt: work.state.attempt.saturating_add(1),
+            delivered_at_ms,
+            ended_at_ms: self.clock.now_ms(),
+            node_id: self.writer.identity().0.to_string(),
+            executor_id,
+            end,
+            error: error.to_string(),
+            error_class: error_class.to_string(),
+            retry_after_ms: retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            deliveries: work.deliveries.saturating_add(1),
+        }
     }
 
     /// `ack` once the delivery is taken out of flight.
@@ -107,6 +173,7 @@ impl Dispatcher {
         delivery_id: &str,
         inflight: InFlight,
         outcome: AttemptOutcome,
+        record: AttemptRecord,
     ) -> Result<Resolution, Error> {
         // A saga step's SUCCEEDED is decided against its FAILED (`Writer::end`), so it reads
         // the row as the other answers do.
@@ -114,7 +181,7 @@ impl Dispatcher {
             && inflight.work.state.written.0.is_some()
             && !inflight.work.state.conditional_writes()
         {
-            return self.settle_succeeded(delivery_id, inflight).await;
+            return self.settle_succeeded(delivery_id, inflight, record).await;
         }
         let (service, txid) = (
             inflight.work.state.service.clone(),
@@ -139,7 +206,8 @@ impl Dispatcher {
                 "delivery {delivery_id:?} is stale: transaction {txid:?} was rescheduled, cancelled or finished since; nothing changed"
             )));
         }
-        let state = current.expect("checked live");
+        let mut state = current.expect("checked live");
+        state.history.record(record);
         // Boxed: the future of `resolve` is several KiB, and every ack future (the common
         // SUCCEEDED one included) would otherwise carry its size.
         match Box::pin(self.resolve(state, inflight.work.deliveries + 1, outcome)).await {
@@ -169,6 +237,7 @@ impl Dispatcher {
         self: &Arc<Self>,
         delivery_id: &str,
         mut inflight: InFlight,
+        record: AttemptRecord,
     ) -> Result<Resolution, Error> {
         // The row is written from the delivered state itself (no copy of it); should the
         // write fail, the delivery goes back in flight as it was.
@@ -183,6 +252,7 @@ impl Dispatcher {
         state.delivery_count = state.delivery_count.saturating_add(deliveries);
         // The attempt that succeeded counts as made: `attempt` is then the delivered one's.
         state.attempt = state.attempt.saturating_add(1);
+        let recorded = state.history.record(record);
         let settled = match self
             .hand_off(state, saga::continues_on_success(state))
             .await
@@ -203,6 +273,7 @@ impl Dispatcher {
                     state.delivery_count,
                     state.attempt,
                 ) = was;
+                state.history.undo(recorded);
                 self.keep_in_flight(delivery_id, inflight);
                 Err(e)
             }
@@ -465,7 +536,13 @@ impl Dispatcher {
                 .as_ref()
                 .is_some_and(|s| s.is_live(work.state.generation));
             if live {
-                let state = current.expect("checked");
+                let mut state = current.expect("checked");
+                let record = self.record_of(&work, AttemptEnd::DeadlineExpired, &error, "", None);
+                // `record_of` counts the delivery being answered; none is here.
+                state.history.record(AttemptRecord {
+                    deliveries: work.deliveries,
+                    ..record
+                });
                 let outcome = AttemptOutcome::Retry {
                     after: None,
                     error: error.clone(),

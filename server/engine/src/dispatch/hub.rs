@@ -88,6 +88,8 @@ pub struct Work {
     /// The path's claim on the pointer (`claims`): held until the work is resolved or dropped,
     /// across redeliveries, so that the other path of this node does not deliver it too.
     pub claim: Option<Box<ClaimGuard>>,
+    /// Its last delivery: when, and to which executor (for the attempt history).
+    pub delivered: Option<(i64, Arc<str>)>,
 }
 
 impl Work {
@@ -112,6 +114,8 @@ struct Subscriber {
     /// Set for the node's pusher of the service (`Hub::subscribe_push`): the request timeout
     /// its deliveries' ack deadlines cover.
     push: Option<Duration>,
+    /// `SubscribeRequest.executor_id` (`push` for the pusher), named in the attempt history.
+    executor: Arc<str>,
 }
 
 /// A delivery's place in its stream's channel: the stream takes the delivery out to send it,
@@ -155,6 +159,9 @@ pub fn delivery_id_text(boot_epoch: i64, seq: u64, nonce: u32) -> String {
 /// What a pushed delivery's ack deadline adds to its request timeout: time to settle the
 /// outcome after the response.
 pub const PUSH_DEADLINE_MARGIN: Duration = Duration::from_secs(5);
+
+/// The executor a push target's deliveries are recorded as going to (`Subscriber::executor`).
+pub const PUSH_EXECUTOR: &str = "push";
 
 /// A duration in whole milliseconds, saturating at `i64::MAX`.
 fn millis(d: Duration) -> i64 {
@@ -287,8 +294,13 @@ impl Hub {
 
     /// Registers a stream; returns its id and the receiving end. Refused with
     /// RESOURCE_EXHAUSTED when the node has `max_subscribers` streams open.
-    pub fn subscribe(&self, service: &str, max_in_flight: u32) -> Result<(u64, Deliveries), Error> {
-        self.register(service, max_in_flight, None)
+    pub fn subscribe(
+        &self,
+        service: &str,
+        executor_id: &str,
+        max_in_flight: u32,
+    ) -> Result<(u64, Deliveries), Error> {
+        self.register(service, executor_id, max_in_flight, None)
     }
 
     /// Registers the node's pusher of `service` (docs/architecture.md, "Push delivery"):
@@ -301,7 +313,7 @@ impl Hub {
         max_in_flight: u32,
         timeout: Duration,
     ) -> (u64, Deliveries) {
-        match self.register(service, max_in_flight, Some(timeout)) {
+        match self.register(service, PUSH_EXECUTOR, max_in_flight, Some(timeout)) {
             Ok(r) => r,
             Err(_) => unreachable!("a pusher is not refused"),
         }
@@ -310,6 +322,7 @@ impl Hub {
     fn register(
         &self,
         service: &str,
+        executor_id: &str,
         max_in_flight: u32,
         push: Option<Duration>,
     ) -> Result<(u64, Deliveries), Error> {
@@ -330,6 +343,7 @@ impl Hub {
             slots: Arc::new(Semaphore::new(max_in_flight as usize)),
             stalled: stalled.clone(),
             push,
+            executor: executor_id.into(),
         });
         inner
             .services
@@ -399,7 +413,7 @@ impl Hub {
 
     /// Tries to hand `work` to a subscriber of its service with a free slot, preferring one
     /// other than `avoid`. Gives the work back when none has room.
-    pub fn try_deliver(&self, work: Work, avoid: Option<u64>) -> Result<(), Work> {
+    pub fn try_deliver(&self, mut work: Work, avoid: Option<u64>) -> Result<(), Work> {
         let mut inner = self.lock();
         let inner = &mut *inner;
         let service = work.state.service.as_str();
@@ -460,6 +474,7 @@ impl Hub {
                     inner.next.insert(service.to_string(), i + 1);
                 }
             }
+            work.delivered = Some((now, sub.executor.clone()));
             inner.add_inflight(
                 delivery_id,
                 InFlight {
@@ -607,6 +622,7 @@ mod tests {
             done: None,
             slot: None,
             claim: None,
+            delivered: None,
         }
     }
 
@@ -627,7 +643,7 @@ mod tests {
                 max_in_flight_bytes: 1 << 20,
             },
         );
-        let (deaf_id, mut deaf) = hub.subscribe("svc", 4).unwrap();
+        let (deaf_id, mut deaf) = hub.subscribe("svc", "w", 4).unwrap();
         for t in ["a", "b"] {
             hub.try_deliver(work(t, 100_000), None).unwrap();
         }
@@ -648,7 +664,7 @@ mod tests {
         // The stalled stream has free slots but gets nothing; a reading one does.
         let mut works = expired.into_iter().map(|(_, w)| w);
         let w = hub.try_deliver(works.next().unwrap(), None).unwrap_err();
-        let (_, mut reader) = hub.subscribe("svc", 4).unwrap();
+        let (_, mut reader) = hub.subscribe("svc", "w", 4).unwrap();
         hub.try_deliver(w, Some(deaf_id)).unwrap();
         hub.try_deliver(works.next().unwrap(), None).unwrap();
         for t in ["a", "b"] {

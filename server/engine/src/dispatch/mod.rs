@@ -203,9 +203,10 @@ impl Dispatcher {
     pub fn subscribe(
         self: &Arc<Self>,
         service: &str,
+        executor_id: &str,
         max_in_flight: u32,
     ) -> Result<Subscription, Error> {
-        let (id, rx) = self.hub.subscribe(service, max_in_flight)?;
+        let (id, rx) = self.hub.subscribe(service, executor_id, max_in_flight)?;
         Ok(Subscription {
             id,
             rx,
@@ -787,6 +788,7 @@ impl Dispatcher {
             done: Some(done),
             slot,
             claim: Some(Box::new(claim)),
+            delivered: None,
         };
         if self.hub.deliver(work, None, keep).await.is_err() {
             return Offered::Abandoned;

@@ -673,6 +673,7 @@ impl Writer {
             trace: input.trace,
             dependency: input.dependency,
             saga: input.saga,
+            history: Default::default(),
             written: Default::default(),
         };
         if let Some(prev) = &previous {
@@ -684,6 +685,8 @@ impl Writer {
                 state.saga.chain.clone_from(&prev.saga.chain);
             }
             state.first_enqueued_at_ms = prev.first_enqueued_at_ms;
+            // The retry goes on, so its attempts so far stay on record.
+            state.history.clone_from(&prev.history);
             state.enqueue_count = prev.enqueue_count.saturating_add(1);
             state.delivery_count = prev.delivery_count;
             // A live row keeps its layout until it finishes.

@@ -11,6 +11,7 @@
 
 mod compactor;
 mod dispatcher;
+mod history;
 mod holds;
 mod ring;
 mod saga;
@@ -113,7 +114,7 @@ impl Executor {
     pub async fn subscribe(&self, service: &str, max_in_flight: u32) -> Deliveries {
         let sub = self
             .handle
-            .subscribe(service, max_in_flight)
+            .subscribe(service, "logic-test", max_in_flight)
             .expect("subscribed");
         Box::pin(sub.map(|d| Ok(wire::delivery_pb(d))))
     }

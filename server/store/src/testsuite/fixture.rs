@@ -92,6 +92,22 @@ pub fn state(service: &str, id: &str, generation: i64) -> TxState {
         delivery_count: 4,
         dependency: "payments-gateway".to_string(),
         saga: Default::default(),
+        // Every store keeps the attempt history with the row.
+        history: crate::history::History {
+            attempts: vec![crate::history::AttemptRecord {
+                attempt: 3,
+                delivered_at_ms: 1_700_000_000_000,
+                ended_at_ms: 1_700_000_000_250,
+                node_id: "n1".to_string(),
+                executor_id: "worker-7".to_string(),
+                end: crate::history::AttemptEnd::Retry,
+                error: "connection refused".to_string(),
+                error_class: "5xx".to_string(),
+                retry_after_ms: Some(2_000),
+                deliveries: 1,
+            }],
+            dropped: 1,
+        },
         legacy_columns: false,
         base_generation: generation,
         cancelled_generation: None,

@@ -18,11 +18,28 @@ class RetryStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RETRY_STATUS_SUCCEEDED: _ClassVar[RetryStatus]
     RETRY_STATUS_DEAD: _ClassVar[RetryStatus]
     RETRY_STATUS_CANCELLED: _ClassVar[RetryStatus]
+
+class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ATTEMPT_OUTCOME_UNSPECIFIED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_SUCCEEDED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_RETRY: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_FAILED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_DEADLINE_EXPIRED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_HELD: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_SNOOZED: _ClassVar[AttemptOutcome]
 RETRY_STATUS_UNSPECIFIED: RetryStatus
 RETRY_STATUS_SCHEDULED: RetryStatus
 RETRY_STATUS_SUCCEEDED: RetryStatus
 RETRY_STATUS_DEAD: RetryStatus
 RETRY_STATUS_CANCELLED: RetryStatus
+ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome
+ATTEMPT_OUTCOME_SUCCEEDED: AttemptOutcome
+ATTEMPT_OUTCOME_RETRY: AttemptOutcome
+ATTEMPT_OUTCOME_FAILED: AttemptOutcome
+ATTEMPT_OUTCOME_DEADLINE_EXPIRED: AttemptOutcome
+ATTEMPT_OUTCOME_HELD: AttemptOutcome
+ATTEMPT_OUTCOME_SNOOZED: AttemptOutcome
 
 class RetryPolicy(_message.Message):
     __slots__ = ("max_attempts", "initial_backoff", "max_backoff", "multiplier", "jitter", "max_retry_duration", "ack_timeout", "max_deliveries_per_attempt", "non_retryable_error_classes", "unlimited_attempts")
@@ -61,7 +78,7 @@ class Location(_message.Message):
     def __init__(self, day: _Optional[str] = ..., window: _Optional[int] = ..., instance: _Optional[str] = ..., bucket: _Optional[int] = ...) -> None: ...
 
 class Retry(_message.Message):
-    __slots__ = ("service", "transaction_id", "status", "attempt", "generation", "due_time", "last_error", "payload", "attributes", "policy", "first_enqueued_at", "last_enqueued_at", "updated_at", "location", "enqueue_count", "delivery_count", "dependency", "compensations", "chain")
+    __slots__ = ("service", "transaction_id", "status", "attempt", "generation", "due_time", "last_error", "payload", "attributes", "policy", "first_enqueued_at", "last_enqueued_at", "updated_at", "location", "enqueue_count", "delivery_count", "dependency", "compensations", "chain", "attempts", "attempts_dropped")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +105,8 @@ class Retry(_message.Message):
     DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
     COMPENSATIONS_FIELD_NUMBER: _ClassVar[int]
     CHAIN_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_DROPPED_FIELD_NUMBER: _ClassVar[int]
     service: str
     transaction_id: str
     status: RetryStatus
@@ -107,7 +126,35 @@ class Retry(_message.Message):
     dependency: str
     compensations: _containers.RepeatedCompositeFieldContainer[Compensation]
     chain: CompensationChain
-    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., status: _Optional[_Union[RetryStatus, str]] = ..., attempt: _Optional[int] = ..., generation: _Optional[int] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., first_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., location: _Optional[_Union[Location, _Mapping]] = ..., enqueue_count: _Optional[int] = ..., delivery_count: _Optional[int] = ..., dependency: _Optional[str] = ..., compensations: _Optional[_Iterable[_Union[Compensation, _Mapping]]] = ..., chain: _Optional[_Union[CompensationChain, _Mapping]] = ...) -> None: ...
+    attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
+    attempts_dropped: int
+    def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ..., status: _Optional[_Union[RetryStatus, str]] = ..., attempt: _Optional[int] = ..., generation: _Optional[int] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., first_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_enqueued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., location: _Optional[_Union[Location, _Mapping]] = ..., enqueue_count: _Optional[int] = ..., delivery_count: _Optional[int] = ..., dependency: _Optional[str] = ..., compensations: _Optional[_Iterable[_Union[Compensation, _Mapping]]] = ..., chain: _Optional[_Union[CompensationChain, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., attempts_dropped: _Optional[int] = ...) -> None: ...
+
+class Attempt(_message.Message):
+    __slots__ = ("attempt", "delivered_at", "ended_at", "node_id", "executor_id", "outcome", "error", "error_class", "retry_after", "duration", "deliveries")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    delivered_at: _timestamp_pb2.Timestamp
+    ended_at: _timestamp_pb2.Timestamp
+    node_id: str
+    executor_id: str
+    outcome: AttemptOutcome
+    error: str
+    error_class: str
+    retry_after: _duration_pb2.Duration
+    duration: _duration_pb2.Duration
+    deliveries: int
+    def __init__(self, attempt: _Optional[int] = ..., delivered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., node_id: _Optional[str] = ..., executor_id: _Optional[str] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ..., error_class: _Optional[str] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., deliveries: _Optional[int] = ...) -> None: ...
 
 class Compensation(_message.Message):
     __slots__ = ("service", "transaction_id", "payload", "attributes", "policy")

@@ -180,6 +180,7 @@ pub(crate) async fn costs(a: &Args) -> anyhow::Result<J> {
         succeeded_generation: None,
         dependency: String::new(),
         saga: Default::default(),
+        history: Default::default(),
         trace: Default::default(),
         written: Default::default(),
     };

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rebound/v1/types.proto.
  */
 export const file_rebound_v1_types: GenFile = /*@__PURE__*/
-  fileDesc("ChZyZWJvdW5kL3YxL3R5cGVzLnByb3RvEgpyZWJvdW5kLnYxIvEDCgtSZXRyeVBvbGljeRIZCgxtYXhfYXR0ZW1wdHMYASABKA1IAIgBARIyCg9pbml0aWFsX2JhY2tvZmYYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoLbWF4X2JhY2tvZmYYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFwoKbXVsdGlwbGllchgEIAEoAUgBiAEBEhMKBmppdHRlchgFIAEoAUgCiAEBEjUKEm1heF9yZXRyeV9kdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgthY2tfdGltZW91dBgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInChptYXhfZGVsaXZlcmllc19wZXJfYXR0ZW1wdBgIIAEoDUgDiAEBEiMKG25vbl9yZXRyeWFibGVfZXJyb3JfY2xhc3NlcxgJIAMoCRIfChJ1bmxpbWl0ZWRfYXR0ZW1wdHMYCiABKAhIBIgBAUIPCg1fbWF4X2F0dGVtcHRzQg0KC19tdWx0aXBsaWVyQgkKB19qaXR0ZXJCHQobX21heF9kZWxpdmVyaWVzX3Blcl9hdHRlbXB0QhUKE191bmxpbWl0ZWRfYXR0ZW1wdHMiSQoITG9jYXRpb24SCwoDZGF5GAEgASgJEg4KBndpbmRvdxgCIAEoDRIQCghpbnN0YW5jZRgDIAEoCRIOCgZidWNrZXQYBCABKA0iywUKBVJldHJ5Eg8KB3NlcnZpY2UYASABKAkSFgoOdHJhbnNhY3Rpb25faWQYAiABKAkSJwoGc3RhdHVzGAMgASgOMhcucmVib3VuZC52MS5SZXRyeVN0YXR1cxIPCgdhdHRlbXB0GAQgASgNEhIKCmdlbmVyYXRpb24YBSABKAQSLAoIZHVlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYByABKAkSDwoHcGF5bG9hZBgIIAEoDBI1CgphdHRyaWJ1dGVzGAkgAygLMiEucmVib3VuZC52MS5SZXRyeS5BdHRyaWJ1dGVzRW50cnkSJwoGcG9saWN5GAogASgLMhcucmVib3VuZC52MS5SZXRyeVBvbGljeRI1ChFmaXJzdF9lbnF1ZXVlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoQbGFzdF9lbnF1ZXVlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoIbG9jYXRpb24YDiABKAsyFC5yZWJvdW5kLnYxLkxvY2F0aW9uEhUKDWVucXVldWVfY291bnQYDyABKA0SFgoOZGVsaXZlcnlfY291bnQYECABKA0SEgoKZGVwZW5kZW5jeRgRIAEoCRIvCg1jb21wZW5zYXRpb25zGBIgAygLMhgucmVib3VuZC52MS5Db21wZW5zYXRpb24SLAoFY2hhaW4YEyABKAsyHS5yZWJvdW5kLnYxLkNvbXBlbnNhdGlvbkNoYWluGjEKD0F0dHJpYnV0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIuIBCgxDb21wZW5zYXRpb24SDwoHc2VydmljZRgBIAEoCRIWCg50cmFuc2FjdGlvbl9pZBgCIAEoCRIPCgdwYXlsb2FkGAMgASgMEjwKCmF0dHJpYnV0ZXMYBCADKAsyKC5yZWJvdW5kLnYxLkNvbXBlbnNhdGlvbi5BdHRyaWJ1dGVzRW50cnkSJwoGcG9saWN5GAUgASgLMhcucmVib3VuZC52MS5SZXRyeVBvbGljeRoxCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKRAQoRQ29tcGVuc2F0aW9uQ2hhaW4SFAoMc2FnYV9zZXJ2aWNlGAEgASgJEhsKE3NhZ2FfdHJhbnNhY3Rpb25faWQYAiABKAkSEAoIcG9zaXRpb24YAyABKA0SNwoNY29tcGVuc2F0aW9ucxgEIAMoCzIgLnJlYm91bmQudjEuQ29tcGVuc2F0aW9uUHJvZ3Jlc3MiaAoUQ29tcGVuc2F0aW9uUHJvZ3Jlc3MSDwoHc2VydmljZRgBIAEoCRIWCg50cmFuc2FjdGlvbl9pZBgCIAEoCRInCgZzdGF0dXMYAyABKA4yFy5yZWJvdW5kLnYxLlJldHJ5U3RhdHVzIjcKDFRyYWNlQ29udGV4dBITCgt0cmFjZXBhcmVudBgBIAEoCRISCgp0cmFjZXN0YXRlGAIgASgJKpYBCgtSZXRyeVN0YXR1cxIcChhSRVRSWV9TVEFUVVNfVU5TUEVDSUZJRUQQABIaChZSRVRSWV9TVEFUVVNfU0NIRURVTEVEEAESGgoWUkVUUllfU1RBVFVTX1NVQ0NFRURFRBACEhUKEVJFVFJZX1NUQVRVU19ERUFEEAMSGgoWUkVUUllfU1RBVFVTX0NBTkNFTExFRBAEQmAKDmRldi5yZWJvdW5kLnYxQgpUeXBlc1Byb3RvUAFaQGdpdGh1Yi5jb20vcmVib3VuZC1kZXYvcmVib3VuZC9jbGllbnQtc2RrL2dvL3JlYm91bmR2MTtyZWJvdW5kdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChZyZWJvdW5kL3YxL3R5cGVzLnByb3RvEgpyZWJvdW5kLnYxIvEDCgtSZXRyeVBvbGljeRIZCgxtYXhfYXR0ZW1wdHMYASABKA1IAIgBARIyCg9pbml0aWFsX2JhY2tvZmYYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoLbWF4X2JhY2tvZmYYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFwoKbXVsdGlwbGllchgEIAEoAUgBiAEBEhMKBmppdHRlchgFIAEoAUgCiAEBEjUKEm1heF9yZXRyeV9kdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgthY2tfdGltZW91dBgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhInChptYXhfZGVsaXZlcmllc19wZXJfYXR0ZW1wdBgIIAEoDUgDiAEBEiMKG25vbl9yZXRyeWFibGVfZXJyb3JfY2xhc3NlcxgJIAMoCRIfChJ1bmxpbWl0ZWRfYXR0ZW1wdHMYCiABKAhIBIgBAUIPCg1fbWF4X2F0dGVtcHRzQg0KC19tdWx0aXBsaWVyQgkKB19qaXR0ZXJCHQobX21heF9kZWxpdmVyaWVzX3Blcl9hdHRlbXB0QhUKE191bmxpbWl0ZWRfYXR0ZW1wdHMiSQoITG9jYXRpb24SCwoDZGF5GAEgASgJEg4KBndpbmRvdxgCIAEoDRIQCghpbnN0YW5jZRgDIAEoCRIOCgZidWNrZXQYBCABKA0ijAYKBVJldHJ5Eg8KB3NlcnZpY2UYASABKAkSFgoOdHJhbnNhY3Rpb25faWQYAiABKAkSJwoGc3RhdHVzGAMgASgOMhcucmVib3VuZC52MS5SZXRyeVN0YXR1cxIPCgdhdHRlbXB0GAQgASgNEhIKCmdlbmVyYXRpb24YBSABKAQSLAoIZHVlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYByABKAkSDwoHcGF5bG9hZBgIIAEoDBI1CgphdHRyaWJ1dGVzGAkgAygLMiEucmVib3VuZC52MS5SZXRyeS5BdHRyaWJ1dGVzRW50cnkSJwoGcG9saWN5GAogASgLMhcucmVib3VuZC52MS5SZXRyeVBvbGljeRI1ChFmaXJzdF9lbnF1ZXVlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoQbGFzdF9lbnF1ZXVlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoIbG9jYXRpb24YDiABKAsyFC5yZWJvdW5kLnYxLkxvY2F0aW9uEhUKDWVucXVldWVfY291bnQYDyABKA0SFgoOZGVsaXZlcnlfY291bnQYECABKA0SEgoKZGVwZW5kZW5jeRgRIAEoCRIvCg1jb21wZW5zYXRpb25zGBIgAygLMhgucmVib3VuZC52MS5Db21wZW5zYXRpb24SLAoFY2hhaW4YEyABKAsyHS5yZWJvdW5kLnYxLkNvbXBlbnNhdGlvbkNoYWluEiUKCGF0dGVtcHRzGBQgAygLMhMucmVib3VuZC52MS5BdHRlbXB0EhgKEGF0dGVtcHRzX2Ryb3BwZWQYFSABKA0aMQoPQXR0cmlidXRlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi4gIKB0F0dGVtcHQSDwoHYXR0ZW1wdBgBIAEoDRIwCgxkZWxpdmVyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZGVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdub2RlX2lkGAQgASgJEhMKC2V4ZWN1dG9yX2lkGAUgASgJEisKB291dGNvbWUYBiABKA4yGi5yZWJvdW5kLnYxLkF0dGVtcHRPdXRjb21lEg0KBWVycm9yGAcgASgJEhMKC2Vycm9yX2NsYXNzGAggASgJEi4KC3JldHJ5X2FmdGVyGAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEisKCGR1cmF0aW9uGAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhIKCmRlbGl2ZXJpZXMYCyABKA0i4gEKDENvbXBlbnNhdGlvbhIPCgdzZXJ2aWNlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJEg8KB3BheWxvYWQYAyABKAwSPAoKYXR0cmlidXRlcxgEIAMoCzIoLnJlYm91bmQudjEuQ29tcGVuc2F0aW9uLkF0dHJpYnV0ZXNFbnRyeRInCgZwb2xpY3kYBSABKAsyFy5yZWJvdW5kLnYxLlJldHJ5UG9saWN5GjEKD0F0dHJpYnV0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpEBChFDb21wZW5zYXRpb25DaGFpbhIUCgxzYWdhX3NlcnZpY2UYASABKAkSGwoTc2FnYV90cmFuc2FjdGlvbl9pZBgCIAEoCRIQCghwb3NpdGlvbhgDIAEoDRI3Cg1jb21wZW5zYXRpb25zGAQgAygLMiAucmVib3VuZC52MS5Db21wZW5zYXRpb25Qcm9ncmVzcyJoChRDb21wZW5zYXRpb25Qcm9ncmVzcxIPCgdzZXJ2aWNlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJEicKBnN0YXR1cxgDIAEoDjIXLnJlYm91bmQudjEuUmV0cnlTdGF0dXMiNwoMVHJhY2VDb250ZXh0EhMKC3RyYWNlcGFyZW50GAEgASgJEhIKCnRyYWNlc3RhdGUYAiABKAkqlgEKC1JldHJ5U3RhdHVzEhwKGFJFVFJZX1NUQVRVU19VTlNQRUNJRklFRBAAEhoKFlJFVFJZX1NUQVRVU19TQ0hFRFVMRUQQARIaChZSRVRSWV9TVEFUVVNfU1VDQ0VFREVEEAISFQoRUkVUUllfU1RBVFVTX0RFQUQQAxIaChZSRVRSWV9TVEFUVVNfQ0FOQ0VMTEVEEAQq5AEKDkF0dGVtcHRPdXRjb21lEh8KG0FUVEVNUFRfT1VUQ09NRV9VTlNQRUNJRklFRBAAEh0KGUFUVEVNUFRfT1VUQ09NRV9TVUNDRUVERUQQARIZChVBVFRFTVBUX09VVENPTUVfUkVUUlkQAhIaChZBVFRFTVBUX09VVENPTUVfRkFJTEVEEAMSJAogQVRURU1QVF9PVVRDT01FX0RFQURMSU5FX0VYUElSRUQQBBIYChRBVFRFTVBUX09VVENPTUVfSEVMRBAFEhsKF0FUVEVNUFRfT1VUQ09NRV9TTk9PWkVEEAZCYAoOZGV2LnJlYm91bmQudjFCClR5cGVzUHJvdG9QAVpAZ2l0aHViLmNvbS9yZWJvdW5kLWRldi9yZWJvdW5kL2NsaWVudC1zZGsvZ28vcmVib3VuZHYxO3JlYm91bmR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Retry policy. Every field is optional: an unset field takes the service default, then the
@@ -257,6 +257,22 @@ export type Retry = Message<"rebound.v1.Retry"> & {
    * @generated from field: rebound.v1.CompensationChain chain = 19;
    */
   chain?: CompensationChain | undefined;
+
+  /**
+   * The attempts it made, oldest first: the first one and the most recent ones, at most 10
+   * in all; attempts_dropped counts those left out between them. Each is recorded by the ack
+   * that ended it (or the expiry of its last ack deadline). A dead retry keeps its history as
+   * long as its dead letter, and a redrive keeps it; a new enqueue after a terminal status
+   * starts a new one.
+   *
+   * @generated from field: repeated rebound.v1.Attempt attempts = 20;
+   */
+  attempts: Attempt[];
+
+  /**
+   * @generated from field: uint32 attempts_dropped = 21;
+   */
+  attemptsDropped: number;
 };
 
 /**
@@ -265,6 +281,91 @@ export type Retry = Message<"rebound.v1.Retry"> & {
  */
 export const RetrySchema: GenMessage<Retry> = /*@__PURE__*/
   messageDesc(file_rebound_v1_types, 2);
+
+/**
+ * One attempt of a retry (Retry.attempts).
+ *
+ * @generated from message rebound.v1.Attempt
+ */
+export type Attempt = Message<"rebound.v1.Attempt"> & {
+  /**
+   * Its number: the Delivery.attempt it was delivered with.
+   *
+   * @generated from field: uint32 attempt = 1;
+   */
+  attempt: number;
+
+  /**
+   * When it was delivered (the last delivery, when its ack deadline expired before), and when
+   * it ended.
+   *
+   * @generated from field: google.protobuf.Timestamp delivered_at = 2;
+   */
+  deliveredAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp ended_at = 3;
+   */
+  endedAt?: Timestamp | undefined;
+
+  /**
+   * The node that delivered it, and the executor it went to (SubscribeRequest.executor_id;
+   * "push" for a push target).
+   *
+   * @generated from field: string node_id = 4;
+   */
+  nodeId: string;
+
+  /**
+   * @generated from field: string executor_id = 5;
+   */
+  executorId: string;
+
+  /**
+   * @generated from field: rebound.v1.AttemptOutcome outcome = 6;
+   */
+  outcome: AttemptOutcome;
+
+  /**
+   * The ack's error (its first 512 bytes) and error class.
+   *
+   * @generated from field: string error = 7;
+   */
+  error: string;
+
+  /**
+   * @generated from field: string error_class = 8;
+   */
+  errorClass: string;
+
+  /**
+   * The ack's retry_after; unset when it asked for none.
+   *
+   * @generated from field: google.protobuf.Duration retry_after = 9;
+   */
+  retryAfter?: Duration | undefined;
+
+  /**
+   * How long the executor took: ended_at - delivered_at.
+   *
+   * @generated from field: google.protobuf.Duration duration = 10;
+   */
+  duration?: Duration | undefined;
+
+  /**
+   * How many deliveries the attempt took (more than 1 after expired ack deadlines).
+   *
+   * @generated from field: uint32 deliveries = 11;
+   */
+  deliveries: number;
+};
+
+/**
+ * Describes the message rebound.v1.Attempt.
+ * Use `create(AttemptSchema)` to create a new message.
+ */
+export const AttemptSchema: GenMessage<Attempt> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_types, 3);
 
 /**
  * A compensation of a saga step (EnqueueRetryRequest.compensations): a retry of its own,
@@ -310,7 +411,7 @@ export type Compensation = Message<"rebound.v1.Compensation"> & {
  * Use `create(CompensationSchema)` to create a new message.
  */
 export const CompensationSchema: GenMessage<Compensation> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_types, 3);
+  messageDesc(file_rebound_v1_types, 4);
 
 /**
  * Where a compensation chain stands (Retry.chain, DeadLetter.chain).
@@ -350,7 +451,7 @@ export type CompensationChain = Message<"rebound.v1.CompensationChain"> & {
  * Use `create(CompensationChainSchema)` to create a new message.
  */
 export const CompensationChainSchema: GenMessage<CompensationChain> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_types, 4);
+  messageDesc(file_rebound_v1_types, 5);
 
 /**
  * @generated from message rebound.v1.CompensationProgress
@@ -379,7 +480,7 @@ export type CompensationProgress = Message<"rebound.v1.CompensationProgress"> & 
  * Use `create(CompensationProgressSchema)` to create a new message.
  */
 export const CompensationProgressSchema: GenMessage<CompensationProgress> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_types, 5);
+  messageDesc(file_rebound_v1_types, 6);
 
 /**
  * W3C trace context (https://www.w3.org/TR/trace-context/), as text. Empty: none.
@@ -407,7 +508,7 @@ export type TraceContext = Message<"rebound.v1.TraceContext"> & {
  * Use `create(TraceContextSchema)` to create a new message.
  */
 export const TraceContextSchema: GenMessage<TraceContext> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_types, 6);
+  messageDesc(file_rebound_v1_types, 7);
 
 /**
  * @generated from enum rebound.v1.RetryStatus
@@ -448,4 +549,60 @@ export enum RetryStatus {
  */
 export const RetryStatusSchema: GenEnum<RetryStatus> = /*@__PURE__*/
   enumDesc(file_rebound_v1_types, 0);
+
+/**
+ * How an attempt ended.
+ *
+ * @generated from enum rebound.v1.AttemptOutcome
+ */
+export enum AttemptOutcome {
+  /**
+   * @generated from enum value: ATTEMPT_OUTCOME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: ATTEMPT_OUTCOME_SUCCEEDED = 1;
+   */
+  SUCCEEDED = 1,
+
+  /**
+   * Acked RETRY: the attempt failed and counts.
+   *
+   * @generated from enum value: ATTEMPT_OUTCOME_RETRY = 2;
+   */
+  RETRY = 2,
+
+  /**
+   * @generated from enum value: ATTEMPT_OUTCOME_FAILED = 3;
+   */
+  FAILED = 3,
+
+  /**
+   * Not acknowledged before its ack deadline, max_deliveries_per_attempt times.
+   *
+   * @generated from enum value: ATTEMPT_OUTCOME_DEADLINE_EXPIRED = 4;
+   */
+  DEADLINE_EXPIRED = 4,
+
+  /**
+   * Acked RETRY with a hold of its dependency (AckRequest.hold): no attempt used.
+   *
+   * @generated from enum value: ATTEMPT_OUTCOME_HELD = 5;
+   */
+  HELD = 5,
+
+  /**
+   * Acked RETRY as a snooze (AckRequest.snooze): no attempt used.
+   *
+   * @generated from enum value: ATTEMPT_OUTCOME_SNOOZED = 6;
+   */
+  SNOOZED = 6,
+}
+
+/**
+ * Describes the enum rebound.v1.AttemptOutcome.
+ */
+export const AttemptOutcomeSchema: GenEnum<AttemptOutcome> = /*@__PURE__*/
+  enumDesc(file_rebound_v1_types, 1);
 

@@ -1,8 +1,8 @@
 // Retry lookup (#/retry, #/retry/{service}/{id}): the form and one retry.
 
 import { api, enc } from "./api.js";
-import { append, clear, errorBox, h, kvList, loading } from "./dom.js";
-import { num, timeEl } from "./format.js";
+import { append, clear, errorBox, h, kvList, loading, table, td } from "./dom.js";
+import { dur, num, timeEl } from "./format.js";
 
 export function retryPage(service, id) {
 	const svc = h("input", {
@@ -44,7 +44,7 @@ export function retryPage(service, id) {
 	if (service && id) {
 		append(out, loading());
 		api(`services/${enc(service)}/retries/${enc(id)}`)
-			.then((r) => clear(out, retryView(r)))
+			.then((r) => clear(out, retryView(r), attemptsView(r)))
 			.catch((e) => {
 				clear(out);
 				if (e.status === 404)
@@ -89,6 +89,67 @@ function chainView(c) {
 				]),
 			),
 		),
+	);
+}
+
+// Each attempt as a timeline row, oldest first: when it was delivered, the wait since the
+// attempt before it ended, how long the executor took, where it ran and how it ended.
+function attemptsView(r) {
+	const attempts = r.attempts ?? [];
+	const outcomeClass = (o) =>
+		o === "SUCCEEDED" ? "s-succeeded" : o === "FAILED" || o === "DEADLINE_EXPIRED" ? "s-dead" : "s-scheduled";
+	const rows = [];
+	attempts.forEach((a, i) => {
+		if (i === 1 && r.attempts_dropped > 0)
+			rows.push(
+				h(
+					"tr",
+					{ class: "dropped", "data-field": "attempts_dropped" },
+					h("td", { colspan: 9, class: "muted" }, `… ${num(r.attempts_dropped)} attempts not kept …`),
+				),
+			);
+		const before = i > 0 ? attempts[i - 1] : null;
+		const gap =
+			before && before.ended_at && a.delivered_at
+				? (Date.parse(a.delivered_at) - Date.parse(before.ended_at)) / 1000
+				: null;
+		const error = [a.error_class ? `[${a.error_class}] ` : "", a.error || ""].join("") || "–";
+		rows.push(
+			h(
+				"tr",
+				{ "data-attempt": a.attempt },
+				td("attempt", num(a.attempt), a.attempt),
+				td("outcome", h("span", { class: `badge ${outcomeClass(a.outcome)}` }, a.outcome), a.outcome),
+				td("delivered_at", timeEl(a.delivered_at)),
+				td("gap", gap === null ? "–" : dur(Math.max(gap, 0)), gap),
+				td("duration", dur(a.duration), a.duration),
+				td("node_id", a.node_id || "–"),
+				td("executor_id", a.executor_id || "–"),
+				td("retry_after", dur(a.retry_after), a.retry_after),
+				h("td", { class: "err-text", "data-field": "error" }, error),
+			),
+		);
+	});
+	return h(
+		"section",
+		{ class: "card", "data-attempts": r.transaction_id },
+		h("h2", {}, "Attempts"),
+		attempts.length
+			? table(
+					[
+						"#Attempt",
+						"Outcome",
+						"Delivered",
+						"#Waited",
+						"#Took",
+						"Node",
+						"Executor",
+						"#Retry after",
+						"Error",
+					],
+					rows,
+				)
+			: h("p", { class: "muted" }, "No attempt recorded yet."),
 	);
 }
 
