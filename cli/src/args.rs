@@ -120,6 +120,17 @@ Examples:
   rebound history orders order-42/charge --json | jq -r '.attempts[].error'")]
     History(TransactionArgs),
 
+    /// A service's scheduled retries, filtered, oldest window first (ListRetries).
+    #[command(after_help = "\
+Follows page tokens until --limit retries are shown; with --json, next_page_token (null on the
+last page) can be passed back as --page-token. Only SCHEDULED retries are listed so far: a
+finished one is read by id (`rebound get`), a dead one with `rebound dlq list`.
+
+Examples:
+  rebound list orders --attr customer=42
+  rebound list orders --error 'card declined' --due-before 2026-12-07T00:00:00Z --json")]
+    List(Box<ListArgs>),
+
     /// Cancel a pending retry (CancelRetry).
     #[command(after_help = "\
 Cancelling a retry that already finished is not an error: the output shows its final status and
@@ -285,6 +296,36 @@ pub struct TransactionArgs {
     pub service: String,
     /// The transaction id (the idempotency key).
     pub transaction_id: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// The service.
+    pub service: String,
+    /// Only retries with this attribute, repeatable (all must match): --attr customer=42.
+    #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub attributes: Vec<(String, String)>,
+    /// Only retries whose last error contains this text.
+    #[arg(long, value_name = "TEXT")]
+    pub error: Option<String>,
+    /// Only retries naming this dependency.
+    #[arg(long)]
+    pub dependency: Option<String>,
+    /// Only the step and the compensations of this saga (its step's transaction id).
+    #[arg(long, value_name = "TRANSACTION_ID")]
+    pub saga: Option<String>,
+    /// Only retries due at or after this time (RFC 3339, or `now`).
+    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    pub due_after: Option<prost_types::Timestamp>,
+    /// Only retries due before this time (RFC 3339, or `now`).
+    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    pub due_before: Option<prost_types::Timestamp>,
+    /// At most this many retries (0: no limit).
+    #[arg(long, default_value_t = 100)]
+    pub limit: u64,
+    /// Continue a previous listing.
+    #[arg(long, value_name = "TOKEN")]
+    pub page_token: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -131,6 +131,29 @@ async fn enqueue_get_and_cancel() {
     );
     assert!(time(&doc["first_enqueued_at"]) <= Utc::now());
 
+    // `list` finds it by an attribute and by its error, and not by another value.
+    let listed = rebound(&a, &["--json", "list", "orders", "--attr", "step=charge"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(
+        listed["retries"][0]["transaction_id"], "order-42/charge",
+        "{listed:#}"
+    );
+    assert_eq!(listed["retries"][0]["status"], "SCHEDULED", "{listed:#}");
+    assert_eq!(listed["next_page_token"], Value::Null, "{listed:#}");
+    let table = rebound(&a, &["list", "orders", "--error", "gateway: 503"])
+        .await
+        .ok();
+    assert!(table.stdout.contains("order-42/charge"), "{table:#?}");
+    let none = rebound(&a, &["list", "orders", "--attr", "step=refund"])
+        .await
+        .ok();
+    assert!(none.stdout.contains("no scheduled retries"), "{none:#?}");
+    rebound(&a, &["list", "orders", "--page-token", "junk"])
+        .await
+        .exits(4);
+
     let cancelled = rebound(&a, &["cancel", "orders", "order-42/charge"])
         .await
         .ok();

@@ -132,6 +132,24 @@ async fn credentials_limit_callers_to_their_services_and_admin_calls_to_admins()
         Code::PermissionDenied,
         "GetRetry of another service",
     );
+    let list = |service: &str| pb::ListRetriesRequest {
+        service: service.into(),
+        ..Default::default()
+    };
+    let own = retry
+        .list_retries(with(list("payments"), PAY))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        own.retries.iter().any(|r| r.transaction_id == "t1"),
+        "{own:?}"
+    );
+    refused(
+        retry.list_retries(with(list("orders"), PAY)).await,
+        Code::PermissionDenied,
+        "ListRetries of another service",
+    );
     refused(
         retry
             .cancel_retry(with(

@@ -135,6 +135,23 @@ pub fn retry_json(r: &pb::Retry) -> Value {
     })
 }
 
+/// One row of a listing (`ListRetriesResponse.retries`).
+pub fn retry_summary_json(r: &pb::RetrySummary) -> Value {
+    json!({
+        "transaction_id": r.transaction_id,
+        "status": status_name(r.status),
+        "attempt": r.attempt,
+        "due_time": time_json(r.due_time.as_ref()),
+        "last_error": r.last_error,
+        "dependency": r.dependency,
+        "chain_position": r.chain_position,
+        "saga_transaction_id": r.saga_transaction_id,
+        "enqueue_count": r.enqueue_count,
+        "delivery_count": r.delivery_count,
+        "attributes": attributes_json(&r.attributes),
+    })
+}
+
 /// One attempt of a retry's history (`Retry.attempts`).
 pub fn attempt_json(a: &pb::Attempt) -> Value {
     json!({

@@ -35,7 +35,7 @@ use conn::{connect, tls, Ctx};
 use dlq::{dlq_list, dlq_purge, dlq_redrive};
 use holds::{holds_list, holds_release, holds_set};
 use push::{push_target_clear, push_target_get, push_target_set};
-use retry::{cancel, enqueue, get, history};
+use retry::{cancel, enqueue, get, history, list};
 use service::{limits_get, limits_set, pause, policy_get, policy_set, purge, services, stats};
 use subscribe::subscribe;
 
@@ -78,6 +78,7 @@ pub async fn run(cli: &Cli) -> Result<(), CliError> {
         Command::Enqueue(a) => enqueue(&ctx, a).await?,
         Command::Get(a) => get(&ctx, &a.service, &a.transaction_id).await?,
         Command::History(a) => history(&ctx, &a.service, &a.transaction_id).await?,
+        Command::List(a) => list(&ctx, a).await?,
         Command::Cancel(a) => cancel(&ctx, &a.service, &a.transaction_id).await?,
         Command::Subscribe(a) => subscribe(&ctx, a).await?,
         Command::Stats { service } => stats(&ctx, service.as_deref()).await?,

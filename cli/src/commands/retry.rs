@@ -97,6 +97,83 @@ pub(super) async fn get(ctx: &Ctx, service: &str, transaction_id: &str) -> Resul
     Ok(Out::new(render::retry_json(&r), text))
 }
 
+/// The largest page ListRetries serves.
+const MAX_LIST_PAGE: u64 = 500;
+
+/// A service's scheduled retries (ListRetries), following page tokens up to `--limit`.
+pub(super) async fn list(ctx: &Ctx, a: &crate::args::ListArgs) -> Result<Out, CliError> {
+    let limit = if a.limit == 0 { u64::MAX } else { a.limit };
+    let mut token = a.page_token.clone().unwrap_or_default();
+    let mut rows: Vec<pb::RetrySummary> = Vec::new();
+    loop {
+        let want = limit - rows.len() as u64;
+        if want == 0 {
+            break;
+        }
+        let request = pb::ListRetriesRequest {
+            service: a.service.clone(),
+            statuses: Vec::new(),
+            due_after: a.due_after,
+            due_before: a.due_before,
+            attributes: a.attributes.iter().cloned().collect(),
+            dependency: a.dependency.clone().unwrap_or_default(),
+            error_contains: a.error.clone().unwrap_or_default(),
+            saga_transaction_id: a.saga.clone().unwrap_or_default(),
+            page_size: want.min(MAX_LIST_PAGE) as u32,
+            page_token: std::mem::take(&mut token),
+        };
+        let r = ctx.call(ctx.retry().list_retries(ctx.req(request))).await?;
+        rows.extend(r.retries.into_iter().take(want as usize));
+        token = r.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    let mut t = crate::table::Table::new(&[
+        "TRANSACTION_ID",
+        "ATTEMPT",
+        "DUE",
+        "DEPENDENCY",
+        "ENQUEUES",
+        "DELIVERIES",
+        "LAST_ERROR",
+    ]);
+    let or_dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    for r in &rows {
+        t.row(vec![
+            r.transaction_id.clone(),
+            r.attempt.to_string(),
+            render::time_cell(r.due_time.as_ref()),
+            or_dash(&r.dependency),
+            r.enqueue_count.to_string(),
+            r.delivery_count.to_string(),
+            or_dash(&crate::table::truncate(&r.last_error, 80)),
+        ]);
+    }
+    let mut text = if t.is_empty() {
+        format!("no scheduled retries of {} match\n", a.service)
+    } else {
+        t.render()
+    };
+    if !token.is_empty() {
+        text.push_str(&format!(
+            "(more may match: raise --limit, or continue with --page-token {token})\n"
+        ));
+    }
+    let json = json!({
+        "service": a.service,
+        "retries": rows.iter().map(rebound_proto::json::retry_summary_json).collect::<Vec<_>>(),
+        "next_page_token": (!token.is_empty()).then_some(token),
+    });
+    Ok(Out::new(json, text))
+}
+
 /// The attempt history of one retry (GetRetry's `attempts`).
 pub(super) async fn history(
     ctx: &Ctx,

@@ -608,6 +608,314 @@ func (x *CancelRetryRequest) GetTransactionId() string {
 	return ""
 }
 
+type ListRetriesRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Service string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// The statuses to list. Empty: SCHEDULED, the only one listed so far; a finished retry is
+	// read by id (GetRetry), a dead one with AdminService.ListDeadLetters.
+	Statuses []RetryStatus `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=rebound.v1.RetryStatus" json:"statuses,omitempty"`
+	// Only retries due in [due_after, due_before); either may be unset.
+	DueAfter  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=due_after,json=dueAfter,proto3" json:"due_after,omitempty"`
+	DueBefore *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=due_before,json=dueBefore,proto3" json:"due_before,omitempty"`
+	// Only retries carrying every one of these attributes with these values.
+	Attributes map[string]string `protobuf:"bytes,5,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Only retries naming this dependency (EnqueueRetryRequest.dependency).
+	Dependency string `protobuf:"bytes,6,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// Only retries whose last_error contains this text (at most 1,024 bytes; case-sensitive).
+	ErrorContains string `protobuf:"bytes,7,opt,name=error_contains,json=errorContains,proto3" json:"error_contains,omitempty"`
+	// Only the step and the compensations of this saga (CompensationChain.saga_transaction_id,
+	// in any service of the chain that is this request's service).
+	SagaTransactionId string `protobuf:"bytes,8,opt,name=saga_transaction_id,json=sagaTransactionId,proto3" json:"saga_transaction_id,omitempty"`
+	// Rows per page: 1-500; unset (0): 100.
+	PageSize uint32 `protobuf:"varint,9,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Empty for the first page; then the previous answer's next_page_token.
+	PageToken     string `protobuf:"bytes,10,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRetriesRequest) Reset() {
+	*x = ListRetriesRequest{}
+	mi := &file_rebound_v1_retry_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRetriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRetriesRequest) ProtoMessage() {}
+
+func (x *ListRetriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_retry_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRetriesRequest.ProtoReflect.Descriptor instead.
+func (*ListRetriesRequest) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_retry_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListRetriesRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ListRetriesRequest) GetStatuses() []RetryStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *ListRetriesRequest) GetDueAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueAfter
+	}
+	return nil
+}
+
+func (x *ListRetriesRequest) GetDueBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueBefore
+	}
+	return nil
+}
+
+func (x *ListRetriesRequest) GetAttributes() map[string]string {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
+func (x *ListRetriesRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *ListRetriesRequest) GetErrorContains() string {
+	if x != nil {
+		return x.ErrorContains
+	}
+	return ""
+}
+
+func (x *ListRetriesRequest) GetSagaTransactionId() string {
+	if x != nil {
+		return x.SagaTransactionId
+	}
+	return ""
+}
+
+func (x *ListRetriesRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRetriesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListRetriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Oldest window first; within a window, in the order the directory keeps them.
+	Retries []*RetrySummary `protobuf:"bytes,1,rep,name=retries,proto3" json:"retries,omitempty"`
+	// Empty: the listing is complete. A page may hold fewer than page_size rows (even none)
+	// and still have a token: one call reads a bounded part of the directory.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRetriesResponse) Reset() {
+	*x = ListRetriesResponse{}
+	mi := &file_rebound_v1_retry_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRetriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRetriesResponse) ProtoMessage() {}
+
+func (x *ListRetriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_retry_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRetriesResponse.ProtoReflect.Descriptor instead.
+func (*ListRetriesResponse) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_retry_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListRetriesResponse) GetRetries() []*RetrySummary {
+	if x != nil {
+		return x.Retries
+	}
+	return nil
+}
+
+func (x *ListRetriesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// One retry of a listing: what tells it apart, GetRetry gives the rest.
+type RetrySummary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TransactionId string                 `protobuf:"bytes,1,opt,name=transaction_id,json=transactionId,proto3" json:"transaction_id,omitempty"`
+	Status        RetryStatus            `protobuf:"varint,2,opt,name=status,proto3,enum=rebound.v1.RetryStatus" json:"status,omitempty"`
+	Attempt       uint32                 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	DueTime       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=due_time,json=dueTime,proto3" json:"due_time,omitempty"`
+	LastError     string                 `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	Dependency    string                 `protobuf:"bytes,6,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// Its place in a compensation chain: 0 for a saga step or a retry in none, k for the k-th
+	// compensation; saga_transaction_id names the chain's step (empty: in none).
+	ChainPosition     uint32            `protobuf:"varint,7,opt,name=chain_position,json=chainPosition,proto3" json:"chain_position,omitempty"`
+	SagaTransactionId string            `protobuf:"bytes,8,opt,name=saga_transaction_id,json=sagaTransactionId,proto3" json:"saga_transaction_id,omitempty"`
+	EnqueueCount      uint32            `protobuf:"varint,9,opt,name=enqueue_count,json=enqueueCount,proto3" json:"enqueue_count,omitempty"`
+	DeliveryCount     uint32            `protobuf:"varint,10,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
+	Attributes        map[string]string `protobuf:"bytes,11,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *RetrySummary) Reset() {
+	*x = RetrySummary{}
+	mi := &file_rebound_v1_retry_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetrySummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetrySummary) ProtoMessage() {}
+
+func (x *RetrySummary) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_retry_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetrySummary.ProtoReflect.Descriptor instead.
+func (*RetrySummary) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_retry_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RetrySummary) GetTransactionId() string {
+	if x != nil {
+		return x.TransactionId
+	}
+	return ""
+}
+
+func (x *RetrySummary) GetStatus() RetryStatus {
+	if x != nil {
+		return x.Status
+	}
+	return RetryStatus_RETRY_STATUS_UNSPECIFIED
+}
+
+func (x *RetrySummary) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RetrySummary) GetDueTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueTime
+	}
+	return nil
+}
+
+func (x *RetrySummary) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *RetrySummary) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *RetrySummary) GetChainPosition() uint32 {
+	if x != nil {
+		return x.ChainPosition
+	}
+	return 0
+}
+
+func (x *RetrySummary) GetSagaTransactionId() string {
+	if x != nil {
+		return x.SagaTransactionId
+	}
+	return ""
+}
+
+func (x *RetrySummary) GetEnqueueCount() uint32 {
+	if x != nil {
+		return x.EnqueueCount
+	}
+	return 0
+}
+
+func (x *RetrySummary) GetDeliveryCount() uint32 {
+	if x != nil {
+		return x.DeliveryCount
+	}
+	return 0
+}
+
+func (x *RetrySummary) GetAttributes() map[string]string {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
 type CancelRetryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The status after the call: CANCELLED, or the terminal status the retry already had.
@@ -620,7 +928,7 @@ type CancelRetryResponse struct {
 
 func (x *CancelRetryResponse) Reset() {
 	*x = CancelRetryResponse{}
-	mi := &file_rebound_v1_retry_proto_msgTypes[8]
+	mi := &file_rebound_v1_retry_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +940,7 @@ func (x *CancelRetryResponse) String() string {
 func (*CancelRetryResponse) ProtoMessage() {}
 
 func (x *CancelRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_retry_proto_msgTypes[8]
+	mi := &file_rebound_v1_retry_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +953,7 @@ func (x *CancelRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRetryResponse.ProtoReflect.Descriptor instead.
 func (*CancelRetryResponse) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_retry_proto_rawDescGZIP(), []int{8}
+	return file_rebound_v1_retry_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelRetryResponse) GetStatus() RetryStatus {
@@ -715,15 +1023,61 @@ const file_rebound_v1_retry_proto_rawDesc = "" +
 	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\"U\n" +
 	"\x12CancelRetryRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12%\n" +
-	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\"d\n" +
+	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\"\x99\x04\n" +
+	"\x12ListRetriesRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x123\n" +
+	"\bstatuses\x18\x02 \x03(\x0e2\x17.rebound.v1.RetryStatusR\bstatuses\x127\n" +
+	"\tdue_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bdueAfter\x129\n" +
+	"\n" +
+	"due_before\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tdueBefore\x12N\n" +
+	"\n" +
+	"attributes\x18\x05 \x03(\v2..rebound.v1.ListRetriesRequest.AttributesEntryR\n" +
+	"attributes\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x06 \x01(\tR\n" +
+	"dependency\x12%\n" +
+	"\x0eerror_contains\x18\a \x01(\tR\rerrorContains\x12.\n" +
+	"\x13saga_transaction_id\x18\b \x01(\tR\x11sagaTransactionId\x12\x1b\n" +
+	"\tpage_size\x18\t \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\n" +
+	" \x01(\tR\tpageToken\x1a=\n" +
+	"\x0fAttributesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"q\n" +
+	"\x13ListRetriesResponse\x122\n" +
+	"\aretries\x18\x01 \x03(\v2\x18.rebound.v1.RetrySummaryR\aretries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa2\x04\n" +
+	"\fRetrySummary\x12%\n" +
+	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12/\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x17.rebound.v1.RetryStatusR\x06status\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\rR\aattempt\x125\n" +
+	"\bdue_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\adueTime\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x05 \x01(\tR\tlastError\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x06 \x01(\tR\n" +
+	"dependency\x12%\n" +
+	"\x0echain_position\x18\a \x01(\rR\rchainPosition\x12.\n" +
+	"\x13saga_transaction_id\x18\b \x01(\tR\x11sagaTransactionId\x12#\n" +
+	"\renqueue_count\x18\t \x01(\rR\fenqueueCount\x12%\n" +
+	"\x0edelivery_count\x18\n" +
+	" \x01(\rR\rdeliveryCount\x12H\n" +
+	"\n" +
+	"attributes\x18\v \x03(\v2(.rebound.v1.RetrySummary.AttributesEntryR\n" +
+	"attributes\x1a=\n" +
+	"\x0fAttributesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"d\n" +
 	"\x13CancelRetryResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x17.rebound.v1.RetryStatusR\x06status\x12\x1c\n" +
-	"\tcancelled\x18\x02 \x01(\bR\tcancelled2\xcf\x02\n" +
+	"\tcancelled\x18\x02 \x01(\bR\tcancelled2\x9f\x03\n" +
 	"\fRetryService\x12Q\n" +
 	"\fEnqueueRetry\x12\x1f.rebound.v1.EnqueueRetryRequest\x1a .rebound.v1.EnqueueRetryResponse\x12`\n" +
 	"\x11EnqueueRetryBatch\x12$.rebound.v1.EnqueueRetryBatchRequest\x1a%.rebound.v1.EnqueueRetryBatchResponse\x12:\n" +
 	"\bGetRetry\x12\x1b.rebound.v1.GetRetryRequest\x1a\x11.rebound.v1.Retry\x12N\n" +
-	"\vCancelRetry\x12\x1e.rebound.v1.CancelRetryRequest\x1a\x1f.rebound.v1.CancelRetryResponseB`\n" +
+	"\vCancelRetry\x12\x1e.rebound.v1.CancelRetryRequest\x1a\x1f.rebound.v1.CancelRetryResponse\x12N\n" +
+	"\vListRetries\x12\x1e.rebound.v1.ListRetriesRequest\x1a\x1f.rebound.v1.ListRetriesResponseB`\n" +
 	"\x0edev.rebound.v1B\n" +
 	"RetryProtoP\x01Z@github.com/rebound-dev/rebound/client-sdk/go/reboundv1;reboundv1b\x06proto3"
 
@@ -739,7 +1093,7 @@ func file_rebound_v1_retry_proto_rawDescGZIP() []byte {
 	return file_rebound_v1_retry_proto_rawDescData
 }
 
-var file_rebound_v1_retry_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_rebound_v1_retry_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_rebound_v1_retry_proto_goTypes = []any{
 	(*EnqueueRetryRequest)(nil),       // 0: rebound.v1.EnqueueRetryRequest
 	(*EnqueueRetryResponse)(nil),      // 1: rebound.v1.EnqueueRetryResponse
@@ -749,42 +1103,57 @@ var file_rebound_v1_retry_proto_goTypes = []any{
 	(*EnqueueRetryBatchResponse)(nil), // 5: rebound.v1.EnqueueRetryBatchResponse
 	(*GetRetryRequest)(nil),           // 6: rebound.v1.GetRetryRequest
 	(*CancelRetryRequest)(nil),        // 7: rebound.v1.CancelRetryRequest
-	(*CancelRetryResponse)(nil),       // 8: rebound.v1.CancelRetryResponse
-	nil,                               // 9: rebound.v1.EnqueueRetryRequest.AttributesEntry
-	(*durationpb.Duration)(nil),       // 10: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 11: google.protobuf.Timestamp
-	(*RetryPolicy)(nil),               // 12: rebound.v1.RetryPolicy
-	(*TraceContext)(nil),              // 13: rebound.v1.TraceContext
-	(*Compensation)(nil),              // 14: rebound.v1.Compensation
-	(RetryStatus)(0),                  // 15: rebound.v1.RetryStatus
-	(*Retry)(nil),                     // 16: rebound.v1.Retry
+	(*ListRetriesRequest)(nil),        // 8: rebound.v1.ListRetriesRequest
+	(*ListRetriesResponse)(nil),       // 9: rebound.v1.ListRetriesResponse
+	(*RetrySummary)(nil),              // 10: rebound.v1.RetrySummary
+	(*CancelRetryResponse)(nil),       // 11: rebound.v1.CancelRetryResponse
+	nil,                               // 12: rebound.v1.EnqueueRetryRequest.AttributesEntry
+	nil,                               // 13: rebound.v1.ListRetriesRequest.AttributesEntry
+	nil,                               // 14: rebound.v1.RetrySummary.AttributesEntry
+	(*durationpb.Duration)(nil),       // 15: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 16: google.protobuf.Timestamp
+	(*RetryPolicy)(nil),               // 17: rebound.v1.RetryPolicy
+	(*TraceContext)(nil),              // 18: rebound.v1.TraceContext
+	(*Compensation)(nil),              // 19: rebound.v1.Compensation
+	(RetryStatus)(0),                  // 20: rebound.v1.RetryStatus
+	(*Retry)(nil),                     // 21: rebound.v1.Retry
 }
 var file_rebound_v1_retry_proto_depIdxs = []int32{
-	9,  // 0: rebound.v1.EnqueueRetryRequest.attributes:type_name -> rebound.v1.EnqueueRetryRequest.AttributesEntry
-	10, // 1: rebound.v1.EnqueueRetryRequest.delay:type_name -> google.protobuf.Duration
-	11, // 2: rebound.v1.EnqueueRetryRequest.due_time:type_name -> google.protobuf.Timestamp
-	12, // 3: rebound.v1.EnqueueRetryRequest.policy:type_name -> rebound.v1.RetryPolicy
-	13, // 4: rebound.v1.EnqueueRetryRequest.trace_context:type_name -> rebound.v1.TraceContext
-	14, // 5: rebound.v1.EnqueueRetryRequest.compensations:type_name -> rebound.v1.Compensation
-	11, // 6: rebound.v1.EnqueueRetryResponse.due_time:type_name -> google.protobuf.Timestamp
+	12, // 0: rebound.v1.EnqueueRetryRequest.attributes:type_name -> rebound.v1.EnqueueRetryRequest.AttributesEntry
+	15, // 1: rebound.v1.EnqueueRetryRequest.delay:type_name -> google.protobuf.Duration
+	16, // 2: rebound.v1.EnqueueRetryRequest.due_time:type_name -> google.protobuf.Timestamp
+	17, // 3: rebound.v1.EnqueueRetryRequest.policy:type_name -> rebound.v1.RetryPolicy
+	18, // 4: rebound.v1.EnqueueRetryRequest.trace_context:type_name -> rebound.v1.TraceContext
+	19, // 5: rebound.v1.EnqueueRetryRequest.compensations:type_name -> rebound.v1.Compensation
+	16, // 6: rebound.v1.EnqueueRetryResponse.due_time:type_name -> google.protobuf.Timestamp
 	0,  // 7: rebound.v1.EnqueueRetryBatchRequest.requests:type_name -> rebound.v1.EnqueueRetryRequest
 	1,  // 8: rebound.v1.EnqueueRetryResult.response:type_name -> rebound.v1.EnqueueRetryResponse
 	4,  // 9: rebound.v1.EnqueueRetryResult.error:type_name -> rebound.v1.ItemError
 	3,  // 10: rebound.v1.EnqueueRetryBatchResponse.results:type_name -> rebound.v1.EnqueueRetryResult
-	15, // 11: rebound.v1.CancelRetryResponse.status:type_name -> rebound.v1.RetryStatus
-	0,  // 12: rebound.v1.RetryService.EnqueueRetry:input_type -> rebound.v1.EnqueueRetryRequest
-	2,  // 13: rebound.v1.RetryService.EnqueueRetryBatch:input_type -> rebound.v1.EnqueueRetryBatchRequest
-	6,  // 14: rebound.v1.RetryService.GetRetry:input_type -> rebound.v1.GetRetryRequest
-	7,  // 15: rebound.v1.RetryService.CancelRetry:input_type -> rebound.v1.CancelRetryRequest
-	1,  // 16: rebound.v1.RetryService.EnqueueRetry:output_type -> rebound.v1.EnqueueRetryResponse
-	5,  // 17: rebound.v1.RetryService.EnqueueRetryBatch:output_type -> rebound.v1.EnqueueRetryBatchResponse
-	16, // 18: rebound.v1.RetryService.GetRetry:output_type -> rebound.v1.Retry
-	8,  // 19: rebound.v1.RetryService.CancelRetry:output_type -> rebound.v1.CancelRetryResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	20, // 11: rebound.v1.ListRetriesRequest.statuses:type_name -> rebound.v1.RetryStatus
+	16, // 12: rebound.v1.ListRetriesRequest.due_after:type_name -> google.protobuf.Timestamp
+	16, // 13: rebound.v1.ListRetriesRequest.due_before:type_name -> google.protobuf.Timestamp
+	13, // 14: rebound.v1.ListRetriesRequest.attributes:type_name -> rebound.v1.ListRetriesRequest.AttributesEntry
+	10, // 15: rebound.v1.ListRetriesResponse.retries:type_name -> rebound.v1.RetrySummary
+	20, // 16: rebound.v1.RetrySummary.status:type_name -> rebound.v1.RetryStatus
+	16, // 17: rebound.v1.RetrySummary.due_time:type_name -> google.protobuf.Timestamp
+	14, // 18: rebound.v1.RetrySummary.attributes:type_name -> rebound.v1.RetrySummary.AttributesEntry
+	20, // 19: rebound.v1.CancelRetryResponse.status:type_name -> rebound.v1.RetryStatus
+	0,  // 20: rebound.v1.RetryService.EnqueueRetry:input_type -> rebound.v1.EnqueueRetryRequest
+	2,  // 21: rebound.v1.RetryService.EnqueueRetryBatch:input_type -> rebound.v1.EnqueueRetryBatchRequest
+	6,  // 22: rebound.v1.RetryService.GetRetry:input_type -> rebound.v1.GetRetryRequest
+	7,  // 23: rebound.v1.RetryService.CancelRetry:input_type -> rebound.v1.CancelRetryRequest
+	8,  // 24: rebound.v1.RetryService.ListRetries:input_type -> rebound.v1.ListRetriesRequest
+	1,  // 25: rebound.v1.RetryService.EnqueueRetry:output_type -> rebound.v1.EnqueueRetryResponse
+	5,  // 26: rebound.v1.RetryService.EnqueueRetryBatch:output_type -> rebound.v1.EnqueueRetryBatchResponse
+	21, // 27: rebound.v1.RetryService.GetRetry:output_type -> rebound.v1.Retry
+	11, // 28: rebound.v1.RetryService.CancelRetry:output_type -> rebound.v1.CancelRetryResponse
+	9,  // 29: rebound.v1.RetryService.ListRetries:output_type -> rebound.v1.ListRetriesResponse
+	25, // [25:30] is the sub-list for method output_type
+	20, // [20:25] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_rebound_v1_retry_proto_init() }
@@ -807,7 +1176,7 @@ func file_rebound_v1_retry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rebound_v1_retry_proto_rawDesc), len(file_rebound_v1_retry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

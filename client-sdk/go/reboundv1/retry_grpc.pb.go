@@ -23,6 +23,7 @@ const (
 	RetryService_EnqueueRetryBatch_FullMethodName = "/rebound.v1.RetryService/EnqueueRetryBatch"
 	RetryService_GetRetry_FullMethodName          = "/rebound.v1.RetryService/GetRetry"
 	RetryService_CancelRetry_FullMethodName       = "/rebound.v1.RetryService/CancelRetry"
+	RetryService_ListRetries_FullMethodName       = "/rebound.v1.RetryService/ListRetries"
 )
 
 // RetryServiceClient is the client API for RetryService service.
@@ -42,6 +43,9 @@ type RetryServiceClient interface {
 	EnqueueRetryBatch(ctx context.Context, in *EnqueueRetryBatchRequest, opts ...grpc.CallOption) (*EnqueueRetryBatchResponse, error)
 	GetRetry(ctx context.Context, in *GetRetryRequest, opts ...grpc.CallOption) (*Retry, error)
 	CancelRetry(ctx context.Context, in *CancelRetryRequest, opts ...grpc.CallOption) (*CancelRetryResponse, error)
+	// A service's scheduled retries, filtered, oldest window first, a page at a time. Any node
+	// answers for the whole cluster: it reads the shared directory.
+	ListRetries(ctx context.Context, in *ListRetriesRequest, opts ...grpc.CallOption) (*ListRetriesResponse, error)
 }
 
 type retryServiceClient struct {
@@ -92,6 +96,16 @@ func (c *retryServiceClient) CancelRetry(ctx context.Context, in *CancelRetryReq
 	return out, nil
 }
 
+func (c *retryServiceClient) ListRetries(ctx context.Context, in *ListRetriesRequest, opts ...grpc.CallOption) (*ListRetriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRetriesResponse)
+	err := c.cc.Invoke(ctx, RetryService_ListRetries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RetryServiceServer is the server API for RetryService service.
 // All implementations must embed UnimplementedRetryServiceServer
 // for forward compatibility.
@@ -109,6 +123,9 @@ type RetryServiceServer interface {
 	EnqueueRetryBatch(context.Context, *EnqueueRetryBatchRequest) (*EnqueueRetryBatchResponse, error)
 	GetRetry(context.Context, *GetRetryRequest) (*Retry, error)
 	CancelRetry(context.Context, *CancelRetryRequest) (*CancelRetryResponse, error)
+	// A service's scheduled retries, filtered, oldest window first, a page at a time. Any node
+	// answers for the whole cluster: it reads the shared directory.
+	ListRetries(context.Context, *ListRetriesRequest) (*ListRetriesResponse, error)
 	mustEmbedUnimplementedRetryServiceServer()
 }
 
@@ -130,6 +147,9 @@ func (UnimplementedRetryServiceServer) GetRetry(context.Context, *GetRetryReques
 }
 func (UnimplementedRetryServiceServer) CancelRetry(context.Context, *CancelRetryRequest) (*CancelRetryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelRetry not implemented")
+}
+func (UnimplementedRetryServiceServer) ListRetries(context.Context, *ListRetriesRequest) (*ListRetriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRetries not implemented")
 }
 func (UnimplementedRetryServiceServer) mustEmbedUnimplementedRetryServiceServer() {}
 func (UnimplementedRetryServiceServer) testEmbeddedByValue()                      {}
@@ -224,6 +244,24 @@ func _RetryService_CancelRetry_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RetryService_ListRetries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRetriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RetryServiceServer).ListRetries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RetryService_ListRetries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RetryServiceServer).ListRetries(ctx, req.(*ListRetriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RetryService_ServiceDesc is the grpc.ServiceDesc for RetryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -246,6 +284,10 @@ var RetryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelRetry",
 			Handler:    _RetryService_CancelRetry_Handler,
+		},
+		{
+			MethodName: "ListRetries",
+			Handler:    _RetryService_ListRetries_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -403,6 +403,7 @@ pub fn ack_outcome(
 
 #[path = "validate_enqueue.rs"]
 mod enqueue;
+pub(crate) use enqueue::attributes;
 pub use enqueue::{compensations, enqueue, EnqueueInput, Schedule, MAX_COMPENSATIONS};
 
 #[cfg(test)]

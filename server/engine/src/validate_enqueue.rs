@@ -115,7 +115,10 @@ pub fn compensations(
 
 /// A map of attributes: at most `MAX_ATTRIBUTES` entries, keys of 1-`MAX_ATTRIBUTE_KEY_BYTES`
 /// bytes with no control characters, values of at most `MAX_ATTRIBUTE_VALUE_BYTES`.
-fn attributes(field: &str, map: &std::collections::HashMap<String, String>) -> Result<(), Error> {
+pub(crate) fn attributes(
+    field: &str,
+    map: &std::collections::HashMap<String, String>,
+) -> Result<(), Error> {
     if map.len() > MAX_ATTRIBUTES {
         return Err(Error::invalid(
             field,

@@ -134,6 +134,17 @@ impl pb::retry_service_server::RetryService for Api {
         Ok(Response::new(retry))
     }
 
+    async fn list_retries(
+        &self,
+        request: Request<pb::ListRetriesRequest>,
+    ) -> Result<Response<pb::ListRetriesResponse>, Status> {
+        let (_, extensions, r) = request.into_parts();
+        let caller = Caller::of(&extensions)?;
+        validate::service("service", &r.service)?;
+        Auth::may_use(caller, "service", &r.service)?;
+        Ok(Response::new(self.handle.list_retries(&r).await?))
+    }
+
     async fn cancel_retry(
         &self,
         request: Request<pb::CancelRetryRequest>,

@@ -45,6 +45,7 @@ use rebound_store::{
 
 mod dead_letters;
 mod holds;
+pub mod list;
 pub mod redrive;
 
 pub use dead_letters::Cursor;

@@ -13,6 +13,7 @@ mod compactor;
 mod dispatcher;
 mod history;
 mod holds;
+mod list;
 mod ring;
 mod saga;
 mod stall;

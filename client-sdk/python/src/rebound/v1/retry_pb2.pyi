@@ -102,6 +102,78 @@ class CancelRetryRequest(_message.Message):
     transaction_id: str
     def __init__(self, service: _Optional[str] = ..., transaction_id: _Optional[str] = ...) -> None: ...
 
+class ListRetriesRequest(_message.Message):
+    __slots__ = ("service", "statuses", "due_after", "due_before", "attributes", "dependency", "error_contains", "saga_transaction_id", "page_size", "page_token")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    DUE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    DUE_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    SAGA_TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    statuses: _containers.RepeatedScalarFieldContainer[_types_pb2.RetryStatus]
+    due_after: _timestamp_pb2.Timestamp
+    due_before: _timestamp_pb2.Timestamp
+    attributes: _containers.ScalarMap[str, str]
+    dependency: str
+    error_contains: str
+    saga_transaction_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, service: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[_types_pb2.RetryStatus, str]]] = ..., due_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., dependency: _Optional[str] = ..., error_contains: _Optional[str] = ..., saga_transaction_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListRetriesResponse(_message.Message):
+    __slots__ = ("retries", "next_page_token")
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    retries: _containers.RepeatedCompositeFieldContainer[RetrySummary]
+    next_page_token: str
+    def __init__(self, retries: _Optional[_Iterable[_Union[RetrySummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class RetrySummary(_message.Message):
+    __slots__ = ("transaction_id", "status", "attempt", "due_time", "last_error", "dependency", "chain_position", "saga_transaction_id", "enqueue_count", "delivery_count", "attributes")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_POSITION_FIELD_NUMBER: _ClassVar[int]
+    SAGA_TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    status: _types_pb2.RetryStatus
+    attempt: int
+    due_time: _timestamp_pb2.Timestamp
+    last_error: str
+    dependency: str
+    chain_position: int
+    saga_transaction_id: str
+    enqueue_count: int
+    delivery_count: int
+    attributes: _containers.ScalarMap[str, str]
+    def __init__(self, transaction_id: _Optional[str] = ..., status: _Optional[_Union[_types_pb2.RetryStatus, str]] = ..., attempt: _Optional[int] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., dependency: _Optional[str] = ..., chain_position: _Optional[int] = ..., saga_transaction_id: _Optional[str] = ..., enqueue_count: _Optional[int] = ..., delivery_count: _Optional[int] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class CancelRetryResponse(_message.Message):
     __slots__ = ("status", "cancelled")
     STATUS_FIELD_NUMBER: _ClassVar[int]

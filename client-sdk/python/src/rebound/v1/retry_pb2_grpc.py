@@ -60,6 +60,11 @@ class RetryServiceStub:
                 request_serializer=rebound_dot_v1_dot_retry__pb2.CancelRetryRequest.SerializeToString,
                 response_deserializer=rebound_dot_v1_dot_retry__pb2.CancelRetryResponse.FromString,
                 _registered_method=True)
+        self.ListRetries = channel.unary_unary(
+                '/rebound.v1.RetryService/ListRetries',
+                request_serializer=rebound_dot_v1_dot_retry__pb2.ListRetriesRequest.SerializeToString,
+                response_deserializer=rebound_dot_v1_dot_retry__pb2.ListRetriesResponse.FromString,
+                _registered_method=True)
 
 
 class RetryServiceServicer:
@@ -97,6 +102,14 @@ class RetryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRetries(self, request, context):
+        """A service's scheduled retries, filtered, oldest window first, a page at a time. Any node
+        answers for the whole cluster: it reads the shared directory.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RetryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -119,6 +132,11 @@ def add_RetryServiceServicer_to_server(servicer, server):
                     servicer.CancelRetry,
                     request_deserializer=rebound_dot_v1_dot_retry__pb2.CancelRetryRequest.FromString,
                     response_serializer=rebound_dot_v1_dot_retry__pb2.CancelRetryResponse.SerializeToString,
+            ),
+            'ListRetries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRetries,
+                    request_deserializer=rebound_dot_v1_dot_retry__pb2.ListRetriesRequest.FromString,
+                    response_serializer=rebound_dot_v1_dot_retry__pb2.ListRetriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -234,6 +252,33 @@ class RetryService:
             '/rebound.v1.RetryService/CancelRetry',
             rebound_dot_v1_dot_retry__pb2.CancelRetryRequest.SerializeToString,
             rebound_dot_v1_dot_retry__pb2.CancelRetryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRetries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rebound.v1.RetryService/ListRetries',
+            rebound_dot_v1_dot_retry__pb2.ListRetriesRequest.SerializeToString,
+            rebound_dot_v1_dot_retry__pb2.ListRetriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

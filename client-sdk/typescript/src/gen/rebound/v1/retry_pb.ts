@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rebound/v1/retry.proto.
  */
 export const file_rebound_v1_retry: GenFile = /*@__PURE__*/
-  fileDesc("ChZyZWJvdW5kL3YxL3JldHJ5LnByb3RvEgpyZWJvdW5kLnYxIvMDChNFbnF1ZXVlUmV0cnlSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkSFgoOdHJhbnNhY3Rpb25faWQYAiABKAkSDwoHcGF5bG9hZBgDIAEoDBJDCgphdHRyaWJ1dGVzGAQgAygLMi8ucmVib3VuZC52MS5FbnF1ZXVlUmV0cnlSZXF1ZXN0LkF0dHJpYnV0ZXNFbnRyeRIqCgVkZWxheRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEi4KCGR1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAEicKBnBvbGljeRgHIAEoCzIXLnJlYm91bmQudjEuUmV0cnlQb2xpY3kSDwoHYXR0ZW1wdBgIIAEoDRISCgpsYXN0X2Vycm9yGAkgASgJEi8KDXRyYWNlX2NvbnRleHQYCiABKAsyGC5yZWJvdW5kLnYxLlRyYWNlQ29udGV4dBISCgpkZXBlbmRlbmN5GAsgASgJEi8KDWNvbXBlbnNhdGlvbnMYDCADKAsyGC5yZWJvdW5kLnYxLkNvbXBlbnNhdGlvbhoxCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIKCghzY2hlZHVsZSKGAQoURW5xdWV1ZVJldHJ5UmVzcG9uc2USFgoOdHJhbnNhY3Rpb25faWQYASABKAkSLAoIZHVlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmdlbmVyYXRpb24YAyABKAQSFAoMZGVkdXBsaWNhdGVkGAQgASgIIk0KGEVucXVldWVSZXRyeUJhdGNoUmVxdWVzdBIxCghyZXF1ZXN0cxgBIAMoCzIfLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5UmVxdWVzdCJ8ChJFbnF1ZXVlUmV0cnlSZXN1bHQSNAoIcmVzcG9uc2UYASABKAsyIC5yZWJvdW5kLnYxLkVucXVldWVSZXRyeVJlc3BvbnNlSAASJgoFZXJyb3IYAiABKAsyFS5yZWJvdW5kLnYxLkl0ZW1FcnJvckgAQggKBnJlc3VsdCIqCglJdGVtRXJyb3ISDAoEY29kZRgBIAEoBRIPCgdtZXNzYWdlGAIgASgJIkwKGUVucXVldWVSZXRyeUJhdGNoUmVzcG9uc2USLwoHcmVzdWx0cxgBIAMoCzIeLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5UmVzdWx0IjoKD0dldFJldHJ5UmVxdWVzdBIPCgdzZXJ2aWNlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJIj0KEkNhbmNlbFJldHJ5UmVxdWVzdBIPCgdzZXJ2aWNlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJIlEKE0NhbmNlbFJldHJ5UmVzcG9uc2USJwoGc3RhdHVzGAEgASgOMhcucmVib3VuZC52MS5SZXRyeVN0YXR1cxIRCgljYW5jZWxsZWQYAiABKAgyzwIKDFJldHJ5U2VydmljZRJRCgxFbnF1ZXVlUmV0cnkSHy5yZWJvdW5kLnYxLkVucXVldWVSZXRyeVJlcXVlc3QaIC5yZWJvdW5kLnYxLkVucXVldWVSZXRyeVJlc3BvbnNlEmAKEUVucXVldWVSZXRyeUJhdGNoEiQucmVib3VuZC52MS5FbnF1ZXVlUmV0cnlCYXRjaFJlcXVlc3QaJS5yZWJvdW5kLnYxLkVucXVldWVSZXRyeUJhdGNoUmVzcG9uc2USOgoIR2V0UmV0cnkSGy5yZWJvdW5kLnYxLkdldFJldHJ5UmVxdWVzdBoRLnJlYm91bmQudjEuUmV0cnkSTgoLQ2FuY2VsUmV0cnkSHi5yZWJvdW5kLnYxLkNhbmNlbFJldHJ5UmVxdWVzdBofLnJlYm91bmQudjEuQ2FuY2VsUmV0cnlSZXNwb25zZUJgCg5kZXYucmVib3VuZC52MUIKUmV0cnlQcm90b1ABWkBnaXRodWIuY29tL3JlYm91bmQtZGV2L3JlYm91bmQvY2xpZW50LXNkay9nby9yZWJvdW5kdjE7cmVib3VuZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_rebound_v1_types]);
+  fileDesc("ChZyZWJvdW5kL3YxL3JldHJ5LnByb3RvEgpyZWJvdW5kLnYxIvMDChNFbnF1ZXVlUmV0cnlSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkSFgoOdHJhbnNhY3Rpb25faWQYAiABKAkSDwoHcGF5bG9hZBgDIAEoDBJDCgphdHRyaWJ1dGVzGAQgAygLMi8ucmVib3VuZC52MS5FbnF1ZXVlUmV0cnlSZXF1ZXN0LkF0dHJpYnV0ZXNFbnRyeRIqCgVkZWxheRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEi4KCGR1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAEicKBnBvbGljeRgHIAEoCzIXLnJlYm91bmQudjEuUmV0cnlQb2xpY3kSDwoHYXR0ZW1wdBgIIAEoDRISCgpsYXN0X2Vycm9yGAkgASgJEi8KDXRyYWNlX2NvbnRleHQYCiABKAsyGC5yZWJvdW5kLnYxLlRyYWNlQ29udGV4dBISCgpkZXBlbmRlbmN5GAsgASgJEi8KDWNvbXBlbnNhdGlvbnMYDCADKAsyGC5yZWJvdW5kLnYxLkNvbXBlbnNhdGlvbhoxCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIKCghzY2hlZHVsZSKGAQoURW5xdWV1ZVJldHJ5UmVzcG9uc2USFgoOdHJhbnNhY3Rpb25faWQYASABKAkSLAoIZHVlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmdlbmVyYXRpb24YAyABKAQSFAoMZGVkdXBsaWNhdGVkGAQgASgIIk0KGEVucXVldWVSZXRyeUJhdGNoUmVxdWVzdBIxCghyZXF1ZXN0cxgBIAMoCzIfLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5UmVxdWVzdCJ8ChJFbnF1ZXVlUmV0cnlSZXN1bHQSNAoIcmVzcG9uc2UYASABKAsyIC5yZWJvdW5kLnYxLkVucXVldWVSZXRyeVJlc3BvbnNlSAASJgoFZXJyb3IYAiABKAsyFS5yZWJvdW5kLnYxLkl0ZW1FcnJvckgAQggKBnJlc3VsdCIqCglJdGVtRXJyb3ISDAoEY29kZRgBIAEoBRIPCgdtZXNzYWdlGAIgASgJIkwKGUVucXVldWVSZXRyeUJhdGNoUmVzcG9uc2USLwoHcmVzdWx0cxgBIAMoCzIeLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5UmVzdWx0IjoKD0dldFJldHJ5UmVxdWVzdBIPCgdzZXJ2aWNlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJIj0KEkNhbmNlbFJldHJ5UmVxdWVzdBIPCgdzZXJ2aWNlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJIpYDChJMaXN0UmV0cmllc1JlcXVlc3QSDwoHc2VydmljZRgBIAEoCRIpCghzdGF0dXNlcxgCIAMoDjIXLnJlYm91bmQudjEuUmV0cnlTdGF0dXMSLQoJZHVlX2FmdGVyGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkdWVfYmVmb3JlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBJCCgphdHRyaWJ1dGVzGAUgAygLMi4ucmVib3VuZC52MS5MaXN0UmV0cmllc1JlcXVlc3QuQXR0cmlidXRlc0VudHJ5EhIKCmRlcGVuZGVuY3kYBiABKAkSFgoOZXJyb3JfY29udGFpbnMYByABKAkSGwoTc2FnYV90cmFuc2FjdGlvbl9pZBgIIAEoCRIRCglwYWdlX3NpemUYCSABKA0SEgoKcGFnZV90b2tlbhgKIAEoCRoxCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJZChNMaXN0UmV0cmllc1Jlc3BvbnNlEikKB3JldHJpZXMYASADKAsyGC5yZWJvdW5kLnYxLlJldHJ5U3VtbWFyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiiwMKDFJldHJ5U3VtbWFyeRIWCg50cmFuc2FjdGlvbl9pZBgBIAEoCRInCgZzdGF0dXMYAiABKA4yFy5yZWJvdW5kLnYxLlJldHJ5U3RhdHVzEg8KB2F0dGVtcHQYAyABKA0SLAoIZHVlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBSABKAkSEgoKZGVwZW5kZW5jeRgGIAEoCRIWCg5jaGFpbl9wb3NpdGlvbhgHIAEoDRIbChNzYWdhX3RyYW5zYWN0aW9uX2lkGAggASgJEhUKDWVucXVldWVfY291bnQYCSABKA0SFgoOZGVsaXZlcnlfY291bnQYCiABKA0SPAoKYXR0cmlidXRlcxgLIAMoCzIoLnJlYm91bmQudjEuUmV0cnlTdW1tYXJ5LkF0dHJpYnV0ZXNFbnRyeRoxCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJRChNDYW5jZWxSZXRyeVJlc3BvbnNlEicKBnN0YXR1cxgBIAEoDjIXLnJlYm91bmQudjEuUmV0cnlTdGF0dXMSEQoJY2FuY2VsbGVkGAIgASgIMp8DCgxSZXRyeVNlcnZpY2USUQoMRW5xdWV1ZVJldHJ5Eh8ucmVib3VuZC52MS5FbnF1ZXVlUmV0cnlSZXF1ZXN0GiAucmVib3VuZC52MS5FbnF1ZXVlUmV0cnlSZXNwb25zZRJgChFFbnF1ZXVlUmV0cnlCYXRjaBIkLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5QmF0Y2hSZXF1ZXN0GiUucmVib3VuZC52MS5FbnF1ZXVlUmV0cnlCYXRjaFJlc3BvbnNlEjoKCEdldFJldHJ5EhsucmVib3VuZC52MS5HZXRSZXRyeVJlcXVlc3QaES5yZWJvdW5kLnYxLlJldHJ5Ek4KC0NhbmNlbFJldHJ5Eh4ucmVib3VuZC52MS5DYW5jZWxSZXRyeVJlcXVlc3QaHy5yZWJvdW5kLnYxLkNhbmNlbFJldHJ5UmVzcG9uc2USTgoLTGlzdFJldHJpZXMSHi5yZWJvdW5kLnYxLkxpc3RSZXRyaWVzUmVxdWVzdBofLnJlYm91bmQudjEuTGlzdFJldHJpZXNSZXNwb25zZUJgCg5kZXYucmVib3VuZC52MUIKUmV0cnlQcm90b1ABWkBnaXRodWIuY29tL3JlYm91bmQtZGV2L3JlYm91bmQvY2xpZW50LXNkay9nby9yZWJvdW5kdjE7cmVib3VuZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_rebound_v1_types]);
 
 /**
  * @generated from message rebound.v1.EnqueueRetryRequest
@@ -298,6 +298,185 @@ export const CancelRetryRequestSchema: GenMessage<CancelRetryRequest> = /*@__PUR
   messageDesc(file_rebound_v1_retry, 7);
 
 /**
+ * @generated from message rebound.v1.ListRetriesRequest
+ */
+export type ListRetriesRequest = Message<"rebound.v1.ListRetriesRequest"> & {
+  /**
+   * @generated from field: string service = 1;
+   */
+  service: string;
+
+  /**
+   * The statuses to list. Empty: SCHEDULED, the only one listed so far; a finished retry is
+   * read by id (GetRetry), a dead one with AdminService.ListDeadLetters.
+   *
+   * @generated from field: repeated rebound.v1.RetryStatus statuses = 2;
+   */
+  statuses: RetryStatus[];
+
+  /**
+   * Only retries due in [due_after, due_before); either may be unset.
+   *
+   * @generated from field: google.protobuf.Timestamp due_after = 3;
+   */
+  dueAfter?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp due_before = 4;
+   */
+  dueBefore?: Timestamp | undefined;
+
+  /**
+   * Only retries carrying every one of these attributes with these values.
+   *
+   * @generated from field: map<string, string> attributes = 5;
+   */
+  attributes: { [key: string]: string };
+
+  /**
+   * Only retries naming this dependency (EnqueueRetryRequest.dependency).
+   *
+   * @generated from field: string dependency = 6;
+   */
+  dependency: string;
+
+  /**
+   * Only retries whose last_error contains this text (at most 1,024 bytes; case-sensitive).
+   *
+   * @generated from field: string error_contains = 7;
+   */
+  errorContains: string;
+
+  /**
+   * Only the step and the compensations of this saga (CompensationChain.saga_transaction_id,
+   * in any service of the chain that is this request's service).
+   *
+   * @generated from field: string saga_transaction_id = 8;
+   */
+  sagaTransactionId: string;
+
+  /**
+   * Rows per page: 1-500; unset (0): 100.
+   *
+   * @generated from field: uint32 page_size = 9;
+   */
+  pageSize: number;
+
+  /**
+   * Empty for the first page; then the previous answer's next_page_token.
+   *
+   * @generated from field: string page_token = 10;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message rebound.v1.ListRetriesRequest.
+ * Use `create(ListRetriesRequestSchema)` to create a new message.
+ */
+export const ListRetriesRequestSchema: GenMessage<ListRetriesRequest> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_retry, 8);
+
+/**
+ * @generated from message rebound.v1.ListRetriesResponse
+ */
+export type ListRetriesResponse = Message<"rebound.v1.ListRetriesResponse"> & {
+  /**
+   * Oldest window first; within a window, in the order the directory keeps them.
+   *
+   * @generated from field: repeated rebound.v1.RetrySummary retries = 1;
+   */
+  retries: RetrySummary[];
+
+  /**
+   * Empty: the listing is complete. A page may hold fewer than page_size rows (even none)
+   * and still have a token: one call reads a bounded part of the directory.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message rebound.v1.ListRetriesResponse.
+ * Use `create(ListRetriesResponseSchema)` to create a new message.
+ */
+export const ListRetriesResponseSchema: GenMessage<ListRetriesResponse> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_retry, 9);
+
+/**
+ * One retry of a listing: what tells it apart, GetRetry gives the rest.
+ *
+ * @generated from message rebound.v1.RetrySummary
+ */
+export type RetrySummary = Message<"rebound.v1.RetrySummary"> & {
+  /**
+   * @generated from field: string transaction_id = 1;
+   */
+  transactionId: string;
+
+  /**
+   * @generated from field: rebound.v1.RetryStatus status = 2;
+   */
+  status: RetryStatus;
+
+  /**
+   * @generated from field: uint32 attempt = 3;
+   */
+  attempt: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp due_time = 4;
+   */
+  dueTime?: Timestamp | undefined;
+
+  /**
+   * @generated from field: string last_error = 5;
+   */
+  lastError: string;
+
+  /**
+   * @generated from field: string dependency = 6;
+   */
+  dependency: string;
+
+  /**
+   * Its place in a compensation chain: 0 for a saga step or a retry in none, k for the k-th
+   * compensation; saga_transaction_id names the chain's step (empty: in none).
+   *
+   * @generated from field: uint32 chain_position = 7;
+   */
+  chainPosition: number;
+
+  /**
+   * @generated from field: string saga_transaction_id = 8;
+   */
+  sagaTransactionId: string;
+
+  /**
+   * @generated from field: uint32 enqueue_count = 9;
+   */
+  enqueueCount: number;
+
+  /**
+   * @generated from field: uint32 delivery_count = 10;
+   */
+  deliveryCount: number;
+
+  /**
+   * @generated from field: map<string, string> attributes = 11;
+   */
+  attributes: { [key: string]: string };
+};
+
+/**
+ * Describes the message rebound.v1.RetrySummary.
+ * Use `create(RetrySummarySchema)` to create a new message.
+ */
+export const RetrySummarySchema: GenMessage<RetrySummary> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_retry, 10);
+
+/**
  * @generated from message rebound.v1.CancelRetryResponse
  */
 export type CancelRetryResponse = Message<"rebound.v1.CancelRetryResponse"> & {
@@ -321,7 +500,7 @@ export type CancelRetryResponse = Message<"rebound.v1.CancelRetryResponse"> & {
  * Use `create(CancelRetryResponseSchema)` to create a new message.
  */
 export const CancelRetryResponseSchema: GenMessage<CancelRetryResponse> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_retry, 8);
+  messageDesc(file_rebound_v1_retry, 11);
 
 /**
  * The producer side: services record a transient failure and go back to serving traffic.
@@ -369,6 +548,17 @@ export const RetryService: GenService<{
     methodKind: "unary";
     input: typeof CancelRetryRequestSchema;
     output: typeof CancelRetryResponseSchema;
+  },
+  /**
+   * A service's scheduled retries, filtered, oldest window first, a page at a time. Any node
+   * answers for the whole cluster: it reads the shared directory.
+   *
+   * @generated from rpc rebound.v1.RetryService.ListRetries
+   */
+  listRetries: {
+    methodKind: "unary";
+    input: typeof ListRetriesRequestSchema;
+    output: typeof ListRetriesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_rebound_v1_retry, 0);

@@ -1,0 +1,275 @@
+//! ListRetries: a service's scheduled retries from the directory, filtered on their state rows,
+//! page after page, each live retry exactly once.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rebound_engine::error::Error;
+use rebound_proto::v1 as pb;
+
+use crate::{input, utc_ms, Rig};
+
+const START: &str = "2026-12-06 09:00:00.100";
+
+/// What the model knows of a retry: attributes, last error, dependency, due time.
+type Known = (BTreeMap<String, String>, String, String, i64);
+type Filter = Box<dyn Fn(&Known) -> bool>;
+
+/// Every page of `r`, `page_size` at a time: the transaction ids in listing order and the
+/// number of calls.
+async fn all_pages(rig: &Rig, mut r: pb::ListRetriesRequest) -> (Vec<pb::RetrySummary>, usize) {
+    let mut rows = Vec::new();
+    let mut calls = 0;
+    loop {
+        calls += 1;
+        let page = rig.executor.handle.list_retries(&r).await.expect("a page");
+        assert!(page.retries.len() <= r.page_size.max(1) as usize);
+        rows.extend(page.retries);
+        if page.next_page_token.is_empty() {
+            return (rows, calls);
+        }
+        r.page_token = page.next_page_token;
+        assert!(calls < 1_000, "the listing does not end");
+    }
+}
+
+fn request(service: &str, page_size: u32) -> pb::ListRetriesRequest {
+    pb::ListRetriesRequest {
+        service: service.into(),
+        page_size,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn pages_cover_every_scheduled_retry_once_and_filters_match_a_model() {
+    let rig = Rig::new(utc_ms(START)).await;
+    // 60 retries over several windows, with attributes, errors and dependencies; a few in
+    // another service.
+    let mut model: BTreeMap<String, Known> = BTreeMap::new();
+    for i in 0..60u64 {
+        let txid = format!("t{i:02}");
+        let mut inp = input("svc", &txid, 1_000 + (i % 6) * 40_000);
+        let customer = format!("{}", i % 4);
+        inp.attributes.insert("customer".into(), customer);
+        if i % 3 == 0 {
+            inp.attributes.insert("region".into(), "eu".into());
+        }
+        inp.last_error = if i % 5 == 0 {
+            "card declined".into()
+        } else {
+            format!("gateway: 50{}", i % 3)
+        };
+        if i % 7 == 0 {
+            inp.dependency = "payments-gateway".into();
+        }
+        let out = rig.writer.enqueue(inp.clone()).await.unwrap();
+        model.insert(
+            txid,
+            (
+                inp.attributes.clone(),
+                inp.last_error.clone(),
+                inp.dependency.clone(),
+                out.due_at_ms,
+            ),
+        );
+    }
+    for i in 0..5 {
+        rig.enqueue("other", &format!("o{i}"), 1_000).await;
+    }
+    // One rescheduled further off: its old pointer is stale and must not list it twice.
+    let mut again = input("svc", "t00", 200_000);
+    again.attributes = model["t00"].0.clone();
+    again.last_error = model["t00"].1.clone();
+    again.dependency = model["t00"].2.clone();
+    let moved = rig.writer.enqueue(again).await.unwrap();
+    assert!(moved.deduplicated);
+    model.get_mut("t00").unwrap().3 = moved.due_at_ms;
+    // Another cancelled: no longer listed.
+    rig.writer.cancel("svc", "t01").await.unwrap();
+    model.remove("t01");
+
+    let (rows, calls) = all_pages(&rig, request("svc", 7)).await;
+    let ids: Vec<&str> = rows.iter().map(|r| r.transaction_id.as_str()).collect();
+    let unique: BTreeSet<&str> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "listed twice: {ids:?}");
+    assert_eq!(
+        unique,
+        model.keys().map(String::as_str).collect::<BTreeSet<_>>()
+    );
+    assert!(calls >= 59 / 7, "{calls} calls");
+    for r in &rows {
+        assert_eq!(r.status, pb::RetryStatus::Scheduled as i32);
+        assert_eq!(r.attempt, 1);
+    }
+    // Oldest window first: due times do not go back by more than a window.
+    let window_ms = rig.grid.window_ms();
+    for pair in rows.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        let ms = |r: &pb::RetrySummary| r.due_time.unwrap().seconds * 1000;
+        assert!(ms(b) + 2 * window_ms >= ms(a), "{a:?} then {b:?}");
+    }
+
+    // Every filter, alone and combined, against the model.
+    let eu_42 = pb::ListRetriesRequest {
+        attributes: [("region".to_string(), "eu".to_string())].into(),
+        error_contains: "gateway".into(),
+        ..request("svc", 5)
+    };
+    let dep = pb::ListRetriesRequest {
+        dependency: "payments-gateway".into(),
+        ..request("svc", 3)
+    };
+    let now = rig.now();
+    let due_range = pb::ListRetriesRequest {
+        due_after: Some(prost_types::Timestamp {
+            seconds: (now + 40_000) / 1000,
+            nanos: 0,
+        }),
+        due_before: Some(prost_types::Timestamp {
+            seconds: (now + 130_000) / 1000,
+            nanos: 0,
+        }),
+        ..request("svc", 4)
+    };
+    let declined_customer_0 = pb::ListRetriesRequest {
+        attributes: [("customer".to_string(), "0".to_string())].into(),
+        error_contains: "declined".into(),
+        ..request("svc", 100)
+    };
+    for (r, want) in [
+        (
+            eu_42,
+            Box::new(|(a, e, _, _): &Known| {
+                a.get("region").is_some_and(|v| v == "eu") && e.contains("gateway")
+            }) as Filter,
+        ),
+        (
+            dep,
+            Box::new(|(_, _, d, _): &Known| d == "payments-gateway"),
+        ),
+        (
+            due_range,
+            Box::new(move |(_, _, _, due): &Known| {
+                *due >= (now + 40_000) / 1000 * 1000 && *due < (now + 130_000) / 1000 * 1000
+            }),
+        ),
+        (
+            declined_customer_0,
+            Box::new(|(a, e, _, _): &Known| {
+                a.get("customer").is_some_and(|v| v == "0") && e.contains("declined")
+            }),
+        ),
+    ] {
+        let what = format!("{r:?}");
+        let (rows, _) = all_pages(&rig, r).await;
+        let got: Vec<&str> = rows.iter().map(|r| r.transaction_id.as_str()).collect();
+        let got_set: BTreeSet<&str> = got.iter().copied().collect();
+        assert_eq!(got_set.len(), got.len(), "twice in {what}");
+        let expected: BTreeSet<&str> = model
+            .iter()
+            .filter(|(_, v)| want(v))
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert!(
+            !expected.is_empty(),
+            "a filter that matches nothing: {what}"
+        );
+        assert_eq!(got_set, expected, "{what}");
+    }
+    // A service with nothing scheduled lists nothing, in one call.
+    let (rows, calls) = all_pages(&rig, request("nobody", 10)).await;
+    assert!(rows.is_empty() && calls == 1);
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_naming_the_field() {
+    let rig = Rig::new(utc_ms(START)).await;
+    rig.enqueue("svc", "t1", 1_000).await;
+    let field_of = |e: Error| match e {
+        Error::InvalidArgument { field, .. } => field,
+        other => panic!("not INVALID_ARGUMENT: {other:?}"),
+    };
+    let ts = |seconds| Some(prost_types::Timestamp { seconds, nanos: 0 });
+    for (r, field) in [
+        (request("", 10), "service"),
+        (request("svc", 501), "page_size"),
+        (
+            pb::ListRetriesRequest {
+                statuses: vec![pb::RetryStatus::Dead as i32],
+                ..request("svc", 10)
+            },
+            "statuses[0]",
+        ),
+        (
+            pb::ListRetriesRequest {
+                statuses: vec![pb::RetryStatus::Scheduled as i32, 77],
+                ..request("svc", 10)
+            },
+            "statuses[1]",
+        ),
+        (
+            pb::ListRetriesRequest {
+                due_after: ts(2_000_000_000),
+                due_before: ts(1_000_000_000),
+                ..request("svc", 10)
+            },
+            "due_after",
+        ),
+        (
+            pb::ListRetriesRequest {
+                attributes: [(String::new(), "x".to_string())].into(),
+                ..request("svc", 10)
+            },
+            "attributes",
+        ),
+        (
+            pb::ListRetriesRequest {
+                dependency: "no spaces".into(),
+                ..request("svc", 10)
+            },
+            "dependency",
+        ),
+        (
+            pb::ListRetriesRequest {
+                error_contains: "x".repeat(1025),
+                ..request("svc", 10)
+            },
+            "error_contains",
+        ),
+    ] {
+        let what = format!("{r:?}");
+        let e = rig.executor.handle.list_retries(&r).await.unwrap_err();
+        assert!(field_of(e).starts_with(field), "{what}");
+    }
+    for token in [
+        "junk",
+        "l1.",
+        "l1.1.2.3.zz.00",
+        "l1.x.2.3.61.61",
+        "l1.1.2.3.6.61",
+        "l1.1.2.3.61.ff",
+        "l1.1.2.3.61.é1",
+        "v1.20000.0.74",
+    ] {
+        let r = pb::ListRetriesRequest {
+            page_token: token.into(),
+            ..request("svc", 10)
+        };
+        let e = rig.executor.handle.list_retries(&r).await.unwrap_err();
+        assert_eq!(field_of(e), "page_token", "{token}");
+    }
+    // A token it gave back is taken.
+    let first = rig
+        .executor
+        .handle
+        .list_retries(&request("svc", 1))
+        .await
+        .unwrap();
+    assert_eq!(first.retries.len(), 1);
+    let next = pb::ListRetriesRequest {
+        page_token: first.next_page_token,
+        ..request("svc", 1)
+    };
+    let second = rig.executor.handle.list_retries(&next).await.unwrap();
+    assert!(second.retries.is_empty());
+}
