@@ -270,6 +270,56 @@ describe("dashboard", { concurrency: false }, () => {
 		await page.close_();
 	});
 
+	test("the retries page lists a service's scheduled retries and filters them", async () => {
+		const service = "t8-list";
+		for (const [id, customer, error] of [
+			["l-1", "42", "card declined"],
+			["l-2", "7", "gateway: 503"],
+			["l-3", "42", "gateway: 503"],
+		])
+			await admin.enqueue({
+				service,
+				transactionId: id,
+				delayMs: 3600_000,
+				attributes: { customer },
+				lastError: error,
+			});
+		const page = await open(ADMIN);
+		await go(page, `#/retries/${service}`);
+		await page.waitForSelector('[data-page="retries"] tr[data-transaction]');
+		const ids = async () =>
+			(
+				await page.$$eval('[data-page="retries"] tr[data-transaction]', (trs) =>
+					trs.map((t) => t.dataset.transaction),
+				)
+			).sort();
+		assert.deepEqual(await ids(), ["l-1", "l-2", "l-3"]);
+		await page.fill("#rt-attrs", "customer=42");
+		await page.click('form[data-form="retries-filter"] button[type="submit"]');
+		await waitFor("the attribute filter", async () => (await ids()).join() === "l-1,l-3");
+		await page.fill("#rt-error", "gateway");
+		await page.click('form[data-form="retries-filter"] button[type="submit"]');
+		await waitFor("both filters", async () => (await ids()).join() === "l-3");
+		await page.fill("#rt-attrs", "customer=0");
+		await page.click('form[data-form="retries-filter"] button[type="submit"]');
+		await page.waitForSelector('[data-empty="retries"]');
+		// A bad filter is refused with the field named, and changes nothing.
+		await page.fill("#rt-attrs", "novalue");
+		await page.click('form[data-form="retries-filter"] button[type="submit"]');
+		const alert = page.locator('[data-page="retries"] [role="alert"]');
+		await alert.waitFor();
+		assert.match(await alert.textContent(), /attributes/);
+		// Each row links to its retry's page.
+		await page.fill("#rt-attrs", "");
+		await page.fill("#rt-error", "");
+		await page.click('form[data-form="retries-filter"] button[type="submit"]');
+		await waitFor("the whole list again", async () => (await ids()).length === 3);
+		await page.screenshot({ path: join(SHOTS, "retries.png"), fullPage: true });
+		await page.click('tr[data-transaction="l-2"] a');
+		await page.waitForSelector('[data-retry="l-2"]');
+		await page.close_();
+	});
+
 	test("pause through the page stops delivery; resume delivers", async () => {
 		const service = "t2-pause";
 		await admin.enqueue({ service, transactionId: "seed", delayMs: 3600_000 });

@@ -579,6 +579,36 @@ async fn pause_policy_and_lookups_answer_as_grpc_does() {
     ops.get("/api/v1/services/payments/dead-letters?page_token=junk")
         .await
         .expect(400);
+    // The scheduled retries of a service, filtered; bad filters are refused by name.
+    let v = ops
+        .get("/api/v1/services/payments/retries?page_size=10")
+        .await
+        .expect(200);
+    assert_eq!(v["retries"][0]["transaction_id"], "p-1", "{v}");
+    assert_eq!(v["retries"][0]["status"], "SCHEDULED", "{v}");
+    assert_eq!(v["next_page_token"], Value::Null, "{v}");
+    let v = ops
+        .get("/api/v1/services/payments/retries?error_contains=no%20such%20error")
+        .await
+        .expect(200);
+    assert_eq!(v["retries"], json!([]), "{v}");
+    for (q, field) in [
+        ("page_token=junk", "page_token:"),
+        ("attributes=notjson", "attributes:"),
+        ("attributes=%7B%22a%22%3A1%7D", "attributes:"),
+        ("page_size=501", "page_size:"),
+        (
+            "due_after=2026-12-02T00:00:00Z&due_before=2026-12-01T00:00:00Z",
+            "due_after:",
+        ),
+        ("statuses=DEAD", "statuses:"),
+    ] {
+        let e = ops
+            .get(&format!("/api/v1/services/payments/retries?{q}"))
+            .await
+            .expect(400);
+        assert!(message(&e).starts_with(field), "{q}: {e}");
+    }
     ops.get("/api/v1/nothing-here").await.expect(404);
     let e = ops.get("/api/v1/windows/2026-11-30/x").await.expect(400);
     assert!(e["message"].as_str().unwrap().starts_with("window:"), "{e}");

@@ -140,9 +140,7 @@ impl pb::retry_service_server::RetryService for Api {
     ) -> Result<Response<pb::ListRetriesResponse>, Status> {
         let (_, extensions, r) = request.into_parts();
         let caller = Caller::of(&extensions)?;
-        validate::service("service", &r.service)?;
-        Auth::may_use(caller, "service", &r.service)?;
-        Ok(Response::new(self.handle.list_retries(&r).await?))
+        Ok(Response::new(list_retries(&self.handle, caller, &r).await?))
     }
 
     async fn cancel_retry(
@@ -272,6 +270,18 @@ pub async fn lookup_retry(
     validate::transaction_id("transaction_id", transaction_id)?;
     Auth::may_use(caller, "service", service)?;
     handle.get_retry(service, transaction_id).await
+}
+
+/// ListRetries for `caller`, who must be allowed the service (the gRPC call and the dashboard's
+/// retries page).
+pub async fn list_retries(
+    handle: &Handle,
+    caller: Option<&Credential>,
+    r: &pb::ListRetriesRequest,
+) -> Result<pb::ListRetriesResponse, Error> {
+    validate::service("service", &r.service)?;
+    Auth::may_use(caller, "service", &r.service)?;
+    handle.list_retries(r).await
 }
 
 /// The operator API (the operator half of the engine's `Handle`).

@@ -480,6 +480,53 @@ pub async fn retry(
     )
 }
 
+/// A service's scheduled retries (ListRetries), for anyone allowed the service. `attributes`
+/// is a JSON object of strings (`{"customer":"42"}`), every pair of which must match.
+pub async fn retries(
+    State(d): State<Arc<Dashboard>>,
+    service: Result<Path<String>, PathRejection>,
+    req: Request,
+) -> Response {
+    let (parts, _) = req.into_parts();
+    answer(
+        async {
+            let caller = d.caller(&Presented::of(&parts))?;
+            let service = path(service)?;
+            let q = parse::Query::parse(
+                parts.uri.query(),
+                &[
+                    "due_after",
+                    "due_before",
+                    "attributes",
+                    "dependency",
+                    "error_contains",
+                    "saga_transaction_id",
+                    "page_size",
+                    "page_token",
+                ],
+            )?;
+            let r = pb::ListRetriesRequest {
+                service,
+                statuses: Vec::new(),
+                due_after: q.time("due_after")?,
+                due_before: q.time("due_before")?,
+                attributes: q.string_map("attributes")?,
+                dependency: q.str("dependency").unwrap_or("").to_string(),
+                error_contains: q.str("error_contains").unwrap_or("").to_string(),
+                saga_transaction_id: q.str("saga_transaction_id").unwrap_or("").to_string(),
+                page_size: q.u32("page_size")?.unwrap_or(0),
+                page_token: q.str("page_token").unwrap_or("").to_string(),
+            };
+            let r = crate::api::list_retries(&d.handle, caller.as_deref(), &r).await?;
+            Ok(json!({
+                "retries": r.retries.iter().map(pj::retry_summary_json).collect::<Vec<_>>(),
+                "next_page_token": (!r.next_page_token.is_empty()).then_some(r.next_page_token),
+            }))
+        }
+        .await,
+    )
+}
+
 pub async fn window(
     State(d): State<Arc<Dashboard>>,
     ids: Result<Path<(String, String)>, PathRejection>,

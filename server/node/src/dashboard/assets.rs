@@ -66,6 +66,7 @@ static ASSETS: &[Asset] = &[
     script!("js/nav.js"),
     script!("js/overview.js"),
     script!("js/push.js"),
+    script!("js/retries.js"),
     script!("js/retry.js"),
     script!("js/ring.js"),
     script!("js/service.js"),

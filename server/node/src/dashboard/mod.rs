@@ -295,6 +295,7 @@ pub fn router(d: Arc<Dashboard>) -> Router {
             &format!("{s}/dead-letters/purge"),
             post(api::purge_dead_letters),
         )
+        .route(&format!("{s}/retries"), get(api::retries))
         .route(&format!("{s}/retries/{{transaction_id}}"), get(api::retry))
         .route("/api/v1/windows/{day}/{window}", get(api::window))
         .route("/api/v1", any(not_found))

@@ -108,6 +108,21 @@ impl Query {
             .transpose()
     }
 
+    /// A JSON object of strings (`{"customer":"42"}`); absent or empty: none.
+    pub fn string_map(
+        &self,
+        name: &str,
+    ) -> Result<std::collections::HashMap<String, String>, Error> {
+        self.str(name).map_or(Ok(Default::default()), |v| {
+            serde_json::from_str(v).map_err(|_| {
+                Error::invalid(
+                    name,
+                    "must be a JSON object of strings, such as {\"customer\":\"42\"}",
+                )
+            })
+        })
+    }
+
     pub fn bool(&self, name: &str) -> Result<bool, Error> {
         match self.str(name) {
             None | Some("false") | Some("0") => Ok(false),
@@ -618,6 +633,7 @@ mod tests {
                             let _ = q.time(name);
                             let _ = q.u32(name);
                             let _ = q.bool(name);
+                            let _ = q.string_map(name);
                         }
                     }
                 }

@@ -7,6 +7,7 @@ import { deadLettersPage } from "./js/dead-letters.js";
 import { $, clear, errorBox, h } from "./js/dom.js";
 import { markNav, renderNav } from "./js/nav.js";
 import { overview } from "./js/overview.js";
+import { retriesPage } from "./js/retries.js";
 import { retryPage } from "./js/retry.js";
 import { ringPage } from "./js/ring.js";
 import { servicePage, servicePicker } from "./js/service.js";
@@ -103,10 +104,11 @@ function route() {
 	if (!page) view = overview();
 	else if (page === "services" && admin) view = a ? servicePage(a) : servicePicker("services");
 	else if (page === "dead-letters" && admin) view = a ? deadLettersPage(a) : servicePicker("dead-letters");
+	else if (page === "retries" && (a || admin)) view = a ? retriesPage(a) : servicePicker("retries");
 	else if (page === "retry") view = retryPage(a, parts.slice(2).join("/"));
 	else if (page === "ring") view = ringPage();
 	else if (page === "window" && admin) view = windowPage(a, b);
-	else if (["services", "dead-letters", "window"].includes(page))
+	else if (["services", "dead-letters", "window", "retries"].includes(page))
 		view = h(
 			"section",
 			{},

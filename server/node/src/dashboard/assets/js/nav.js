@@ -7,8 +7,9 @@ import { session } from "./state.js";
 const NAV = [
 	{ href: "#/", label: "Overview", match: /^#?\/?$/ },
 	{ href: "#/services", label: "Services", admin: true, match: /^#\/services/ },
+	{ href: "#/retries", label: "Retries", admin: true, match: /^#\/retries/ },
 	{ href: "#/dead-letters", label: "Dead letters", admin: true, match: /^#\/dead-letters/ },
-	{ href: "#/retry", label: "Retry lookup", match: /^#\/retry/ },
+	{ href: "#/retry", label: "Retry lookup", match: /^#\/retry(\/|$)/ },
 	{ href: "#/ring", label: "Ring", match: /^#\/ring/ },
 	{ href: "#/window", label: "Window inspector", admin: true, match: /^#\/window/ },
 ];

@@ -1,4 +1,4 @@
-// The service pages: the picker (#/services, #/dead-letters) and one service (#/services/{service}):
+// The service pages: the picker (#/services, #/dead-letters, #/retries) and one service (#/services/{service}):
 // policy, limits, pause and resume, the push target, purge.
 
 import { api, enc } from "./api.js";
@@ -10,7 +10,7 @@ import { pushSection } from "./push.js";
 export function servicePicker(kind) {
 	const box = errorBox();
 	const list = h("div", {}, loading());
-	const title = kind === "services" ? "Services" : "Dead letters";
+	const title = { services: "Services", "dead-letters": "Dead letters", retries: "Scheduled retries" }[kind];
 	api("services")
 		.then((r) => {
 			const names = (r.services ?? []).map((s) => s.service).sort();
@@ -168,6 +168,7 @@ export function servicePage(name) {
 							{ class: "actions" },
 							pauseBtn,
 							resumeBtn,
+							h("a", { href: `#/retries/${enc(name)}` }, "Scheduled retries"),
 							h("a", { href: `#/dead-letters/${enc(name)}` }, "Dead letters"),
 						),
 						actionBox,
