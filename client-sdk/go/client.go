@@ -23,6 +23,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"iter"
 	"os"
 	"strings"
 	"time"
@@ -428,6 +429,78 @@ func (c *Client) Get(ctx context.Context, service, transactionID string) (*pb.Re
 
 // Cancel stops a pending retry; it returns the status after the call and whether this call
 // cancelled it (false when it had already finished).
+// ListFilter is what ListRetries filters on; every field set must match.
+type ListFilter struct {
+	// Every one of these attributes, with these values.
+	Attributes map[string]string
+	// A substring of the last error.
+	ErrorContains string
+	Dependency    string
+	// A saga's step (by its own id) and its compensations.
+	SagaTransactionID string
+	// Due at or after, and before (zero: unbounded).
+	DueAfter, DueBefore time.Time
+	// Rows per call, 1-500 (0: the node's 100).
+	PageSize uint32
+}
+
+// ListRetries yields the service's scheduled retries that match f, oldest window first,
+// fetching a page at a time as the loop goes on:
+//
+//	for r, err := range c.ListRetries(ctx, "orders", rebound.ListFilter{ErrorContains: "declined"}) {
+//		if err != nil { ... }
+//	}
+//
+// An error ends the sequence.
+func (c *Client) ListRetries(ctx context.Context, service string, f ListFilter) iter.Seq2[*pb.RetrySummary, error] {
+	return func(yield func(*pb.RetrySummary, error) bool) {
+		req := &pb.ListRetriesRequest{
+			Service:           service,
+			Attributes:        f.Attributes,
+			ErrorContains:     f.ErrorContains,
+			Dependency:        f.Dependency,
+			SagaTransactionId: f.SagaTransactionID,
+			PageSize:          f.PageSize,
+		}
+		if !f.DueAfter.IsZero() {
+			req.DueAfter = timestamppb.New(f.DueAfter)
+		}
+		if !f.DueBefore.IsZero() {
+			req.DueBefore = timestamppb.New(f.DueBefore)
+		}
+		for {
+			page, err := c.listPage(ctx, req)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, r := range page.GetRetries() {
+				if !yield(r, nil) {
+					return
+				}
+			}
+			if page.GetNextPageToken() == "" {
+				return
+			}
+			req.PageToken = page.GetNextPageToken()
+		}
+	}
+}
+
+func (c *Client) listPage(ctx context.Context, req *pb.ListRetriesRequest) (*pb.ListRetriesResponse, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	var r *pb.ListRetriesResponse
+	err := c.o.overload.do(ctx, func(o ...grpc.CallOption) (err error) {
+		r, err = c.retry.ListRetries(ctx, req, o...)
+		return err
+	})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return r, nil
+}
+
 func (c *Client) Cancel(ctx context.Context, service, transactionID string) (RetryStatus, bool, error) {
 	ctx, cancel := c.call(ctx)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,6 +103,54 @@ func TestEnqueueGetCancel(t *testing.T) {
 	st, cancelled, err = c.Cancel(ctx, service, "tx-1")
 	if err != nil || st != rebound.Cancelled || cancelled {
 		t.Fatalf("second cancel: %v %v %v", st, cancelled, err)
+	}
+}
+
+func TestListFiltersAndPages(t *testing.T) {
+	n := newCluster(t).start()
+	c := client(t, n.Address)
+	ctx := context.Background()
+	for i := range 7 {
+		customer, last := "7", "gateway: 503"
+		if i%2 == 0 {
+			customer = "42"
+		}
+		if i < 3 {
+			last = "card declined"
+		}
+		mustEnqueue(t, c, fmt.Sprintf("l-%d", i), rebound.Delay(time.Hour),
+			rebound.Attribute("customer", customer), rebound.LastError(last))
+	}
+	var all []string
+	for r, err := range c.ListRetries(ctx, service, rebound.ListFilter{PageSize: 2}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, r.GetTransactionId())
+	}
+	sort.Strings(all)
+	if strings.Join(all, ",") != "l-0,l-1,l-2,l-3,l-4,l-5,l-6" {
+		t.Fatalf("all: %v", all)
+	}
+	var mine []string
+	f := rebound.ListFilter{Attributes: map[string]string{"customer": "42"}, ErrorContains: "declined"}
+	for r, err := range c.ListRetries(ctx, service, f) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.GetStatus() != rebound.Scheduled || r.GetAttempt() != 1 {
+			t.Fatalf("row: %v", r)
+		}
+		mine = append(mine, r.GetTransactionId())
+	}
+	sort.Strings(mine)
+	if strings.Join(mine, ",") != "l-0,l-2" {
+		t.Fatalf("filtered: %v", mine)
+	}
+	for _, err := range c.ListRetries(ctx, service, rebound.ListFilter{PageSize: 501}) {
+		if rebound.CodeOf(err) != codes.InvalidArgument {
+			t.Fatalf("page size 501: %v", err)
+		}
 	}
 }
 

@@ -10,7 +10,7 @@ use std::{
 
 use rebound_client::{
     executor::{Executor, Job, Outcome},
-    Client, Compensation, RetryPolicy, RetryStatus,
+    Client, Compensation, ListFilter, RetryPolicy, RetryStatus,
 };
 use rebound_integration_tests::{
     ack, ack_req, ack_succeeded, credentials_file, dispatch_config, eventually, next_delivery,
@@ -553,4 +553,72 @@ async fn the_default_attempt_is_delivered_as_2_and_get_shows_the_last_one_run() 
     let o2 = client.get("orders", "o2").await.unwrap();
     assert_eq!((o2.status, o2.attempt), (RetryStatus::Succeeded, 3));
     n.finish().await;
+}
+
+/// list_retries (client-sdk/CONFORMANCE.md): the scheduled retries that match, every page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_filters_and_pages() {
+    let n = TestNode::with_system_clock(dispatch_config("sdk_list")).await;
+    let addr = format!("http://{}", n.node.as_ref().unwrap().local_addr());
+    let client = Client::connect(&addr).await.unwrap();
+    for i in 0..7 {
+        client
+            .enqueue("rslist", format!("l-{i}"))
+            .attribute("customer", if i % 2 == 0 { "42" } else { "7" })
+            .last_error(if i < 3 {
+                "card declined"
+            } else {
+                "gateway: 503"
+            })
+            .delay(Duration::from_secs(3600))
+            .send()
+            .await
+            .unwrap();
+    }
+    let mut pages = client.list_retries(
+        "rslist",
+        ListFilter {
+            page_size: 2,
+            ..Default::default()
+        },
+    );
+    let mut all = Vec::new();
+    while let Some(page) = pages.next_page().await.unwrap() {
+        assert!(page.len() <= 2);
+        all.extend(page.into_iter().map(|r| r.transaction_id));
+    }
+    all.sort();
+    assert_eq!(all, (0..7).map(|i| format!("l-{i}")).collect::<Vec<_>>());
+    let mine = client
+        .list_retries(
+            "rslist",
+            ListFilter {
+                attributes: [("customer".to_string(), "42".to_string())].into(),
+                error_contains: "declined".into(),
+                ..Default::default()
+            },
+        )
+        .all()
+        .await
+        .unwrap();
+    let mut ids: Vec<_> = mine.iter().map(|r| r.transaction_id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["l-0", "l-2"]);
+    assert!(mine
+        .iter()
+        .all(|r| r.status == RetryStatus::Scheduled && r.attempt == 1));
+    let refused = client
+        .list_retries(
+            "rslist",
+            ListFilter {
+                page_size: 501,
+                ..Default::default()
+            },
+        )
+        .all()
+        .await;
+    assert!(
+        matches!(refused, Err(ref e) if e.code() == rebound_client::Code::InvalidArgument),
+        "{refused:?}"
+    );
 }

@@ -160,6 +160,31 @@ async def test_retry_after_reschedules(node: Node) -> None:
         assert r.attempts[1].retry_after is None and r.attempts_dropped == 0
 
 
+def test_list_filters_and_pages(node: Node) -> None:
+    # list_retries: scheduled retries that match, every page followed.
+    with Client(node.address) as c:
+        for i in range(7):
+            c.enqueue(
+                "pylist",
+                f"l-{i}",
+                delay=timedelta(hours=1),
+                attributes={"customer": "42" if i % 2 == 0 else "7"},
+                last_error="card declined" if i < 3 else "gateway: 503",
+            )
+        assert sorted(r.transaction_id for r in c.list_retries("pylist", page_size=2)) == [
+            f"l-{i}" for i in range(7)
+        ]
+        mine = list(
+            c.list_retries("pylist", attributes={"customer": "42"}, error_contains="declined")
+        )
+        assert sorted(r.transaction_id for r in mine) == ["l-0", "l-2"]
+        assert all(r.status == RetryStatus.SCHEDULED and r.attempt == 1 for r in mine)
+        assert mine[0].attributes == {"customer": "42"} and mine[0].due_time is not None
+        with pytest.raises(ReboundError) as e:
+            list(c.list_retries("pylist", page_size=501))
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
 async def test_snooze_uses_no_attempt(node: Node) -> None:
     with Client(node.address) as c:
         c.enqueue(SERVICE, "tx-s", delay=0, policy=RetryPolicy(max_attempts=2))

@@ -25,7 +25,7 @@ use crate::{
 pub struct Client {
     channel: Channel,
     credentials: Credentials,
-    retry: RetryServiceClient<Transport>,
+    pub(crate) retry: RetryServiceClient<Transport>,
     executor: ExecutorServiceClient<Transport>,
 }
 

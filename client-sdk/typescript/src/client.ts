@@ -253,6 +253,38 @@ export function attemptFromProto(a: AttemptMessage): Attempt {
   };
 }
 
+/** What `listRetries` filters on; every field given must match. */
+export interface ListFilter {
+  /** Every one of these attributes, with these values. */
+  attributes?: Record<string, string>;
+  /** A substring of the last error. */
+  errorContains?: string;
+  dependency?: string;
+  /** A saga's step (by its own id) and its compensations. */
+  sagaTransactionId?: string;
+  /** Due at or after, and before. */
+  dueAfter?: Date;
+  dueBefore?: Date;
+  /** Rows per call, 1-500 (default 100). */
+  pageSize?: number;
+}
+
+/** One retry of a listing; `get` gives the rest. */
+export interface RetrySummary {
+  transactionId: string;
+  status: RetryStatus;
+  attempt: number;
+  dueTime: Date | undefined;
+  lastError: string;
+  dependency: string;
+  /** Its place in a compensation chain (0: a saga step or none), and the chain's step. */
+  chainPosition: number;
+  sagaTransactionId: string;
+  enqueueCount: number;
+  deliveryCount: number;
+  attributes: Record<string, string>;
+}
+
 /** The state of one retry, as GetRetry returns it (`raw`: the whole message). */
 export interface Retry {
   service: string;
@@ -409,6 +441,46 @@ export class Client {
       attemptsDropped: r.attemptsDropped,
       raw: r,
     };
+  }
+
+  /**
+   * The service's scheduled retries that match `filter`, oldest window first (ListRetries),
+   * fetched a page at a time as the iteration goes on:
+   * `for await (const r of client.listRetries("orders", { attributes: { customer: "42" } }))`.
+   */
+  async *listRetries(service: string, filter: ListFilter = {}): AsyncGenerator<RetrySummary> {
+    let pageToken = "";
+    for (;;) {
+      const request = {
+        service,
+        attributes: filter.attributes ?? {},
+        errorContains: filter.errorContains ?? "",
+        dependency: filter.dependency ?? "",
+        sagaTransactionId: filter.sagaTransactionId ?? "",
+        dueAfter: filter.dueAfter ? timestampFromDate(filter.dueAfter) : undefined,
+        dueBefore: filter.dueBefore ? timestampFromDate(filter.dueBefore) : undefined,
+        pageSize: filter.pageSize ?? 100,
+        pageToken,
+      };
+      const r = await this.call((o) => this.retry.listRetries(request, o));
+      for (const s of r.retries) {
+        yield {
+          transactionId: s.transactionId,
+          status: s.status,
+          attempt: s.attempt,
+          dueTime: dateOf(s.dueTime),
+          lastError: s.lastError,
+          dependency: s.dependency,
+          chainPosition: s.chainPosition,
+          sagaTransactionId: s.sagaTransactionId,
+          enqueueCount: s.enqueueCount,
+          deliveryCount: s.deliveryCount,
+          attributes: { ...s.attributes },
+        };
+      }
+      pageToken = r.nextPageToken;
+      if (!pageToken) return;
+    }
   }
 
   /** Stops a pending retry; `cancelled` is false when it had already finished. */

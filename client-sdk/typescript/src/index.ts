@@ -23,7 +23,9 @@ export {
   type Compensation,
   type Enqueued,
   type EnqueueRequest,
+  type ListFilter,
   type Retry,
+  type RetrySummary,
   type RetryPolicy,
 } from "./client.js";
 export { Code, ItemError, ReboundError } from "./errors.js";

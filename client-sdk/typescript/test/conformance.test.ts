@@ -199,6 +199,37 @@ test("retry after reschedules", async () => {
   assert.equal(r.attemptsDropped, 0);
 });
 
+test("list filters and pages", async () => {
+  const node = await start();
+  const c = await connect(node.address);
+  for (let i = 0; i < 7; i++) {
+    await c.enqueue({
+      service: "tslist",
+      transactionId: `l-${i}`,
+      delayMs: 3_600_000,
+      attributes: { customer: i % 2 === 0 ? "42" : "7" },
+      lastError: i < 3 ? "card declined" : "gateway: 503",
+    });
+  }
+  const all: string[] = [];
+  for await (const r of c.listRetries("tslist", { pageSize: 2 })) all.push(r.transactionId);
+  assert.deepEqual(all.sort(), ["l-0", "l-1", "l-2", "l-3", "l-4", "l-5", "l-6"]);
+  const mine = [];
+  for await (const r of c.listRetries("tslist", {
+    attributes: { customer: "42" },
+    errorContains: "declined",
+  }))
+    mine.push(r);
+  assert.deepEqual(mine.map((r) => r.transactionId).sort(), ["l-0", "l-2"]);
+  assert.ok(mine.every((r) => r.status === RetryStatus.SCHEDULED && r.attempt === 1 && r.dueTime));
+  await assert.rejects(
+    async () => {
+      for await (const _ of c.listRetries("tslist", { pageSize: 501 })) void _;
+    },
+    (e: unknown) => e instanceof ReboundError && e.code === Code.InvalidArgument,
+  );
+});
+
 test("snooze uses no attempt", async () => {
   const node = await start();
   const c = await connect(node.address);

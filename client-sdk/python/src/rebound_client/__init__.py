@@ -37,6 +37,7 @@ from ._client import (
     EnqueueRequest,
     Retry,
     RetryStatus,
+    RetrySummary,
 )
 from ._errors import ItemError, ReboundError
 from ._executor import Executor, Job, Outcome, backoff
@@ -61,6 +62,7 @@ __all__ = [
     "Retry",
     "RetryPolicy",
     "RetryStatus",
+    "RetrySummary",
     "Tls",
     "backoff",
 ]

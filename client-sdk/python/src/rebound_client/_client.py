@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -283,6 +283,40 @@ class Retry:
 
 
 @dataclass(frozen=True)
+class RetrySummary:
+    """One retry of a listing (:meth:`Client.list_retries`); :meth:`Client.get` gives the rest."""
+
+    transaction_id: str
+    status: RetryStatus
+    attempt: int
+    due_time: datetime | None
+    last_error: str
+    dependency: str
+    #: Its place in a compensation chain (0: a saga step or none) and the chain's step.
+    chain_position: int
+    saga_transaction_id: str
+    enqueue_count: int
+    delivery_count: int
+    attributes: dict[str, str]
+
+    @classmethod
+    def from_proto(cls, r: retry_pb2.RetrySummary) -> RetrySummary:
+        return cls(
+            transaction_id=r.transaction_id,
+            status=RetryStatus(r.status),
+            attempt=r.attempt,
+            due_time=from_timestamp(r.due_time),
+            last_error=r.last_error,
+            dependency=r.dependency,
+            chain_position=r.chain_position,
+            saga_transaction_id=r.saga_transaction_id,
+            enqueue_count=r.enqueue_count,
+            delivery_count=r.delivery_count,
+            attributes=dict(r.attributes),
+        )
+
+
+@dataclass(frozen=True)
 class Cancelled:
     #: CANCELLED, or the terminal status the retry already had.
     status: RetryStatus
@@ -415,6 +449,51 @@ class Client:
         metadata = self._metadata()
         r = self._call(lambda t: self._stub.GetRetry(message, timeout=t, metadata=metadata))
         return Retry.from_proto(r)
+
+    def list_retries(
+        self,
+        service: str,
+        *,
+        attributes: Mapping[str, str] | None = None,
+        error_contains: str = "",
+        dependency: str = "",
+        saga_transaction_id: str = "",
+        due_after: datetime | None = None,
+        due_before: datetime | None = None,
+        page_size: int = 100,
+    ) -> Iterator[RetrySummary]:
+        """The service's scheduled retries that match, oldest window first (``ListRetries``),
+        fetched a page at a time as the iteration goes on."""
+        token = ""
+        metadata = self._metadata()
+        while True:
+            message = retry_pb2.ListRetriesRequest(
+                service=service,
+                attributes=dict(attributes or {}),
+                error_contains=error_contains,
+                dependency=dependency,
+                saga_transaction_id=saga_transaction_id,
+                page_size=page_size,
+                page_token=token,
+            )
+            if due_after is not None:
+                message.due_after.CopyFrom(to_timestamp(due_after))
+            if due_before is not None:
+                message.due_before.CopyFrom(to_timestamp(due_before))
+            r = self._list_page(message, metadata)
+            for row in r.retries:
+                yield RetrySummary.from_proto(row)
+            token = r.next_page_token
+            if not token:
+                return
+
+    def _list_page(
+        self, message: retry_pb2.ListRetriesRequest, metadata: tuple[tuple[str, str], ...]
+    ) -> retry_pb2.ListRetriesResponse:
+        r: retry_pb2.ListRetriesResponse = self._call(
+            lambda t: self._stub.ListRetries(message, timeout=t, metadata=metadata)
+        )
+        return r
 
     def cancel(self, service: str, transaction_id: str) -> Cancelled:
         """Stops a pending retry; a finished one keeps its status (``cancelled`` False)."""

@@ -7,8 +7,11 @@ import dev.rebound.v1.EnqueueRetryBatchResponse;
 import dev.rebound.v1.EnqueueRetryResponse;
 import dev.rebound.v1.EnqueueRetryResult;
 import dev.rebound.v1.GetRetryRequest;
+import dev.rebound.v1.ListRetriesRequest;
+import dev.rebound.v1.ListRetriesResponse;
 import dev.rebound.v1.Retry;
 import dev.rebound.v1.RetryServiceGrpc;
+import dev.rebound.v1.RetrySummary;
 import io.grpc.Deadline;
 import io.grpc.ManagedChannel;
 import io.grpc.Status;
@@ -16,7 +19,9 @@ import io.grpc.StatusRuntimeException;
 import io.grpc.stub.StreamObserver;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Iterator;
 import java.util.List;
+import java.util.NoSuchElementException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BiConsumer;
@@ -176,6 +181,41 @@ public final class ReboundClient implements AutoCloseable {
   public CompletableFuture<Retry> getAsync(String service, String transactionId) {
     GetRetryRequest proto = request(service, transactionId);
     return async((s, o) -> s.getRetry(proto, o));
+  }
+
+  /**
+   * The scheduled retries that match {@code filter} (its service, attributes, error text,
+   * dependency, saga, due range and page size; its page token is ignored), oldest window first
+   * (ListRetries). Iterating fetches a page at a time; a failed call throws a {@link
+   * ReboundException} from the iterator.
+   */
+  public Iterable<RetrySummary> listRetries(ListRetriesRequest filter) {
+    return () ->
+        new Iterator<RetrySummary>() {
+          private Iterator<RetrySummary> page = List.<RetrySummary>of().iterator();
+          private String token = "";
+          private boolean done = false;
+
+          @Override
+          public boolean hasNext() {
+            while (!page.hasNext() && !done) {
+              ListRetriesRequest r = filter.toBuilder().setPageToken(token).build();
+              ListRetriesResponse resp = blocking(s -> s.listRetries(r));
+              page = resp.getRetriesList().iterator();
+              token = resp.getNextPageToken();
+              done = token.isEmpty();
+            }
+            return page.hasNext();
+          }
+
+          @Override
+          public RetrySummary next() {
+            if (!hasNext()) {
+              throw new NoSuchElementException();
+            }
+            return page.next();
+          }
+        };
   }
 
   private static GetRetryRequest request(String service, String transactionId) {

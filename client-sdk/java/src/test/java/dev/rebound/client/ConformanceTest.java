@@ -9,8 +9,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import dev.rebound.v1.CompensationChain;
+import dev.rebound.v1.ListRetriesRequest;
 import dev.rebound.v1.Retry;
 import dev.rebound.v1.RetryStatus;
+import dev.rebound.v1.RetrySummary;
 import io.grpc.Status;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -122,6 +124,52 @@ class ConformanceTest {
     assertEquals(
         new Cancelled(RetryStatus.RETRY_STATUS_CANCELLED, false),
         c.cancelAsync(SERVICE, "tx-1").get());
+  }
+
+  @Test
+  void listFiltersAndPages() throws Exception {
+    ReboundClient c = client(cluster.start());
+    for (int i = 0; i < 7; i++) {
+      c.enqueue(
+          req("l-" + i)
+              .delay(Duration.ofHours(1))
+              .attribute("customer", i % 2 == 0 ? "42" : "7")
+              .lastError(i < 3 ? "card declined" : "gateway: 503")
+              .build());
+    }
+    List<String> all = new ArrayList<>();
+    for (RetrySummary r :
+        c.listRetries(ListRetriesRequest.newBuilder().setService(SERVICE).setPageSize(2).build())) {
+      all.add(r.getTransactionId());
+    }
+    Collections.sort(all);
+    assertEquals(List.of("l-0", "l-1", "l-2", "l-3", "l-4", "l-5", "l-6"), all);
+    List<String> mine = new ArrayList<>();
+    ListRetriesRequest f =
+        ListRetriesRequest.newBuilder()
+            .setService(SERVICE)
+            .putAttributes("customer", "42")
+            .setErrorContains("declined")
+            .build();
+    for (RetrySummary r : c.listRetries(f)) {
+      assertEquals(RetryStatus.RETRY_STATUS_SCHEDULED, r.getStatus());
+      assertEquals(1, r.getAttempt());
+      mine.add(r.getTransactionId());
+    }
+    Collections.sort(mine);
+    assertEquals(List.of("l-0", "l-2"), mine);
+    ReboundException e =
+        assertThrows(
+            ReboundException.class,
+            () ->
+                c.listRetries(
+                        ListRetriesRequest.newBuilder()
+                            .setService(SERVICE)
+                            .setPageSize(501)
+                            .build())
+                    .iterator()
+                    .hasNext());
+    assertEquals(Status.Code.INVALID_ARGUMENT, e.code());
   }
 
   @Test
