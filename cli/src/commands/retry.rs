@@ -83,12 +83,17 @@ pub(super) async fn enqueue(ctx: &Ctx, a: &EnqueueArgs) -> Result<Out, CliError>
     Ok(Out::new(json, text))
 }
 
-pub(super) async fn get(ctx: &Ctx, service: &str, transaction_id: &str) -> Result<Out, CliError> {
+/// GetRetry.
+async fn get_retry(ctx: &Ctx, service: &str, transaction_id: &str) -> Result<pb::Retry, CliError> {
     let request = pb::GetRetryRequest {
         service: service.into(),
         transaction_id: transaction_id.into(),
     };
-    let r = ctx.call(ctx.retry().get_retry(ctx.req(request))).await?;
+    ctx.call(ctx.retry().get_retry(ctx.req(request))).await
+}
+
+pub(super) async fn get(ctx: &Ctx, service: &str, transaction_id: &str) -> Result<Out, CliError> {
+    let r = get_retry(ctx, service, transaction_id).await?;
     let mut text = render::retry_text(&r);
     if !r.attempts.is_empty() {
         text.push('\n');
@@ -180,11 +185,7 @@ pub(super) async fn history(
     service: &str,
     transaction_id: &str,
 ) -> Result<Out, CliError> {
-    let request = pb::GetRetryRequest {
-        service: service.into(),
-        transaction_id: transaction_id.into(),
-    };
-    let r = ctx.call(ctx.retry().get_retry(ctx.req(request))).await?;
+    let r = get_retry(ctx, service, transaction_id).await?;
     let json = json!({
         "service": r.service,
         "transaction_id": r.transaction_id,

@@ -65,6 +65,7 @@ static ASSETS: &[Asset] = &[
     script!("js/forms.js"),
     script!("js/nav.js"),
     script!("js/overview.js"),
+    script!("js/paging.js"),
     script!("js/push.js"),
     script!("js/retries.js"),
     script!("js/retry.js"),

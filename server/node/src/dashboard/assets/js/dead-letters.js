@@ -4,6 +4,7 @@ import { api, enc } from "./api.js";
 import { append, clear, errorBox, h, loaded, loading, table } from "./dom.js";
 import { localToUtc, num, timeEl } from "./format.js";
 import { confirmTyped } from "./forms.js";
+import { field, filterForm, pager } from "./paging.js";
 
 export function deadLettersPage(name) {
 	const root = h("div", { class: "page", "data-page": "dead-letters", "data-service": name });
@@ -30,10 +31,8 @@ export function deadLettersPage(name) {
 		}),
 	};
 	const body = h("div", { class: "dl-body" }, loading());
-	const pager = h("div", { class: "actions pager" });
+	const pages = pager(load);
 	let filter = null;
-	let pageToken = "";
-	let pages = [];
 	let letters = [];
 	const selected = new Map();
 
@@ -59,17 +58,17 @@ export function deadLettersPage(name) {
 		try {
 			filter ??= readFilter();
 			const r = await api(`services/${enc(name)}/dead-letters?${query(filter, tok)}`);
-			pageToken = tok;
 			letters = r.dead_letters ?? [];
 			selected.clear();
 			listBox.show(null);
-			renderList(r.next_page_token || "");
+			renderList();
+			pages.shown(tok, r.next_page_token || "");
 		} catch (e) {
 			listBox.show(e);
 			loaded(body);
 		}
 	}
-	function renderList(next) {
+	function renderList() {
 		if (letters.length === 0) {
 			clear(body, h("p", { class: "empty", "data-empty": "dead-letters" }, "No dead letters"));
 		} else {
@@ -111,26 +110,6 @@ export function deadLettersPage(name) {
 		}
 		redriveSel.disabled = true;
 		redriveSel.textContent = "Redrive selected (0)";
-		clear(
-			pager,
-			pages.length
-				? h("button", { type: "button", onclick: () => load(pages.pop() ?? "") }, "← Previous page")
-				: null,
-			next
-				? h(
-						"button",
-						{
-							type: "button",
-							"data-action": "next-page",
-							onclick: () => {
-								pages.push(pageToken);
-								load(next);
-							},
-						},
-						"Next page →",
-					)
-				: null,
-		);
 	}
 	function rate() {
 		const n = Number(f.rate.value || 500);
@@ -147,7 +126,7 @@ export function deadLettersPage(name) {
 		} finally {
 			for (const b of actions.querySelectorAll("button")) b.disabled = false;
 			redriveSel.disabled = selected.size === 0;
-			await load(pageToken);
+			await load(pages.token);
 		}
 	}
 	const redriveSel = h(
@@ -233,31 +212,23 @@ export function deadLettersPage(name) {
 		h("label", { for: "dl-rate", class: "inline" }, "Max per second ", f.rate),
 		purge,
 	);
-	const form = h(
-		"form",
-		{
-			class: "fields filter",
-			"data-form": "dead-letter-filter",
-			onsubmit: (ev) => {
-				ev.preventDefault();
-				try {
-					filter = readFilter();
-				} catch (e) {
-					return listBox.show(e);
-				}
-				pages = [];
-				load("");
-			},
-		},
-		h(
-			"div",
-			{ class: "grid" },
-			h("div", { class: "field" }, h("label", { for: "dl-from" }, "From (your time)"), f.from),
-			h("div", { class: "field" }, h("label", { for: "dl-to" }, "To (your time, exclusive)"), f.to),
-			h("div", { class: "field" }, h("label", { for: "dl-error" }, "Error contains"), f.err),
+	const form = filterForm(
+		"dead-letter-filter",
+		[
+			field("dl-from", "From (your time)", f.from),
+			field("dl-to", "To (your time, exclusive)", f.to),
+			field("dl-error", "Error contains", f.err),
 			h("div", { class: "field check" }, f.redriven, h("label", { for: "dl-redriven" }, "Include redriven")),
-		),
-		h("div", { class: "actions" }, h("button", { type: "submit" }, "Apply filter")),
+		],
+		() => {
+			try {
+				filter = readFilter();
+			} catch (e) {
+				return listBox.show(e);
+			}
+			pages.restart();
+			load("");
+		},
 	);
 	append(
 		root,
@@ -267,7 +238,7 @@ export function deadLettersPage(name) {
 			h("h1", {}, "Dead letters: ", h("a", { href: `#/services/${enc(name)}` }, name)),
 		),
 		h("section", { class: "card" }, form),
-		h("section", { class: "card" }, actions, progress, actBox, listBox, body, pager),
+		h("section", { class: "card" }, actions, progress, actBox, listBox, body, pages.el),
 	);
 	load();
 	return root;

@@ -4,6 +4,7 @@
 import { api, enc } from "./api.js";
 import { append, clear, errorBox, h, loaded, loading, table } from "./dom.js";
 import { localToUtc, num, timeEl } from "./format.js";
+import { field, filterForm, pager } from "./paging.js";
 
 // "customer=42, region=eu" as an object; a pair without "=" is an error.
 function attributesOf(text) {
@@ -44,10 +45,8 @@ export function retriesPage(name) {
 		before: h("input", { id: "rt-before", type: "datetime-local", step: 1 }),
 	};
 	const body = h("div", { class: "rt-body" }, loading());
-	const pager = h("div", { class: "actions pager" });
+	const pages = pager(load);
 	let filter = null;
-	let pageToken = "";
-	let pages = [];
 
 	function readFilter() {
 		return {
@@ -73,9 +72,9 @@ export function retriesPage(name) {
 		try {
 			filter ??= readFilter();
 			const r = await api(`services/${enc(name)}/retries?${query(filter, tok)}`);
-			pageToken = tok;
 			listBox.show(null);
 			render(r.retries ?? [], r.next_page_token || "");
+			pages.shown(tok, r.next_page_token || "");
 		} catch (e) {
 			listBox.show(e);
 			loaded(body);
@@ -118,53 +117,25 @@ export function retriesPage(name) {
 				),
 			);
 		}
-		clear(
-			pager,
-			pages.length
-				? h("button", { type: "button", onclick: () => load(pages.pop() ?? "") }, "← Previous page")
-				: null,
-			next
-				? h(
-						"button",
-						{
-							type: "button",
-							"data-action": "next-page",
-							onclick: () => {
-								pages.push(pageToken);
-								load(next);
-							},
-						},
-						"Next page →",
-					)
-				: null,
-		);
 	}
-	const form = h(
-		"form",
-		{
-			class: "fields filter",
-			"data-form": "retries-filter",
-			onsubmit: (ev) => {
-				ev.preventDefault();
-				try {
-					filter = readFilter();
-				} catch (e) {
-					return listBox.show(e);
-				}
-				pages = [];
-				load("");
-			},
+	const form = filterForm(
+		"retries-filter",
+		[
+			field("rt-attrs", "Attributes", f.attrs),
+			field("rt-error", "Error contains", f.err),
+			field("rt-dependency", "Dependency", f.dep),
+			field("rt-after", "Due from (your time)", f.after),
+			field("rt-before", "Due before (your time)", f.before),
+		],
+		() => {
+			try {
+				filter = readFilter();
+			} catch (e) {
+				return listBox.show(e);
+			}
+			pages.restart();
+			load("");
 		},
-		h(
-			"div",
-			{ class: "grid" },
-			h("div", { class: "field" }, h("label", { for: "rt-attrs" }, "Attributes"), f.attrs),
-			h("div", { class: "field" }, h("label", { for: "rt-error" }, "Error contains"), f.err),
-			h("div", { class: "field" }, h("label", { for: "rt-dependency" }, "Dependency"), f.dep),
-			h("div", { class: "field" }, h("label", { for: "rt-after" }, "Due from (your time)"), f.after),
-			h("div", { class: "field" }, h("label", { for: "rt-before" }, "Due before (your time)"), f.before),
-		),
-		h("div", { class: "actions" }, h("button", { type: "submit" }, "Apply filter")),
 	);
 	append(
 		root,
@@ -175,7 +146,7 @@ export function retriesPage(name) {
 			"Oldest first, by window. Finished retries are looked up by id; dead ones are on the dead-letters page.",
 		),
 		h("section", { class: "card" }, form),
-		h("section", { class: "card" }, listBox, body, pager),
+		h("section", { class: "card" }, listBox, body, pages.el),
 	);
 	load();
 	return root;
