@@ -408,3 +408,77 @@ impl Handle {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn positions_round_trip_and_refuse_junk() {
+        let p = Position {
+            day: 20_428,
+            window: 1_439,
+            instance: "n1-17-3".into(),
+            bucket: 7,
+            transaction_id: "order-7/é.x".into(),
+        };
+        assert_eq!(Position::decode(&p.encode()).unwrap(), p);
+        let start = Position::window_start(WindowId { day: 1, index: 2 });
+        assert_eq!(Position::decode(&start.encode()).unwrap(), start);
+        for junk in [
+            "",
+            "l1",
+            "l2.1.2.3.61.62",
+            "l1.1.2.3.61",
+            "l1.1.2.-3.61.62",
+            "l1.1.2.3.6.62",
+            "l1.1.2.3.61.ff",
+            "l1.1.2.3.aé.62",
+            "l1.1.2.3.+f.62",
+        ] {
+            let e = Position::decode(junk).unwrap_err();
+            assert!(e.to_string().starts_with("page_token:"), "{junk}: {e}");
+        }
+    }
+
+    #[test]
+    fn every_pointer_of_a_window_sorts_after_its_start_and_before_the_next() {
+        let w = WindowId { day: 5, index: 9 };
+        let p = Position {
+            day: 5,
+            window: 9,
+            instance: "a".into(),
+            bucket: 0,
+            transaction_id: String::new(),
+        };
+        assert!(p > Position::window_start(w));
+        assert!(p < Position::window_start(WindowId { day: 5, index: 10 }));
+        assert!(p < Position::window_start(WindowId { day: 6, index: 0 }));
+    }
+
+    proptest! {
+        #[test]
+        fn page_tokens_are_total(token in "(?s).{0,80}", tail in "[0-9a-fA-F.l-]{0,40}") {
+            for t in [token.clone(), format!("l1.{tail}")] {
+                match Position::decode(&t) {
+                    Ok(p) => prop_assert_eq!(Position::decode(&p.encode()).unwrap(), p),
+                    Err(e) => prop_assert!(e.to_string().starts_with("page_token:")),
+                }
+            }
+        }
+
+        #[test]
+        fn positions_round_trip(
+            day in any::<i32>(),
+            window in any::<u32>(),
+            bucket in any::<u32>(),
+            instance in "[a-z0-9-]{0,40}",
+            transaction_id in "\\PC{0,60}",
+        ) {
+            let p = Position { day, window, instance, bucket, transaction_id };
+            prop_assert_eq!(Position::decode(&p.encode()).unwrap(), p);
+        }
+    }
+}
