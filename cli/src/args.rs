@@ -120,15 +120,16 @@ Examples:
   rebound history orders order-42/charge --json | jq -r '.attempts[].error'")]
     History(TransactionArgs),
 
-    /// A service's scheduled retries, filtered, oldest window first (ListRetries).
+    /// A service's scheduled (or dead) retries, filtered, oldest first (ListRetries).
     #[command(after_help = "\
 Follows page tokens until --limit retries are shown; with --json, next_page_token (null on the
-last page) can be passed back as --page-token. Only SCHEDULED retries are listed so far: a
-finished one is read by id (`rebound get`), a dead one with `rebound dlq list`.
+last page) can be passed back as --page-token. --status scheduled (the default) and dead can be
+given, the scheduled ones come first; a finished retry is read by id (`rebound get`).
 
 Examples:
   rebound list orders --attr customer=42
-  rebound list orders --error 'card declined' --due-before 2026-12-07T00:00:00Z --json")]
+  rebound list orders --status dead --error 'card declined' --json
+  rebound list orders --due-before 2026-12-07T00:00:00Z")]
     List(Box<ListArgs>),
 
     /// Cancel a pending retry (CancelRetry).
@@ -272,6 +273,22 @@ pub struct SubscribeArgs {
     pub executor_id: Option<String>,
 }
 
+/// A status `rebound list` lists.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListStatusArg {
+    Scheduled,
+    Dead,
+}
+
+impl ListStatusArg {
+    pub fn to_proto(self) -> pb::RetryStatus {
+        match self {
+            ListStatusArg::Scheduled => pb::RetryStatus::Scheduled,
+            ListStatusArg::Dead => pb::RetryStatus::Dead,
+        }
+    }
+}
+
 /// The outcome `rebound subscribe` acks with.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AckOutcomeArg {
@@ -302,6 +319,9 @@ pub struct TransactionArgs {
 pub struct ListArgs {
     /// The service.
     pub service: String,
+    /// Which retries, repeatable: scheduled (the default), dead.
+    #[arg(long = "status", value_enum, value_name = "STATUS")]
+    pub statuses: Vec<ListStatusArg>,
     /// Only retries with this attribute, repeatable (all must match): --attr customer=42.
     #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub attributes: Vec<(String, String)>,

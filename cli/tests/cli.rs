@@ -149,7 +149,15 @@ async fn enqueue_get_and_cancel() {
     let none = rebound(&a, &["list", "orders", "--attr", "step=refund"])
         .await
         .ok();
-    assert!(none.stdout.contains("no scheduled retries"), "{none:#?}");
+    assert!(
+        none.stdout.contains("no retries of orders match"),
+        "{none:#?}"
+    );
+    let dead = rebound(&a, &["--json", "list", "orders", "--status", "dead"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(dead["retries"], serde_json::json!([]), "{dead:#}");
     rebound(&a, &["list", "orders", "--page-token", "junk"])
         .await
         .exits(4);

@@ -117,7 +117,7 @@ pub(super) async fn list(ctx: &Ctx, a: &crate::args::ListArgs) -> Result<Out, Cl
         }
         let request = pb::ListRetriesRequest {
             service: a.service.clone(),
-            statuses: Vec::new(),
+            statuses: a.statuses.iter().map(|s| s.to_proto() as i32).collect(),
             due_after: a.due_after,
             due_before: a.due_before,
             attributes: a.attributes.iter().cloned().collect(),
@@ -136,6 +136,7 @@ pub(super) async fn list(ctx: &Ctx, a: &crate::args::ListArgs) -> Result<Out, Cl
     }
     let mut t = crate::table::Table::new(&[
         "TRANSACTION_ID",
+        "STATUS",
         "ATTEMPT",
         "DUE",
         "DEPENDENCY",
@@ -153,6 +154,7 @@ pub(super) async fn list(ctx: &Ctx, a: &crate::args::ListArgs) -> Result<Out, Cl
     for r in &rows {
         t.row(vec![
             r.transaction_id.clone(),
+            render::status_name(r.status),
             r.attempt.to_string(),
             render::time_cell(r.due_time.as_ref()),
             or_dash(&r.dependency),
@@ -162,7 +164,7 @@ pub(super) async fn list(ctx: &Ctx, a: &crate::args::ListArgs) -> Result<Out, Cl
         ]);
     }
     let mut text = if t.is_empty() {
-        format!("no scheduled retries of {} match\n", a.service)
+        format!("no retries of {} match\n", a.service)
     } else {
         t.render()
     };

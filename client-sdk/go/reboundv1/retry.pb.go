@@ -611,8 +611,9 @@ func (x *CancelRetryRequest) GetTransactionId() string {
 type ListRetriesRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Service string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	// The statuses to list. Empty: SCHEDULED, the only one listed so far; a finished retry is
-	// read by id (GetRetry), a dead one with AdminService.ListDeadLetters.
+	// The statuses to list: SCHEDULED (from the directory) and DEAD (from the dead letters of
+	// the retention period), the scheduled ones first. Empty: SCHEDULED. A SUCCEEDED or
+	// CANCELLED retry is read by id (GetRetry).
 	Statuses []RetryStatus `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=rebound.v1.RetryStatus" json:"statuses,omitempty"`
 	// Only retries due in [due_after, due_before); either may be unset.
 	DueAfter  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=due_after,json=dueAfter,proto3" json:"due_after,omitempty"`
@@ -736,7 +737,8 @@ func (x *ListRetriesRequest) GetPageToken() string {
 
 type ListRetriesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Oldest window first; within a window, in the order the directory keeps them.
+	// Scheduled retries oldest window first (within a window, in the order the directory keeps
+	// them), then dead ones in the order of their dead letters (day, time of death).
 	Retries []*RetrySummary `protobuf:"bytes,1,rep,name=retries,proto3" json:"retries,omitempty"`
 	// Empty: the listing is complete. A page may hold fewer than page_size rows (even none)
 	// and still have a token: one call reads a bounded part of the directory.

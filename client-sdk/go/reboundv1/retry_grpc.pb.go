@@ -43,8 +43,9 @@ type RetryServiceClient interface {
 	EnqueueRetryBatch(ctx context.Context, in *EnqueueRetryBatchRequest, opts ...grpc.CallOption) (*EnqueueRetryBatchResponse, error)
 	GetRetry(ctx context.Context, in *GetRetryRequest, opts ...grpc.CallOption) (*Retry, error)
 	CancelRetry(ctx context.Context, in *CancelRetryRequest, opts ...grpc.CallOption) (*CancelRetryResponse, error)
-	// A service's scheduled retries, filtered, oldest window first, a page at a time. Any node
-	// answers for the whole cluster: it reads the shared directory.
+	// A service's scheduled retries, filtered, oldest window first, then (when asked for) its
+	// dead ones, a page at a time. Any node answers for the whole cluster: it reads the shared
+	// directory and dead letters.
 	ListRetries(ctx context.Context, in *ListRetriesRequest, opts ...grpc.CallOption) (*ListRetriesResponse, error)
 }
 
@@ -123,8 +124,9 @@ type RetryServiceServer interface {
 	EnqueueRetryBatch(context.Context, *EnqueueRetryBatchRequest) (*EnqueueRetryBatchResponse, error)
 	GetRetry(context.Context, *GetRetryRequest) (*Retry, error)
 	CancelRetry(context.Context, *CancelRetryRequest) (*CancelRetryResponse, error)
-	// A service's scheduled retries, filtered, oldest window first, a page at a time. Any node
-	// answers for the whole cluster: it reads the shared directory.
+	// A service's scheduled retries, filtered, oldest window first, then (when asked for) its
+	// dead ones, a page at a time. Any node answers for the whole cluster: it reads the shared
+	// directory and dead letters.
 	ListRetries(context.Context, *ListRetriesRequest) (*ListRetriesResponse, error)
 	mustEmbedUnimplementedRetryServiceServer()
 }

@@ -9,6 +9,7 @@ use rebound_proto::time::ts;
 use rebound_proto::v1 as pb;
 use rebound_store::{window::WindowId, Location, Status, TxState};
 
+use super::Cursor;
 use crate::{error::Error, handle::Handle, validate, walk::Walk};
 
 /// Rows per page when the request does not say, and at most.
@@ -35,8 +36,17 @@ struct Query {
     error_contains: String,
     saga_transaction_id: String,
     page_size: usize,
+    /// Where the scheduled part resumes (None: at the start, or it is done).
     cursor: Option<Position>,
+    scheduled: bool,
+    dead: bool,
+    /// Set when the token says the scheduled part is done: where the dead part resumes.
+    dead_cursor: Option<Option<Cursor>>,
 }
+
+/// A `page_token` of the dead part: `d1.` and then a dead-letter cursor without its `v1.`
+/// (`d1.` alone: from the first letter).
+const DEAD_TOKEN: &str = "d1.";
 
 /// A place in the directory walk: the listing resumes strictly after it. An empty instance
 /// sorts before every instance of its window, so `(day, window, "", 0, "")` is the start of
@@ -140,9 +150,11 @@ impl Query {
 
 fn query(r: &pb::ListRetriesRequest) -> Result<Query, Error> {
     validate::service("service", &r.service)?;
+    let (mut scheduled, mut dead) = (r.statuses.is_empty(), false);
     for (i, s) in r.statuses.iter().enumerate() {
         match pb::RetryStatus::try_from(*s) {
-            Ok(pb::RetryStatus::Scheduled) => {}
+            Ok(pb::RetryStatus::Scheduled) => scheduled = true,
+            Ok(pb::RetryStatus::Dead) => dead = true,
             Ok(pb::RetryStatus::Unspecified) | Err(_) => {
                 return Err(Error::invalid(
                     format!("statuses[{i}]"),
@@ -152,7 +164,7 @@ fn query(r: &pb::ListRetriesRequest) -> Result<Query, Error> {
             Ok(_) => {
                 return Err(Error::invalid(
                     format!("statuses[{i}]"),
-                    "only SCHEDULED retries can be listed so far; read a finished one by id (GetRetry), a dead one with ListDeadLetters",
+                    "only SCHEDULED and DEAD retries can be listed so far; read a finished one by id (GetRetry)",
                 ))
             }
         }
@@ -198,9 +210,29 @@ fn query(r: &pb::ListRetriesRequest) -> Result<Query, Error> {
         validate::transaction_id("saga_transaction_id", &r.saga_transaction_id)?;
     }
     let page_size = validate::count("page_size", r.page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)?;
-    let cursor = (!r.page_token.is_empty())
-        .then(|| Position::decode(&r.page_token))
-        .transpose()?;
+    let (cursor, dead_cursor) = match r.page_token.strip_prefix(DEAD_TOKEN) {
+        None if r.page_token.is_empty() => (None, None),
+        None => (Some(Position::decode(&r.page_token)?), None),
+        Some("") if dead => (None, Some(None)),
+        Some(rest) if dead => {
+            let c = Cursor::decode(&format!("v1.{rest}")).map_err(|_| {
+                Error::invalid("page_token", "is not a token returned by ListRetries")
+            })?;
+            (None, Some(Some(c)))
+        }
+        Some(_) => {
+            return Err(Error::invalid(
+                "page_token",
+                "is a token of a listing of DEAD retries; ask for the same statuses",
+            ))
+        }
+    };
+    if cursor.is_some() && !scheduled {
+        return Err(Error::invalid(
+            "page_token",
+            "is a token of a listing of SCHEDULED retries; ask for the same statuses",
+        ));
+    }
     Ok(Query {
         service: r.service.clone(),
         due_after,
@@ -215,6 +247,9 @@ fn query(r: &pb::ListRetriesRequest) -> Result<Query, Error> {
         saga_transaction_id: r.saga_transaction_id.clone(),
         page_size: page_size as usize,
         cursor,
+        scheduled,
+        dead,
+        dead_cursor,
     })
 }
 
@@ -273,17 +308,15 @@ impl Page {
 
 impl Handle {
     /// ListRetries: the validated request's scheduled retries, oldest window first, each
-    /// live pointer's state row checked against the filters. The caller's right to the
-    /// service is the transport's to check first.
+    /// live pointer's state row checked against the filters; then, when asked for, its dead
+    /// ones, in the order of their dead letters. The caller's right to the service is the
+    /// transport's to check first.
     pub async fn list_retries(
         &self,
         r: &pb::ListRetriesRequest,
     ) -> Result<pb::ListRetriesResponse, Error> {
         let query = query(r)?;
-        let first = query
-            .due_after
-            .map(|t| self.grid().window_of(t))
-            .map(Position::window_start);
+        let dead_from = query.dead_cursor.clone();
         let mut page = Page {
             query,
             rows: Vec::new(),
@@ -291,6 +324,34 @@ impl Handle {
             windows_read: 0,
             stopped_at: None,
         };
+        if page.query.scheduled && dead_from.is_none() {
+            self.list_scheduled(&mut page).await?;
+            if let Some(p) = page.stopped_at.take() {
+                return Ok(pb::ListRetriesResponse {
+                    retries: page.rows,
+                    next_page_token: p.encode(),
+                });
+            }
+        }
+        let next_page_token = if page.query.dead {
+            self.list_dead(&mut page, dead_from.flatten()).await?
+        } else {
+            String::new()
+        };
+        Ok(pb::ListRetriesResponse {
+            retries: page.rows,
+            next_page_token,
+        })
+    }
+
+    /// The scheduled part: the directory's windows from the cursor on, until the page is full
+    /// or the call's budget spent (`page.stopped_at` then says where to resume).
+    async fn list_scheduled(&self, page: &mut Page) -> Result<(), Error> {
+        let first = page
+            .query
+            .due_after
+            .map(|t| self.grid().window_of(t))
+            .map(Position::window_start);
         let walk = Walk(&*self.store);
         let year = self.grid().window_of(self.clock.now_ms()).year();
         let years = walk.years(&[year - 1, year, year + 1], None).await?;
@@ -321,17 +382,64 @@ impl Handle {
                         break 'walk;
                     }
                     page.windows_read += 1;
-                    self.list_window(&walk, window, &mut page).await?;
+                    self.list_window(&walk, window, page).await?;
                     if page.stopped_at.is_some() {
                         break 'walk;
                     }
                 }
             }
         }
-        Ok(pb::ListRetriesResponse {
-            retries: page.rows,
-            next_page_token: page.stopped_at.map(|p| p.encode()).unwrap_or_default(),
-        })
+        Ok(())
+    }
+
+    /// The dead part: the service's dead letters in their order, after `cursor`, each listed
+    /// when its retry's row is still the DEAD one it names; the token to resume with, empty
+    /// once every letter was read.
+    async fn list_dead(
+        &self,
+        page: &mut Page,
+        mut cursor: Option<Cursor>,
+    ) -> Result<String, Error> {
+        let token = |c: Option<&Cursor>| match c {
+            None => DEAD_TOKEN.to_string(),
+            Some(c) => format!("{DEAD_TOKEN}{}", &c.encode()["v1.".len()..]),
+        };
+        let q = self.letter_query(&page.query.service, None, None, "")?;
+        loop {
+            if page.full() || page.out_of_budget() {
+                return Ok(token(cursor.as_ref()));
+            }
+            let mut batch = Vec::with_capacity(STATE_CHUNK);
+            let all_read = self
+                .each_letter(&q, cursor.as_ref(), false, |l, _| {
+                    batch.push(l);
+                    batch.len() < STATE_CHUNK
+                })
+                .await?;
+            let ids: Vec<String> = batch.iter().map(|l| l.transaction_id.clone()).collect();
+            let states = self.store.get_states(&page.query.service, &ids).await?;
+            for (l, s) in batch.into_iter().zip(states) {
+                page.pointers_read += 1;
+                if let Some(s) = s.filter(|s| {
+                    s.status == Status::Dead
+                        && s.generation == l.generation
+                        && page.query.matches(s)
+                }) {
+                    page.rows.push(summary(s));
+                }
+                cursor = Some(Cursor {
+                    day: l.day,
+                    dead_at_ms: l.dead_at_ms,
+                    transaction_id: l.transaction_id,
+                });
+                if page.full() || page.out_of_budget() {
+                    return Ok(token(cursor.as_ref()));
+                }
+            }
+            if all_read {
+                return Ok(String::new());
+            }
+        }
     }
 
     /// The service's instances of `window`, bucket by bucket, pointer by pointer.

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rebound_engine::error::Error;
 use rebound_proto::v1 as pb;
 
-use crate::{input, utc_ms, Rig};
+use crate::{expect_delivery, input, utc_ms, Rig};
 
 const START: &str = "2026-12-06 09:00:00.100";
 
@@ -195,7 +195,7 @@ async fn bad_requests_are_refused_naming_the_field() {
         (request("svc", 501), "page_size"),
         (
             pb::ListRetriesRequest {
-                statuses: vec![pb::RetryStatus::Dead as i32],
+                statuses: vec![pb::RetryStatus::Succeeded as i32],
                 ..request("svc", 10)
             },
             "statuses[0]",
@@ -272,4 +272,87 @@ async fn bad_requests_are_refused_naming_the_field() {
     };
     let second = rig.executor.handle.list_retries(&next).await.unwrap();
     assert!(second.retries.is_empty());
+}
+
+#[tokio::test]
+async fn dead_retries_are_listed_after_the_scheduled_ones_when_asked_for() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let mut sub = rig.subscribe("svc", 10).await;
+    // Four die (FAILED), two of them for customer 42; three stay scheduled.
+    for i in 0..4 {
+        let mut inp = input("svc", &format!("d{i}"), 500);
+        inp.attributes
+            .insert("customer".into(), if i < 2 { "42" } else { "7" }.into());
+        rig.writer.enqueue(inp).await.unwrap();
+    }
+    rig.clock.advance(500);
+    rig.dispatcher.fire_due();
+    for _ in 0..4 {
+        let d = expect_delivery(&mut sub).await;
+        rig.ack(&d, pb::AckOutcome::Failed, None).await.unwrap();
+    }
+    for i in 0..3 {
+        rig.enqueue("svc", &format!("s{i}"), 3_600_000).await;
+    }
+    let dead = pb::RetryStatus::Dead as i32;
+    let scheduled = pb::RetryStatus::Scheduled as i32;
+    let only_dead = pb::ListRetriesRequest {
+        statuses: vec![dead],
+        ..request("svc", 3)
+    };
+    let (rows, _) = all_pages(&rig, only_dead.clone()).await;
+    let mut ids: Vec<&str> = rows.iter().map(|r| r.transaction_id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["d0", "d1", "d2", "d3"]);
+    assert!(rows.iter().all(|r| r.status == dead && r.attempt == 2));
+    let (rows, _) = all_pages(
+        &rig,
+        pb::ListRetriesRequest {
+            attributes: [("customer".to_string(), "42".to_string())].into(),
+            ..only_dead.clone()
+        },
+    )
+    .await;
+    let mut ids: Vec<&str> = rows.iter().map(|r| r.transaction_id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["d0", "d1"]);
+    // Both statuses, two a page: every scheduled retry, then every dead one, each once.
+    let (rows, _) = all_pages(
+        &rig,
+        pb::ListRetriesRequest {
+            statuses: vec![scheduled, dead],
+            ..request("svc", 2)
+        },
+    )
+    .await;
+    let statuses: Vec<i32> = rows.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        [scheduled, scheduled, scheduled, dead, dead, dead, dead]
+    );
+    let unique: BTreeSet<&str> = rows.iter().map(|r| r.transaction_id.as_str()).collect();
+    assert_eq!(unique.len(), 7);
+    // A token of one listing is refused by a listing of other statuses.
+    let first = rig.executor.handle.list_retries(&only_dead).await.unwrap();
+    let e = rig
+        .executor
+        .handle
+        .list_retries(&pb::ListRetriesRequest {
+            page_token: first.next_page_token,
+            ..request("svc", 3)
+        })
+        .await
+        .unwrap_err();
+    assert!(e.to_string().starts_with("page_token:"), "{e}");
+    // A redriven retry is scheduled again, and no longer listed as dead.
+    rig.executor
+        .handle
+        .redrive(&pb::RedriveDeadLettersRequest {
+            service: "svc".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let (rows, _) = all_pages(&rig, only_dead).await;
+    assert!(rows.is_empty(), "{rows:?}");
 }

@@ -103,8 +103,9 @@ class RetryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListRetries(self, request, context):
-        """A service's scheduled retries, filtered, oldest window first, a page at a time. Any node
-        answers for the whole cluster: it reads the shared directory.
+        """A service's scheduled retries, filtered, oldest window first, then (when asked for) its
+        dead ones, a page at a time. Any node answers for the whole cluster: it reads the shared
+        directory and dead letters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

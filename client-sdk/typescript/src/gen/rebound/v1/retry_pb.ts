@@ -307,8 +307,9 @@ export type ListRetriesRequest = Message<"rebound.v1.ListRetriesRequest"> & {
   service: string;
 
   /**
-   * The statuses to list. Empty: SCHEDULED, the only one listed so far; a finished retry is
-   * read by id (GetRetry), a dead one with AdminService.ListDeadLetters.
+   * The statuses to list: SCHEDULED (from the directory) and DEAD (from the dead letters of
+   * the retention period), the scheduled ones first. Empty: SCHEDULED. A SUCCEEDED or
+   * CANCELLED retry is read by id (GetRetry).
    *
    * @generated from field: repeated rebound.v1.RetryStatus statuses = 2;
    */
@@ -382,7 +383,8 @@ export const ListRetriesRequestSchema: GenMessage<ListRetriesRequest> = /*@__PUR
  */
 export type ListRetriesResponse = Message<"rebound.v1.ListRetriesResponse"> & {
   /**
-   * Oldest window first; within a window, in the order the directory keeps them.
+   * Scheduled retries oldest window first (within a window, in the order the directory keeps
+   * them), then dead ones in the order of their dead letters (day, time of death).
    *
    * @generated from field: repeated rebound.v1.RetrySummary retries = 1;
    */
@@ -550,8 +552,9 @@ export const RetryService: GenService<{
     output: typeof CancelRetryResponseSchema;
   },
   /**
-   * A service's scheduled retries, filtered, oldest window first, a page at a time. Any node
-   * answers for the whole cluster: it reads the shared directory.
+   * A service's scheduled retries, filtered, oldest window first, then (when asked for) its
+   * dead ones, a page at a time. Any node answers for the whole cluster: it reads the shared
+   * directory and dead letters.
    *
    * @generated from rpc rebound.v1.RetryService.ListRetries
    */
