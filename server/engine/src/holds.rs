@@ -93,6 +93,11 @@ pub struct Holds {
     /// This node's id: the owner of the probes it claims.
     node: String,
     rows: RwLock<HashMap<String, HoldRow>>,
+    /// Per dependency, the number of the last hold this node wrote itself (`local`), from
+    /// `writes`: a refresh whose read began before it keeps that row rather than the older
+    /// one it read.
+    written: Mutex<HashMap<String, u64>>,
+    writes: std::sync::atomic::AtomicU64,
     after: Mutex<HashMap<String, After>>,
     /// One claim in the store at a time on this node.
     claiming: tokio::sync::Mutex<()>,
@@ -114,24 +119,38 @@ impl Holds {
             clock,
             node: node.to_string(),
             rows: RwLock::default(),
+            written: Mutex::default(),
+            writes: std::sync::atomic::AtomicU64::new(0),
             after: Mutex::default(),
             claiming: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// Reads the table into memory.
+    /// Reads the table into memory. A hold this node wrote while the read was out stays as
+    /// written: the read may predate it, and putting the older row back would end the new
+    /// hold here until the next refresh (and send a second probe for the old one).
     pub async fn refresh(&self) -> Result<(), Error> {
+        use std::sync::atomic::Ordering;
+        let began = self.writes.load(Ordering::SeqCst);
         let rows = self.store.list_holds().await?;
-        let map: HashMap<String, HoldRow> = rows
+        let mut map: HashMap<String, HoldRow> = rows
             .into_iter()
             .map(|r| (r.dependency.clone(), r))
             .collect();
+        let mut current = self.rows.write().expect("holds lock");
+        for (dependency, n) in self.written.lock().expect("holds lock").iter() {
+            if *n > began {
+                if let Some(row) = current.get(dependency) {
+                    map.insert(dependency.clone(), row.clone());
+                }
+            }
+        }
         let now = self.clock.now_ms();
         let in_force = map.values().filter(|r| r.until_ms > now).count();
         crate::metric_definitions::metrics()
             .dependency_holds
             .set(in_force as i64);
-        *self.rows.write().expect("holds lock") = map;
+        *current = map;
         Ok(())
     }
 
@@ -153,10 +172,16 @@ impl Holds {
             .lock()
             .expect("holds lock")
             .remove(&row.dependency);
-        self.rows
-            .write()
+        let mut rows = self.rows.write().expect("holds lock");
+        let n = self
+            .writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        self.written
+            .lock()
             .expect("holds lock")
-            .insert(row.dependency.clone(), row);
+            .insert(row.dependency.clone(), n);
+        rows.insert(row.dependency.clone(), row);
     }
 
     /// Holds `dependency` for `duration` from now (replacing a hold in force). `source` is
@@ -619,5 +644,104 @@ mod tests {
         assert_eq!(ramp_allowance(0), 10);
         assert_eq!(ramp_allowance(1000), 30);
         assert_eq!(ramp_allowance(2500), 70);
+    }
+
+    /// A store whose `list_holds` reads, then waits for `go` before answering: a refresh
+    /// whose read is older than what the node writes meanwhile.
+    #[derive(Debug)]
+    struct SlowList {
+        inner: Arc<dyn HoldStore>,
+        go: Arc<tokio::sync::Semaphore>,
+    }
+
+    #[async_trait::async_trait]
+    impl HoldStore for SlowList {
+        async fn put_hold(&self, hold: &HoldRow, ttl: u32) -> rebound_store::StoreResult<()> {
+            self.inner.put_hold(hold, ttl).await
+        }
+        async fn list_holds(&self) -> rebound_store::StoreResult<Vec<HoldRow>> {
+            let rows = self.inner.list_holds().await;
+            self.go.acquire().await.unwrap().forget();
+            rows
+        }
+        async fn claim_probe(
+            &self,
+            dependency: &str,
+            until_ms: i64,
+            owner: &str,
+            now_ms: i64,
+            stale_before_ms: i64,
+            ttl: u32,
+        ) -> rebound_store::StoreResult<ProbeClaim> {
+            self.inner
+                .claim_probe(dependency, until_ms, owner, now_ms, stale_before_ms, ttl)
+                .await
+        }
+        async fn answer_probe(
+            &self,
+            dependency: &str,
+            until_ms: i64,
+            owner: &str,
+            answered_at_ms: i64,
+            ttl: u32,
+        ) -> rebound_store::StoreResult<bool> {
+            self.inner
+                .answer_probe(dependency, until_ms, owner, answered_at_ms, ttl)
+                .await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refresh_older_than_a_hold_written_here_does_not_undo_it() {
+        // Issue 46's CI: a probe acked with a new hold, then a refresh whose read predated
+        // that hold put the ended one back, and this node, which owned its probe, sent a
+        // second probe while the new hold was in force.
+        let (nodes, clock, _dir) = nodes(1).await;
+        let go = Arc::new(tokio::sync::Semaphore::new(0));
+        let slow = Arc::new(Holds::new(
+            Arc::new(SlowList {
+                inner: nodes[0].store.clone(),
+                go: go.clone(),
+            }),
+            nodes[0].clock.clone(),
+            "node-0",
+        ));
+        slow.hold("pay", Duration::from_secs(2), "503", "executor", 0)
+            .await
+            .unwrap();
+        clock.advance(2_000);
+        assert_eq!(slow.gate("pay").await, Gate::Probe);
+        // A refresh reads the table (the ended hold) and is held up ...
+        let refresh = tokio::spawn({
+            let slow = slow.clone();
+            async move { slow.refresh().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // ... while the probe's ack holds the dependency again.
+        slow.hold(
+            "pay",
+            Duration::from_secs(2),
+            "Retry-After: 2",
+            "executor",
+            1,
+        )
+        .await
+        .unwrap();
+        go.add_permits(1);
+        refresh.await.unwrap().unwrap();
+        assert!(
+            matches!(slow.gate("pay").await, Gate::Wait(_)),
+            "the new hold stands: no second probe"
+        );
+        // A refresh that began after the write takes the table as it is.
+        go.add_permits(1);
+        slow.refresh().await.unwrap();
+        assert!(matches!(slow.gate("pay").await, Gate::Wait(_)));
+        clock.advance(2_000);
+        assert_eq!(
+            slow.gate("pay").await,
+            Gate::Probe,
+            "its own probe after it"
+        );
     }
 }
