@@ -141,13 +141,34 @@ async fn re_enqueue_is_idempotent() {
         .into_inner();
     assert!(!e.deduplicated);
 
-    // A transaction that already succeeded is not run again by a late duplicate.
+    // A transaction that already succeeded is not run again by a late duplicate. The
+    // success is written above the row's write time: the node numbers its writes itself
+    // (store-cassandra's write clock), so a write left to the coordinator's clock a
+    // millisecond later could land below it and lose.
+    let (written,) = n
+        .cql
+        .query_unpaged(
+            format!(
+                "SELECT WRITETIME(status) FROM {}.transactions WHERE region = 'local' \
+                 AND cluster = 'default' AND service = 'svc' AND transaction_id = 'tx'",
+                n.ks()
+            ),
+            (),
+        )
+        .await
+        .unwrap()
+        .into_rows_result()
+        .unwrap()
+        .single_row::<(Option<i64>,)>()
+        .unwrap();
     n.cql
         .query_unpaged(
             format!(
-                "UPDATE {}.transactions SET status = 'SUCCEEDED' WHERE region = 'local' \
-                 AND cluster = 'default' AND service = 'svc' AND transaction_id = 'tx'",
-                n.ks()
+                "UPDATE {}.transactions USING TIMESTAMP {} SET status = 'SUCCEEDED' \
+                 WHERE region = 'local' AND cluster = 'default' AND service = 'svc' \
+                 AND transaction_id = 'tx'",
+                n.ks(),
+                written.expect("a write time") + 10_000
             ),
             (),
         )
