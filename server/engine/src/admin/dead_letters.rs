@@ -30,24 +30,40 @@ pub struct Cursor {
     pub transaction_id: String,
 }
 
-/// The value of one ASCII hex digit.
-fn hex_digit(b: u8) -> Option<u8> {
-    match b {
+/// `s`'s bytes as lower-case hex: the text form of an id in a page token.
+pub(super) fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The text whose bytes `h` spells in hex (either case), at most `max` bytes; None for
+/// anything else. Total: pairs of bytes, not of string indices, so a multi-byte character is
+/// refused rather than sliced through, and a sign is no digit.
+pub(super) fn unhex(h: &str, max: usize) -> Option<String> {
+    let digit = |b: u8| match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),
         b'A'..=b'F' => Some(b - b'A' + 10),
         _ => None,
+    };
+    let h = h.as_bytes();
+    if !h.len().is_multiple_of(2) || h.len() > 2 * max {
+        return None;
     }
+    let bytes = h
+        .chunks_exact(2)
+        .map(|p| Some((digit(p[0])? << 4) | digit(p[1])?))
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
 }
 
 impl Cursor {
     pub fn encode(&self) -> String {
-        let hex: String = self
-            .transaction_id
-            .bytes()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        format!("v1.{}.{}.{hex}", self.day, self.dead_at_ms)
+        format!(
+            "v1.{}.{}.{}",
+            self.day,
+            self.dead_at_ms,
+            hex(&self.transaction_id)
+        )
     }
 
     /// Parses a `page_token`. Total: any text is a cursor or a `page_token` error (the token
@@ -60,18 +76,10 @@ impl Cursor {
         }
         let day: i32 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
         let dead_at_ms: i64 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
-        let hex = parts.next().ok_or_else(bad)?.as_bytes();
-        if hex.len() % 2 != 0 || hex.len() > 2 * validate::MAX_TRANSACTION_ID_BYTES {
-            return Err(bad());
-        }
-        // Pairs of bytes, not of string indices: a multi-byte character is refused here
-        // rather than sliced through.
-        let bytes = hex
-            .chunks_exact(2)
-            .map(|pair| Some((hex_digit(pair[0])? << 4) | hex_digit(pair[1])?))
-            .collect::<Option<Vec<u8>>>()
+        let transaction_id = parts
+            .next()
+            .and_then(|h| unhex(h, validate::MAX_TRANSACTION_ID_BYTES))
             .ok_or_else(bad)?;
-        let transaction_id = String::from_utf8(bytes).map_err(|_| bad())?;
         Ok(Cursor {
             day,
             dead_at_ms,

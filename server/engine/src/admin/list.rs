@@ -9,7 +9,10 @@ use rebound_proto::time::ts;
 use rebound_proto::v1 as pb;
 use rebound_store::{window::WindowId, Location, Status, TxState};
 
-use super::Cursor;
+use super::{
+    dead_letters::{hex, unhex},
+    Cursor,
+};
 use crate::{error::Error, handle::Handle, validate, walk::Walk};
 
 /// Rows per page when the request does not say, and at most.
@@ -59,24 +62,6 @@ pub struct Position {
     pub instance: String,
     pub bucket: u32,
     pub transaction_id: String,
-}
-
-fn hex(s: &str) -> String {
-    s.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The text of lower-case or upper-case hex pairs, at most `max` bytes once decoded.
-fn unhex(h: &str, max: usize) -> Option<String> {
-    let h = h.as_bytes();
-    if !h.len().is_multiple_of(2) || h.len() > 2 * max {
-        return None;
-    }
-    let digit = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let bytes = h
-        .chunks_exact(2)
-        .map(|p| Some((digit(p[0])? << 4) | digit(p[1])?))
-        .collect::<Option<Vec<u8>>>()?;
-    String::from_utf8(bytes).ok()
 }
 
 impl Position {
