@@ -320,6 +320,60 @@ describe("dashboard", { concurrency: false }, () => {
 		await page.close_();
 	});
 
+	test("run now and cancel on the retries selected, after a confirmation that shows the count", async () => {
+		const service = "t8-act";
+		for (const id of ["a-1", "a-2", "a-3"])
+			await admin.enqueue({ service, transactionId: id, delayMs: 3600_000 });
+		const get = async (id) => cli("get", service, id);
+		const page = await open(ADMIN);
+		await go(page, `#/retries/${service}`);
+		await page.waitForSelector('[data-page="retries"] tr[data-transaction]');
+		assert.equal(await page.isDisabled('[data-action="run-now"]'), true, "nothing selected, nothing to run");
+		await page.check('input[data-select="a-1"]');
+		await page.check('input[data-select="a-3"]');
+		assert.equal((await page.textContent('[data-action="run-now"]')).trim(), "Run now (2)…");
+		// The dialog names the count; cancelling it changes nothing.
+		await page.click('[data-action="run-now"]');
+		const dialog = page.locator("dialog.confirm");
+		await dialog.waitFor({ state: "visible" });
+		assert.match(
+			await dialog.locator('[data-field="confirm-text"]').textContent(),
+			/^Run 2 selected retries of t8-act now\?/,
+		);
+		await page.screenshot({ path: join(SHOTS, "retries-run-now.png"), fullPage: true });
+		await dialog.locator('[data-action="cancel"]').click();
+		await dialog.waitFor({ state: "detached" });
+		assert.equal((await get("a-1")).attempts.length, 0, "no action without a confirmation");
+		await page.click('[data-action="run-now"]');
+		await dialog.waitFor({ state: "visible" });
+		await dialog.locator('[data-action="confirm"]').click();
+		await waitOnPage(page, "the run-now to answer", () =>
+			/2 changed/.test(document.querySelector('[data-field="action_progress"]')?.textContent ?? ""),
+		);
+		for (const id of ["a-1", "a-3"]) {
+			const r = await get(id);
+			assert.ok(Date.parse(r.due_time) < Date.now() + 60_000, `${id} is due now: ${r.due_time}`);
+			assert.equal(r.attempts.at(-1).outcome, "RUN_NOW");
+		}
+		assert.ok(Date.parse((await get("a-2")).due_time) > Date.now() + 3000_000, "a-2 was not selected");
+		// Cancel one: the dialog says it cannot be undone; it is gone from the list.
+		await page.waitForSelector('input[data-select="a-2"]');
+		await page.check('input[data-select="a-2"]');
+		await page.click('[data-action="cancel-selected"]');
+		await dialog.waitFor({ state: "visible" });
+		assert.match(
+			await dialog.locator('[data-field="confirm-text"]').textContent(),
+			/^Cancel 1 selected retry of t8-act\? This cannot be undone\./,
+		);
+		await dialog.locator('[data-action="confirm"]').click();
+		await waitOnPage(page, "the cancel to answer", () =>
+			/1 changed/.test(document.querySelector('[data-field="action_progress"]')?.textContent ?? ""),
+		);
+		assert.equal((await get("a-2")).status, "CANCELLED");
+		await page.waitForSelector('tr[data-transaction="a-2"]', { state: "detached" });
+		await page.close_();
+	});
+
 	test("pause through the page stops delivery; resume delivers", async () => {
 		const service = "t2-pause";
 		await admin.enqueue({ service, transactionId: "seed", delayMs: 3600_000 });

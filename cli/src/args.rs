@@ -132,6 +132,22 @@ Examples:
   rebound list orders --due-before 2026-12-07T00:00:00Z")]
     List(Box<ListArgs>),
 
+    /// Run now, reschedule, cancel or dead-letter the scheduled retries a listing's filters
+    /// (or --id) select (ActOnRetries).
+    #[command(after_help = "\
+Acts on the SCHEDULED retries that `rebound list` with the same filters shows, a call's worth at
+a time (1,000 retries) until none is left, at --max-per-second. Each is acted on only while it
+still matches; one already as the action leaves it, or changed meanwhile, is skipped. Each
+change is recorded in the retry's history (`rebound history`), with --reason. cancel and
+dead-letter cannot be undone, so they need --yes (without it: exit code 2).
+
+Examples:
+  rebound act orders run-now --error 'gateway timeout'
+  rebound act orders reschedule --in 2h --dependency payments-gateway --reason 'maintenance'
+  rebound act orders cancel --attr customer=42 --yes
+  rebound act orders dead-letter --id order-42/charge --yes")]
+    Act(Box<ActArgs>),
+
     /// Cancel a pending retry (CancelRetry).
     #[command(after_help = "\
 Cancelling a retry that already finished is not an error: the output shows its final status and
@@ -322,6 +338,19 @@ pub struct ListArgs {
     /// Which retries, repeatable: scheduled (the default), dead.
     #[arg(long = "status", value_enum, value_name = "STATUS")]
     pub statuses: Vec<ListStatusArg>,
+    #[command(flatten)]
+    pub filter: RetryFilterArgs,
+    /// At most this many retries (0: no limit).
+    #[arg(long, default_value_t = 100)]
+    pub limit: u64,
+    /// Continue a previous listing.
+    #[arg(long, value_name = "TOKEN")]
+    pub page_token: Option<String>,
+}
+
+/// The filters of a listing, which also select the retries of an action.
+#[derive(Args, Debug)]
+pub struct RetryFilterArgs {
     /// Only retries with this attribute, repeatable (all must match): --attr customer=42.
     #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub attributes: Vec<(String, String)>,
@@ -340,12 +369,64 @@ pub struct ListArgs {
     /// Only retries due before this time (RFC 3339, or `now`).
     #[arg(long, value_parser = parse_time, value_name = "TIME")]
     pub due_before: Option<prost_types::Timestamp>,
-    /// At most this many retries (0: no limit).
-    #[arg(long, default_value_t = 100)]
-    pub limit: u64,
-    /// Continue a previous listing.
-    #[arg(long, value_name = "TOKEN")]
-    pub page_token: Option<String>,
+}
+
+impl RetryFilterArgs {
+    /// A ListRetries request of `service` with these filters.
+    pub fn request(&self, service: &str) -> rebound_proto::v1::ListRetriesRequest {
+        rebound_proto::v1::ListRetriesRequest {
+            service: service.to_string(),
+            due_after: self.due_after,
+            due_before: self.due_before,
+            attributes: self.attributes.iter().cloned().collect(),
+            dependency: self.dependency.clone().unwrap_or_default(),
+            error_contains: self.error.clone().unwrap_or_default(),
+            saga_transaction_id: self.saga.clone().unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+}
+
+/// What `rebound act` does to each selected retry.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+pub enum ActionArg {
+    /// Due at once, no attempt used.
+    RunNow,
+    /// Due at --at or after --in, no attempt used.
+    Reschedule,
+    /// As `rebound cancel`.
+    Cancel,
+    /// Ended DEAD with a dead letter (a saga step's compensations start).
+    DeadLetter,
+}
+
+#[derive(Args, Debug)]
+pub struct ActArgs {
+    /// The service.
+    pub service: String,
+    /// What to do with each selected retry.
+    #[arg(value_enum)]
+    pub action: ActionArg,
+    /// Only these retries (repeatable), each still only while it matches the filters.
+    #[arg(long = "id", value_name = "TRANSACTION_ID")]
+    pub ids: Vec<String>,
+    #[command(flatten)]
+    pub filter: RetryFilterArgs,
+    /// reschedule: the new due time (RFC 3339, or `now`).
+    #[arg(long, value_parser = parse_time, value_name = "TIME", conflicts_with = "after")]
+    pub at: Option<prost_types::Timestamp>,
+    /// reschedule: due after this delay from now.
+    #[arg(long = "in", value_parser = parse_duration, value_name = "DURATION")]
+    pub after: Option<Duration>,
+    /// Why; recorded in each retry's history.
+    #[arg(long, default_value = "")]
+    pub reason: String,
+    /// Retries per second at most (1-100,000).
+    #[arg(long, default_value_t = 500)]
+    pub max_per_second: u32,
+    /// Confirm a cancel or a move to the dead letters (they cannot be undone).
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(Args, Debug)]

@@ -162,6 +162,50 @@ async fn enqueue_get_and_cancel() {
         .await
         .exits(4);
 
+    // `act` reschedules what the same filters select, records it, and skips it the second
+    // time; a cancel without --yes is refused before anything is sent.
+    let at = (Utc::now() + chrono::Duration::hours(3)).to_rfc3339();
+    let args = [
+        "act",
+        "orders",
+        "reschedule",
+        "--attr",
+        "step=charge",
+        "--at",
+        &at,
+        "--reason",
+        "maintenance",
+    ];
+    let acted = rebound(&a, &args).await.ok();
+    assert_eq!(
+        acted.stdout,
+        "orders: 1 retry rescheduled, 0 skipped (finished, changed meanwhile, or already so), in 1 call\n",
+        "{acted:#?}"
+    );
+    let twice = rebound(&a, &[&["--json"][..], &args[..]].concat())
+        .await
+        .ok()
+        .json();
+    assert_eq!(
+        (twice["changed"].as_u64(), twice["skipped"].as_u64()),
+        (Some(0), Some(1))
+    );
+    let history = rebound(&a, &["--json", "history", "orders", "order-42/charge"])
+        .await
+        .ok()
+        .json();
+    let last = &history["attempts"][history["attempts"].as_array().unwrap().len() - 1];
+    assert_eq!(last["outcome"], "RESCHEDULED", "{history:#}");
+    assert_eq!(last["error"], "maintenance", "{history:#}");
+    rebound(&a, &["act", "orders", "cancel", "--attr", "step=charge"])
+        .await
+        .exits(2);
+    rebound(&a, &["act", "orders", "reschedule"]).await.exits(2);
+    assert_eq!(
+        status_of(&a, "orders", "order-42/charge").await,
+        "SCHEDULED"
+    );
+
     let cancelled = rebound(&a, &["cancel", "orders", "order-42/charge"])
         .await
         .ok();

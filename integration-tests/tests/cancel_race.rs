@@ -3,7 +3,8 @@
 //! keyspace; 200 retries are delivered, and for each one an `Ack(RETRY, retry_after = 0)` or an
 //! `Ack(SUCCEEDED)` on the node that delivered it races a `CancelRetry` on the other node. Every
 //! cancel that answered `cancelled = true` must stay cancelled: GetRetry says CANCELLED, and the
-//! retry is never delivered again. Needs the Cassandra of `scripts/cassandra start`.
+//! retry is never delivered again. The same holds against ActOnRetries on the other node.
+//! Needs the Cassandra of `scripts/cassandra start`.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -214,6 +215,153 @@ async fn two_enqueues_of_one_transaction_on_two_nodes_leave_one_live_retry() {
     let twice: Vec<_> = delivered.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "delivered more than once: {twice:?}");
     // The nodes stop before their keyspace goes.
+    drop(nodes);
+    drop_keyspace(&keyspace).await;
+}
+
+/// ActOnRetries on one node never undoes a cancel or a SUCCEEDED ack answered on another
+/// (docs/architecture.md, "Acting on retries"): 150 retries are delivered, and for each one an
+/// action on the other node (run now, reschedule to a second later, or move to the dead
+/// letters) races a SUCCEEDED ack (even rounds) or a CancelRetry (odd rounds) on the node that
+/// delivered it. None of them is delivered after its ack or cancel answered, and each reads
+/// SUCCEEDED or CANCELLED at the end.
+#[tokio::test]
+async fn an_action_on_one_node_never_undoes_a_cancel_or_an_ack_on_another() {
+    const ACTED: usize = 150;
+    let keyspace = unique_keyspace("actrace");
+    let ports = [free_port(), free_port()];
+    let nodes: Vec<_> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| spawn_node(&keyspace, *p, &format!("n{i}")))
+        .collect();
+    let mut chans: Vec<Channel> = Vec::new();
+    for p in ports {
+        chans.push(connect(p).await);
+    }
+    wait_for_shared_ring(&chans[0], 2).await;
+    let mut rx = subscribe_all(&chans, "payments", 500).await;
+    let resp = RetryServiceClient::new(chans[0].clone())
+        .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {
+            requests: (0..ACTED)
+                .map(|i| enqueue_req("payments", &format!("act-{i:03}"), 0))
+                .collect(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(batch_accepted(&resp));
+
+    // (transaction, final status it must keep, when that was answered)
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(String, Option<i32>, Instant)>();
+    let mut raced: HashSet<String> = HashSet::new();
+    let mut settled: HashMap<String, (i32, Instant)> = HashMap::new();
+    let mut again: Vec<String> = Vec::new();
+    let mut finished = 0;
+    let mut quiet_since: Option<Instant> = None;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        tokio::select! {
+            Some((node, d)) = rx.recv() => {
+                let txid = d.transaction_id.clone();
+                if let Some((_, at)) = settled.get(&txid) {
+                    if Instant::now() > *at {
+                        again.push(txid.clone());
+                    }
+                    continue;
+                }
+                if !raced.insert(txid.clone()) {
+                    continue;
+                }
+                let round = raced.len();
+                let (here, there) = (chans[node].clone(), chans[1 - node].clone());
+                let done_tx = done_tx.clone();
+                let action = [
+                    pb::RetryAction::RunNow,
+                    pb::RetryAction::Reschedule,
+                    pb::RetryAction::DeadLetter,
+                ][round % 3];
+                let due = (action == pb::RetryAction::Reschedule).then(|| {
+                    let at = std::time::SystemTime::now() + Duration::from_secs(1);
+                    prost_types::Timestamp::from(at)
+                });
+                let act = pb::ActOnRetriesRequest {
+                    selection: Some(pb::ListRetriesRequest {
+                        service: "payments".into(),
+                        ..Default::default()
+                    }),
+                    transaction_ids: vec![txid.clone()],
+                    action: action as i32,
+                    due_time: due,
+                    reason: "race".into(),
+                    ..Default::default()
+                };
+                tokio::spawn(async move {
+                    let mut actor = RetryServiceClient::new(there);
+                    let acting = actor.act_on_retries(act);
+                    let kept = if round.is_multiple_of(2) {
+                        let mut executor = ExecutorServiceClient::new(here);
+                        let ack = executor.ack(ack_req(&d, pb::AckOutcome::Succeeded));
+                        let (acked, acted) = tokio::join!(ack, acting);
+                        acted.expect("the action answers");
+                        acked.ok().map(|_| pb::RetryStatus::Succeeded as i32)
+                    } else {
+                        let mut canceller = RetryServiceClient::new(here);
+                        let cancel = canceller.cancel_retry(pb::CancelRetryRequest {
+                            service: "payments".into(),
+                            transaction_id: txid.clone(),
+                        });
+                        let (cancelled, acted) = tokio::join!(cancel, acting);
+                        acted.expect("the action answers");
+                        cancelled
+                            .ok()
+                            .filter(|r| r.get_ref().cancelled)
+                            .map(|_| pb::RetryStatus::Cancelled as i32)
+                    };
+                    let _ = done_tx.send((txid, kept, Instant::now()));
+                });
+            }
+            Some((txid, kept, at)) = done_rx.recv() => {
+                finished += 1;
+                if let Some(status) = kept {
+                    settled.insert(txid, (status, at));
+                }
+                if finished == ACTED {
+                    quiet_since = Some(Instant::now());
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+        if quiet_since.is_some_and(|t| t.elapsed() > Duration::from_secs(5)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {finished} of {ACTED} rounds finished"
+        );
+    }
+    assert!(
+        settled.len() > ACTED / 2,
+        "most acks and cancels answer: {} of {ACTED}",
+        settled.len()
+    );
+    assert!(
+        again.is_empty(),
+        "{} retries were delivered after their ack or cancel answered: {again:?}",
+        again.len()
+    );
+    let mut retries = RetryServiceClient::new(chans[1].clone());
+    for (txid, (status, _)) in &settled {
+        let r = retries
+            .get_retry(pb::GetRetryRequest {
+                service: "payments".into(),
+                transaction_id: txid.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status, *status, "{txid} was undone");
+    }
     drop(nodes);
     drop_keyspace(&keyspace).await;
 }

@@ -646,6 +646,46 @@ async fn pause_policy_and_lookups_answer_as_grpc_does() {
         .await
         .expect(200);
     assert_eq!(v, json!({"purged": 0}));
+    // Actions on the retries selected: bad bodies are refused by name and change nothing.
+    let acts = "/api/v1/services/payments/retry-actions";
+    for (body, field) in [
+        (json!({"action": "EXPLODE"}), "action:"),
+        (json!({}), "action:"),
+        (json!({"action": "RESCHEDULE"}), "due_time:"),
+        (
+            json!({"action": "RUN_NOW", "attributes": {"a": 1}}),
+            "attributes[\"a\"]:",
+        ),
+        (
+            json!({"action": "RUN_NOW", "transaction_ids": [""]}),
+            "transaction_ids[0]:",
+        ),
+        (
+            json!({"action": "RUN_NOW", "page_token": "junk"}),
+            "selection.page_token:",
+        ),
+        (json!({"action": "RUN_NOW", "whatever": 1}), "whatever:"),
+    ] {
+        let e = ops.post(acts, &body).await.expect(400);
+        assert!(message(&e).starts_with(field), "{body}: {e}");
+    }
+    // A good one changes the retries named, and says so in their history.
+    enqueue(&ch, enqueue_req("payments", "p-2", 3_600_000), PAY).await;
+    let later = (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339();
+    let body = json!({"action": "reschedule", "due_time": later, "transaction_ids": ["p-2"], "reason": "test"});
+    let v = ops.post(acts, &body).await.expect(200);
+    assert_eq!(
+        v,
+        json!({"changed": 1, "skipped": 0, "next_page_token": null})
+    );
+    let v = ops
+        .get("/api/v1/services/payments/retries/p-2")
+        .await
+        .expect(200);
+    let last = v["attempts"].as_array().and_then(|a| a.last()).cloned();
+    let last = last.unwrap_or_default();
+    assert_eq!(last["outcome"], "RESCHEDULED", "{v}");
+    assert_eq!(last["error"], "test", "{v}");
     stop(node).await;
 }
 

@@ -347,6 +347,15 @@ pub fn redrive_json(r: &pb::RedriveDeadLettersResponse) -> Value {
     })
 }
 
+/// One ActOnRetries call's answer.
+pub fn act_json(r: &pb::ActOnRetriesResponse) -> Value {
+    json!({
+        "changed": r.changed,
+        "skipped": r.skipped,
+        "next_page_token": (!r.next_page_token.is_empty()).then_some(&r.next_page_token),
+    })
+}
+
 // ---- parsing ----------------------------------------------------------------------------------
 
 /// A value that could not be read: the field (relative to the object read, `""` for the value

@@ -35,7 +35,7 @@ use conn::{connect, tls, Ctx};
 use dlq::{dlq_list, dlq_purge, dlq_redrive};
 use holds::{holds_list, holds_release, holds_set};
 use push::{push_target_clear, push_target_get, push_target_set};
-use retry::{cancel, enqueue, get, history, list};
+use retry::{act, cancel, enqueue, get, history, list};
 use service::{limits_get, limits_set, pause, policy_get, policy_set, purge, services, stats};
 use subscribe::subscribe;
 
@@ -79,6 +79,7 @@ pub async fn run(cli: &Cli) -> Result<(), CliError> {
         Command::Get(a) => get(&ctx, &a.service, &a.transaction_id).await?,
         Command::History(a) => history(&ctx, &a.service, &a.transaction_id).await?,
         Command::List(a) => list(&ctx, a).await?,
+        Command::Act(a) => act(&ctx, a).await?,
         Command::Cancel(a) => cancel(&ctx, &a.service, &a.transaction_id).await?,
         Command::Subscribe(a) => subscribe(&ctx, a).await?,
         Command::Stats { service } => stats(&ctx, service.as_deref()).await?,
@@ -150,6 +151,24 @@ pub async fn run(cli: &Cli) -> Result<(), CliError> {
 /// Destructive commands need `--yes`; refused before anything is sent (exit code 2).
 fn confirm(command: &Command) -> Result<(), CliError> {
     match command {
+        Command::Act(a)
+            if !a.yes
+                && matches!(
+                    a.action,
+                    crate::args::ActionArg::Cancel | crate::args::ActionArg::DeadLetter
+                ) =>
+        {
+            let what = if a.action == crate::args::ActionArg::Cancel {
+                "cancelling"
+            } else {
+                "moving to the dead letters"
+            };
+            Err(CliError::usage(format!(
+                "{what} the selected retries of {:?} cannot be undone: pass --yes to confirm \
+                 (`rebound list` with the same filters shows them)",
+                a.service
+            )))
+        }
         Command::Purge(a) if !a.yes => Err(CliError::usage(format!(
             "purge cancels every pending retry of {:?} scheduled before the cut-off (now, or \
              --before) and deletes its buckets; it cannot be undone: pass --yes to confirm",

@@ -116,16 +116,10 @@ pub(super) async fn list(ctx: &Ctx, a: &crate::args::ListArgs) -> Result<Out, Cl
             break;
         }
         let request = pb::ListRetriesRequest {
-            service: a.service.clone(),
             statuses: a.statuses.iter().map(|s| s.to_proto() as i32).collect(),
-            due_after: a.due_after,
-            due_before: a.due_before,
-            attributes: a.attributes.iter().cloned().collect(),
-            dependency: a.dependency.clone().unwrap_or_default(),
-            error_contains: a.error.clone().unwrap_or_default(),
-            saga_transaction_id: a.saga.clone().unwrap_or_default(),
             page_size: want.min(MAX_LIST_PAGE) as u32,
             page_token: std::mem::take(&mut token),
+            ..a.filter.request(&a.service)
         };
         let r = ctx.call(ctx.retry().list_retries(ctx.req(request))).await?;
         rows.extend(r.retries.into_iter().take(want as usize));
@@ -177,6 +171,77 @@ pub(super) async fn list(ctx: &Ctx, a: &crate::args::ListArgs) -> Result<Out, Cl
         "service": a.service,
         "retries": rows.iter().map(rebound_proto::json::retry_summary_json).collect::<Vec<_>>(),
         "next_page_token": (!token.is_empty()).then_some(token),
+    });
+    Ok(Out::new(json, text))
+}
+
+/// ActOnRetries, call after call until the selection is done.
+pub(super) async fn act(ctx: &Ctx, a: &crate::args::ActArgs) -> Result<Out, CliError> {
+    use crate::args::ActionArg;
+    let (action, verb) = match a.action {
+        ActionArg::RunNow => (pb::RetryAction::RunNow, "ran now"),
+        ActionArg::Reschedule => (pb::RetryAction::Reschedule, "rescheduled"),
+        ActionArg::Cancel => (pb::RetryAction::Cancel, "cancelled"),
+        ActionArg::DeadLetter => (pb::RetryAction::DeadLetter, "moved to the dead letters"),
+    };
+    let due_time = match (a.action, a.at, a.after) {
+        (ActionArg::Reschedule, Some(at), _) => Some(at),
+        (ActionArg::Reschedule, None, Some(after)) => Some(rebound_proto::json::timestamp_of(
+            chrono::Utc::now() + chrono::Duration::from_std(after).unwrap_or_default(),
+        )),
+        (ActionArg::Reschedule, None, None) => {
+            return Err(CliError::usage(
+                "reschedule needs the new due time: --at TIME or --in DURATION",
+            ))
+        }
+        (_, None, None) => None,
+        _ => return Err(CliError::usage("--at and --in are for reschedule only")),
+    };
+    let bar = ctx.progress(None);
+    let (mut changed, mut skipped, mut calls) = (0u64, 0u64, 0u64);
+    let mut token = String::new();
+    loop {
+        let request = pb::ActOnRetriesRequest {
+            selection: Some(pb::ListRetriesRequest {
+                page_token: std::mem::take(&mut token),
+                ..a.filter.request(&a.service)
+            }),
+            transaction_ids: a.ids.clone(),
+            action: action as i32,
+            due_time,
+            max_items: 0,
+            max_per_second: a.max_per_second,
+            reason: a.reason.clone(),
+        };
+        let r = ctx
+            .call(ctx.retry().act_on_retries(ctx.req(request)))
+            .await
+            .inspect_err(|_| bar.finish_and_clear())?;
+        calls += 1;
+        changed += u64::from(r.changed);
+        skipped += u64::from(r.skipped);
+        bar.set_message(format!(
+            "{}: {changed} {verb}, {skipped} skipped",
+            a.service
+        ));
+        token = r.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    let text = format!(
+        "{}: {} {verb}, {skipped} skipped (finished, changed meanwhile, or already so), in {}\n",
+        a.service,
+        super::count(changed, "retry", "retries"),
+        super::count(calls, "call", "calls"),
+    );
+    let json = json!({
+        "service": a.service,
+        "action": action.as_str_name().trim_start_matches("RETRY_ACTION_"),
+        "changed": changed,
+        "skipped": skipped,
+        "calls": calls,
     });
     Ok(Out::new(json, text))
 }

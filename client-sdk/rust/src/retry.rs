@@ -130,6 +130,12 @@ pub enum AttemptOutcome {
     Held,
     /// Acked RETRY as a snooze: no attempt used.
     Snoozed,
+    /// Not attempts: an operator's action (ActOnRetries); the record's executor names who
+    /// acted, its error the reason given.
+    RunNow,
+    Rescheduled,
+    Cancelled,
+    DeadLettered,
     /// A value this client does not know (a newer server's).
     Unknown(i32),
 }
@@ -143,6 +149,10 @@ impl AttemptOutcome {
             Ok(pb::AttemptOutcome::DeadlineExpired) => AttemptOutcome::DeadlineExpired,
             Ok(pb::AttemptOutcome::Held) => AttemptOutcome::Held,
             Ok(pb::AttemptOutcome::Snoozed) => AttemptOutcome::Snoozed,
+            Ok(pb::AttemptOutcome::RunNow) => AttemptOutcome::RunNow,
+            Ok(pb::AttemptOutcome::Rescheduled) => AttemptOutcome::Rescheduled,
+            Ok(pb::AttemptOutcome::Cancelled) => AttemptOutcome::Cancelled,
+            Ok(pb::AttemptOutcome::DeadLettered) => AttemptOutcome::DeadLettered,
             Ok(pb::AttemptOutcome::Unspecified) | Err(_) => AttemptOutcome::Unknown(value),
         }
     }

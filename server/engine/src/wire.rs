@@ -119,6 +119,10 @@ pub fn attempt_pb(a: &AttemptRecord) -> pb::Attempt {
         AttemptEnd::DeadlineExpired => pb::AttemptOutcome::DeadlineExpired,
         AttemptEnd::Held => pb::AttemptOutcome::Held,
         AttemptEnd::Snoozed => pb::AttemptOutcome::Snoozed,
+        AttemptEnd::RunNow => pb::AttemptOutcome::RunNow,
+        AttemptEnd::Rescheduled => pb::AttemptOutcome::Rescheduled,
+        AttemptEnd::Cancelled => pb::AttemptOutcome::Cancelled,
+        AttemptEnd::DeadLettered => pb::AttemptOutcome::DeadLettered,
     };
     pb::Attempt {
         attempt: a.attempt,

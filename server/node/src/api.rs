@@ -143,6 +143,17 @@ impl pb::retry_service_server::RetryService for Api {
         Ok(Response::new(list_retries(&self.handle, caller, &r).await?))
     }
 
+    async fn act_on_retries(
+        &self,
+        request: Request<pb::ActOnRetriesRequest>,
+    ) -> Result<Response<pb::ActOnRetriesResponse>, Status> {
+        let (_, extensions, r) = request.into_parts();
+        let caller = Caller::of(&extensions)?;
+        Ok(Response::new(
+            act_on_retries(&self.handle, caller, &r).await?,
+        ))
+    }
+
     async fn cancel_retry(
         &self,
         request: Request<pb::CancelRetryRequest>,
@@ -282,6 +293,21 @@ pub async fn list_retries(
     validate::service("service", &r.service)?;
     Auth::may_use(caller, "service", &r.service)?;
     handle.list_retries(r).await
+}
+
+/// ActOnRetries for `caller`, who must be allowed the selection's service (the gRPC call and
+/// the dashboard's retries page); the history names the caller's credential, or `operator`
+/// when authentication is off.
+pub async fn act_on_retries(
+    handle: &Handle,
+    caller: Option<&Credential>,
+    r: &pb::ActOnRetriesRequest,
+) -> Result<pb::ActOnRetriesResponse, Error> {
+    let service = r.selection.as_ref().map_or("", |s| s.service.as_str());
+    validate::service("selection.service", service)?;
+    Auth::may_use(caller, "selection.service", service)?;
+    let actor = caller.map_or("operator", |c| c.name.as_str());
+    handle.act_on_retries(r, actor).await
 }
 
 /// The operator API (the operator half of the engine's `Handle`).

@@ -23,6 +23,12 @@ pub enum AttemptEnd {
     Held,
     /// Acknowledged RETRY as a snooze: postponed, no attempt used.
     Snoozed,
+    /// Not an attempt: an operator's action (ActOnRetries), recorded with who acted
+    /// (`executor_id`) and why (`error`). No attempt used.
+    RunNow,
+    Rescheduled,
+    Cancelled,
+    DeadLettered,
 }
 
 impl AttemptEnd {
@@ -35,6 +41,10 @@ impl AttemptEnd {
             AttemptEnd::DeadlineExpired => 4,
             AttemptEnd::Held => 5,
             AttemptEnd::Snoozed => 6,
+            AttemptEnd::RunNow => 7,
+            AttemptEnd::Rescheduled => 8,
+            AttemptEnd::Cancelled => 9,
+            AttemptEnd::DeadLettered => 10,
         }
     }
 
@@ -46,6 +56,10 @@ impl AttemptEnd {
             4 => AttemptEnd::DeadlineExpired,
             5 => AttemptEnd::Held,
             6 => AttemptEnd::Snoozed,
+            7 => AttemptEnd::RunNow,
+            8 => AttemptEnd::Rescheduled,
+            9 => AttemptEnd::Cancelled,
+            10 => AttemptEnd::DeadLettered,
             _ => return None,
         })
     }
@@ -58,6 +72,10 @@ impl AttemptEnd {
             AttemptEnd::DeadlineExpired => "DEADLINE_EXPIRED",
             AttemptEnd::Held => "HELD",
             AttemptEnd::Snoozed => "SNOOZED",
+            AttemptEnd::RunNow => "RUN_NOW",
+            AttemptEnd::Rescheduled => "RESCHEDULED",
+            AttemptEnd::Cancelled => "CANCELLED",
+            AttemptEnd::DeadLettered => "DEAD_LETTERED",
         }
     }
 }

@@ -30,8 +30,8 @@ const MAX_ATTRIBUTE_FILTERS: usize = 64;
 
 /// A ListRetries request after validation.
 #[derive(Debug)]
-struct Query {
-    service: String,
+pub(super) struct Query {
+    pub(super) service: String,
     due_after: Option<i64>,
     due_before: Option<i64>,
     attributes: BTreeMap<String, String>,
@@ -114,7 +114,7 @@ impl Position {
 
 impl Query {
     /// Whether a live retry belongs in the listing.
-    fn matches(&self, s: &TxState) -> bool {
+    pub(super) fn matches(&self, s: &TxState) -> bool {
         self.due_after.is_none_or(|t| s.due_at_ms >= t)
             && self.due_before.is_none_or(|t| s.due_at_ms < t)
             && self
@@ -133,7 +133,7 @@ impl Query {
     }
 }
 
-fn query(r: &pb::ListRetriesRequest) -> Result<Query, Error> {
+pub(super) fn query(r: &pb::ListRetriesRequest) -> Result<Query, Error> {
     validate::service("service", &r.service)?;
     let (mut scheduled, mut dead) = (r.statuses.is_empty(), false);
     for (i, s) in r.statuses.iter().enumerate() {

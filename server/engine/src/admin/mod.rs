@@ -43,6 +43,7 @@ use rebound_store::{
     Location, PointerState, Status, TokenRange,
 };
 
+pub mod act;
 mod dead_letters;
 mod holds;
 pub mod list;

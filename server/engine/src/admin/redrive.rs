@@ -27,7 +27,7 @@ pub struct LetterKey {
 
 impl Handle {
     /// The delay (default none) and rate (default 500 per second) of a redrive.
-    fn pacing(
+    pub(super) fn pacing(
         &self,
         delay: Option<&prost_types::Duration>,
         max_per_second: u32,

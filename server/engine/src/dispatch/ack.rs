@@ -428,7 +428,7 @@ impl Dispatcher {
     /// Dead letter first, then the terminal state: a crash in between leaves the retry
     /// SCHEDULED (delivered again later), never DEAD without its letter. A saga step's first
     /// compensation is enqueued before both.
-    async fn dead_letter(&self, state: TxState, now: i64) -> Result<(), Error> {
+    pub(crate) async fn dead_letter(&self, state: TxState, now: i64) -> Result<(), Error> {
         self.hand_off(&state, saga::starts_on_dead(&state)).await?;
         let letter = DeadLetter {
             service: state.service.clone(),

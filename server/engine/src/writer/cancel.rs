@@ -1,6 +1,8 @@
 //! The cancel (`Writer::cancel`): the CANCELLED row with its cancel cell, written again over
 //! each schedule derived meanwhile, and the conditional cancel of a saga step.
 
+use rebound_store::history::AttemptRecord;
+
 use super::{Error, Status, TxState, Writer};
 
 impl Writer {
@@ -19,16 +21,33 @@ impl Writer {
         service: &str,
         transaction_id: &str,
     ) -> Result<(Status, bool), Error> {
+        self.cancel_as(service, transaction_id, |_| true, |_| None)
+            .await
+    }
+
+    /// `cancel`, when the row first read passes `pick` (else it is answered as it stands, not
+    /// cancelled), with what `note` makes of each row it writes recorded in that row's history
+    /// (an operator's action: `admin::act`).
+    pub async fn cancel_as(
+        &self,
+        service: &str,
+        transaction_id: &str,
+        pick: impl FnOnce(&TxState) -> bool,
+        note: impl Fn(&TxState) -> Option<AttemptRecord>,
+    ) -> Result<(Status, bool), Error> {
         let _lock = self.tx_locks.lock(service, transaction_id).await;
         let mut state = self.get(service, transaction_id).await?;
-        if state.status.is_terminal() {
+        if state.status.is_terminal() || !pick(&state) {
             return Ok((state.status, false));
         }
         let cancel_ttl = self.cancel_ttl();
         if state.conditional_writes() {
-            return self.cancel_conditionally(state, cancel_ttl).await;
+            return self.cancel_conditionally(state, cancel_ttl, &note).await;
         }
         for _ in 0..CANCEL_ROUNDS {
+            if let Some(r) = note(&state) {
+                state.history.record(r);
+            }
             state.status = Status::Cancelled;
             state.updated_at_ms = self.clock.now_ms();
             self.store
@@ -56,10 +75,14 @@ impl Writer {
         &self,
         mut state: TxState,
         cancel_ttl: u32,
+        note: &impl Fn(&TxState) -> Option<AttemptRecord>,
     ) -> Result<(Status, bool), Error> {
         let (service, transaction_id) = (state.service.clone(), state.transaction_id.clone());
         for _ in 0..CANCEL_ROUNDS {
             let generation = state.generation;
+            if let Some(r) = note(&state) {
+                state.history.record(r);
+            }
             state.status = Status::Cancelled;
             state.updated_at_ms = self.clock.now_ms();
             if self

@@ -9,6 +9,7 @@
 //! the same behaviour end to end through gRPC; these pin it down component by component,
 //! acking through the engine's `Handle` as the node's handlers do.
 
+mod act;
 mod compactor;
 mod dispatcher;
 mod history;

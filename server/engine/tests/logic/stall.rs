@@ -4,8 +4,10 @@
 
 use std::sync::{
     atomic::{AtomicBool, AtomicI64, Ordering},
-    Arc,
+    Arc, Mutex,
 };
+
+use tokio::sync::oneshot;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -25,6 +27,8 @@ pub struct StallingStore {
     state_ms: AtomicI64,
     /// The next settle (a SUCCEEDED ack's write) fails, with an unknown outcome, unwritten.
     fail_settle: AtomicBool,
+    /// The next pointer write says it has begun, then waits to be let go (`hold_next_pointer_write`).
+    gate: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
 }
 
 impl StallingStore {
@@ -35,6 +39,24 @@ impl StallingStore {
             pointer_ms: AtomicI64::new(0),
             state_ms: AtomicI64::new(0),
             fail_settle: AtomicBool::new(false),
+            gate: Mutex::new(None),
+        }
+    }
+
+    /// Holds the next pointer write: the first channel answers once it has begun, and it goes
+    /// on when the second is sent to (or dropped).
+    pub fn hold_next_pointer_write(&self) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
+        let (began, began_rx) = oneshot::channel();
+        let (go, go_rx) = oneshot::channel();
+        *self.gate.lock().unwrap() = Some((began, go_rx));
+        (began_rx, go)
+    }
+
+    async fn pass_gate(&self) {
+        let gate = self.gate.lock().unwrap().take();
+        if let Some((began, go)) = gate {
+            let _ = began.send(());
+            let _ = go.await;
         }
     }
 
@@ -90,6 +112,7 @@ impl DirectoryStore for StallingStore {
         location: &Location,
         pointer: &Pointer,
     ) -> StoreResult<()> {
+        self.pass_gate().await;
         let r = self.inner.put_pointer(service, location, pointer).await;
         self.stall(&self.pointer_ms);
         r
@@ -100,6 +123,7 @@ impl DirectoryStore for StallingStore {
         location: &Location,
         pointers: &[Pointer],
     ) -> StoreResult<()> {
+        self.pass_gate().await;
         let r = self.inner.put_pointers(service, location, pointers).await;
         self.stall(&self.pointer_ms);
         r

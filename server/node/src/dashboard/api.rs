@@ -527,6 +527,27 @@ pub async fn retries(
     )
 }
 
+/// ActOnRetries from the retries page: the caller needs the service, as for the listing.
+pub async fn act_on_retries(
+    State(d): State<Arc<Dashboard>>,
+    service: Result<Path<String>, PathRejection>,
+    req: Request,
+) -> Response {
+    let (parts, body) = req.into_parts();
+    answer(
+        async {
+            let caller = d.caller(&Presented::of(&parts))?;
+            let service = path(service)?;
+            parse::Query::parse(parts.uri.query(), &[])?;
+            let body = read_body(body).await?;
+            let r = parse::act(&service, &body)?;
+            let r = crate::api::act_on_retries(&d.handle, caller.as_deref(), &r).await?;
+            Ok(pj::act_json(&r))
+        }
+        .await,
+    )
+}
+
 pub async fn window(
     State(d): State<Arc<Dashboard>>,
     ids: Result<Path<(String, String)>, PathRejection>,

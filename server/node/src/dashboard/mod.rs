@@ -296,6 +296,7 @@ pub fn router(d: Arc<Dashboard>) -> Router {
             post(api::purge_dead_letters),
         )
         .route(&format!("{s}/retries"), get(api::retries))
+        .route(&format!("{s}/retry-actions"), post(api::act_on_retries))
         .route(&format!("{s}/retries/{{transaction_id}}"), get(api::retry))
         .route("/api/v1/windows/{day}/{window}", get(api::window))
         .route("/api/v1", any(not_found))

@@ -414,6 +414,93 @@ pub fn redrive(service: &str, v: &Value) -> Result<Redrive, Error> {
     })
 }
 
+const ACT_FIELDS: &[&str] = &[
+    "action",
+    "due_time",
+    "transaction_ids",
+    "due_after",
+    "due_before",
+    "attributes",
+    "dependency",
+    "error_contains",
+    "saga_transaction_id",
+    "page_token",
+    "max_items",
+    "max_per_second",
+    "reason",
+];
+
+/// `{"action": "RUN_NOW" | "RESCHEDULE" | "CANCEL" | "DEAD_LETTER", "due_time",
+/// "transaction_ids": [...], "reason", "max_items", "max_per_second"}` with the retries
+/// page's filters (`due_after`, `due_before`, `attributes` as an object of strings,
+/// `dependency`, `error_contains`, `saga_transaction_id`) and its `page_token`: an
+/// ActOnRetries request of `service`'s SCHEDULED retries.
+pub fn act(service: &str, v: &Value) -> Result<pb::ActOnRetriesRequest, Error> {
+    let f = Fields::new(v, ACT_FIELDS).map_err(|e| field("", e))?;
+    let text = |name: &str| -> Result<String, Error> {
+        Ok(f.str(name)
+            .map_err(|e| field("", e))?
+            .unwrap_or("")
+            .to_string())
+    };
+    let name = text("action")?;
+    let action =
+        pb::RetryAction::from_str_name(&format!("RETRY_ACTION_{}", name.to_ascii_uppercase()))
+            .filter(|a| *a != pb::RetryAction::Unspecified)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "action",
+                    format!(
+                        "must be RUN_NOW, RESCHEDULE, CANCEL or DEAD_LETTER, got {}",
+                        show(&name)
+                    ),
+                )
+            })?;
+    let attributes = match f.get("attributes") {
+        None => HashMap::new(),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                other => Err(Error::invalid(
+                    format!("attributes[{}]", show(k)),
+                    format!("must be a string, got {}", kind(other)),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(Error::invalid(
+                "attributes",
+                format!("must be an object of strings, got {}", kind(other)),
+            ))
+        }
+    };
+    let selection = pb::ListRetriesRequest {
+        service: service.to_string(),
+        statuses: Vec::new(),
+        due_after: f.time("due_after").map_err(|e| field("", e))?,
+        due_before: f.time("due_before").map_err(|e| field("", e))?,
+        attributes,
+        dependency: text("dependency")?,
+        error_contains: text("error_contains")?,
+        saga_transaction_id: text("saga_transaction_id")?,
+        page_size: 0,
+        page_token: text("page_token")?,
+    };
+    Ok(pb::ActOnRetriesRequest {
+        selection: Some(selection),
+        transaction_ids: f.strings("transaction_ids").map_err(|e| field("", e))?,
+        action: action as i32,
+        due_time: f.time("due_time").map_err(|e| field("", e))?,
+        max_items: f.u32("max_items").map_err(|e| field("", e))?.unwrap_or(0),
+        max_per_second: f
+            .u32("max_per_second")
+            .map_err(|e| field("", e))?
+            .unwrap_or(0),
+        reason: text("reason")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -648,6 +735,7 @@ mod tests {
                     let _ = purge("s", &v);
                     let _ = purge_dead_letters("s", &v);
                     let _ = redrive("s", &v);
+                    let _ = act("s", &v);
                     let _ = push_target(&v);
                     if let Some(t) = v.get("target") {
                         let _ = push_target(&serde_json::json!({"target": t.clone()}));
@@ -659,6 +747,7 @@ mod tests {
             fn bodies_of_bytes_are_total(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
                 if let Ok(v) = body(&bytes) {
                     let _ = redrive("s", &v);
+                    let _ = act("s", &v);
                     let _ = policy(&v);
                     let _ = push_target(&v);
                 }

@@ -125,13 +125,13 @@ function parseField(k, raw, type) {
 	return n;
 }
 
-/** A confirmation dialog: the user types `name`; resolves true when confirmed. */
+/** A confirmation dialog: the user types `name` (null: no typing, one click); resolves true when confirmed. */
 export function confirmTyped(title, text, name) {
 	return new Promise((resolve) => {
 		const input = h("input", { id: "confirm-name", type: "text", autocomplete: "off", spellcheck: "false" });
 		const go = h(
 			"button",
-			{ type: "submit", class: "danger", disabled: true, "data-action": "confirm" },
+			{ type: "submit", class: "danger", disabled: name !== null, "data-action": "confirm" },
 			title,
 		);
 		input.addEventListener("input", () => (go.disabled = input.value !== name));
@@ -144,14 +144,16 @@ export function confirmTyped(title, text, name) {
 					method: "dialog",
 					onsubmit: (ev) => {
 						ev.preventDefault();
-						if (input.value !== name) return;
+						if (name !== null && input.value !== name) return;
 						dialog.close("ok");
 					},
 				},
 				h("h2", { id: "confirm-h" }, title),
-				h("p", {}, text),
-				h("label", { for: "confirm-name" }, "Type ", h("code", {}, name), " to confirm"),
-				input,
+				h("p", { "data-field": "confirm-text" }, text),
+				name === null
+					? null
+					: h("label", { for: "confirm-name" }, "Type ", h("code", {}, name), " to confirm"),
+				name === null ? null : input,
 				h(
 					"div",
 					{ class: "actions" },
@@ -170,6 +172,6 @@ export function confirmTyped(title, text, name) {
 		});
 		document.body.append(dialog);
 		dialog.showModal();
-		input.focus();
+		(name === null ? go : input).focus();
 	});
 }

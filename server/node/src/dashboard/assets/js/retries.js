@@ -1,9 +1,11 @@
 // The scheduled retries of one service (#/retries/{service}): filters, paging, each row linked
-// to its retry's page (its attempts).
+// to its retry's page (its attempts); "Run now" and "Cancel" on the rows selected, after a
+// confirmation that shows the count.
 
 import { api, enc } from "./api.js";
 import { append, clear, errorBox, h, loaded, loading, table } from "./dom.js";
 import { localToUtc, num, timeEl } from "./format.js";
+import { confirmTyped } from "./forms.js";
 import { field, filterForm, pager } from "./paging.js";
 
 // "customer=42, region=eu" as an object; a pair without "=" is an error.
@@ -47,6 +49,10 @@ export function retriesPage(name) {
 	const body = h("div", { class: "rt-body" }, loading());
 	const pages = pager(load);
 	let filter = null;
+	// The transaction ids checked on this page.
+	const selected = new Set();
+	const actBox = errorBox();
+	const progress = h("p", { class: "progress", role: "status", "data-field": "action_progress" });
 
 	function readFilter() {
 		return {
@@ -72,6 +78,7 @@ export function retriesPage(name) {
 		try {
 			filter ??= readFilter();
 			const r = await api(`services/${enc(name)}/retries?${query(filter, tok)}`);
+			selected.clear();
 			listBox.show(null);
 			render(r.retries ?? [], r.next_page_token || "");
 			pages.shown(tok, r.next_page_token || "");
@@ -81,6 +88,7 @@ export function retriesPage(name) {
 		}
 	}
 	function render(rows, next) {
+		showSelection();
 		if (rows.length === 0) {
 			clear(
 				body,
@@ -96,9 +104,20 @@ export function retriesPage(name) {
 					.sort(([a], [b]) => a.localeCompare(b))
 					.map(([k, v]) => `${k}=${v}`)
 					.join(" ");
+				const box = h("input", {
+					type: "checkbox",
+					"data-select": r.transaction_id,
+					"aria-label": `Select ${r.transaction_id}`,
+					onchange: () => {
+						if (box.checked) selected.add(r.transaction_id);
+						else selected.delete(r.transaction_id);
+						showSelection();
+					},
+				});
 				return h(
 					"tr",
 					{ "data-transaction": r.transaction_id },
+					h("td", {}, box),
 					h("td", {}, h("a", { href: `#/retry/${enc(name)}/${enc(r.transaction_id)}` }, r.transaction_id)),
 					h("td", { "data-field": "attempt" }, num(r.attempt)),
 					h("td", { "data-field": "due_time" }, timeEl(r.due_time)),
@@ -108,16 +127,80 @@ export function retriesPage(name) {
 					h("td", { "data-field": "attributes" }, attrs || "–"),
 				);
 			});
+			const all = h("input", {
+				type: "checkbox",
+				"aria-label": "Select all on this page",
+				"data-action": "select-all",
+				onchange: () => {
+					for (const c of body.querySelectorAll("input[data-select]")) {
+						c.checked = all.checked;
+						c.dispatchEvent(new Event("change"));
+					}
+				},
+			});
 			clear(
 				body,
 				table(
-					["Transaction", "#Attempt", "Due", "Last error", "Dependency", "#Deliveries", "Attributes"],
+					[all, "Transaction", "#Attempt", "Due", "Last error", "Dependency", "#Deliveries", "Attributes"],
 					trs,
 					"retries",
 				),
 			);
 		}
 	}
+	function showSelection() {
+		runNow.disabled = selected.size === 0;
+		cancel.disabled = selected.size === 0;
+		runNow.textContent = `Run now (${selected.size})…`;
+		cancel.textContent = `Cancel (${selected.size})…`;
+	}
+	// ActOnRetries on the ids selected, after a confirmation that names the count.
+	async function act(action, title, what) {
+		const ids = [...selected];
+		const n = ids.length;
+		const yes = await confirmTyped(
+			title,
+			what(`${n} selected ${n === 1 ? "retry" : "retries"} of ${name}`),
+			null,
+		);
+		if (!yes) return;
+		for (const b of actions.querySelectorAll("button")) b.disabled = true;
+		actBox.show(null);
+		try {
+			const r = await api(`services/${enc(name)}/retry-actions`, {
+				action,
+				transaction_ids: ids,
+				reason: "dashboard",
+			});
+			progress.textContent = `${title}: ${num(r.changed)} changed, ${num(r.skipped)} skipped (finished or changed meanwhile).`;
+		} catch (e) {
+			actBox.show(e);
+		} finally {
+			await load(pages.token);
+		}
+	}
+	const runNow = h(
+		"button",
+		{
+			type: "button",
+			"data-action": "run-now",
+			disabled: true,
+			onclick: () => act("RUN_NOW", "Run now", (them) => `Run ${them} now? No attempt is used.`),
+		},
+		"Run now (0)…",
+	);
+	const cancel = h(
+		"button",
+		{
+			type: "button",
+			class: "danger",
+			"data-action": "cancel-selected",
+			disabled: true,
+			onclick: () => act("CANCEL", "Cancel retries", (them) => `Cancel ${them}? This cannot be undone.`),
+		},
+		"Cancel (0)…",
+	);
+	const actions = h("div", { class: "actions" }, runNow, cancel);
 	const form = filterForm(
 		"retries-filter",
 		[
@@ -146,7 +229,7 @@ export function retriesPage(name) {
 			"Oldest first, by window. Finished retries are looked up by id; dead ones are on the dead-letters page.",
 		),
 		h("section", { class: "card" }, form),
-		h("section", { class: "card" }, listBox, body, pages.el),
+		h("section", { class: "card" }, listBox, actions, actBox, progress, body, pages.el),
 	);
 	load();
 	return root;
