@@ -306,7 +306,7 @@ describe("dashboard", { concurrency: false }, () => {
 		// A bad filter is refused with the field named, and changes nothing.
 		await page.fill("#rt-attrs", "novalue");
 		await page.click('form[data-form="retries-filter"] button[type="submit"]');
-		const alert = page.locator('[data-page="retries"] [role="alert"]');
+		const alert = page.locator('[data-page="retries"] [role="alert"]:not([hidden])');
 		await alert.waitFor();
 		assert.match(await alert.textContent(), /attributes/);
 		// Each row links to its retry's page.
