@@ -149,40 +149,54 @@ impl Started {
         let mut text = String::new();
         use std::fmt::Write;
         let mut answers: BTreeMap<String, usize> = BTreeMap::new();
+        // Actions by action and answer; listings' rows seen.
+        let mut acts: BTreeMap<String, usize> = BTreeMap::new();
+        let mut list_rows = 0;
         for e in &events {
-            let (k, unknown, refused) = match &e.kind {
-                Kind::Enqueue { answer, .. } => (
-                    "enqueue item",
-                    answer.is_unknown(),
-                    matches!(answer, Answer::Refused(_)),
-                ),
-                Kind::Cancel { answer, .. } => (
-                    "cancel",
-                    answer.is_unknown(),
-                    matches!(answer, Answer::Refused(_)),
-                ),
-                Kind::Ack { answer, .. } => (
-                    "ack",
-                    answer.is_unknown(),
-                    matches!(answer, Answer::Refused(_)),
-                ),
-                Kind::Redrive { answer, .. } => (
-                    "redrive",
-                    answer.is_unknown(),
-                    matches!(answer, Answer::Refused(_)),
-                ),
+            let (k, tag) = match &e.kind {
+                Kind::Enqueue { answer, .. } => ("enqueue item", answer_tag(answer)),
+                Kind::Cancel { answer, .. } => ("cancel", answer_tag(answer)),
+                Kind::Ack { answer, .. } => ("ack", answer_tag(answer)),
+                Kind::Redrive { answer, .. } => ("redrive", answer_tag(answer)),
+                Kind::Act { action, answer, .. } => {
+                    let tag = match answer {
+                        Answer::Ok(true) => "changed",
+                        Answer::Ok(false) => "skipped",
+                        other => answer_tag(other),
+                    };
+                    let name = action
+                        .as_str_name()
+                        .trim_start_matches("RETRY_ACTION_")
+                        .to_lowercase();
+                    *acts.entry(format!("{name} {tag}")).or_default() += 1;
+                    ("act", tag)
+                }
+                Kind::List { answer, .. } => {
+                    list_rows += answer.ok().copied().unwrap_or(0);
+                    ("list", answer_tag(answer))
+                }
                 _ => continue,
-            };
-            let tag = if unknown {
-                "unknown"
-            } else if refused {
-                "refused"
-            } else {
-                "ok"
             };
             *answers.entry(format!("{k} {tag}")).or_default() += 1;
         }
         let _ = writeln!(text, "answers: {}", fmt_counts(&answers));
+        let lists: usize = answers
+            .iter()
+            .filter(|(k, _)| k.starts_with("list "))
+            .map(|(_, n)| n)
+            .sum();
+        if !acts.is_empty() || lists > 0 {
+            let _ = writeln!(
+                text,
+                "actions: {} ({}); listings: {lists} ({list_rows} rows seen)",
+                acts.values().sum::<usize>(),
+                if acts.is_empty() {
+                    "none".to_string()
+                } else {
+                    fmt_counts(&acts)
+                }
+            );
+        }
         let _ = writeln!(
             text,
             "faults: {} ({})",
@@ -372,6 +386,15 @@ impl Started {
             drain_s,
             deliveries: result.deliveries,
         })
+    }
+}
+
+/// How a call was answered, for the report: ok, unknown or refused.
+fn answer_tag<T>(a: &Answer<T>) -> &'static str {
+    match a {
+        Answer::Ok(_) => "ok",
+        Answer::Unknown(_) => "unknown",
+        Answer::Refused(_) => "refused",
     }
 }
 

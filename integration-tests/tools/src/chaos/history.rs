@@ -10,6 +10,8 @@ use std::{
     },
 };
 
+use rebound_proto::v1 as pb;
+
 /// The offset of Cassandra's clock from this process's, set once at the start.
 static OFFSET_MS: AtomicI64 = AtomicI64::new(0);
 
@@ -168,6 +170,25 @@ pub enum Kind {
         dead_at_ms: i64,
         answer: Answer<bool>,
     },
+    /// ActOnRetries of the one retry `tx` (`transaction_ids = [tx]`, the selection its
+    /// service's): Ok(true) when it changed it (`changed > 0`), Ok(false) when it skipped it
+    /// (not SCHEDULED, or already as the action would leave it).
+    Act {
+        node: usize,
+        service: String,
+        tx: String,
+        action: pb::RetryAction,
+        /// The due time asked for (RESCHEDULE only).
+        due_ms: Option<i64>,
+        answer: Answer<bool>,
+    },
+    /// ListRetries of a service's scheduled retries, page after page (at most a few): the
+    /// rows seen. Tied to no transaction.
+    List {
+        node: usize,
+        service: String,
+        answer: Answer<usize>,
+    },
     /// A push request the harness's receiver got (docs/push.md): the delivery of a retry of
     /// a service with a push target, recorded when it arrived. Which node sent it is not
     /// known.
@@ -216,9 +237,10 @@ impl Event {
             | Kind::Delivery { service, tx, .. }
             | Kind::Ack { service, tx, .. }
             | Kind::Redrive { service, tx, .. }
+            | Kind::Act { service, tx, .. }
             | Kind::Push { service, tx, .. }
             | Kind::PushAnswer { service, tx, .. } => Some((service, tx)),
-            Kind::Fault { .. } => None,
+            Kind::List { .. } | Kind::Fault { .. } => None,
         }
     }
 }
@@ -339,6 +361,42 @@ impl fmt::Display for Line<'_> {
                 match answer {
                     Answer::Ok(r) => write!(f, "OK redriven={r}"),
                     Answer::Refused(m) => write!(f, "refused {m}"),
+                    Answer::Unknown(m) => write!(f, "UNKNOWN {m}"),
+                }
+            }
+            Kind::Act {
+                node,
+                service,
+                tx,
+                action,
+                due_ms,
+                answer,
+            } => {
+                write!(
+                    f,
+                    "act n{} {service}/{tx} {}",
+                    node + 1,
+                    action.as_str_name().trim_start_matches("RETRY_ACTION_")
+                )?;
+                if let Some(d) = due_ms {
+                    write!(f, " due={}", rel(*d))?;
+                }
+                write!(f, " -> ")?;
+                match answer {
+                    Answer::Ok(c) => write!(f, "OK changed={c}"),
+                    Answer::Refused(m) => write!(f, "refused {m}"),
+                    Answer::Unknown(m) => write!(f, "UNKNOWN {m}"),
+                }
+            }
+            Kind::List {
+                node,
+                service,
+                answer,
+            } => {
+                write!(f, "list n{} {service} -> ", node + 1)?;
+                match answer {
+                    Answer::Ok(n) => write!(f, "OK rows={n}"),
+                    Answer::Refused(m) => write!(f, "REFUSED {m}"),
                     Answer::Unknown(m) => write!(f, "UNKNOWN {m}"),
                 }
             }

@@ -1,13 +1,15 @@
 //! A seeded, reproducible randomized history checker ("chaos test").
 //!
 //! Three (or more) `rebound-server` processes run on one keyspace against the real Cassandra.
-//! A workload planned from the seed enqueues, re-enqueues and cancels; executors subscribed to
-//! every node answer SUCCEEDED, RETRY (with and without `retry_after`), FAILED or snooze; a
-//! fault injector (also planned from the seed) SIGKILLs and restarts nodes, SIGSTOPs a node
-//! past its lease, restarts a node with its clock off, and SIGSTOPs Cassandra for longer than
-//! the request timeout. Every call, answer, delivery and fault is recorded ([`history`]), the
-//! directory is sampled every second, and at the end [`checker`] checks the history against
-//! the contract of docs/architecture.md ("Dispatch", "Guarantees across nodes").
+//! A workload planned from the seed enqueues, re-enqueues and cancels, acts on single retries
+//! (run now, reschedule, cancel, dead-letter: ActOnRetries) and lists them; executors
+//! subscribed to every node answer SUCCEEDED, RETRY (with and without `retry_after`), FAILED
+//! or snooze; a fault injector (also planned from the seed) SIGKILLs and restarts nodes,
+//! SIGSTOPs a node past its lease, restarts a node with its clock off, and SIGSTOPs Cassandra
+//! for longer than the request timeout. Every call, answer, delivery and fault is recorded
+//! ([`history`]), the directory is sampled every second, and at the end [`checker`] checks
+//! the history against the contract of docs/architecture.md ("Dispatch", "Guarantees across
+//! nodes", "Acting on retries").
 //!
 //! Saga steps ([`saga::STEP`]) carry two compensations each, which the nodes enqueue in
 //! [`saga::UNDO`] when a step dies; [`saga::check`] holds the chains to their rule. The

@@ -125,6 +125,104 @@ pub(super) async fn perform(shared: Arc<Shared>, op: Op) {
                 },
             });
         }
+        Op::Act {
+            node,
+            service,
+            tx,
+            action,
+            due_in_ms,
+        } => {
+            let mut client = RetryServiceClient::new(shared.channels[node].clone());
+            let start = now_ms();
+            let due_ms = (action == pb::RetryAction::Reschedule).then_some(start + due_in_ms);
+            let r = call(client.act_on_retries(pb::ActOnRetriesRequest {
+                selection: Some(pb::ListRetriesRequest {
+                    service: service.clone(),
+                    ..Default::default()
+                }),
+                transaction_ids: vec![tx.clone()],
+                action: action as i32,
+                due_time: due_ms.map(ts),
+                reason: "chaos".into(),
+                ..Default::default()
+            }))
+            .await;
+            let end = now_ms();
+            let answer = match r {
+                Ok(x) => Answer::Ok(x.changed > 0),
+                Err(s) => Answer::from_status(&s),
+            };
+            shared.history.push(Event {
+                start_ms: start,
+                end_ms: end,
+                kind: Kind::Act {
+                    node,
+                    service,
+                    tx,
+                    action,
+                    due_ms,
+                    answer,
+                },
+            });
+        }
+        Op::List { node, service } => {
+            let mut client = RetryServiceClient::new(shared.channels[node].clone());
+            let start = now_ms();
+            let mut rows = 0;
+            let mut token = String::new();
+            let mut answer = None;
+            for _ in 0..LIST_PAGES {
+                let r = call(client.list_retries(pb::ListRetriesRequest {
+                    service: service.clone(),
+                    page_size: 100,
+                    page_token: token.clone(),
+                    ..Default::default()
+                }))
+                .await;
+                match r {
+                    Ok(page) => {
+                        rows += page.retries.len();
+                        token = page.next_page_token;
+                        if token.is_empty() {
+                            break;
+                        }
+                    }
+                    Err(s) => {
+                        answer = Some(list_refusal(&s));
+                        break;
+                    }
+                }
+            }
+            let end = now_ms();
+            shared.history.push(Event {
+                start_ms: start,
+                end_ms: end,
+                kind: Kind::List {
+                    node,
+                    service,
+                    answer: answer.unwrap_or(Answer::Ok(rows)),
+                },
+            });
+        }
+    }
+}
+
+/// The pages a listing reads at most.
+const LIST_PAGES: usize = 5;
+
+/// A listing's failure: unknown when the node or its storage could not answer (down,
+/// stopped, killed mid-call, Cassandra paused: unavailable, deadline, a broken connection),
+/// refused when the node answered it with an error (a bad page token, an internal error),
+/// which the checker holds as a violation. A listing writes nothing: unlike the calls that
+/// write, its INTERNAL is no outcome left unknown.
+fn list_refusal(s: &tonic::Status) -> Answer<usize> {
+    use tonic::Code::*;
+    let text = format!("{:?}: {}", s.code(), s.message());
+    match s.code() {
+        Unavailable | DeadlineExceeded | Cancelled | Unknown | Aborted => Answer::Unknown(text),
+        // The connection broke (a node killed mid-call) rather than the node answering.
+        Internal if s.message().starts_with("h2 protocol error") => Answer::Unknown(text),
+        _ => Answer::Refused(text),
     }
 }
 

@@ -258,7 +258,8 @@ pub(super) fn duplicates(view: &View, tx: &Tx, out: &mut CheckResult) {
 /// start to its first delivery of that due time, or to the limit, a fault's period extended
 /// by `OnTime::after_fault_ms`). That delivery must then be received by
 /// `max(due, answered) + limit`; its lateness (received − due) is sampled. Its absence is
-/// rule 4's to judge.
+/// rule 4's to judge. An action's schedule (run now, reschedule) is not judged: it only keeps
+/// the schedules it overlaps from being judged, as any other call that may change the retry.
 pub(super) fn on_time(input: &Input, view: &View, tx: &Tx, out: &mut CheckResult) {
     let Some(rule) = &input.on_time else {
         return;

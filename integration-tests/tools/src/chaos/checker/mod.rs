@@ -57,6 +57,18 @@
 //! (an enqueue after a 2xx may be accepted: the 2xx may not be stored yet) and "cancel undone
 //! by an ack" (the final status after a cancel is still checked).
 //!
+//! # Actions and listings
+//!
+//! The workload acts on single retries of the streamed services (ActOnRetries with one
+//! transaction id, docs/architecture.md "Acting on retries") and lists them (ListRetries).
+//! An action that changed the retry is a schedule (run now, reschedule: a new generation with
+//! the same attempt, which may then be delivered again without a duplicate) or an end
+//! (cancel, dead letter); one that skipped it changed nothing. Actions never excuse a delivery
+//! after a SUCCEEDED ack or a cancel (only enqueues do), and one that changed the retry after
+//! either answered (no enqueue between) undid it (rules 2 and 3). Rule 10 judges only the
+//! schedules of enqueues and acks. A listing the node answered with an error (not unknown,
+//! unavailable or a timeout) is a violation, "listing refused".
+//!
 //! The rules, one module per guarantee: `delivered` (1. never early, 4. every acknowledged
 //! schedule is delivered until an outcome ends it, 6. duplicates and their bound, 10. on
 //! time, for streamed services), `settled`
@@ -72,7 +84,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use rebound_proto::v1 as pb;
 
-use super::history::{Answer, Event};
+use super::history::{Answer, Event, Kind};
 pub use super::violation::{Violation, SLACK_MS};
 use view::{Tx, View};
 
@@ -152,6 +164,22 @@ pub fn check_with(input: &Input, push: Option<&Push>) -> CheckResult {
     };
     let view = View::new(input.events, push_timeout_ms, unstored, &mut out);
     out.duplicate_bound += delivered::duplicate_bound(&view);
+    // A listing writes nothing and any node answers it: it may fail with its node or its
+    // storage (unknown), but an answer of the node's own refusing it is a violation.
+    for (i, e) in input.events.iter().enumerate() {
+        if let Kind::List {
+            node,
+            service,
+            answer: Answer::Refused(m),
+        } = &e.kind
+        {
+            out.violations.push(Violation {
+                kind: "listing refused",
+                subject: format!("n{} {service}: #{i}: {m}", node + 1),
+                lines: vec![i],
+            });
+        }
+    }
 
     for (key, idx) in &view.by_tx {
         // Compensations are enqueued by the nodes, not the workload: no enqueue in the history

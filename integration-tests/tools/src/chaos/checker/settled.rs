@@ -1,7 +1,15 @@
 //! The rules of what an acknowledged outcome settles: 2. nothing is delivered after a
-//! SUCCEEDED ack answered OK, and no later call is accepted as if it were not SUCCEEDED; 3.
-//! after a cancel answered cancelled = true, that generation is never delivered again and no
-//! ack undoes the cancel; 5. every DEAD retry is in the dead letters, with its last error.
+//! SUCCEEDED ack answered OK, and no later call is accepted as if it were not SUCCEEDED (an
+//! enqueue, a cancel, an action that changed it); 3. after a cancel answered cancelled = true,
+//! that generation is never delivered again, and no ack or action undoes the cancel; 5. every
+//! DEAD retry is in the dead letters, with its last error.
+//!
+//! Actions (ActOnRetries) act only on a SCHEDULED retry, and a schedule an action writes in
+//! a race with a SUCCEEDED ack or a cancel reads SUCCEEDED or CANCELLED (docs/architecture.md,
+//! "Acting on retries"): so only an enqueue excuses a delivery after them, never an action,
+//! and an action that changed the retry after them (with no enqueue between) undid them. A
+//! cancel action is a cancel, with the cancel cell: one that may have taken effect after a
+//! delivery's read beats its SUCCEEDED ack as a cancel does.
 
 use rebound_proto::v1 as pb;
 
@@ -41,6 +49,10 @@ pub(super) fn outcomes(input: &Input, view: &View, tx: &Tx, out: &mut CheckResul
                         Kind::Cancel {
                             answer: Answer::Ok((true, _)) | Answer::Unknown(_),
                             ..
+                        } | Kind::Act {
+                            action: pb::RetryAction::Cancel,
+                            answer: Answer::Ok(true) | Answer::Unknown(_),
+                            ..
                         }
                     ) && ev[j].start_ms < e.end_ms
                         && effect_end(&ev[j]) > read_at
@@ -64,19 +76,26 @@ pub(super) fn outcomes(input: &Input, view: &View, tx: &Tx, out: &mut CheckResul
                         &[a, d],
                     );
                 }
+                // An action that changed the retry after the ack answered found it SCHEDULED:
+                // only an enqueue between (a fresh start after a cancel that beat the ack;
+                // one accepted after the ack alone is a violation above) may have made it so.
                 if let Some(&x) = idx.iter().find(|&&x| {
-                    !cancelled_after_read
-                        && ev[x].start_ms > e.end_ms
-                        && matches!(
-                            &ev[x].kind,
+                    ev[x].start_ms > e.end_ms
+                        && match &ev[x].kind {
                             Kind::Enqueue {
                                 answer: Answer::Ok(_),
                                 ..
-                            } | Kind::Cancel {
+                            }
+                            | Kind::Cancel {
                                 answer: Answer::Ok((true, _)),
                                 ..
-                            }
-                        )
+                            } => !cancelled_after_read,
+                            Kind::Act {
+                                answer: Answer::Ok(true),
+                                ..
+                            } => !enqueue_between(since, ev[x].start_ms),
+                            _ => false,
+                        }
                 }) {
                     v(
                         "SUCCEEDED undone (a later call was accepted)",
@@ -102,6 +121,26 @@ pub(super) fn outcomes(input: &Input, view: &View, tx: &Tx, out: &mut CheckResul
                         "delivered after cancel",
                         format!("cancel #{a} answered cancelled=true, delivery #{d} sent after it"),
                         &[a, d],
+                    );
+                }
+                // An action acts only on a SCHEDULED retry: after the cancel answered, only an
+                // enqueue (a fresh start) may have made it one again.
+                if let Some(&x) = idx.iter().find(|&&x| {
+                    matches!(
+                        &ev[x].kind,
+                        Kind::Act {
+                            answer: Answer::Ok(true),
+                            ..
+                        }
+                    ) && ev[x].start_ms > ce
+                        && !enqueue_between(cs, ev[x].start_ms)
+                }) {
+                    v(
+                        "cancel undone (a later action changed it)",
+                        format!(
+                            "cancel #{a} answered cancelled=true, later action #{x} changed the retry as if it were SCHEDULED"
+                        ),
+                        &[a, x],
                     );
                 }
                 for &k in idx {
@@ -148,9 +187,12 @@ pub(super) fn outcomes(input: &Input, view: &View, tx: &Tx, out: &mut CheckResul
                 // Nothing after the cancel could have changed it: it must be CANCELLED.
                 // An ack that ends the retry (SUCCEEDED, FAILED, dead-lettered) loses to
                 // the cancel wherever it lands, so it does not count; an enqueue after
-                // the cancel starts a new retry, and an unknown outcome may be one.
+                // the cancel starts a new retry, and an unknown outcome may be one. No
+                // action counts: one that raced the cancel wrote a schedule or a dead
+                // letter that reads CANCELLED, and one after it must have skipped it.
                 let later = idx.iter().any(|&j| {
                     j != a
+                        && !matches!(ev[j].kind, Kind::Act { .. })
                         && match role(&ev[j]) {
                             Role::Schedule | Role::Unknown => true,
                             Role::End => matches!(ev[j].kind, Kind::Cancel { .. }),

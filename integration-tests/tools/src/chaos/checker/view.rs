@@ -23,10 +23,10 @@ pub(super) struct Fault {
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub(super) enum Role {
     /// Acknowledged scheduling (enqueue OK, RETRY ack OK with a next due time, a redrive
-    /// that started the retry again).
+    /// that started the retry again, a run-now or reschedule that changed it).
     Schedule,
     /// An outcome that ends the retry (SUCCEEDED / FAILED / dead-lettering ack OK, any
-    /// cancel OK).
+    /// cancel OK, a cancel or dead-letter action that changed it).
     End,
     /// A call of unknown outcome that could schedule or end it.
     Unknown,
@@ -70,10 +70,23 @@ pub(super) fn role(e: &Event) -> Role {
             Answer::Unknown(_) => Role::Unknown,
             Answer::Ok(false) | Answer::Refused(_) => Role::None,
         },
+        // An action that changed the retry: a run-now or a reschedule writes a new generation
+        // with the same attempt (no attempt used), so the same attempt may be delivered again
+        // after it; a cancel or a dead letter ends it. One that skipped it changed nothing.
+        Kind::Act { action, answer, .. } => match answer {
+            Answer::Ok(true) => match action {
+                pb::RetryAction::RunNow | pb::RetryAction::Reschedule => Role::Schedule,
+                pb::RetryAction::Cancel | pb::RetryAction::DeadLetter => Role::End,
+                pb::RetryAction::Unspecified => Role::None,
+            },
+            Answer::Unknown(_) => Role::Unknown,
+            Answer::Ok(false) | Answer::Refused(_) => Role::None,
+        },
         Kind::Delivery { .. } | Kind::Push { .. } => Role::Delivery,
         // The node stores what the answer means when, and if, it gets it: not observable.
         Kind::PushAnswer { .. } => Role::None,
-        Kind::Fault { .. } => Role::None,
+        // A listing writes nothing (a refused one is a violation of its own: `check_with`).
+        Kind::List { .. } | Kind::Fault { .. } => Role::None,
     }
 }
 
