@@ -123,12 +123,14 @@ Examples:
     /// A service's scheduled (or dead) retries, filtered, oldest first (ListRetries).
     #[command(after_help = "\
 Follows page tokens until --limit retries are shown; with --json, next_page_token (null on the
-last page) can be passed back as --page-token. --status scheduled (the default) and dead can be
-given, the scheduled ones come first; a finished retry is read by id (`rebound get`).
+last page) can be passed back as --page-token. --status scheduled (the default), in-flight and
+dead can be given, listed in that order; in-flight ones come with the node and executor that
+have them. A finished retry is read by id (`rebound get`).
 
 Examples:
   rebound list orders --attr customer=42
   rebound list orders --status dead --error 'card declined' --json
+  rebound list orders --status in-flight
   rebound list orders --due-before 2026-12-07T00:00:00Z")]
     List(Box<ListArgs>),
 
@@ -293,6 +295,7 @@ pub struct SubscribeArgs {
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ListStatusArg {
     Scheduled,
+    InFlight,
     Dead,
 }
 
@@ -300,6 +303,7 @@ impl ListStatusArg {
     pub fn to_proto(self) -> pb::RetryStatus {
         match self {
             ListStatusArg::Scheduled => pb::RetryStatus::Scheduled,
+            ListStatusArg::InFlight => pb::RetryStatus::InFlight,
             ListStatusArg::Dead => pb::RetryStatus::Dead,
         }
     }
@@ -335,7 +339,8 @@ pub struct TransactionArgs {
 pub struct ListArgs {
     /// The service.
     pub service: String,
-    /// Which retries, repeatable: scheduled (the default), dead.
+    /// Which retries, repeatable: scheduled (the default; the ones in flight included),
+    /// in-flight (delivered and awaiting their ack, on any node), dead.
     #[arg(long = "status", value_enum, value_name = "STATUS")]
     pub statuses: Vec<ListStatusArg>,
     #[command(flatten)]

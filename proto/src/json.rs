@@ -149,6 +149,12 @@ pub fn retry_summary_json(r: &pb::RetrySummary) -> Value {
         "enqueue_count": r.enqueue_count,
         "delivery_count": r.delivery_count,
         "attributes": attributes_json(&r.attributes),
+        "delivery": r.delivery.as_ref().map(|d| json!({
+            "node_id": d.node_id,
+            "executor_id": d.executor_id,
+            "delivered_at": time_json(d.delivered_at.as_ref()),
+            "ack_deadline": time_json(d.ack_deadline.as_ref()),
+        })),
     })
 }
 

@@ -110,6 +110,7 @@ pub(super) async fn list(ctx: &Ctx, a: &crate::args::ListArgs) -> Result<Out, Cl
     let limit = if a.limit == 0 { u64::MAX } else { a.limit };
     let mut token = a.page_token.clone().unwrap_or_default();
     let mut rows: Vec<pb::RetrySummary> = Vec::new();
+    let mut unreachable = std::collections::BTreeSet::new();
     loop {
         let want = limit - rows.len() as u64;
         if want == 0 {
@@ -123,6 +124,7 @@ pub(super) async fn list(ctx: &Ctx, a: &crate::args::ListArgs) -> Result<Out, Cl
         };
         let r = ctx.call(ctx.retry().list_retries(ctx.req(request))).await?;
         rows.extend(r.retries.into_iter().take(want as usize));
+        unreachable.extend(r.unreachable_nodes);
         token = r.next_page_token;
         if token.is_empty() {
             break;
@@ -167,10 +169,18 @@ pub(super) async fn list(ctx: &Ctx, a: &crate::args::ListArgs) -> Result<Out, Cl
             "(more may match: raise --limit, or continue with --page-token {token})\n"
         ));
     }
+    if !unreachable.is_empty() {
+        let nodes: Vec<&str> = unreachable.iter().map(String::as_str).collect();
+        text.push_str(&format!(
+            "(nodes that did not answer, whose retries in flight are missing: {})\n",
+            nodes.join(", ")
+        ));
+    }
     let json = json!({
         "service": a.service,
         "retries": rows.iter().map(rebound_proto::json::retry_summary_json).collect::<Vec<_>>(),
         "next_page_token": (!token.is_empty()).then_some(token),
+        "unreachable_nodes": unreachable,
     });
     Ok(Out::new(json, text))
 }

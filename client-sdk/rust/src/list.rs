@@ -15,6 +15,9 @@ use crate::{
 /// What [`Client::list_retries`] filters on; every field set must match.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ListFilter {
+    /// Which retries, listed in this order: [`RetryStatus::Scheduled`] (empty: these alone),
+    /// [`RetryStatus::InFlight`], [`RetryStatus::Dead`].
+    pub statuses: Vec<RetryStatus>,
     /// Every one of these attributes, with these values.
     pub attributes: HashMap<String, String>,
     /// A substring of the last error.
@@ -107,14 +110,18 @@ impl RetryPages {
 }
 
 impl Client {
-    /// The service's scheduled retries that match `filter`, oldest window first
-    /// (`ListRetries`), as pages.
+    /// The service's retries that match `filter` (scheduled ones unless it names other
+    /// statuses), oldest window first (`ListRetries`), as pages.
     pub fn list_retries(&self, service: impl Into<String>, filter: ListFilter) -> RetryPages {
         RetryPages {
             client: self.clone(),
             request: pb::ListRetriesRequest {
                 service: service.into(),
-                statuses: Vec::new(),
+                statuses: filter
+                    .statuses
+                    .iter()
+                    .map(|s| pb::RetryStatus::from(*s) as i32)
+                    .collect(),
                 due_after: filter.due_after.map(time_to_proto),
                 due_before: filter.due_before.map(time_to_proto),
                 attributes: filter.attributes,
@@ -123,6 +130,7 @@ impl Client {
                 saga_transaction_id: filter.saga_transaction_id,
                 page_size: filter.page_size,
                 page_token: String::new(),
+                local_only: false,
             },
             done: false,
         }

@@ -29,12 +29,16 @@ pub enum RetryStatus {
     Dead,
     /// Cancelled before it finished.
     Cancelled,
+    /// In listings only ([`Client::list_retries`](crate::Client::list_retries) with
+    /// [`RetryStatus::InFlight`] among its statuses): scheduled, delivered and awaiting its
+    /// ack.
+    InFlight,
 }
 
 impl RetryStatus {
     /// True once the retry will never be delivered again.
     pub fn is_terminal(self) -> bool {
-        !matches!(self, RetryStatus::Scheduled)
+        !matches!(self, RetryStatus::Scheduled | RetryStatus::InFlight)
     }
 
     /// The upper-case name the server and the CLI use (`SCHEDULED`, ...).
@@ -44,6 +48,7 @@ impl RetryStatus {
             RetryStatus::Succeeded => "SUCCEEDED",
             RetryStatus::Dead => "DEAD",
             RetryStatus::Cancelled => "CANCELLED",
+            RetryStatus::InFlight => "IN_FLIGHT",
         }
     }
 
@@ -55,6 +60,7 @@ impl RetryStatus {
             Ok(pb::RetryStatus::Succeeded) => Ok(RetryStatus::Succeeded),
             Ok(pb::RetryStatus::Dead) => Ok(RetryStatus::Dead),
             Ok(pb::RetryStatus::Cancelled) => Ok(RetryStatus::Cancelled),
+            Ok(pb::RetryStatus::InFlight) => Ok(RetryStatus::InFlight),
             Ok(pb::RetryStatus::Unspecified) | Err(_) => Err(malformed(format_args!(
                 "unknown retry status {value}; a newer rebound-client may understand it"
             ))),
@@ -68,6 +74,7 @@ impl From<RetryStatus> for pb::RetryStatus {
             RetryStatus::Scheduled => pb::RetryStatus::Scheduled,
             RetryStatus::Succeeded => pb::RetryStatus::Succeeded,
             RetryStatus::Dead => pb::RetryStatus::Dead,
+            RetryStatus::InFlight => pb::RetryStatus::InFlight,
             RetryStatus::Cancelled => pb::RetryStatus::Cancelled,
         }
     }

@@ -33,8 +33,9 @@ use rebound_common::{metrics::ServiceLabel, trace::code_name};
 use rebound_proto::v1 as pb;
 use rebound_store::{clock::SharedClock, RetryStore};
 
-/// How this node asks another for its part of the statistics (GetStats `local_only`, with
-/// the caller's `authorization` header): a transport, so the node's.
+/// How this node asks another for its part of the statistics (GetStats `local_only`) and of
+/// an IN_FLIGHT listing (ListRetries `local_only`), with the caller's `authorization` header:
+/// a transport, so the node's.
 #[async_trait::async_trait]
 pub trait AskPeer: Send + Sync + std::fmt::Debug {
     async fn local_stats(
@@ -43,6 +44,12 @@ pub trait AskPeer: Send + Sync + std::fmt::Debug {
         service: String,
         authorization: Option<String>,
     ) -> Result<pb::GetStatsResponse, String>;
+    async fn local_in_flight(
+        &self,
+        address: &str,
+        request: pb::ListRetriesRequest,
+        authorization: Option<String>,
+    ) -> Result<pb::ListRetriesResponse, String>;
 }
 
 /// Every operation of the engine, on the components `Engine::build` made. Cloning it is

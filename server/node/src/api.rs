@@ -138,9 +138,16 @@ impl pb::retry_service_server::RetryService for Api {
         &self,
         request: Request<pb::ListRetriesRequest>,
     ) -> Result<Response<pb::ListRetriesResponse>, Status> {
-        let (_, extensions, r) = request.into_parts();
+        let (metadata, extensions, r) = request.into_parts();
         let caller = Caller::of(&extensions)?;
-        Ok(Response::new(list_retries(&self.handle, caller, &r).await?))
+        // Peers are asked for their retries in flight with the caller's own credential.
+        let authorization = metadata
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Ok(Response::new(
+            list_retries(&self.handle, caller, &r, authorization).await?,
+        ))
     }
 
     async fn act_on_retries(
@@ -289,10 +296,11 @@ pub async fn list_retries(
     handle: &Handle,
     caller: Option<&Credential>,
     r: &pb::ListRetriesRequest,
+    authorization: Option<String>,
 ) -> Result<pb::ListRetriesResponse, Error> {
     validate::service("service", &r.service)?;
     Auth::may_use(caller, "service", &r.service)?;
-    handle.list_retries(r).await
+    handle.list_retries(r, authorization).await
 }
 
 /// ActOnRetries for `caller`, who must be allowed the selection's service (the gRPC call and

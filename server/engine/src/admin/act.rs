@@ -219,7 +219,10 @@ impl Handle {
         let mut ids = Vec::new();
         for _ in 0..MAX_PAGES {
             selection.page_size = (max_items - ids.len()).min(MAX_PAGE_SIZE as usize) as u32;
-            let page = self.list_retries(&selection).await.map_err(in_selection)?;
+            let page = self
+                .list_retries(&selection, None)
+                .await
+                .map_err(in_selection)?;
             ids.extend(page.retries.into_iter().map(|s| s.transaction_id));
             selection.page_token = page.next_page_token;
             if selection.page_token.is_empty() || ids.len() >= max_items {

@@ -404,6 +404,26 @@ impl Hub {
         out
     }
 
+    /// Calls `f` with each of `service`'s deliveries in flight (at most `max`): the retry as
+    /// delivered, when and to which executor, and its ack deadline. Under the hub's lock: `f`
+    /// only copies what it needs.
+    pub fn each_in_flight(
+        &self,
+        service: &str,
+        max: usize,
+        mut f: impl FnMut(&TxState, Option<&(i64, Arc<str>)>, i64),
+    ) {
+        let inner = self.lock();
+        for d in inner
+            .inflight
+            .values()
+            .filter(|d| d.work.state.service == service)
+            .take(max)
+        {
+            f(&d.work.state, d.work.delivered.as_ref(), d.deadline_ms);
+        }
+    }
+
     pub fn has_subscriber(&self, service: &str) -> bool {
         self.lock()
             .services

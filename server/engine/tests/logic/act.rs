@@ -132,10 +132,13 @@ async fn reschedule_moves_named_retries_and_is_idempotent() {
     let listed = rig
         .executor
         .handle
-        .list_retries(&pb::ListRetriesRequest {
-            page_size: 100,
-            ..of("svc")
-        })
+        .list_retries(
+            &pb::ListRetriesRequest {
+                page_size: 100,
+                ..of("svc")
+            },
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(listed.retries.len(), 10);
@@ -169,10 +172,13 @@ async fn cancel_and_dead_letter_end_the_selection_and_record_it() {
     let dead = rig
         .executor
         .handle
-        .list_retries(&pb::ListRetriesRequest {
-            statuses: vec![pb::RetryStatus::Dead as i32],
-            ..of("svc")
-        })
+        .list_retries(
+            &pb::ListRetriesRequest {
+                statuses: vec![pb::RetryStatus::Dead as i32],
+                ..of("svc")
+            },
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(dead.retries.len(), 5);

@@ -21,7 +21,12 @@ async fn all_pages(rig: &Rig, mut r: pb::ListRetriesRequest) -> (Vec<pb::RetrySu
     let mut calls = 0;
     loop {
         calls += 1;
-        let page = rig.executor.handle.list_retries(&r).await.expect("a page");
+        let page = rig
+            .executor
+            .handle
+            .list_retries(&r, None)
+            .await
+            .expect("a page");
         assert!(page.retries.len() <= r.page_size.max(1) as usize);
         rows.extend(page.retries);
         if page.next_page_token.is_empty() {
@@ -195,6 +200,13 @@ async fn bad_requests_are_refused_naming_the_field() {
         (request("svc", 501), "page_size"),
         (
             pb::ListRetriesRequest {
+                statuses: vec![-1],
+                ..request("svc", 10)
+            },
+            "statuses[0]",
+        ),
+        (
+            pb::ListRetriesRequest {
                 statuses: vec![pb::RetryStatus::Succeeded as i32],
                 ..request("svc", 10)
             },
@@ -238,7 +250,12 @@ async fn bad_requests_are_refused_naming_the_field() {
         ),
     ] {
         let what = format!("{r:?}");
-        let e = rig.executor.handle.list_retries(&r).await.unwrap_err();
+        let e = rig
+            .executor
+            .handle
+            .list_retries(&r, None)
+            .await
+            .unwrap_err();
         assert!(field_of(e).starts_with(field), "{what}");
     }
     for token in [
@@ -250,19 +267,29 @@ async fn bad_requests_are_refused_naming_the_field() {
         "l1.1.2.3.61.ff",
         "l1.1.2.3.61.é1",
         "v1.20000.0.74",
+        "i1.x",
+        "i1.12",
+        "i1.x.61",
+        "i1.1.6",
+        "d1.junk",
     ] {
         let r = pb::ListRetriesRequest {
             page_token: token.into(),
             ..request("svc", 10)
         };
-        let e = rig.executor.handle.list_retries(&r).await.unwrap_err();
+        let e = rig
+            .executor
+            .handle
+            .list_retries(&r, None)
+            .await
+            .unwrap_err();
         assert_eq!(field_of(e), "page_token", "{token}");
     }
     // A token it gave back is taken.
     let first = rig
         .executor
         .handle
-        .list_retries(&request("svc", 1))
+        .list_retries(&request("svc", 1), None)
         .await
         .unwrap();
     assert_eq!(first.retries.len(), 1);
@@ -270,7 +297,7 @@ async fn bad_requests_are_refused_naming_the_field() {
         page_token: first.next_page_token,
         ..request("svc", 1)
     };
-    let second = rig.executor.handle.list_retries(&next).await.unwrap();
+    let second = rig.executor.handle.list_retries(&next, None).await.unwrap();
     assert!(second.retries.is_empty());
 }
 
@@ -333,14 +360,22 @@ async fn dead_retries_are_listed_after_the_scheduled_ones_when_asked_for() {
     let unique: BTreeSet<&str> = rows.iter().map(|r| r.transaction_id.as_str()).collect();
     assert_eq!(unique.len(), 7);
     // A token of one listing is refused by a listing of other statuses.
-    let first = rig.executor.handle.list_retries(&only_dead).await.unwrap();
+    let first = rig
+        .executor
+        .handle
+        .list_retries(&only_dead, None)
+        .await
+        .unwrap();
     let e = rig
         .executor
         .handle
-        .list_retries(&pb::ListRetriesRequest {
-            page_token: first.next_page_token,
-            ..request("svc", 3)
-        })
+        .list_retries(
+            &pb::ListRetriesRequest {
+                page_token: first.next_page_token,
+                ..request("svc", 3)
+            },
+            None,
+        )
         .await
         .unwrap_err();
     assert!(e.to_string().starts_with("page_token:"), "{e}");
@@ -355,4 +390,86 @@ async fn dead_retries_are_listed_after_the_scheduled_ones_when_asked_for() {
         .unwrap();
     let (rows, _) = all_pages(&rig, only_dead).await;
     assert!(rows.is_empty(), "{rows:?}");
+}
+
+#[tokio::test]
+async fn retries_in_flight_are_listed_with_their_delivery() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let mut sub = rig.subscribe("svc", 50).await;
+    for i in 0..6 {
+        let mut inp = input("svc", &format!("f{i}"), 500 + i * 10);
+        let c = if i % 2 == 0 { "42" } else { "7" };
+        inp.attributes.insert("customer".into(), c.into());
+        rig.writer.enqueue(inp).await.unwrap();
+    }
+    rig.enqueue("svc", "later", 3_600_000).await;
+    rig.clock.advance(600);
+    rig.dispatcher.fire_due();
+    let mut delivered = Vec::new();
+    for _ in 0..6 {
+        delivered.push(expect_delivery(&mut sub).await);
+    }
+    let in_flight = pb::RetryStatus::InFlight as i32;
+    // Two a page, by due time, each with its delivery.
+    let (rows, calls) = all_pages(
+        &rig,
+        pb::ListRetriesRequest {
+            statuses: vec![in_flight],
+            ..request("svc", 2)
+        },
+    )
+    .await;
+    let ids: Vec<&str> = rows.iter().map(|r| r.transaction_id.as_str()).collect();
+    assert_eq!(ids, ["f0", "f1", "f2", "f3", "f4", "f5"]);
+    assert_eq!(calls, 3);
+    for r in &rows {
+        assert_eq!(r.status, in_flight);
+        let d = r.delivery.as_ref().expect("its delivery");
+        assert_eq!(
+            (d.node_id.as_str(), d.executor_id.as_str()),
+            ("node-a", "logic-test")
+        );
+        assert!(d.ack_deadline.unwrap().seconds * 1000 > rig.now());
+    }
+    // Filtered as the others are; the scheduled part still lists them (they are SCHEDULED).
+    let (rows, _) = all_pages(
+        &rig,
+        pb::ListRetriesRequest {
+            statuses: vec![in_flight],
+            attributes: [("customer".to_string(), "7".to_string())].into(),
+            ..request("svc", 100)
+        },
+    )
+    .await;
+    assert_eq!(rows.len(), 3);
+    let (rows, _) = all_pages(&rig, request("svc", 100)).await;
+    assert_eq!(rows.len(), 7);
+    // Acked ones leave it.
+    for d in &delivered[..4] {
+        rig.ack(d, pb::AckOutcome::Succeeded, None).await.unwrap();
+    }
+    let (rows, _) = all_pages(
+        &rig,
+        pb::ListRetriesRequest {
+            statuses: vec![in_flight],
+            ..request("svc", 100)
+        },
+    )
+    .await;
+    let ids: Vec<&str> = rows.iter().map(|r| r.transaction_id.as_str()).collect();
+    assert_eq!(ids, ["f4", "f5"]);
+    // local_only is for an IN_FLIGHT listing alone.
+    let e = rig
+        .executor
+        .handle
+        .list_retries(
+            &pb::ListRetriesRequest {
+                local_only: true,
+                ..request("svc", 10)
+            },
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(e.to_string().starts_with("local_only:"), "{e}");
 }

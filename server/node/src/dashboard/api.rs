@@ -480,8 +480,9 @@ pub async fn retry(
     )
 }
 
-/// A service's scheduled retries (ListRetries), for anyone allowed the service. `attributes`
-/// is a JSON object of strings (`{"customer":"42"}`), every pair of which must match.
+/// A service's retries (ListRetries) of one `status` (scheduled when not given), for anyone
+/// allowed the service. `attributes` is a JSON object of strings (`{"customer":"42"}`), every
+/// pair of which must match.
 pub async fn retries(
     State(d): State<Arc<Dashboard>>,
     service: Result<Path<String>, PathRejection>,
@@ -490,11 +491,13 @@ pub async fn retries(
     let (parts, _) = req.into_parts();
     answer(
         async {
-            let caller = d.caller(&Presented::of(&parts))?;
+            let p = Presented::of(&parts);
+            let caller = d.caller(&p)?;
             let service = path(service)?;
             let q = parse::Query::parse(
                 parts.uri.query(),
                 &[
+                    "status",
                     "due_after",
                     "due_before",
                     "attributes",
@@ -505,9 +508,21 @@ pub async fn retries(
                     "page_token",
                 ],
             )?;
+            let statuses = match q.str("status") {
+                None => Vec::new(),
+                Some(name) => {
+                    let upper = name.to_ascii_uppercase();
+                    let s = pb::RetryStatus::from_str_name(&format!("RETRY_STATUS_{upper}"))
+                        .filter(|s| *s != pb::RetryStatus::Unspecified)
+                        .ok_or_else(|| {
+                            Error::invalid("status", "must be SCHEDULED, IN_FLIGHT or DEAD")
+                        })?;
+                    vec![s as i32]
+                }
+            };
             let r = pb::ListRetriesRequest {
                 service,
-                statuses: Vec::new(),
+                statuses,
                 due_after: q.time("due_after")?,
                 due_before: q.time("due_before")?,
                 attributes: q.string_map("attributes")?,
@@ -516,8 +531,10 @@ pub async fn retries(
                 saga_transaction_id: q.str("saga_transaction_id").unwrap_or("").to_string(),
                 page_size: q.u32("page_size")?.unwrap_or(0),
                 page_token: q.str("page_token").unwrap_or("").to_string(),
+                local_only: false,
             };
-            let r = crate::api::list_retries(&d.handle, caller.as_deref(), &r).await?;
+            let r = crate::api::list_retries(&d.handle, caller.as_deref(), &r, p.authorization())
+                .await?;
             Ok(json!({
                 "retries": r.retries.iter().map(pj::retry_summary_json).collect::<Vec<_>>(),
                 "next_page_token": (!r.next_page_token.is_empty()).then_some(r.next_page_token),

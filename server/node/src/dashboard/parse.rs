@@ -486,6 +486,7 @@ pub fn act(service: &str, v: &Value) -> Result<pb::ActOnRetriesRequest, Error> {
         saga_transaction_id: text("saga_transaction_id")?,
         page_size: 0,
         page_token: text("page_token")?,
+        local_only: false,
     };
     Ok(pb::ActOnRetriesRequest {
         selection: Some(selection),

@@ -1,6 +1,13 @@
 //! ListRetries: a service's scheduled retries, read from the directory that already orders
 //! them by window (docs/architecture.md, "Listing retries"), filtered on their state rows,
-//! a bounded part of the directory per call, with a `page_token` cursor.
+//! a bounded part of the directory per call, with a `page_token` cursor; then, when asked for,
+//! the ones in flight on every node (`in_flight`) and the dead ones.
+
+mod in_flight;
+mod token;
+
+pub use token::Position;
+use token::{Part, Resume, DEAD_TOKEN};
 
 use std::collections::BTreeMap;
 
@@ -9,10 +16,7 @@ use rebound_proto::time::ts;
 use rebound_proto::v1 as pb;
 use rebound_store::{window::WindowId, Location, Status, TxState};
 
-use super::{
-    dead_letters::{hex, unhex},
-    Cursor,
-};
+use super::Cursor;
 use crate::{error::Error, handle::Handle, validate, walk::Walk};
 
 /// Rows per page when the request does not say, and at most.
@@ -41,75 +45,14 @@ pub(super) struct Query {
     page_size: usize,
     /// Where the scheduled part resumes (None: at the start, or it is done).
     cursor: Option<Position>,
-    scheduled: bool,
-    dead: bool,
-    /// Set when the token says the scheduled part is done: where the dead part resumes.
-    dead_cursor: Option<Option<Cursor>>,
-}
-
-/// A `page_token` of the dead part: `d1.` and then a dead-letter cursor without its `v1.`
-/// (`d1.` alone: from the first letter).
-const DEAD_TOKEN: &str = "d1.";
-
-/// A place in the directory walk: the listing resumes strictly after it. An empty instance
-/// sorts before every instance of its window, so `(day, window, "", 0, "")` is the start of
-/// that window. Its text form is the `page_token`:
-/// `l1.<day>.<window>.<bucket>.<instance as hex>.<transaction id as hex>`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Position {
-    pub day: i32,
-    pub window: u32,
-    pub instance: String,
-    pub bucket: u32,
-    pub transaction_id: String,
-}
-
-impl Position {
-    pub fn encode(&self) -> String {
-        format!(
-            "l1.{}.{}.{}.{}.{}",
-            self.day,
-            self.window,
-            self.bucket,
-            hex(&self.instance),
-            hex(&self.transaction_id)
-        )
-    }
-
-    /// Parses a `page_token`. Total: any text is a position or a `page_token` error.
-    pub fn decode(token: &str) -> Result<Position, Error> {
-        let bad = || Error::invalid("page_token", "is not a token returned by ListRetries");
-        let mut parts = token.splitn(6, '.');
-        if parts.next() != Some("l1") {
-            return Err(bad());
-        }
-        let day = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
-        let window = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
-        let bucket = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
-        let instance = parts.next().and_then(|p| unhex(p, 256)).ok_or_else(bad)?;
-        let transaction_id = parts
-            .next()
-            .and_then(|p| unhex(p, validate::MAX_TRANSACTION_ID_BYTES))
-            .ok_or_else(bad)?;
-        Ok(Position {
-            day,
-            window,
-            instance,
-            bucket,
-            transaction_id,
-        })
-    }
-
-    /// The start of window `w`.
-    fn window_start(w: WindowId) -> Position {
-        Position {
-            day: w.day,
-            window: w.index,
-            instance: String::new(),
-            bucket: 0,
-            transaction_id: String::new(),
-        }
-    }
+    /// The parts asked for, in the order they are listed.
+    parts: Vec<Part>,
+    /// Where the listing resumes: which part, and where in it.
+    resume: Resume,
+    /// Only this node's retries in flight (a peer asking).
+    local_only: bool,
+    /// The request a peer is asked for its retries in flight: these filters, `local_only`.
+    peer_request: pb::ListRetriesRequest,
 }
 
 impl Query {
@@ -135,25 +78,31 @@ impl Query {
 
 pub(super) fn query(r: &pb::ListRetriesRequest) -> Result<Query, Error> {
     validate::service("service", &r.service)?;
-    let (mut scheduled, mut dead) = (r.statuses.is_empty(), false);
+    let mut parts = Vec::new();
     for (i, s) in r.statuses.iter().enumerate() {
-        match pb::RetryStatus::try_from(*s) {
-            Ok(pb::RetryStatus::Scheduled) => scheduled = true,
-            Ok(pb::RetryStatus::Dead) => dead = true,
+        parts.push(match pb::RetryStatus::try_from(*s) {
+            Ok(pb::RetryStatus::Scheduled) => Part::Scheduled,
+            Ok(pb::RetryStatus::InFlight) => Part::InFlight,
+            Ok(pb::RetryStatus::Dead) => Part::Dead,
+            Ok(pb::RetryStatus::Succeeded | pb::RetryStatus::Cancelled) => {
+                return Err(Error::invalid(
+                    format!("statuses[{i}]"),
+                    "SUCCEEDED and CANCELLED retries are not listed: read a finished one by id (GetRetry)",
+                ))
+            }
             Ok(pb::RetryStatus::Unspecified) | Err(_) => {
                 return Err(Error::invalid(
                     format!("statuses[{i}]"),
                     format!("{s} is not a RetryStatus"),
                 ))
             }
-            Ok(_) => {
-                return Err(Error::invalid(
-                    format!("statuses[{i}]"),
-                    "only SCHEDULED and DEAD retries can be listed so far; read a finished one by id (GetRetry)",
-                ))
-            }
-        }
+        });
     }
+    if parts.is_empty() {
+        parts.push(Part::Scheduled);
+    }
+    parts.sort();
+    parts.dedup();
     let due_after = r
         .due_after
         .as_ref()
@@ -195,29 +144,23 @@ pub(super) fn query(r: &pb::ListRetriesRequest) -> Result<Query, Error> {
         validate::transaction_id("saga_transaction_id", &r.saga_transaction_id)?;
     }
     let page_size = validate::count("page_size", r.page_size, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)?;
-    let (cursor, dead_cursor) = match r.page_token.strip_prefix(DEAD_TOKEN) {
-        None if r.page_token.is_empty() => (None, None),
-        None => (Some(Position::decode(&r.page_token)?), None),
-        Some("") if dead => (None, Some(None)),
-        Some(rest) if dead => {
-            let c = Cursor::decode(&format!("v1.{rest}")).map_err(|_| {
-                Error::invalid("page_token", "is not a token returned by ListRetries")
-            })?;
-            (None, Some(Some(c)))
-        }
-        Some(_) => {
-            return Err(Error::invalid(
-                "page_token",
-                "is a token of a listing of DEAD retries; ask for the same statuses",
-            ))
-        }
-    };
-    if cursor.is_some() && !scheduled {
+    if r.local_only && (parts != [Part::InFlight] || !r.page_token.is_empty()) {
         return Err(Error::invalid(
-            "page_token",
-            "is a token of a listing of SCHEDULED retries; ask for the same statuses",
+            "local_only",
+            "is for IN_FLIGHT listings alone, without a page_token",
         ));
     }
+    let resume = Resume::decode(&r.page_token)?;
+    if let Some(part) = resume.part().filter(|p| !parts.contains(p)) {
+        return Err(Error::invalid(
+            "page_token",
+            format!("is a token of a listing of {part:?} retries; ask for the same statuses"),
+        ));
+    }
+    let cursor = match &resume {
+        Resume::Scheduled(p) => Some(p.clone()),
+        _ => None,
+    };
     Ok(Query {
         service: r.service.clone(),
         due_after,
@@ -232,13 +175,21 @@ pub(super) fn query(r: &pb::ListRetriesRequest) -> Result<Query, Error> {
         saga_transaction_id: r.saga_transaction_id.clone(),
         page_size: page_size as usize,
         cursor,
-        scheduled,
-        dead,
-        dead_cursor,
+        parts,
+        resume,
+        local_only: r.local_only,
+        peer_request: pb::ListRetriesRequest {
+            statuses: vec![pb::RetryStatus::InFlight as i32],
+            page_size: 0,
+            page_token: String::new(),
+            local_only: true,
+            ..r.clone()
+        },
     })
 }
 
-fn summary(s: TxState) -> pb::RetrySummary {
+/// The row of a listing for `s`.
+fn summary_of(s: &TxState) -> pb::RetrySummary {
     let (chain_position, saga_transaction_id) = match &s.saga.chain {
         Some(c) => (c.position, c.saga_transaction_id.clone()),
         None if !s.saga.compensations.is_empty() => (0, s.transaction_id.clone()),
@@ -248,14 +199,19 @@ fn summary(s: TxState) -> pb::RetrySummary {
         status: crate::wire::status_pb(s.status) as i32,
         attempt: s.attempt,
         due_time: Some(ts(s.due_at_ms)),
-        last_error: s.last_error,
-        dependency: s.dependency,
+        last_error: s.last_error.clone(),
+        dependency: s.dependency.clone(),
         chain_position,
         saga_transaction_id,
         enqueue_count: s.enqueue_count,
         delivery_count: s.delivery_count,
-        attributes: s.attributes.into_iter().collect(),
-        transaction_id: s.transaction_id,
+        attributes: s
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        transaction_id: s.transaction_id.clone(),
+        delivery: None,
     }
 }
 
@@ -267,6 +223,8 @@ struct Page {
     windows_read: usize,
     /// Where the next page starts (strictly after), once this one is full or out of budget.
     stopped_at: Option<Position>,
+    /// Nodes that did not answer for their retries in flight.
+    unreachable: Vec<String>,
 }
 
 impl Page {
@@ -299,33 +257,61 @@ impl Handle {
     pub async fn list_retries(
         &self,
         r: &pb::ListRetriesRequest,
+        authorization: Option<String>,
     ) -> Result<pb::ListRetriesResponse, Error> {
         let query = query(r)?;
-        let dead_from = query.dead_cursor.clone();
+        let resume = query.resume.clone();
+        let first = resume.part();
+        let parts: Vec<Part> = query
+            .parts
+            .iter()
+            .copied()
+            .filter(|p| first.is_none_or(|f| *p >= f))
+            .collect();
         let mut page = Page {
             query,
             rows: Vec::new(),
             pointers_read: 0,
             windows_read: 0,
             stopped_at: None,
+            unreachable: Vec::new(),
         };
-        if page.query.scheduled && dead_from.is_none() {
-            self.list_scheduled(&mut page).await?;
-            if let Some(p) = page.stopped_at.take() {
+        for part in parts {
+            // The resume point applies to its own part; the later ones start at their start.
+            let here = Some(part) == first;
+            let stopped = match part {
+                Part::Scheduled => {
+                    self.list_scheduled(&mut page).await?;
+                    page.stopped_at.take().map(|p| p.encode())
+                }
+                Part::Dead => {
+                    let from = match &resume {
+                        Resume::Dead(c) if here => c.clone(),
+                        _ => None,
+                    };
+                    self.list_dead(&mut page, from).await?
+                }
+                Part::InFlight => {
+                    let from = match &resume {
+                        Resume::InFlight(c) if here => c.clone(),
+                        _ => None,
+                    };
+                    self.list_in_flight(&mut page, from, authorization.clone())
+                        .await?
+                }
+            };
+            if let Some(next_page_token) = stopped {
                 return Ok(pb::ListRetriesResponse {
                     retries: page.rows,
-                    next_page_token: p.encode(),
+                    next_page_token,
+                    unreachable_nodes: page.unreachable,
                 });
             }
         }
-        let next_page_token = if page.query.dead {
-            self.list_dead(&mut page, dead_from.flatten()).await?
-        } else {
-            String::new()
-        };
         Ok(pb::ListRetriesResponse {
             retries: page.rows,
-            next_page_token,
+            next_page_token: String::new(),
+            unreachable_nodes: page.unreachable,
         })
     }
 
@@ -384,7 +370,7 @@ impl Handle {
         &self,
         page: &mut Page,
         mut cursor: Option<Cursor>,
-    ) -> Result<String, Error> {
+    ) -> Result<Option<String>, Error> {
         let token = |c: Option<&Cursor>| match c {
             None => DEAD_TOKEN.to_string(),
             Some(c) => format!("{DEAD_TOKEN}{}", &c.encode()["v1.".len()..]),
@@ -392,7 +378,7 @@ impl Handle {
         let q = self.letter_query(&page.query.service, None, None, "")?;
         loop {
             if page.full() || page.out_of_budget() {
-                return Ok(token(cursor.as_ref()));
+                return Ok(Some(token(cursor.as_ref())));
             }
             let mut batch = Vec::with_capacity(STATE_CHUNK);
             let all_read = self
@@ -410,7 +396,7 @@ impl Handle {
                         && s.generation == l.generation
                         && page.query.matches(s)
                 }) {
-                    page.rows.push(summary(s));
+                    page.rows.push(summary_of(&s));
                 }
                 cursor = Some(Cursor {
                     day: l.day,
@@ -418,11 +404,11 @@ impl Handle {
                     transaction_id: l.transaction_id,
                 });
                 if page.full() || page.out_of_budget() {
-                    return Ok(token(cursor.as_ref()));
+                    return Ok(Some(token(cursor.as_ref())));
                 }
             }
             if all_read {
-                return Ok(String::new());
+                return Ok(None);
             }
         }
     }
@@ -484,7 +470,7 @@ impl Handle {
                                     && s.generation == p.generation
                                     && page.query.matches(s)
                             }) {
-                                page.rows.push(summary(s));
+                                page.rows.push(summary_of(&s));
                             }
                             if page.full() || page.out_of_budget() {
                                 page.stopped_at = Some(at(&p.transaction_id));
@@ -499,79 +485,5 @@ impl Handle {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    #[test]
-    fn positions_round_trip_and_refuse_junk() {
-        let p = Position {
-            day: 20_428,
-            window: 1_439,
-            instance: "n1-17-3".into(),
-            bucket: 7,
-            transaction_id: "order-7/é.x".into(),
-        };
-        assert_eq!(Position::decode(&p.encode()).unwrap(), p);
-        let start = Position::window_start(WindowId { day: 1, index: 2 });
-        assert_eq!(Position::decode(&start.encode()).unwrap(), start);
-        for junk in [
-            "",
-            "l1",
-            "l2.1.2.3.61.62",
-            "l1.1.2.3.61",
-            "l1.1.2.-3.61.62",
-            "l1.1.2.3.6.62",
-            "l1.1.2.3.61.ff",
-            "l1.1.2.3.aé.62",
-            "l1.1.2.3.+f.62",
-        ] {
-            let e = Position::decode(junk).unwrap_err();
-            assert!(e.to_string().starts_with("page_token:"), "{junk}: {e}");
-        }
-    }
-
-    #[test]
-    fn every_pointer_of_a_window_sorts_after_its_start_and_before_the_next() {
-        let w = WindowId { day: 5, index: 9 };
-        let p = Position {
-            day: 5,
-            window: 9,
-            instance: "a".into(),
-            bucket: 0,
-            transaction_id: String::new(),
-        };
-        assert!(p > Position::window_start(w));
-        assert!(p < Position::window_start(WindowId { day: 5, index: 10 }));
-        assert!(p < Position::window_start(WindowId { day: 6, index: 0 }));
-    }
-
-    proptest! {
-        #[test]
-        fn page_tokens_are_total(token in "(?s).{0,80}", tail in "[0-9a-fA-F.l-]{0,40}") {
-            for t in [token.clone(), format!("l1.{tail}")] {
-                match Position::decode(&t) {
-                    Ok(p) => prop_assert_eq!(Position::decode(&p.encode()).unwrap(), p),
-                    Err(e) => prop_assert!(e.to_string().starts_with("page_token:")),
-                }
-            }
-        }
-
-        #[test]
-        fn positions_round_trip(
-            day in any::<i32>(),
-            window in any::<u32>(),
-            bucket in any::<u32>(),
-            instance in "[a-z0-9-]{0,40}",
-            transaction_id in "\\PC{0,60}",
-        ) {
-            let p = Position { day, window, instance, bucket, transaction_id };
-            prop_assert_eq!(Position::decode(&p.encode()).unwrap(), p);
-        }
     }
 }

@@ -43,6 +43,11 @@ export function retriesPage(name) {
 			autocomplete: "off",
 			placeholder: "payments-gateway",
 		}),
+		status: h(
+			"select",
+			{ id: "rt-status" },
+			["SCHEDULED", "DEAD", "SUCCEEDED", "CANCELLED"].map((v) => h("option", { value: v }, v.toLowerCase())),
+		),
 		after: h("input", { id: "rt-after", type: "datetime-local", step: 1 }),
 		before: h("input", { id: "rt-before", type: "datetime-local", step: 1 }),
 	};
@@ -56,6 +61,7 @@ export function retriesPage(name) {
 
 	function readFilter() {
 		return {
+			status: f.status.value,
 			attributes: attributesOf(f.attrs.value),
 			error_contains: f.err.value,
 			dependency: f.dep.value.trim(),
@@ -65,6 +71,7 @@ export function retriesPage(name) {
 	}
 	function query(fl, tok) {
 		const q = new URLSearchParams();
+		if (fl.status !== "SCHEDULED") q.set("status", fl.status);
 		if (Object.keys(fl.attributes).length) q.set("attributes", JSON.stringify(fl.attributes));
 		if (fl.error_contains) q.set("error_contains", fl.error_contains);
 		if (fl.dependency) q.set("dependency", fl.dependency);
@@ -95,7 +102,7 @@ export function retriesPage(name) {
 				h(
 					"p",
 					{ class: "empty", "data-empty": "retries" },
-					next ? "None on this page — the next one may hold some." : "No scheduled retries match",
+					next ? "None on this page — the next one may hold some." : "No retries match",
 				),
 			);
 		} else {
@@ -119,6 +126,7 @@ export function retriesPage(name) {
 					{ "data-transaction": r.transaction_id },
 					h("td", {}, box),
 					h("td", {}, h("a", { href: `#/retry/${enc(name)}/${enc(r.transaction_id)}` }, r.transaction_id)),
+					h("td", { "data-field": "status" }, r.status),
 					h("td", { "data-field": "attempt" }, num(r.attempt)),
 					h("td", { "data-field": "due_time" }, timeEl(r.due_time)),
 					h("td", { class: "err-text", "data-field": "last_error" }, r.last_error || "–"),
@@ -141,7 +149,17 @@ export function retriesPage(name) {
 			clear(
 				body,
 				table(
-					[all, "Transaction", "#Attempt", "Due", "Last error", "Dependency", "#Deliveries", "Attributes"],
+					[
+						all,
+						"Transaction",
+						"Status",
+						"#Attempt",
+						"Due",
+						"Last error",
+						"Dependency",
+						"#Deliveries",
+						"Attributes",
+					],
 					trs,
 					"retries",
 				),
@@ -149,6 +167,8 @@ export function retriesPage(name) {
 		}
 	}
 	function showSelection() {
+		// Actions act on scheduled retries only.
+		actions.hidden = (filter?.status ?? "SCHEDULED") !== "SCHEDULED";
 		runNow.disabled = selected.size === 0;
 		cancel.disabled = selected.size === 0;
 		runNow.textContent = `Run now (${selected.size})…`;
@@ -204,6 +224,7 @@ export function retriesPage(name) {
 	const form = filterForm(
 		"retries-filter",
 		[
+			field("rt-status", "Status", f.status),
 			field("rt-attrs", "Attributes", f.attrs),
 			field("rt-error", "Error contains", f.err),
 			field("rt-dependency", "Dependency", f.dep),
@@ -222,11 +243,11 @@ export function retriesPage(name) {
 	);
 	append(
 		root,
-		h("div", { class: "section-head" }, h("h1", {}, "Scheduled retries: ", name)),
+		h("div", { class: "section-head" }, h("h1", {}, "Retries: ", name)),
 		h(
 			"p",
 			{ class: "muted" },
-			"Oldest first, by window. Finished retries are looked up by id; dead ones are on the dead-letters page.",
+			"Scheduled ones oldest first, by window; dead ones in the order they died; succeeded and cancelled ones, kept for the terminal TTL, in the order the store keeps them.",
 		),
 		h("section", { class: "card" }, form),
 		h("section", { class: "card" }, listBox, actions, actBox, progress, body, pages.el),
