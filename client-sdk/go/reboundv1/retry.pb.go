@@ -23,6 +23,66 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RetryAction int32
+
+const (
+	RetryAction_RETRY_ACTION_UNSPECIFIED RetryAction = 0
+	// Due at once, no attempt used.
+	RetryAction_RETRY_ACTION_RUN_NOW RetryAction = 1
+	// Due at ActOnRetriesRequest.due_time, no attempt used.
+	RetryAction_RETRY_ACTION_RESCHEDULE RetryAction = 2
+	// As CancelRetry.
+	RetryAction_RETRY_ACTION_CANCEL RetryAction = 3
+	// Ended DEAD with a dead letter, as if its attempts were exhausted (a saga step's
+	// compensations then start).
+	RetryAction_RETRY_ACTION_DEAD_LETTER RetryAction = 4
+)
+
+// Enum value maps for RetryAction.
+var (
+	RetryAction_name = map[int32]string{
+		0: "RETRY_ACTION_UNSPECIFIED",
+		1: "RETRY_ACTION_RUN_NOW",
+		2: "RETRY_ACTION_RESCHEDULE",
+		3: "RETRY_ACTION_CANCEL",
+		4: "RETRY_ACTION_DEAD_LETTER",
+	}
+	RetryAction_value = map[string]int32{
+		"RETRY_ACTION_UNSPECIFIED": 0,
+		"RETRY_ACTION_RUN_NOW":     1,
+		"RETRY_ACTION_RESCHEDULE":  2,
+		"RETRY_ACTION_CANCEL":      3,
+		"RETRY_ACTION_DEAD_LETTER": 4,
+	}
+)
+
+func (x RetryAction) Enum() *RetryAction {
+	p := new(RetryAction)
+	*p = x
+	return p
+}
+
+func (x RetryAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RetryAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_rebound_v1_retry_proto_enumTypes[0].Descriptor()
+}
+
+func (RetryAction) Type() protoreflect.EnumType {
+	return &file_rebound_v1_retry_proto_enumTypes[0]
+}
+
+func (x RetryAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RetryAction.Descriptor instead.
+func (RetryAction) EnumDescriptor() ([]byte, []int) {
+	return file_rebound_v1_retry_proto_rawDescGZIP(), []int{0}
+}
+
 type EnqueueRetryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Service name: 1-64 characters of [A-Za-z0-9._-], starting with a letter or digit.
@@ -611,9 +671,11 @@ func (x *CancelRetryRequest) GetTransactionId() string {
 type ListRetriesRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Service string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	// The statuses to list: SCHEDULED (from the directory) and DEAD (from the dead letters of
-	// the retention period), the scheduled ones first. Empty: SCHEDULED. A SUCCEEDED or
-	// CANCELLED retry is read by id (GetRetry).
+	// The statuses to list, in this order whatever the order given: SCHEDULED (from the
+	// directory; the ones in flight included), IN_FLIGHT (delivered and awaiting their ack, from
+	// every node's memory, with their delivery) and DEAD (from the dead letters of the
+	// retention period). Empty: SCHEDULED. SUCCEEDED and CANCELLED are refused: read a finished
+	// retry by id (GetRetry).
 	Statuses []RetryStatus `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=rebound.v1.RetryStatus" json:"statuses,omitempty"`
 	// Only retries due in [due_after, due_before); either may be unset.
 	DueAfter  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=due_after,json=dueAfter,proto3" json:"due_after,omitempty"`
@@ -630,7 +692,10 @@ type ListRetriesRequest struct {
 	// Rows per page: 1-500; unset (0): 100.
 	PageSize uint32 `protobuf:"varint,9,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Empty for the first page; then the previous answer's next_page_token.
-	PageToken     string `protobuf:"bytes,10,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,10,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only this node's retries in flight, all of them that match (at most 5,000), without a
+	// page token: how the node answering an IN_FLIGHT listing asks the other nodes.
+	LocalOnly     bool `protobuf:"varint,11,opt,name=local_only,json=localOnly,proto3" json:"local_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -735,16 +800,27 @@ func (x *ListRetriesRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListRetriesRequest) GetLocalOnly() bool {
+	if x != nil {
+		return x.LocalOnly
+	}
+	return false
+}
+
 type ListRetriesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Scheduled retries oldest window first (within a window, in the order the directory keeps
-	// them), then dead ones in the order of their dead letters (day, time of death).
+	// them), then the ones in flight by due time, then dead ones in the order of their dead
+	// letters (day, time of death).
 	Retries []*RetrySummary `protobuf:"bytes,1,rep,name=retries,proto3" json:"retries,omitempty"`
 	// Empty: the listing is complete. A page may hold fewer than page_size rows (even none)
 	// and still have a token: one call reads a bounded part of the directory.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Nodes that did not answer for their retries in flight (an IN_FLIGHT listing): theirs are
+	// missing from it.
+	UnreachableNodes []string `protobuf:"bytes,3,rep,name=unreachable_nodes,json=unreachableNodes,proto3" json:"unreachable_nodes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ListRetriesResponse) Reset() {
@@ -791,6 +867,13 @@ func (x *ListRetriesResponse) GetNextPageToken() string {
 	return ""
 }
 
+func (x *ListRetriesResponse) GetUnreachableNodes() []string {
+	if x != nil {
+		return x.UnreachableNodes
+	}
+	return nil
+}
+
 // One retry of a listing: what tells it apart, GetRetry gives the rest.
 type RetrySummary struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -807,8 +890,10 @@ type RetrySummary struct {
 	EnqueueCount      uint32            `protobuf:"varint,9,opt,name=enqueue_count,json=enqueueCount,proto3" json:"enqueue_count,omitempty"`
 	DeliveryCount     uint32            `protobuf:"varint,10,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
 	Attributes        map[string]string `protobuf:"bytes,11,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// For a retry in flight (status IN_FLIGHT): its delivery.
+	Delivery      *InFlightDelivery `protobuf:"bytes,12,opt,name=delivery,proto3" json:"delivery,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RetrySummary) Reset() {
@@ -918,6 +1003,251 @@ func (x *RetrySummary) GetAttributes() map[string]string {
 	return nil
 }
 
+func (x *RetrySummary) GetDelivery() *InFlightDelivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return nil
+}
+
+// A delivery awaiting its ack.
+type InFlightDelivery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node that delivered it and awaits the ack, and the executor it went to
+	// (SubscribeRequest.executor_id; "push" for a push target).
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ExecutorId    string                 `protobuf:"bytes,2,opt,name=executor_id,json=executorId,proto3" json:"executor_id,omitempty"`
+	DeliveredAt   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=delivered_at,json=deliveredAt,proto3" json:"delivered_at,omitempty"`
+	AckDeadline   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=ack_deadline,json=ackDeadline,proto3" json:"ack_deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InFlightDelivery) Reset() {
+	*x = InFlightDelivery{}
+	mi := &file_rebound_v1_retry_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InFlightDelivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InFlightDelivery) ProtoMessage() {}
+
+func (x *InFlightDelivery) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_retry_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InFlightDelivery.ProtoReflect.Descriptor instead.
+func (*InFlightDelivery) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_retry_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *InFlightDelivery) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *InFlightDelivery) GetExecutorId() string {
+	if x != nil {
+		return x.ExecutorId
+	}
+	return ""
+}
+
+func (x *InFlightDelivery) GetDeliveredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeliveredAt
+	}
+	return nil
+}
+
+func (x *InFlightDelivery) GetAckDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AckDeadline
+	}
+	return nil
+}
+
+type ActOnRetriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which retries: those this listing would return (its service and filters), SCHEDULED ones
+	// only, so its statuses must be empty or SCHEDULED. Its page_token resumes an earlier call
+	// (ActOnRetriesResponse.next_page_token); its page_size is not used (see max_items).
+	Selection *ListRetriesRequest `protobuf:"bytes,1,opt,name=selection,proto3" json:"selection,omitempty"`
+	// When set, exactly these retries of selection.service (1 to 1,000 ids), each acted on only
+	// while it is SCHEDULED and matches the selection's filters; no page_token then.
+	TransactionIds []string    `protobuf:"bytes,2,rep,name=transaction_ids,json=transactionIds,proto3" json:"transaction_ids,omitempty"`
+	Action         RetryAction `protobuf:"varint,3,opt,name=action,proto3,enum=rebound.v1.RetryAction" json:"action,omitempty"`
+	// RETRY_ACTION_RESCHEDULE only, and required there: the new due time (a time past is now;
+	// at most REBOUND_MAX_DELAY_SECONDS ahead).
+	DueTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=due_time,json=dueTime,proto3" json:"due_time,omitempty"`
+	// Retries acted on (changed or skipped) per call at most: 1-100,000; unset (0): 1,000.
+	MaxItems uint32 `protobuf:"varint,5,opt,name=max_items,json=maxItems,proto3" json:"max_items,omitempty"`
+	// The pace: 1-100,000 retries per second; unset (0): 500.
+	MaxPerSecond uint32 `protobuf:"varint,6,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
+	// Why, recorded in each changed retry's attempt history (at most 512 bytes).
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActOnRetriesRequest) Reset() {
+	*x = ActOnRetriesRequest{}
+	mi := &file_rebound_v1_retry_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActOnRetriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActOnRetriesRequest) ProtoMessage() {}
+
+func (x *ActOnRetriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_retry_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActOnRetriesRequest.ProtoReflect.Descriptor instead.
+func (*ActOnRetriesRequest) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_retry_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ActOnRetriesRequest) GetSelection() *ListRetriesRequest {
+	if x != nil {
+		return x.Selection
+	}
+	return nil
+}
+
+func (x *ActOnRetriesRequest) GetTransactionIds() []string {
+	if x != nil {
+		return x.TransactionIds
+	}
+	return nil
+}
+
+func (x *ActOnRetriesRequest) GetAction() RetryAction {
+	if x != nil {
+		return x.Action
+	}
+	return RetryAction_RETRY_ACTION_UNSPECIFIED
+}
+
+func (x *ActOnRetriesRequest) GetDueTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueTime
+	}
+	return nil
+}
+
+func (x *ActOnRetriesRequest) GetMaxItems() uint32 {
+	if x != nil {
+		return x.MaxItems
+	}
+	return 0
+}
+
+func (x *ActOnRetriesRequest) GetMaxPerSecond() uint32 {
+	if x != nil {
+		return x.MaxPerSecond
+	}
+	return 0
+}
+
+func (x *ActOnRetriesRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ActOnRetriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Retries this call changed.
+	Changed uint32 `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	// Selected, but left as they were: already as the action would leave them, or finished,
+	// rescheduled out of the filters or changed by another call meanwhile.
+	Skipped uint32 `protobuf:"varint,2,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// Empty: the whole selection was acted on. Otherwise call again with it as the
+	// selection's page_token (max_items was reached, or one call's read budget spent).
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActOnRetriesResponse) Reset() {
+	*x = ActOnRetriesResponse{}
+	mi := &file_rebound_v1_retry_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActOnRetriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActOnRetriesResponse) ProtoMessage() {}
+
+func (x *ActOnRetriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rebound_v1_retry_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActOnRetriesResponse.ProtoReflect.Descriptor instead.
+func (*ActOnRetriesResponse) Descriptor() ([]byte, []int) {
+	return file_rebound_v1_retry_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ActOnRetriesResponse) GetChanged() uint32 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
+func (x *ActOnRetriesResponse) GetSkipped() uint32 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *ActOnRetriesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type CancelRetryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The status after the call: CANCELLED, or the terminal status the retry already had.
@@ -930,7 +1260,7 @@ type CancelRetryResponse struct {
 
 func (x *CancelRetryResponse) Reset() {
 	*x = CancelRetryResponse{}
-	mi := &file_rebound_v1_retry_proto_msgTypes[11]
+	mi := &file_rebound_v1_retry_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1272,7 @@ func (x *CancelRetryResponse) String() string {
 func (*CancelRetryResponse) ProtoMessage() {}
 
 func (x *CancelRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rebound_v1_retry_proto_msgTypes[11]
+	mi := &file_rebound_v1_retry_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1285,7 @@ func (x *CancelRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRetryResponse.ProtoReflect.Descriptor instead.
 func (*CancelRetryResponse) Descriptor() ([]byte, []int) {
-	return file_rebound_v1_retry_proto_rawDescGZIP(), []int{11}
+	return file_rebound_v1_retry_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelRetryResponse) GetStatus() RetryStatus {
@@ -1025,7 +1355,7 @@ const file_rebound_v1_retry_proto_rawDesc = "" +
 	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\"U\n" +
 	"\x12CancelRetryRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12%\n" +
-	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\"\x99\x04\n" +
+	"\x0etransaction_id\x18\x02 \x01(\tR\rtransactionId\"\xb8\x04\n" +
 	"\x12ListRetriesRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x123\n" +
 	"\bstatuses\x18\x02 \x03(\x0e2\x17.rebound.v1.RetryStatusR\bstatuses\x127\n" +
@@ -1043,13 +1373,16 @@ const file_rebound_v1_retry_proto_rawDesc = "" +
 	"\tpage_size\x18\t \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\n" +
-	" \x01(\tR\tpageToken\x1a=\n" +
+	" \x01(\tR\tpageToken\x12\x1d\n" +
+	"\n" +
+	"local_only\x18\v \x01(\bR\tlocalOnly\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"q\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9e\x01\n" +
 	"\x13ListRetriesResponse\x122\n" +
 	"\aretries\x18\x01 \x03(\v2\x18.rebound.v1.RetrySummaryR\aretries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa2\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12+\n" +
+	"\x11unreachable_nodes\x18\x03 \x03(\tR\x10unreachableNodes\"\xdc\x04\n" +
 	"\fRetrySummary\x12%\n" +
 	"\x0etransaction_id\x18\x01 \x01(\tR\rtransactionId\x12/\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x17.rebound.v1.RetryStatusR\x06status\x12\x18\n" +
@@ -1067,19 +1400,45 @@ const file_rebound_v1_retry_proto_rawDesc = "" +
 	" \x01(\rR\rdeliveryCount\x12H\n" +
 	"\n" +
 	"attributes\x18\v \x03(\v2(.rebound.v1.RetrySummary.AttributesEntryR\n" +
-	"attributes\x1a=\n" +
+	"attributes\x128\n" +
+	"\bdelivery\x18\f \x01(\v2\x1c.rebound.v1.InFlightDeliveryR\bdelivery\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"d\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x01\n" +
+	"\x10InFlightDelivery\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1f\n" +
+	"\vexecutor_id\x18\x02 \x01(\tR\n" +
+	"executorId\x12=\n" +
+	"\fdelivered_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\x12=\n" +
+	"\fack_deadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vackDeadline\"\xbf\x02\n" +
+	"\x13ActOnRetriesRequest\x12<\n" +
+	"\tselection\x18\x01 \x01(\v2\x1e.rebound.v1.ListRetriesRequestR\tselection\x12'\n" +
+	"\x0ftransaction_ids\x18\x02 \x03(\tR\x0etransactionIds\x12/\n" +
+	"\x06action\x18\x03 \x01(\x0e2\x17.rebound.v1.RetryActionR\x06action\x125\n" +
+	"\bdue_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\adueTime\x12\x1b\n" +
+	"\tmax_items\x18\x05 \x01(\rR\bmaxItems\x12$\n" +
+	"\x0emax_per_second\x18\x06 \x01(\rR\fmaxPerSecond\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"r\n" +
+	"\x14ActOnRetriesResponse\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\rR\achanged\x12\x18\n" +
+	"\askipped\x18\x02 \x01(\rR\askipped\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"d\n" +
 	"\x13CancelRetryResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x17.rebound.v1.RetryStatusR\x06status\x12\x1c\n" +
-	"\tcancelled\x18\x02 \x01(\bR\tcancelled2\x9f\x03\n" +
+	"\tcancelled\x18\x02 \x01(\bR\tcancelled*\x99\x01\n" +
+	"\vRetryAction\x12\x1c\n" +
+	"\x18RETRY_ACTION_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14RETRY_ACTION_RUN_NOW\x10\x01\x12\x1b\n" +
+	"\x17RETRY_ACTION_RESCHEDULE\x10\x02\x12\x17\n" +
+	"\x13RETRY_ACTION_CANCEL\x10\x03\x12\x1c\n" +
+	"\x18RETRY_ACTION_DEAD_LETTER\x10\x042\xf2\x03\n" +
 	"\fRetryService\x12Q\n" +
 	"\fEnqueueRetry\x12\x1f.rebound.v1.EnqueueRetryRequest\x1a .rebound.v1.EnqueueRetryResponse\x12`\n" +
 	"\x11EnqueueRetryBatch\x12$.rebound.v1.EnqueueRetryBatchRequest\x1a%.rebound.v1.EnqueueRetryBatchResponse\x12:\n" +
 	"\bGetRetry\x12\x1b.rebound.v1.GetRetryRequest\x1a\x11.rebound.v1.Retry\x12N\n" +
 	"\vCancelRetry\x12\x1e.rebound.v1.CancelRetryRequest\x1a\x1f.rebound.v1.CancelRetryResponse\x12N\n" +
-	"\vListRetries\x12\x1e.rebound.v1.ListRetriesRequest\x1a\x1f.rebound.v1.ListRetriesResponseB`\n" +
+	"\vListRetries\x12\x1e.rebound.v1.ListRetriesRequest\x1a\x1f.rebound.v1.ListRetriesResponse\x12Q\n" +
+	"\fActOnRetries\x12\x1f.rebound.v1.ActOnRetriesRequest\x1a .rebound.v1.ActOnRetriesResponseB`\n" +
 	"\x0edev.rebound.v1B\n" +
 	"RetryProtoP\x01Z@github.com/rebound-dev/rebound/client-sdk/go/reboundv1;reboundv1b\x06proto3"
 
@@ -1095,67 +1454,80 @@ func file_rebound_v1_retry_proto_rawDescGZIP() []byte {
 	return file_rebound_v1_retry_proto_rawDescData
 }
 
-var file_rebound_v1_retry_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_rebound_v1_retry_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_rebound_v1_retry_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_rebound_v1_retry_proto_goTypes = []any{
-	(*EnqueueRetryRequest)(nil),       // 0: rebound.v1.EnqueueRetryRequest
-	(*EnqueueRetryResponse)(nil),      // 1: rebound.v1.EnqueueRetryResponse
-	(*EnqueueRetryBatchRequest)(nil),  // 2: rebound.v1.EnqueueRetryBatchRequest
-	(*EnqueueRetryResult)(nil),        // 3: rebound.v1.EnqueueRetryResult
-	(*ItemError)(nil),                 // 4: rebound.v1.ItemError
-	(*EnqueueRetryBatchResponse)(nil), // 5: rebound.v1.EnqueueRetryBatchResponse
-	(*GetRetryRequest)(nil),           // 6: rebound.v1.GetRetryRequest
-	(*CancelRetryRequest)(nil),        // 7: rebound.v1.CancelRetryRequest
-	(*ListRetriesRequest)(nil),        // 8: rebound.v1.ListRetriesRequest
-	(*ListRetriesResponse)(nil),       // 9: rebound.v1.ListRetriesResponse
-	(*RetrySummary)(nil),              // 10: rebound.v1.RetrySummary
-	(*CancelRetryResponse)(nil),       // 11: rebound.v1.CancelRetryResponse
-	nil,                               // 12: rebound.v1.EnqueueRetryRequest.AttributesEntry
-	nil,                               // 13: rebound.v1.ListRetriesRequest.AttributesEntry
-	nil,                               // 14: rebound.v1.RetrySummary.AttributesEntry
-	(*durationpb.Duration)(nil),       // 15: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 16: google.protobuf.Timestamp
-	(*RetryPolicy)(nil),               // 17: rebound.v1.RetryPolicy
-	(*TraceContext)(nil),              // 18: rebound.v1.TraceContext
-	(*Compensation)(nil),              // 19: rebound.v1.Compensation
-	(RetryStatus)(0),                  // 20: rebound.v1.RetryStatus
-	(*Retry)(nil),                     // 21: rebound.v1.Retry
+	(RetryAction)(0),                  // 0: rebound.v1.RetryAction
+	(*EnqueueRetryRequest)(nil),       // 1: rebound.v1.EnqueueRetryRequest
+	(*EnqueueRetryResponse)(nil),      // 2: rebound.v1.EnqueueRetryResponse
+	(*EnqueueRetryBatchRequest)(nil),  // 3: rebound.v1.EnqueueRetryBatchRequest
+	(*EnqueueRetryResult)(nil),        // 4: rebound.v1.EnqueueRetryResult
+	(*ItemError)(nil),                 // 5: rebound.v1.ItemError
+	(*EnqueueRetryBatchResponse)(nil), // 6: rebound.v1.EnqueueRetryBatchResponse
+	(*GetRetryRequest)(nil),           // 7: rebound.v1.GetRetryRequest
+	(*CancelRetryRequest)(nil),        // 8: rebound.v1.CancelRetryRequest
+	(*ListRetriesRequest)(nil),        // 9: rebound.v1.ListRetriesRequest
+	(*ListRetriesResponse)(nil),       // 10: rebound.v1.ListRetriesResponse
+	(*RetrySummary)(nil),              // 11: rebound.v1.RetrySummary
+	(*InFlightDelivery)(nil),          // 12: rebound.v1.InFlightDelivery
+	(*ActOnRetriesRequest)(nil),       // 13: rebound.v1.ActOnRetriesRequest
+	(*ActOnRetriesResponse)(nil),      // 14: rebound.v1.ActOnRetriesResponse
+	(*CancelRetryResponse)(nil),       // 15: rebound.v1.CancelRetryResponse
+	nil,                               // 16: rebound.v1.EnqueueRetryRequest.AttributesEntry
+	nil,                               // 17: rebound.v1.ListRetriesRequest.AttributesEntry
+	nil,                               // 18: rebound.v1.RetrySummary.AttributesEntry
+	(*durationpb.Duration)(nil),       // 19: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 20: google.protobuf.Timestamp
+	(*RetryPolicy)(nil),               // 21: rebound.v1.RetryPolicy
+	(*TraceContext)(nil),              // 22: rebound.v1.TraceContext
+	(*Compensation)(nil),              // 23: rebound.v1.Compensation
+	(RetryStatus)(0),                  // 24: rebound.v1.RetryStatus
+	(*Retry)(nil),                     // 25: rebound.v1.Retry
 }
 var file_rebound_v1_retry_proto_depIdxs = []int32{
-	12, // 0: rebound.v1.EnqueueRetryRequest.attributes:type_name -> rebound.v1.EnqueueRetryRequest.AttributesEntry
-	15, // 1: rebound.v1.EnqueueRetryRequest.delay:type_name -> google.protobuf.Duration
-	16, // 2: rebound.v1.EnqueueRetryRequest.due_time:type_name -> google.protobuf.Timestamp
-	17, // 3: rebound.v1.EnqueueRetryRequest.policy:type_name -> rebound.v1.RetryPolicy
-	18, // 4: rebound.v1.EnqueueRetryRequest.trace_context:type_name -> rebound.v1.TraceContext
-	19, // 5: rebound.v1.EnqueueRetryRequest.compensations:type_name -> rebound.v1.Compensation
-	16, // 6: rebound.v1.EnqueueRetryResponse.due_time:type_name -> google.protobuf.Timestamp
-	0,  // 7: rebound.v1.EnqueueRetryBatchRequest.requests:type_name -> rebound.v1.EnqueueRetryRequest
-	1,  // 8: rebound.v1.EnqueueRetryResult.response:type_name -> rebound.v1.EnqueueRetryResponse
-	4,  // 9: rebound.v1.EnqueueRetryResult.error:type_name -> rebound.v1.ItemError
-	3,  // 10: rebound.v1.EnqueueRetryBatchResponse.results:type_name -> rebound.v1.EnqueueRetryResult
-	20, // 11: rebound.v1.ListRetriesRequest.statuses:type_name -> rebound.v1.RetryStatus
-	16, // 12: rebound.v1.ListRetriesRequest.due_after:type_name -> google.protobuf.Timestamp
-	16, // 13: rebound.v1.ListRetriesRequest.due_before:type_name -> google.protobuf.Timestamp
-	13, // 14: rebound.v1.ListRetriesRequest.attributes:type_name -> rebound.v1.ListRetriesRequest.AttributesEntry
-	10, // 15: rebound.v1.ListRetriesResponse.retries:type_name -> rebound.v1.RetrySummary
-	20, // 16: rebound.v1.RetrySummary.status:type_name -> rebound.v1.RetryStatus
-	16, // 17: rebound.v1.RetrySummary.due_time:type_name -> google.protobuf.Timestamp
-	14, // 18: rebound.v1.RetrySummary.attributes:type_name -> rebound.v1.RetrySummary.AttributesEntry
-	20, // 19: rebound.v1.CancelRetryResponse.status:type_name -> rebound.v1.RetryStatus
-	0,  // 20: rebound.v1.RetryService.EnqueueRetry:input_type -> rebound.v1.EnqueueRetryRequest
-	2,  // 21: rebound.v1.RetryService.EnqueueRetryBatch:input_type -> rebound.v1.EnqueueRetryBatchRequest
-	6,  // 22: rebound.v1.RetryService.GetRetry:input_type -> rebound.v1.GetRetryRequest
-	7,  // 23: rebound.v1.RetryService.CancelRetry:input_type -> rebound.v1.CancelRetryRequest
-	8,  // 24: rebound.v1.RetryService.ListRetries:input_type -> rebound.v1.ListRetriesRequest
-	1,  // 25: rebound.v1.RetryService.EnqueueRetry:output_type -> rebound.v1.EnqueueRetryResponse
-	5,  // 26: rebound.v1.RetryService.EnqueueRetryBatch:output_type -> rebound.v1.EnqueueRetryBatchResponse
-	21, // 27: rebound.v1.RetryService.GetRetry:output_type -> rebound.v1.Retry
-	11, // 28: rebound.v1.RetryService.CancelRetry:output_type -> rebound.v1.CancelRetryResponse
-	9,  // 29: rebound.v1.RetryService.ListRetries:output_type -> rebound.v1.ListRetriesResponse
-	25, // [25:30] is the sub-list for method output_type
-	20, // [20:25] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	16, // 0: rebound.v1.EnqueueRetryRequest.attributes:type_name -> rebound.v1.EnqueueRetryRequest.AttributesEntry
+	19, // 1: rebound.v1.EnqueueRetryRequest.delay:type_name -> google.protobuf.Duration
+	20, // 2: rebound.v1.EnqueueRetryRequest.due_time:type_name -> google.protobuf.Timestamp
+	21, // 3: rebound.v1.EnqueueRetryRequest.policy:type_name -> rebound.v1.RetryPolicy
+	22, // 4: rebound.v1.EnqueueRetryRequest.trace_context:type_name -> rebound.v1.TraceContext
+	23, // 5: rebound.v1.EnqueueRetryRequest.compensations:type_name -> rebound.v1.Compensation
+	20, // 6: rebound.v1.EnqueueRetryResponse.due_time:type_name -> google.protobuf.Timestamp
+	1,  // 7: rebound.v1.EnqueueRetryBatchRequest.requests:type_name -> rebound.v1.EnqueueRetryRequest
+	2,  // 8: rebound.v1.EnqueueRetryResult.response:type_name -> rebound.v1.EnqueueRetryResponse
+	5,  // 9: rebound.v1.EnqueueRetryResult.error:type_name -> rebound.v1.ItemError
+	4,  // 10: rebound.v1.EnqueueRetryBatchResponse.results:type_name -> rebound.v1.EnqueueRetryResult
+	24, // 11: rebound.v1.ListRetriesRequest.statuses:type_name -> rebound.v1.RetryStatus
+	20, // 12: rebound.v1.ListRetriesRequest.due_after:type_name -> google.protobuf.Timestamp
+	20, // 13: rebound.v1.ListRetriesRequest.due_before:type_name -> google.protobuf.Timestamp
+	17, // 14: rebound.v1.ListRetriesRequest.attributes:type_name -> rebound.v1.ListRetriesRequest.AttributesEntry
+	11, // 15: rebound.v1.ListRetriesResponse.retries:type_name -> rebound.v1.RetrySummary
+	24, // 16: rebound.v1.RetrySummary.status:type_name -> rebound.v1.RetryStatus
+	20, // 17: rebound.v1.RetrySummary.due_time:type_name -> google.protobuf.Timestamp
+	18, // 18: rebound.v1.RetrySummary.attributes:type_name -> rebound.v1.RetrySummary.AttributesEntry
+	12, // 19: rebound.v1.RetrySummary.delivery:type_name -> rebound.v1.InFlightDelivery
+	20, // 20: rebound.v1.InFlightDelivery.delivered_at:type_name -> google.protobuf.Timestamp
+	20, // 21: rebound.v1.InFlightDelivery.ack_deadline:type_name -> google.protobuf.Timestamp
+	9,  // 22: rebound.v1.ActOnRetriesRequest.selection:type_name -> rebound.v1.ListRetriesRequest
+	0,  // 23: rebound.v1.ActOnRetriesRequest.action:type_name -> rebound.v1.RetryAction
+	20, // 24: rebound.v1.ActOnRetriesRequest.due_time:type_name -> google.protobuf.Timestamp
+	24, // 25: rebound.v1.CancelRetryResponse.status:type_name -> rebound.v1.RetryStatus
+	1,  // 26: rebound.v1.RetryService.EnqueueRetry:input_type -> rebound.v1.EnqueueRetryRequest
+	3,  // 27: rebound.v1.RetryService.EnqueueRetryBatch:input_type -> rebound.v1.EnqueueRetryBatchRequest
+	7,  // 28: rebound.v1.RetryService.GetRetry:input_type -> rebound.v1.GetRetryRequest
+	8,  // 29: rebound.v1.RetryService.CancelRetry:input_type -> rebound.v1.CancelRetryRequest
+	9,  // 30: rebound.v1.RetryService.ListRetries:input_type -> rebound.v1.ListRetriesRequest
+	13, // 31: rebound.v1.RetryService.ActOnRetries:input_type -> rebound.v1.ActOnRetriesRequest
+	2,  // 32: rebound.v1.RetryService.EnqueueRetry:output_type -> rebound.v1.EnqueueRetryResponse
+	6,  // 33: rebound.v1.RetryService.EnqueueRetryBatch:output_type -> rebound.v1.EnqueueRetryBatchResponse
+	25, // 34: rebound.v1.RetryService.GetRetry:output_type -> rebound.v1.Retry
+	15, // 35: rebound.v1.RetryService.CancelRetry:output_type -> rebound.v1.CancelRetryResponse
+	10, // 36: rebound.v1.RetryService.ListRetries:output_type -> rebound.v1.ListRetriesResponse
+	14, // 37: rebound.v1.RetryService.ActOnRetries:output_type -> rebound.v1.ActOnRetriesResponse
+	32, // [32:38] is the sub-list for method output_type
+	26, // [26:32] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_rebound_v1_retry_proto_init() }
@@ -1177,13 +1549,14 @@ func file_rebound_v1_retry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rebound_v1_retry_proto_rawDesc), len(file_rebound_v1_retry_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   15,
+			NumEnums:      1,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_rebound_v1_retry_proto_goTypes,
 		DependencyIndexes: file_rebound_v1_retry_proto_depIdxs,
+		EnumInfos:         file_rebound_v1_retry_proto_enumTypes,
 		MessageInfos:      file_rebound_v1_retry_proto_msgTypes,
 	}.Build()
 	File_rebound_v1_retry_proto = out.File

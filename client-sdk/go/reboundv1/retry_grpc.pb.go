@@ -24,6 +24,7 @@ const (
 	RetryService_GetRetry_FullMethodName          = "/rebound.v1.RetryService/GetRetry"
 	RetryService_CancelRetry_FullMethodName       = "/rebound.v1.RetryService/CancelRetry"
 	RetryService_ListRetries_FullMethodName       = "/rebound.v1.RetryService/ListRetries"
+	RetryService_ActOnRetries_FullMethodName      = "/rebound.v1.RetryService/ActOnRetries"
 )
 
 // RetryServiceClient is the client API for RetryService service.
@@ -47,6 +48,11 @@ type RetryServiceClient interface {
 	// dead ones, a page at a time. Any node answers for the whole cluster: it reads the shared
 	// directory and dead letters.
 	ListRetries(ctx context.Context, in *ListRetriesRequest, opts ...grpc.CallOption) (*ListRetriesResponse, error)
+	// Acts on the scheduled retries a ListRetries selection names: runs them now, reschedules
+	// them, cancels them or moves them to the dead letters, at a bounded rate, and records the
+	// action in each one's attempt history. Idempotent: a retry already as the action would
+	// leave it is skipped. Never undoes a cancel or a SUCCEEDED ack.
+	ActOnRetries(ctx context.Context, in *ActOnRetriesRequest, opts ...grpc.CallOption) (*ActOnRetriesResponse, error)
 }
 
 type retryServiceClient struct {
@@ -107,6 +113,16 @@ func (c *retryServiceClient) ListRetries(ctx context.Context, in *ListRetriesReq
 	return out, nil
 }
 
+func (c *retryServiceClient) ActOnRetries(ctx context.Context, in *ActOnRetriesRequest, opts ...grpc.CallOption) (*ActOnRetriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ActOnRetriesResponse)
+	err := c.cc.Invoke(ctx, RetryService_ActOnRetries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RetryServiceServer is the server API for RetryService service.
 // All implementations must embed UnimplementedRetryServiceServer
 // for forward compatibility.
@@ -128,6 +144,11 @@ type RetryServiceServer interface {
 	// dead ones, a page at a time. Any node answers for the whole cluster: it reads the shared
 	// directory and dead letters.
 	ListRetries(context.Context, *ListRetriesRequest) (*ListRetriesResponse, error)
+	// Acts on the scheduled retries a ListRetries selection names: runs them now, reschedules
+	// them, cancels them or moves them to the dead letters, at a bounded rate, and records the
+	// action in each one's attempt history. Idempotent: a retry already as the action would
+	// leave it is skipped. Never undoes a cancel or a SUCCEEDED ack.
+	ActOnRetries(context.Context, *ActOnRetriesRequest) (*ActOnRetriesResponse, error)
 	mustEmbedUnimplementedRetryServiceServer()
 }
 
@@ -152,6 +173,9 @@ func (UnimplementedRetryServiceServer) CancelRetry(context.Context, *CancelRetry
 }
 func (UnimplementedRetryServiceServer) ListRetries(context.Context, *ListRetriesRequest) (*ListRetriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRetries not implemented")
+}
+func (UnimplementedRetryServiceServer) ActOnRetries(context.Context, *ActOnRetriesRequest) (*ActOnRetriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ActOnRetries not implemented")
 }
 func (UnimplementedRetryServiceServer) mustEmbedUnimplementedRetryServiceServer() {}
 func (UnimplementedRetryServiceServer) testEmbeddedByValue()                      {}
@@ -264,6 +288,24 @@ func _RetryService_ListRetries_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RetryService_ActOnRetries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ActOnRetriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RetryServiceServer).ActOnRetries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RetryService_ActOnRetries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RetryServiceServer).ActOnRetries(ctx, req.(*ActOnRetriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RetryService_ServiceDesc is the grpc.ServiceDesc for RetryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -290,6 +332,10 @@ var RetryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRetries",
 			Handler:    _RetryService_ListRetries_Handler,
+		},
+		{
+			MethodName: "ActOnRetries",
+			Handler:    _RetryService_ActOnRetries_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

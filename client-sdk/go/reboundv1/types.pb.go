@@ -33,6 +33,9 @@ const (
 	// Retries exhausted or a non-retryable failure; a dead letter exists.
 	RetryStatus_RETRY_STATUS_DEAD      RetryStatus = 3
 	RetryStatus_RETRY_STATUS_CANCELLED RetryStatus = 4
+	// In listings only (ListRetries): a SCHEDULED retry that a node has delivered and whose
+	// ack it awaits. GetRetry says SCHEDULED.
+	RetryStatus_RETRY_STATUS_IN_FLIGHT RetryStatus = 5
 )
 
 // Enum value maps for RetryStatus.
@@ -43,6 +46,7 @@ var (
 		2: "RETRY_STATUS_SUCCEEDED",
 		3: "RETRY_STATUS_DEAD",
 		4: "RETRY_STATUS_CANCELLED",
+		5: "RETRY_STATUS_IN_FLIGHT",
 	}
 	RetryStatus_value = map[string]int32{
 		"RETRY_STATUS_UNSPECIFIED": 0,
@@ -50,6 +54,7 @@ var (
 		"RETRY_STATUS_SUCCEEDED":   2,
 		"RETRY_STATUS_DEAD":        3,
 		"RETRY_STATUS_CANCELLED":   4,
+		"RETRY_STATUS_IN_FLIGHT":   5,
 	}
 )
 
@@ -95,18 +100,28 @@ const (
 	AttemptOutcome_ATTEMPT_OUTCOME_HELD AttemptOutcome = 5
 	// Acked RETRY as a snooze (AckRequest.snooze): no attempt used.
 	AttemptOutcome_ATTEMPT_OUTCOME_SNOOZED AttemptOutcome = 6
+	// Not an attempt: an operator's action on the retry (ActOnRetries). The record's
+	// executor_id names who acted, its error the reason given, and no attempt was used.
+	AttemptOutcome_ATTEMPT_OUTCOME_RUN_NOW       AttemptOutcome = 7
+	AttemptOutcome_ATTEMPT_OUTCOME_RESCHEDULED   AttemptOutcome = 8
+	AttemptOutcome_ATTEMPT_OUTCOME_CANCELLED     AttemptOutcome = 9
+	AttemptOutcome_ATTEMPT_OUTCOME_DEAD_LETTERED AttemptOutcome = 10
 )
 
 // Enum value maps for AttemptOutcome.
 var (
 	AttemptOutcome_name = map[int32]string{
-		0: "ATTEMPT_OUTCOME_UNSPECIFIED",
-		1: "ATTEMPT_OUTCOME_SUCCEEDED",
-		2: "ATTEMPT_OUTCOME_RETRY",
-		3: "ATTEMPT_OUTCOME_FAILED",
-		4: "ATTEMPT_OUTCOME_DEADLINE_EXPIRED",
-		5: "ATTEMPT_OUTCOME_HELD",
-		6: "ATTEMPT_OUTCOME_SNOOZED",
+		0:  "ATTEMPT_OUTCOME_UNSPECIFIED",
+		1:  "ATTEMPT_OUTCOME_SUCCEEDED",
+		2:  "ATTEMPT_OUTCOME_RETRY",
+		3:  "ATTEMPT_OUTCOME_FAILED",
+		4:  "ATTEMPT_OUTCOME_DEADLINE_EXPIRED",
+		5:  "ATTEMPT_OUTCOME_HELD",
+		6:  "ATTEMPT_OUTCOME_SNOOZED",
+		7:  "ATTEMPT_OUTCOME_RUN_NOW",
+		8:  "ATTEMPT_OUTCOME_RESCHEDULED",
+		9:  "ATTEMPT_OUTCOME_CANCELLED",
+		10: "ATTEMPT_OUTCOME_DEAD_LETTERED",
 	}
 	AttemptOutcome_value = map[string]int32{
 		"ATTEMPT_OUTCOME_UNSPECIFIED":      0,
@@ -116,6 +131,10 @@ var (
 		"ATTEMPT_OUTCOME_DEADLINE_EXPIRED": 4,
 		"ATTEMPT_OUTCOME_HELD":             5,
 		"ATTEMPT_OUTCOME_SNOOZED":          6,
+		"ATTEMPT_OUTCOME_RUN_NOW":          7,
+		"ATTEMPT_OUTCOME_RESCHEDULED":      8,
+		"ATTEMPT_OUTCOME_CANCELLED":        9,
+		"ATTEMPT_OUTCOME_DEAD_LETTERED":    10,
 	}
 )
 
@@ -1082,13 +1101,14 @@ const file_rebound_v1_types_proto_rawDesc = "" +
 	"\vtraceparent\x18\x01 \x01(\tR\vtraceparent\x12\x1e\n" +
 	"\n" +
 	"tracestate\x18\x02 \x01(\tR\n" +
-	"tracestate*\x96\x01\n" +
+	"tracestate*\xb2\x01\n" +
 	"\vRetryStatus\x12\x1c\n" +
 	"\x18RETRY_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16RETRY_STATUS_SCHEDULED\x10\x01\x12\x1a\n" +
 	"\x16RETRY_STATUS_SUCCEEDED\x10\x02\x12\x15\n" +
 	"\x11RETRY_STATUS_DEAD\x10\x03\x12\x1a\n" +
-	"\x16RETRY_STATUS_CANCELLED\x10\x04*\xe4\x01\n" +
+	"\x16RETRY_STATUS_CANCELLED\x10\x04\x12\x1a\n" +
+	"\x16RETRY_STATUS_IN_FLIGHT\x10\x05*\xe4\x02\n" +
 	"\x0eAttemptOutcome\x12\x1f\n" +
 	"\x1bATTEMPT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19ATTEMPT_OUTCOME_SUCCEEDED\x10\x01\x12\x19\n" +
@@ -1096,7 +1116,12 @@ const file_rebound_v1_types_proto_rawDesc = "" +
 	"\x16ATTEMPT_OUTCOME_FAILED\x10\x03\x12$\n" +
 	" ATTEMPT_OUTCOME_DEADLINE_EXPIRED\x10\x04\x12\x18\n" +
 	"\x14ATTEMPT_OUTCOME_HELD\x10\x05\x12\x1b\n" +
-	"\x17ATTEMPT_OUTCOME_SNOOZED\x10\x06B`\n" +
+	"\x17ATTEMPT_OUTCOME_SNOOZED\x10\x06\x12\x1b\n" +
+	"\x17ATTEMPT_OUTCOME_RUN_NOW\x10\a\x12\x1f\n" +
+	"\x1bATTEMPT_OUTCOME_RESCHEDULED\x10\b\x12\x1d\n" +
+	"\x19ATTEMPT_OUTCOME_CANCELLED\x10\t\x12!\n" +
+	"\x1dATTEMPT_OUTCOME_DEAD_LETTERED\x10\n" +
+	"B`\n" +
 	"\x0edev.rebound.v1B\n" +
 	"TypesProtoP\x01Z@github.com/rebound-dev/rebound/client-sdk/go/reboundv1;reboundv1b\x06proto3"
 

@@ -31,6 +31,9 @@ class RetryStatus(enum.Enum):
     #: Retries exhausted or a non-retryable failure; a dead letter exists.
     DEAD = types_pb2.RETRY_STATUS_DEAD
     CANCELLED = types_pb2.RETRY_STATUS_CANCELLED
+    #: In listings only (``list_retries(statuses=[RetryStatus.IN_FLIGHT])``): scheduled,
+    #: delivered and awaiting its ack.
+    IN_FLIGHT = types_pb2.RETRY_STATUS_IN_FLIGHT
 
 
 @dataclass
@@ -144,6 +147,12 @@ class AttemptOutcome(enum.Enum):
     HELD = types_pb2.ATTEMPT_OUTCOME_HELD
     #: Acked RETRY as a snooze: no attempt used.
     SNOOZED = types_pb2.ATTEMPT_OUTCOME_SNOOZED
+    #: Not attempts: an operator's action (ActOnRetries); ``executor_id`` names who acted,
+    #: ``error`` the reason given.
+    RUN_NOW = types_pb2.ATTEMPT_OUTCOME_RUN_NOW
+    RESCHEDULED = types_pb2.ATTEMPT_OUTCOME_RESCHEDULED
+    CANCELLED = types_pb2.ATTEMPT_OUTCOME_CANCELLED
+    DEAD_LETTERED = types_pb2.ATTEMPT_OUTCOME_DEAD_LETTERED
 
 
 @dataclass(frozen=True)
@@ -454,6 +463,7 @@ class Client:
         self,
         service: str,
         *,
+        statuses: Sequence[RetryStatus] = (),
         attributes: Mapping[str, str] | None = None,
         error_contains: str = "",
         dependency: str = "",
@@ -462,13 +472,15 @@ class Client:
         due_before: datetime | None = None,
         page_size: int = 100,
     ) -> Iterator[RetrySummary]:
-        """The service's scheduled retries that match, oldest window first (``ListRetries``),
-        fetched a page at a time as the iteration goes on."""
+        """The service's retries that match, fetched a page at a time as the iteration goes on
+        (``ListRetries``): scheduled ones oldest window first, unless ``statuses`` names others
+        (``IN_FLIGHT``, ``DEAD``; listed in that order)."""
         token = ""
         metadata = self._metadata()
         while True:
             message = retry_pb2.ListRetriesRequest(
                 service=service,
+                statuses=[s.value for s in statuses],
                 attributes=dict(attributes or {}),
                 error_contains=error_contains,
                 dependency=dependency,

@@ -65,6 +65,11 @@ class RetryServiceStub:
                 request_serializer=rebound_dot_v1_dot_retry__pb2.ListRetriesRequest.SerializeToString,
                 response_deserializer=rebound_dot_v1_dot_retry__pb2.ListRetriesResponse.FromString,
                 _registered_method=True)
+        self.ActOnRetries = channel.unary_unary(
+                '/rebound.v1.RetryService/ActOnRetries',
+                request_serializer=rebound_dot_v1_dot_retry__pb2.ActOnRetriesRequest.SerializeToString,
+                response_deserializer=rebound_dot_v1_dot_retry__pb2.ActOnRetriesResponse.FromString,
+                _registered_method=True)
 
 
 class RetryServiceServicer:
@@ -111,6 +116,16 @@ class RetryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ActOnRetries(self, request, context):
+        """Acts on the scheduled retries a ListRetries selection names: runs them now, reschedules
+        them, cancels them or moves them to the dead letters, at a bounded rate, and records the
+        action in each one's attempt history. Idempotent: a retry already as the action would
+        leave it is skipped. Never undoes a cancel or a SUCCEEDED ack.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RetryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +153,11 @@ def add_RetryServiceServicer_to_server(servicer, server):
                     servicer.ListRetries,
                     request_deserializer=rebound_dot_v1_dot_retry__pb2.ListRetriesRequest.FromString,
                     response_serializer=rebound_dot_v1_dot_retry__pb2.ListRetriesResponse.SerializeToString,
+            ),
+            'ActOnRetries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ActOnRetries,
+                    request_deserializer=rebound_dot_v1_dot_retry__pb2.ActOnRetriesRequest.FromString,
+                    response_serializer=rebound_dot_v1_dot_retry__pb2.ActOnRetriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -280,6 +300,33 @@ class RetryService:
             '/rebound.v1.RetryService/ListRetries',
             rebound_dot_v1_dot_retry__pb2.ListRetriesRequest.SerializeToString,
             rebound_dot_v1_dot_retry__pb2.ListRetriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ActOnRetries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rebound.v1.RetryService/ActOnRetries',
+            rebound_dot_v1_dot_retry__pb2.ActOnRetriesRequest.SerializeToString,
+            rebound_dot_v1_dot_retry__pb2.ActOnRetriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,6 +18,7 @@ class RetryStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RETRY_STATUS_SUCCEEDED: _ClassVar[RetryStatus]
     RETRY_STATUS_DEAD: _ClassVar[RetryStatus]
     RETRY_STATUS_CANCELLED: _ClassVar[RetryStatus]
+    RETRY_STATUS_IN_FLIGHT: _ClassVar[RetryStatus]
 
 class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -28,11 +29,16 @@ class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_OUTCOME_DEADLINE_EXPIRED: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_HELD: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_SNOOZED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_RUN_NOW: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_RESCHEDULED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_CANCELLED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_DEAD_LETTERED: _ClassVar[AttemptOutcome]
 RETRY_STATUS_UNSPECIFIED: RetryStatus
 RETRY_STATUS_SCHEDULED: RetryStatus
 RETRY_STATUS_SUCCEEDED: RetryStatus
 RETRY_STATUS_DEAD: RetryStatus
 RETRY_STATUS_CANCELLED: RetryStatus
+RETRY_STATUS_IN_FLIGHT: RetryStatus
 ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome
 ATTEMPT_OUTCOME_SUCCEEDED: AttemptOutcome
 ATTEMPT_OUTCOME_RETRY: AttemptOutcome
@@ -40,6 +46,10 @@ ATTEMPT_OUTCOME_FAILED: AttemptOutcome
 ATTEMPT_OUTCOME_DEADLINE_EXPIRED: AttemptOutcome
 ATTEMPT_OUTCOME_HELD: AttemptOutcome
 ATTEMPT_OUTCOME_SNOOZED: AttemptOutcome
+ATTEMPT_OUTCOME_RUN_NOW: AttemptOutcome
+ATTEMPT_OUTCOME_RESCHEDULED: AttemptOutcome
+ATTEMPT_OUTCOME_CANCELLED: AttemptOutcome
+ATTEMPT_OUTCOME_DEAD_LETTERED: AttemptOutcome
 
 class RetryPolicy(_message.Message):
     __slots__ = ("max_attempts", "initial_backoff", "max_backoff", "multiplier", "jitter", "max_retry_duration", "ack_timeout", "max_deliveries_per_attempt", "non_retryable_error_classes", "unlimited_attempts")

@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use rebound_engine::window::WindowGrid;
-use rebound_proto::v1::retry_service_client::RetryServiceClient;
+use rebound_proto::v1::{self as pb, retry_service_client::RetryServiceClient};
 use tonic::transport::Channel;
 
 use super::*;
@@ -64,6 +64,9 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
         bail!("{failed} batch enqueues failed");
     }
     let hold_rss = if pid > 0 { vm_hwm_mb(pid) } else { None };
+    // The operator's first look at the backlog (ListRetries): the first page of 100, and a
+    // page whose filter matches nothing, which reads the most one call may (5,000 pointers).
+    let listing = first_pages(&client, "bench", n + singles).await?;
     let inserts_end_ms = now_ms();
     if inserts_end_ms > t_ms - 1_000 {
         eprintln!(
@@ -208,6 +211,7 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
             ]),
         ),
         ("lateness_ms", lateness_json(late)),
+        ("list_first_page", listing),
         ("steady", steady.json()),
         ("retry_ok", J::B(drained >= n && singles_acked.load(Ordering::Relaxed) >= singles)),
         ("hold_rss_mb", hold_rss.map_or(J::Null, J::N)),
@@ -223,6 +227,43 @@ pub(crate) async fn rebound(a: &Args) -> anyhow::Result<J> {
     ];
     fields.extend(tombstone_json(a, tombstones_before));
     Ok(J::O(fields))
+}
+
+/// How long the first page of `service`'s scheduled retries takes to list with a backlog of
+/// `backlog` (`ListRetries`, page size 100), unfiltered and with a filter that matches nothing;
+/// the median of 5 calls each.
+async fn first_pages(
+    client: &RetryServiceClient<Channel>,
+    service: &str,
+    backlog: usize,
+) -> anyhow::Result<J> {
+    let mut out = vec![("backlog", J::N(backlog as f64))];
+    for (name, error_contains) in [("page_ms", ""), ("nothing_matches_ms", "no such error")] {
+        let mut times = Vec::new();
+        let mut rows = 0;
+        for _ in 0..5 {
+            let started = Instant::now();
+            let r = client
+                .clone()
+                .list_retries(pb::ListRetriesRequest {
+                    service: service.to_string(),
+                    error_contains: error_contains.to_string(),
+                    page_size: 100,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            rows = r.retries.len();
+        }
+        times.sort_by(f64::total_cmp);
+        eprintln!(
+            "rebound: ListRetries first page ({name}) {:.1} ms median, {rows} rows",
+            times[2]
+        );
+        out.push((name, J::N(times[2])));
+    }
+    Ok(J::O(out))
 }
 
 /// The steady phase's result: `steady` of the JSON, with its cost per item.

@@ -2,8 +2,8 @@
 // @generated from file rebound/v1/retry.proto (package rebound.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Compensation, RetryPolicy, RetrySchema, RetryStatus, TraceContext } from "./types_pb.js";
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file rebound/v1/retry.proto.
  */
 export const file_rebound_v1_retry: GenFile = /*@__PURE__*/
-  fileDesc("ChZyZWJvdW5kL3YxL3JldHJ5LnByb3RvEgpyZWJvdW5kLnYxIvMDChNFbnF1ZXVlUmV0cnlSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkSFgoOdHJhbnNhY3Rpb25faWQYAiABKAkSDwoHcGF5bG9hZBgDIAEoDBJDCgphdHRyaWJ1dGVzGAQgAygLMi8ucmVib3VuZC52MS5FbnF1ZXVlUmV0cnlSZXF1ZXN0LkF0dHJpYnV0ZXNFbnRyeRIqCgVkZWxheRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEi4KCGR1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAEicKBnBvbGljeRgHIAEoCzIXLnJlYm91bmQudjEuUmV0cnlQb2xpY3kSDwoHYXR0ZW1wdBgIIAEoDRISCgpsYXN0X2Vycm9yGAkgASgJEi8KDXRyYWNlX2NvbnRleHQYCiABKAsyGC5yZWJvdW5kLnYxLlRyYWNlQ29udGV4dBISCgpkZXBlbmRlbmN5GAsgASgJEi8KDWNvbXBlbnNhdGlvbnMYDCADKAsyGC5yZWJvdW5kLnYxLkNvbXBlbnNhdGlvbhoxCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIKCghzY2hlZHVsZSKGAQoURW5xdWV1ZVJldHJ5UmVzcG9uc2USFgoOdHJhbnNhY3Rpb25faWQYASABKAkSLAoIZHVlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmdlbmVyYXRpb24YAyABKAQSFAoMZGVkdXBsaWNhdGVkGAQgASgIIk0KGEVucXVldWVSZXRyeUJhdGNoUmVxdWVzdBIxCghyZXF1ZXN0cxgBIAMoCzIfLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5UmVxdWVzdCJ8ChJFbnF1ZXVlUmV0cnlSZXN1bHQSNAoIcmVzcG9uc2UYASABKAsyIC5yZWJvdW5kLnYxLkVucXVldWVSZXRyeVJlc3BvbnNlSAASJgoFZXJyb3IYAiABKAsyFS5yZWJvdW5kLnYxLkl0ZW1FcnJvckgAQggKBnJlc3VsdCIqCglJdGVtRXJyb3ISDAoEY29kZRgBIAEoBRIPCgdtZXNzYWdlGAIgASgJIkwKGUVucXVldWVSZXRyeUJhdGNoUmVzcG9uc2USLwoHcmVzdWx0cxgBIAMoCzIeLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5UmVzdWx0IjoKD0dldFJldHJ5UmVxdWVzdBIPCgdzZXJ2aWNlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJIj0KEkNhbmNlbFJldHJ5UmVxdWVzdBIPCgdzZXJ2aWNlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJIpYDChJMaXN0UmV0cmllc1JlcXVlc3QSDwoHc2VydmljZRgBIAEoCRIpCghzdGF0dXNlcxgCIAMoDjIXLnJlYm91bmQudjEuUmV0cnlTdGF0dXMSLQoJZHVlX2FmdGVyGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkdWVfYmVmb3JlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBJCCgphdHRyaWJ1dGVzGAUgAygLMi4ucmVib3VuZC52MS5MaXN0UmV0cmllc1JlcXVlc3QuQXR0cmlidXRlc0VudHJ5EhIKCmRlcGVuZGVuY3kYBiABKAkSFgoOZXJyb3JfY29udGFpbnMYByABKAkSGwoTc2FnYV90cmFuc2FjdGlvbl9pZBgIIAEoCRIRCglwYWdlX3NpemUYCSABKA0SEgoKcGFnZV90b2tlbhgKIAEoCRoxCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJZChNMaXN0UmV0cmllc1Jlc3BvbnNlEikKB3JldHJpZXMYASADKAsyGC5yZWJvdW5kLnYxLlJldHJ5U3VtbWFyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiiwMKDFJldHJ5U3VtbWFyeRIWCg50cmFuc2FjdGlvbl9pZBgBIAEoCRInCgZzdGF0dXMYAiABKA4yFy5yZWJvdW5kLnYxLlJldHJ5U3RhdHVzEg8KB2F0dGVtcHQYAyABKA0SLAoIZHVlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBSABKAkSEgoKZGVwZW5kZW5jeRgGIAEoCRIWCg5jaGFpbl9wb3NpdGlvbhgHIAEoDRIbChNzYWdhX3RyYW5zYWN0aW9uX2lkGAggASgJEhUKDWVucXVldWVfY291bnQYCSABKA0SFgoOZGVsaXZlcnlfY291bnQYCiABKA0SPAoKYXR0cmlidXRlcxgLIAMoCzIoLnJlYm91bmQudjEuUmV0cnlTdW1tYXJ5LkF0dHJpYnV0ZXNFbnRyeRoxCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJRChNDYW5jZWxSZXRyeVJlc3BvbnNlEicKBnN0YXR1cxgBIAEoDjIXLnJlYm91bmQudjEuUmV0cnlTdGF0dXMSEQoJY2FuY2VsbGVkGAIgASgIMp8DCgxSZXRyeVNlcnZpY2USUQoMRW5xdWV1ZVJldHJ5Eh8ucmVib3VuZC52MS5FbnF1ZXVlUmV0cnlSZXF1ZXN0GiAucmVib3VuZC52MS5FbnF1ZXVlUmV0cnlSZXNwb25zZRJgChFFbnF1ZXVlUmV0cnlCYXRjaBIkLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5QmF0Y2hSZXF1ZXN0GiUucmVib3VuZC52MS5FbnF1ZXVlUmV0cnlCYXRjaFJlc3BvbnNlEjoKCEdldFJldHJ5EhsucmVib3VuZC52MS5HZXRSZXRyeVJlcXVlc3QaES5yZWJvdW5kLnYxLlJldHJ5Ek4KC0NhbmNlbFJldHJ5Eh4ucmVib3VuZC52MS5DYW5jZWxSZXRyeVJlcXVlc3QaHy5yZWJvdW5kLnYxLkNhbmNlbFJldHJ5UmVzcG9uc2USTgoLTGlzdFJldHJpZXMSHi5yZWJvdW5kLnYxLkxpc3RSZXRyaWVzUmVxdWVzdBofLnJlYm91bmQudjEuTGlzdFJldHJpZXNSZXNwb25zZUJgCg5kZXYucmVib3VuZC52MUIKUmV0cnlQcm90b1ABWkBnaXRodWIuY29tL3JlYm91bmQtZGV2L3JlYm91bmQvY2xpZW50LXNkay9nby9yZWJvdW5kdjE7cmVib3VuZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_rebound_v1_types]);
+  fileDesc("ChZyZWJvdW5kL3YxL3JldHJ5LnByb3RvEgpyZWJvdW5kLnYxIvMDChNFbnF1ZXVlUmV0cnlSZXF1ZXN0Eg8KB3NlcnZpY2UYASABKAkSFgoOdHJhbnNhY3Rpb25faWQYAiABKAkSDwoHcGF5bG9hZBgDIAEoDBJDCgphdHRyaWJ1dGVzGAQgAygLMi8ucmVib3VuZC52MS5FbnF1ZXVlUmV0cnlSZXF1ZXN0LkF0dHJpYnV0ZXNFbnRyeRIqCgVkZWxheRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEi4KCGR1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAEicKBnBvbGljeRgHIAEoCzIXLnJlYm91bmQudjEuUmV0cnlQb2xpY3kSDwoHYXR0ZW1wdBgIIAEoDRISCgpsYXN0X2Vycm9yGAkgASgJEi8KDXRyYWNlX2NvbnRleHQYCiABKAsyGC5yZWJvdW5kLnYxLlRyYWNlQ29udGV4dBISCgpkZXBlbmRlbmN5GAsgASgJEi8KDWNvbXBlbnNhdGlvbnMYDCADKAsyGC5yZWJvdW5kLnYxLkNvbXBlbnNhdGlvbhoxCg9BdHRyaWJ1dGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIKCghzY2hlZHVsZSKGAQoURW5xdWV1ZVJldHJ5UmVzcG9uc2USFgoOdHJhbnNhY3Rpb25faWQYASABKAkSLAoIZHVlX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmdlbmVyYXRpb24YAyABKAQSFAoMZGVkdXBsaWNhdGVkGAQgASgIIk0KGEVucXVldWVSZXRyeUJhdGNoUmVxdWVzdBIxCghyZXF1ZXN0cxgBIAMoCzIfLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5UmVxdWVzdCJ8ChJFbnF1ZXVlUmV0cnlSZXN1bHQSNAoIcmVzcG9uc2UYASABKAsyIC5yZWJvdW5kLnYxLkVucXVldWVSZXRyeVJlc3BvbnNlSAASJgoFZXJyb3IYAiABKAsyFS5yZWJvdW5kLnYxLkl0ZW1FcnJvckgAQggKBnJlc3VsdCIqCglJdGVtRXJyb3ISDAoEY29kZRgBIAEoBRIPCgdtZXNzYWdlGAIgASgJIkwKGUVucXVldWVSZXRyeUJhdGNoUmVzcG9uc2USLwoHcmVzdWx0cxgBIAMoCzIeLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5UmVzdWx0IjoKD0dldFJldHJ5UmVxdWVzdBIPCgdzZXJ2aWNlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJIj0KEkNhbmNlbFJldHJ5UmVxdWVzdBIPCgdzZXJ2aWNlGAEgASgJEhYKDnRyYW5zYWN0aW9uX2lkGAIgASgJIqoDChJMaXN0UmV0cmllc1JlcXVlc3QSDwoHc2VydmljZRgBIAEoCRIpCghzdGF0dXNlcxgCIAMoDjIXLnJlYm91bmQudjEuUmV0cnlTdGF0dXMSLQoJZHVlX2FmdGVyGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkdWVfYmVmb3JlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBJCCgphdHRyaWJ1dGVzGAUgAygLMi4ucmVib3VuZC52MS5MaXN0UmV0cmllc1JlcXVlc3QuQXR0cmlidXRlc0VudHJ5EhIKCmRlcGVuZGVuY3kYBiABKAkSFgoOZXJyb3JfY29udGFpbnMYByABKAkSGwoTc2FnYV90cmFuc2FjdGlvbl9pZBgIIAEoCRIRCglwYWdlX3NpemUYCSABKA0SEgoKcGFnZV90b2tlbhgKIAEoCRISCgpsb2NhbF9vbmx5GAsgASgIGjEKD0F0dHJpYnV0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBInQKE0xpc3RSZXRyaWVzUmVzcG9uc2USKQoHcmV0cmllcxgBIAMoCzIYLnJlYm91bmQudjEuUmV0cnlTdW1tYXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRIZChF1bnJlYWNoYWJsZV9ub2RlcxgDIAMoCSK7AwoMUmV0cnlTdW1tYXJ5EhYKDnRyYW5zYWN0aW9uX2lkGAEgASgJEicKBnN0YXR1cxgCIAEoDjIXLnJlYm91bmQudjEuUmV0cnlTdGF0dXMSDwoHYXR0ZW1wdBgDIAEoDRIsCghkdWVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKbGFzdF9lcnJvchgFIAEoCRISCgpkZXBlbmRlbmN5GAYgASgJEhYKDmNoYWluX3Bvc2l0aW9uGAcgASgNEhsKE3NhZ2FfdHJhbnNhY3Rpb25faWQYCCABKAkSFQoNZW5xdWV1ZV9jb3VudBgJIAEoDRIWCg5kZWxpdmVyeV9jb3VudBgKIAEoDRI8CgphdHRyaWJ1dGVzGAsgAygLMigucmVib3VuZC52MS5SZXRyeVN1bW1hcnkuQXR0cmlidXRlc0VudHJ5Ei4KCGRlbGl2ZXJ5GAwgASgLMhwucmVib3VuZC52MS5JbkZsaWdodERlbGl2ZXJ5GjEKD0F0dHJpYnV0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpwBChBJbkZsaWdodERlbGl2ZXJ5Eg8KB25vZGVfaWQYASABKAkSEwoLZXhlY3V0b3JfaWQYAiABKAkSMAoMZGVsaXZlcmVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxhY2tfZGVhZGxpbmUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIvMBChNBY3RPblJldHJpZXNSZXF1ZXN0EjEKCXNlbGVjdGlvbhgBIAEoCzIeLnJlYm91bmQudjEuTGlzdFJldHJpZXNSZXF1ZXN0EhcKD3RyYW5zYWN0aW9uX2lkcxgCIAMoCRInCgZhY3Rpb24YAyABKA4yFy5yZWJvdW5kLnYxLlJldHJ5QWN0aW9uEiwKCGR1ZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgltYXhfaXRlbXMYBSABKA0SFgoObWF4X3Blcl9zZWNvbmQYBiABKA0SDgoGcmVhc29uGAcgASgJIlEKFEFjdE9uUmV0cmllc1Jlc3BvbnNlEg8KB2NoYW5nZWQYASABKA0SDwoHc2tpcHBlZBgCIAEoDRIXCg9uZXh0X3BhZ2VfdG9rZW4YAyABKAkiUQoTQ2FuY2VsUmV0cnlSZXNwb25zZRInCgZzdGF0dXMYASABKA4yFy5yZWJvdW5kLnYxLlJldHJ5U3RhdHVzEhEKCWNhbmNlbGxlZBgCIAEoCCqZAQoLUmV0cnlBY3Rpb24SHAoYUkVUUllfQUNUSU9OX1VOU1BFQ0lGSUVEEAASGAoUUkVUUllfQUNUSU9OX1JVTl9OT1cQARIbChdSRVRSWV9BQ1RJT05fUkVTQ0hFRFVMRRACEhcKE1JFVFJZX0FDVElPTl9DQU5DRUwQAxIcChhSRVRSWV9BQ1RJT05fREVBRF9MRVRURVIQBDLyAwoMUmV0cnlTZXJ2aWNlElEKDEVucXVldWVSZXRyeRIfLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5UmVxdWVzdBogLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5UmVzcG9uc2USYAoRRW5xdWV1ZVJldHJ5QmF0Y2gSJC5yZWJvdW5kLnYxLkVucXVldWVSZXRyeUJhdGNoUmVxdWVzdBolLnJlYm91bmQudjEuRW5xdWV1ZVJldHJ5QmF0Y2hSZXNwb25zZRI6CghHZXRSZXRyeRIbLnJlYm91bmQudjEuR2V0UmV0cnlSZXF1ZXN0GhEucmVib3VuZC52MS5SZXRyeRJOCgtDYW5jZWxSZXRyeRIeLnJlYm91bmQudjEuQ2FuY2VsUmV0cnlSZXF1ZXN0Gh8ucmVib3VuZC52MS5DYW5jZWxSZXRyeVJlc3BvbnNlEk4KC0xpc3RSZXRyaWVzEh4ucmVib3VuZC52MS5MaXN0UmV0cmllc1JlcXVlc3QaHy5yZWJvdW5kLnYxLkxpc3RSZXRyaWVzUmVzcG9uc2USUQoMQWN0T25SZXRyaWVzEh8ucmVib3VuZC52MS5BY3RPblJldHJpZXNSZXF1ZXN0GiAucmVib3VuZC52MS5BY3RPblJldHJpZXNSZXNwb25zZUJgCg5kZXYucmVib3VuZC52MUIKUmV0cnlQcm90b1ABWkBnaXRodWIuY29tL3JlYm91bmQtZGV2L3JlYm91bmQvY2xpZW50LXNkay9nby9yZWJvdW5kdjE7cmVib3VuZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_rebound_v1_types]);
 
 /**
  * @generated from message rebound.v1.EnqueueRetryRequest
@@ -307,9 +307,11 @@ export type ListRetriesRequest = Message<"rebound.v1.ListRetriesRequest"> & {
   service: string;
 
   /**
-   * The statuses to list: SCHEDULED (from the directory) and DEAD (from the dead letters of
-   * the retention period), the scheduled ones first. Empty: SCHEDULED. A SUCCEEDED or
-   * CANCELLED retry is read by id (GetRetry).
+   * The statuses to list, in this order whatever the order given: SCHEDULED (from the
+   * directory; the ones in flight included), IN_FLIGHT (delivered and awaiting their ack, from
+   * every node's memory, with their delivery) and DEAD (from the dead letters of the
+   * retention period). Empty: SCHEDULED. SUCCEEDED and CANCELLED are refused: read a finished
+   * retry by id (GetRetry).
    *
    * @generated from field: repeated rebound.v1.RetryStatus statuses = 2;
    */
@@ -369,6 +371,14 @@ export type ListRetriesRequest = Message<"rebound.v1.ListRetriesRequest"> & {
    * @generated from field: string page_token = 10;
    */
   pageToken: string;
+
+  /**
+   * Only this node's retries in flight, all of them that match (at most 5,000), without a
+   * page token: how the node answering an IN_FLIGHT listing asks the other nodes.
+   *
+   * @generated from field: bool local_only = 11;
+   */
+  localOnly: boolean;
 };
 
 /**
@@ -384,7 +394,8 @@ export const ListRetriesRequestSchema: GenMessage<ListRetriesRequest> = /*@__PUR
 export type ListRetriesResponse = Message<"rebound.v1.ListRetriesResponse"> & {
   /**
    * Scheduled retries oldest window first (within a window, in the order the directory keeps
-   * them), then dead ones in the order of their dead letters (day, time of death).
+   * them), then the ones in flight by due time, then dead ones in the order of their dead
+   * letters (day, time of death).
    *
    * @generated from field: repeated rebound.v1.RetrySummary retries = 1;
    */
@@ -397,6 +408,14 @@ export type ListRetriesResponse = Message<"rebound.v1.ListRetriesResponse"> & {
    * @generated from field: string next_page_token = 2;
    */
   nextPageToken: string;
+
+  /**
+   * Nodes that did not answer for their retries in flight (an IN_FLIGHT listing): theirs are
+   * missing from it.
+   *
+   * @generated from field: repeated string unreachable_nodes = 3;
+   */
+  unreachableNodes: string[];
 };
 
 /**
@@ -469,6 +488,13 @@ export type RetrySummary = Message<"rebound.v1.RetrySummary"> & {
    * @generated from field: map<string, string> attributes = 11;
    */
   attributes: { [key: string]: string };
+
+  /**
+   * For a retry in flight (status IN_FLIGHT): its delivery.
+   *
+   * @generated from field: rebound.v1.InFlightDelivery delivery = 12;
+   */
+  delivery?: InFlightDelivery | undefined;
 };
 
 /**
@@ -477,6 +503,141 @@ export type RetrySummary = Message<"rebound.v1.RetrySummary"> & {
  */
 export const RetrySummarySchema: GenMessage<RetrySummary> = /*@__PURE__*/
   messageDesc(file_rebound_v1_retry, 10);
+
+/**
+ * A delivery awaiting its ack.
+ *
+ * @generated from message rebound.v1.InFlightDelivery
+ */
+export type InFlightDelivery = Message<"rebound.v1.InFlightDelivery"> & {
+  /**
+   * The node that delivered it and awaits the ack, and the executor it went to
+   * (SubscribeRequest.executor_id; "push" for a push target).
+   *
+   * @generated from field: string node_id = 1;
+   */
+  nodeId: string;
+
+  /**
+   * @generated from field: string executor_id = 2;
+   */
+  executorId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp delivered_at = 3;
+   */
+  deliveredAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp ack_deadline = 4;
+   */
+  ackDeadline?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message rebound.v1.InFlightDelivery.
+ * Use `create(InFlightDeliverySchema)` to create a new message.
+ */
+export const InFlightDeliverySchema: GenMessage<InFlightDelivery> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_retry, 11);
+
+/**
+ * @generated from message rebound.v1.ActOnRetriesRequest
+ */
+export type ActOnRetriesRequest = Message<"rebound.v1.ActOnRetriesRequest"> & {
+  /**
+   * Which retries: those this listing would return (its service and filters), SCHEDULED ones
+   * only, so its statuses must be empty or SCHEDULED. Its page_token resumes an earlier call
+   * (ActOnRetriesResponse.next_page_token); its page_size is not used (see max_items).
+   *
+   * @generated from field: rebound.v1.ListRetriesRequest selection = 1;
+   */
+  selection?: ListRetriesRequest | undefined;
+
+  /**
+   * When set, exactly these retries of selection.service (1 to 1,000 ids), each acted on only
+   * while it is SCHEDULED and matches the selection's filters; no page_token then.
+   *
+   * @generated from field: repeated string transaction_ids = 2;
+   */
+  transactionIds: string[];
+
+  /**
+   * @generated from field: rebound.v1.RetryAction action = 3;
+   */
+  action: RetryAction;
+
+  /**
+   * RETRY_ACTION_RESCHEDULE only, and required there: the new due time (a time past is now;
+   * at most REBOUND_MAX_DELAY_SECONDS ahead).
+   *
+   * @generated from field: google.protobuf.Timestamp due_time = 4;
+   */
+  dueTime?: Timestamp | undefined;
+
+  /**
+   * Retries acted on (changed or skipped) per call at most: 1-100,000; unset (0): 1,000.
+   *
+   * @generated from field: uint32 max_items = 5;
+   */
+  maxItems: number;
+
+  /**
+   * The pace: 1-100,000 retries per second; unset (0): 500.
+   *
+   * @generated from field: uint32 max_per_second = 6;
+   */
+  maxPerSecond: number;
+
+  /**
+   * Why, recorded in each changed retry's attempt history (at most 512 bytes).
+   *
+   * @generated from field: string reason = 7;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message rebound.v1.ActOnRetriesRequest.
+ * Use `create(ActOnRetriesRequestSchema)` to create a new message.
+ */
+export const ActOnRetriesRequestSchema: GenMessage<ActOnRetriesRequest> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_retry, 12);
+
+/**
+ * @generated from message rebound.v1.ActOnRetriesResponse
+ */
+export type ActOnRetriesResponse = Message<"rebound.v1.ActOnRetriesResponse"> & {
+  /**
+   * Retries this call changed.
+   *
+   * @generated from field: uint32 changed = 1;
+   */
+  changed: number;
+
+  /**
+   * Selected, but left as they were: already as the action would leave them, or finished,
+   * rescheduled out of the filters or changed by another call meanwhile.
+   *
+   * @generated from field: uint32 skipped = 2;
+   */
+  skipped: number;
+
+  /**
+   * Empty: the whole selection was acted on. Otherwise call again with it as the
+   * selection's page_token (max_items was reached, or one call's read budget spent).
+   *
+   * @generated from field: string next_page_token = 3;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message rebound.v1.ActOnRetriesResponse.
+ * Use `create(ActOnRetriesResponseSchema)` to create a new message.
+ */
+export const ActOnRetriesResponseSchema: GenMessage<ActOnRetriesResponse> = /*@__PURE__*/
+  messageDesc(file_rebound_v1_retry, 13);
 
 /**
  * @generated from message rebound.v1.CancelRetryResponse
@@ -502,7 +663,52 @@ export type CancelRetryResponse = Message<"rebound.v1.CancelRetryResponse"> & {
  * Use `create(CancelRetryResponseSchema)` to create a new message.
  */
 export const CancelRetryResponseSchema: GenMessage<CancelRetryResponse> = /*@__PURE__*/
-  messageDesc(file_rebound_v1_retry, 11);
+  messageDesc(file_rebound_v1_retry, 14);
+
+/**
+ * @generated from enum rebound.v1.RetryAction
+ */
+export enum RetryAction {
+  /**
+   * @generated from enum value: RETRY_ACTION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Due at once, no attempt used.
+   *
+   * @generated from enum value: RETRY_ACTION_RUN_NOW = 1;
+   */
+  RUN_NOW = 1,
+
+  /**
+   * Due at ActOnRetriesRequest.due_time, no attempt used.
+   *
+   * @generated from enum value: RETRY_ACTION_RESCHEDULE = 2;
+   */
+  RESCHEDULE = 2,
+
+  /**
+   * As CancelRetry.
+   *
+   * @generated from enum value: RETRY_ACTION_CANCEL = 3;
+   */
+  CANCEL = 3,
+
+  /**
+   * Ended DEAD with a dead letter, as if its attempts were exhausted (a saga step's
+   * compensations then start).
+   *
+   * @generated from enum value: RETRY_ACTION_DEAD_LETTER = 4;
+   */
+  DEAD_LETTER = 4,
+}
+
+/**
+ * Describes the enum rebound.v1.RetryAction.
+ */
+export const RetryActionSchema: GenEnum<RetryAction> = /*@__PURE__*/
+  enumDesc(file_rebound_v1_retry, 0);
 
 /**
  * The producer side: services record a transient failure and go back to serving traffic.
@@ -562,6 +768,19 @@ export const RetryService: GenService<{
     methodKind: "unary";
     input: typeof ListRetriesRequestSchema;
     output: typeof ListRetriesResponseSchema;
+  },
+  /**
+   * Acts on the scheduled retries a ListRetries selection names: runs them now, reschedules
+   * them, cancels them or moves them to the dead letters, at a bounded rate, and records the
+   * action in each one's attempt history. Idempotent: a retry already as the action would
+   * leave it is skipped. Never undoes a cancel or a SUCCEEDED ack.
+   *
+   * @generated from rpc rebound.v1.RetryService.ActOnRetries
+   */
+  actOnRetries: {
+    methodKind: "unary";
+    input: typeof ActOnRetriesRequestSchema;
+    output: typeof ActOnRetriesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_rebound_v1_retry, 0);
