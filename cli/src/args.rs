@@ -113,7 +113,8 @@ Examples:
     #[command(after_help = "\
 Oldest first: the first attempt and the most recent ones (at most 10), with a count of those
 not kept between them. OUTCOME is SUCCEEDED, RETRY, FAILED, DEADLINE_EXPIRED, HELD or SNOOZED
-(the last two use no attempt). Exit code 3 when there is no such retry.
+(the last two use no attempt), or an operator's RUN_NOW, RESCHEDULED, CANCELLED or DEAD_LETTERED
+(`rebound act`: EXECUTOR names who, ERROR the reason). Exit code 3 when there is no such retry.
 
 Examples:
   rebound history orders order-42/charge

@@ -183,3 +183,20 @@ pub async fn wait_for_shared_ring(ch: &Channel, nodes: usize) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// `n` nodes `n0`, `n1`, ... on `keyspace`, each on a free port, connected, and sharing the
+/// ring: the processes (kept alive as long as they are held) and a channel to each.
+pub async fn shared_ring(keyspace: &str, n: usize) -> (Vec<Proc>, Vec<Channel>) {
+    let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+    let nodes = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| spawn_node(keyspace, *p, &format!("n{i}")))
+        .collect();
+    let mut chans = Vec::with_capacity(n);
+    for p in ports {
+        chans.push(connect(p).await);
+    }
+    wait_for_shared_ring(&chans[0], n).await;
+    (nodes, chans)
+}

@@ -13,7 +13,7 @@ use std::{
 
 use rebound_integration_tests::{
     ack, ack_req, batch_accepted, drop_keyspace, enqueue_req,
-    process::{connect, free_port, spawn_node, wait_for_shared_ring},
+    process::{connect, free_port, shared_ring, spawn_node},
     subscribe_all, unique_keyspace,
 };
 use rebound_proto::v1::{
@@ -28,18 +28,7 @@ const ROUNDS: usize = 200;
 #[tokio::test]
 async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
     let keyspace = unique_keyspace("cancel");
-    let ports = [free_port(), free_port()];
-    let nodes: Vec<_> = ports
-        .iter()
-        .enumerate()
-        .map(|(i, p)| spawn_node(&keyspace, *p, &format!("n{i}")))
-        .collect();
-    let mut chans: Vec<Channel> = Vec::new();
-    for p in ports {
-        chans.push(connect(p).await);
-    }
-    // Both nodes hold part of the ring before anything is due.
-    wait_for_shared_ring(&chans[0], 2).await;
+    let (nodes, chans) = shared_ring(&keyspace, 2).await;
     let mut rx = subscribe_all(&chans, "payments", 500).await;
     let resp = RetryServiceClient::new(chans[0].clone())
         .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {
@@ -229,17 +218,7 @@ async fn two_enqueues_of_one_transaction_on_two_nodes_leave_one_live_retry() {
 async fn an_action_on_one_node_never_undoes_a_cancel_or_an_ack_on_another() {
     const ACTED: usize = 150;
     let keyspace = unique_keyspace("actrace");
-    let ports = [free_port(), free_port()];
-    let nodes: Vec<_> = ports
-        .iter()
-        .enumerate()
-        .map(|(i, p)| spawn_node(&keyspace, *p, &format!("n{i}")))
-        .collect();
-    let mut chans: Vec<Channel> = Vec::new();
-    for p in ports {
-        chans.push(connect(p).await);
-    }
-    wait_for_shared_ring(&chans[0], 2).await;
+    let (nodes, chans) = shared_ring(&keyspace, 2).await;
     let mut rx = subscribe_all(&chans, "payments", 500).await;
     let resp = RetryServiceClient::new(chans[0].clone())
         .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {

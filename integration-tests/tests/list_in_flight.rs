@@ -11,9 +11,8 @@ use std::{
 };
 
 use rebound_integration_tests::{
-    ack, ack_req, batch_accepted, drop_keyspace, enqueue_req,
-    process::{connect, free_port, spawn_node, wait_for_shared_ring},
-    subscribe_all, unique_keyspace,
+    ack, ack_req, batch_accepted, drop_keyspace, enqueue_req, process::shared_ring, subscribe_all,
+    unique_keyspace,
 };
 use rebound_proto::v1::{self as pb, retry_service_client::RetryServiceClient};
 use tonic::transport::Channel;
@@ -48,17 +47,7 @@ async fn in_flight(ch: &Channel) -> (Vec<pb::RetrySummary>, BTreeSet<String>) {
 #[tokio::test]
 async fn a_listing_on_one_node_shows_the_retries_in_flight_on_every_node() {
     let keyspace = unique_keyspace("inflight");
-    let ports = [free_port(), free_port()];
-    let nodes: Vec<_> = ports
-        .iter()
-        .enumerate()
-        .map(|(i, p)| spawn_node(&keyspace, *p, &format!("n{i}")))
-        .collect();
-    let mut chans: Vec<Channel> = Vec::new();
-    for p in ports {
-        chans.push(connect(p).await);
-    }
-    wait_for_shared_ring(&chans[0], 2).await;
+    let (nodes, chans) = shared_ring(&keyspace, 2).await;
     let mut rx = subscribe_all(&chans, "payments", 100).await;
     let resp = RetryServiceClient::new(chans[0].clone())
         .enqueue_retry_batch(pb::EnqueueRetryBatchRequest {

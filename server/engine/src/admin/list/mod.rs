@@ -251,8 +251,9 @@ impl Page {
 
 impl Handle {
     /// ListRetries: the validated request's scheduled retries, oldest window first, each
-    /// live pointer's state row checked against the filters; then, when asked for, its dead
-    /// ones, in the order of their dead letters. The caller's right to the service is the
+    /// live pointer's state row checked against the filters; then, when asked for, the ones
+    /// in flight on every node (peers asked with `authorization`, the caller's), and the dead
+    /// ones in the order of their dead letters. The caller's right to the service is the
     /// transport's to check first.
     pub async fn list_retries(
         &self,

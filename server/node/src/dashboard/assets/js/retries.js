@@ -46,7 +46,9 @@ export function retriesPage(name) {
 		status: h(
 			"select",
 			{ id: "rt-status" },
-			["SCHEDULED", "DEAD", "SUCCEEDED", "CANCELLED"].map((v) => h("option", { value: v }, v.toLowerCase())),
+			["SCHEDULED", "IN_FLIGHT", "DEAD"].map((v) =>
+				h("option", { value: v }, v.toLowerCase().replace("_", " ")),
+			),
 		),
 		after: h("input", { id: "rt-after", type: "datetime-local", step: 1 }),
 		before: h("input", { id: "rt-before", type: "datetime-local", step: 1 }),
@@ -168,7 +170,8 @@ export function retriesPage(name) {
 	}
 	function showSelection() {
 		// Actions act on scheduled retries only.
-		actions.hidden = (filter?.status ?? "SCHEDULED") !== "SCHEDULED";
+		// (The actions row is a flex box: the hidden attribute alone would not hide it.)
+		actions.style.display = (filter?.status ?? "SCHEDULED") === "SCHEDULED" ? "" : "none";
 		runNow.disabled = selected.size === 0;
 		cancel.disabled = selected.size === 0;
 		runNow.textContent = `Run now (${selected.size})…`;
@@ -247,7 +250,7 @@ export function retriesPage(name) {
 		h(
 			"p",
 			{ class: "muted" },
-			"Scheduled ones oldest first, by window; dead ones in the order they died; succeeded and cancelled ones, kept for the terminal TTL, in the order the store keeps them.",
+			"Scheduled ones oldest first, by window; those in flight by due time, on every node; dead ones in the order they died. Finished retries are looked up by id.",
 		),
 		h("section", { class: "card" }, form),
 		h("section", { class: "card" }, listBox, actions, actBox, progress, body, pages.el),
