@@ -180,6 +180,10 @@ def test_list_filters_and_pages(node: Node) -> None:
         assert sorted(r.transaction_id for r in mine) == ["l-0", "l-2"]
         assert all(r.status == RetryStatus.SCHEDULED and r.attempt == 1 for r in mine)
         assert mine[0].attributes == {"customer": "42"} and mine[0].due_time is not None
+        # Other statuses: none of these is in flight or dead.
+        assert (
+            list(c.list_retries("pylist", statuses=[RetryStatus.IN_FLIGHT, RetryStatus.DEAD])) == []
+        )
         with pytest.raises(ReboundError) as e:
             list(c.list_retries("pylist", page_size=501))
         assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT

@@ -255,6 +255,12 @@ export function attemptFromProto(a: AttemptMessage): Attempt {
 
 /** What `listRetries` filters on; every field given must match. */
 export interface ListFilter {
+  /**
+   * Which retries, listed in this order: `RetryStatus.SCHEDULED` (when none are given: these
+   * alone), `RetryStatus.IN_FLIGHT` (delivered and awaiting their ack, on any node),
+   * `RetryStatus.DEAD`.
+   */
+  statuses?: RetryStatus[];
   /** Every one of these attributes, with these values. */
   attributes?: Record<string, string>;
   /** A substring of the last error. */
@@ -453,6 +459,7 @@ export class Client {
     for (;;) {
       const request = {
         service,
+        statuses: filter.statuses ?? [],
         attributes: filter.attributes ?? {},
         errorContains: filter.errorContains ?? "",
         dependency: filter.dependency ?? "",

@@ -222,6 +222,11 @@ test("list filters and pages", async () => {
     mine.push(r);
   assert.deepEqual(mine.map((r) => r.transactionId).sort(), ["l-0", "l-2"]);
   assert.ok(mine.every((r) => r.status === RetryStatus.SCHEDULED && r.attempt === 1 && r.dueTime));
+  // Other statuses: none of these is in flight or dead.
+  const others = [];
+  for await (const r of c.listRetries("tslist", { statuses: [RetryStatus.IN_FLIGHT, RetryStatus.DEAD] }))
+    others.push(r);
+  assert.deepEqual(others, []);
   await assert.rejects(
     async () => {
       for await (const _ of c.listRetries("tslist", { pageSize: 501 })) void _;
