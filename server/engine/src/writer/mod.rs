@@ -416,7 +416,15 @@ impl Writer {
         let guard = (!fresh && state.conditional_writes()).then_some(state.generation);
         state.status = Status::Scheduled;
         let above = state.generation_floor();
-        state.base_generation = state.generation;
+        // The new schedule keeps its lineage's base: the generation the retry was last started
+        // from. A RETRY ack's schedule, or an operator's, may race a SUCCEEDED ack of another
+        // delivery of that lineage (one started before a re-enqueue made it due again), and
+        // that ack's cell must cover it; with the answered generation as base, the retry ran
+        // again after the ack had answered OK. A row written before schema 0007 has no base,
+        // and derives from its generation. A fresh start derives from itself.
+        if state.base_generation == 0 {
+            state.base_generation = state.generation;
+        }
         state.generation = new_generation(above, now);
         if fresh {
             state.base_generation = state.generation;

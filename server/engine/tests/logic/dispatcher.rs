@@ -592,3 +592,38 @@ async fn instances_held_back_by_the_worker_limit_start_when_a_worker_has_fed() {
         .expect("every instance delivered long before the next scan (a minute away)");
     assert_eq!(got.len(), N);
 }
+
+/// Two deliveries of one lineage at once: the first still running when a re-enqueue made the
+/// retry due again and a second executor answered RETRY. The first then acknowledges
+/// SUCCEEDED and answers OK: nothing is delivered after it.
+#[tokio::test]
+async fn a_succeeded_ack_covers_a_retry_answered_by_a_later_delivery_of_its_lineage() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let w = next_window(&rig);
+    rig.enqueue("svc", "both", 0).await;
+    let mut sub = rig.subscribe("svc", 10).await;
+    rig.clock.set(readable_at(&rig, w));
+    rig.scan().await;
+    let first = expect_delivery(&mut sub).await;
+    let again = rig.enqueue("svc", "both", 3_000).await;
+    assert!(again.deduplicated);
+    let w2 = rig.location("svc", "both").await.window;
+    rig.clock.set(readable_at(&rig, w2));
+    rig.scan().await;
+    let second = expect_delivery(&mut sub).await;
+    assert_eq!(second.transaction_id, "both");
+    rig.ack(&second, pb::AckOutcome::Retry, Some(5_000))
+        .await
+        .unwrap();
+    rig.ack(&first, pb::AckOutcome::Succeeded, None)
+        .await
+        .unwrap();
+    assert_eq!(rig.state("svc", "both").await.status, Status::Succeeded);
+    let w3 = rig.location("svc", "both").await.window;
+    rig.clock.set(readable_at(&rig, w3));
+    rig.scan().await;
+    assert!(
+        next_delivery(&mut sub, 300).await.is_none(),
+        "delivered again after a SUCCEEDED ack"
+    );
+}
