@@ -10,6 +10,7 @@
 pub mod consistency;
 mod dead_letters;
 mod directory;
+mod finished;
 mod holds;
 mod leases;
 mod legacy;

@@ -80,6 +80,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0012_settings.cql",
         cql: include_str!("../../../schema/0012_settings.cql"),
     },
+    Migration {
+        version: 13,
+        name: "0013_finished.cql",
+        cql: include_str!("../../../schema/0013_finished.cql"),
+    },
 ];
 
 /// Splits a migration file into statements: drops `--` comment lines, splits on `;`.

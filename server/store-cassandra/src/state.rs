@@ -26,14 +26,14 @@ use scylla::{
 };
 
 use super::{
-    batchable, legacy, map_execution_error, observed, parse_status, ttl_of,
+    batchable, finished::FinishedLog, legacy, map_execution_error, observed, parse_status, ttl_of,
     write_clock::WriteClock, CassandraStore, Prep,
 };
 use rebound_common::coalesce::{Counts, Limits};
 use rebound_store::{
     body::{Body, StateCells},
     coalesced::CoalesceOptions,
-    StateStore, Status, StoreError, StoreLifecycle, StoreResult, TxState, WriteTime,
+    FinishedPage, StateStore, Status, StoreError, StoreLifecycle, StoreResult, TxState, WriteTime,
 };
 
 /// Most state rows one read carries (`transaction_id IN ?`).
@@ -177,6 +177,7 @@ impl States {
             put_at: put_state_at,
             get: get_states,
             legacy: legacy::Statements::prepare(p).await?,
+            finished: FinishedLog::prepare(p, region, cluster).await?,
             clock: WriteClock::default(),
             reads: RequestCounts::default(),
             writes: RequestCounts::default(),
@@ -228,6 +229,8 @@ struct StateIo {
     put_at: PreparedStatement,
     get: PreparedStatement,
     legacy: legacy::Statements,
+    /// The finished log: every SUCCEEDED or CANCELLED row written is logged there too.
+    finished: FinishedLog,
     /// The write timestamps of every write of this store but a settle's and a conditional
     /// one's (docs/architecture.md, "A SUCCEEDED ack is one write").
     clock: WriteClock,
@@ -305,8 +308,20 @@ impl StateIo {
                 timestamp: ts.unwrap_or_else(|| self.clock.next()),
             })
             .collect();
-        match self.write(&self.put_at, at).await {
-            Ok(_) => Ok(vec![(); n]),
+        // The finished log beside the rows: an entry without its row is never listed (the
+        // listing reads the row), a row without its entry is an unknown outcome.
+        let finished = legacy
+            .iter()
+            .chain(rows.iter())
+            .map(|(s, ttl, _)| (s, *ttl));
+        let (rows_written, logged) =
+            futures::join!(self.write(&self.put_at, at), self.finished.log(finished));
+        match rows_written {
+            Ok(_) => logged.map(|()| vec![(); n]).map_err(|e| {
+                StoreError::Timeout(format!(
+                    "the state rows were written, their finished-log entries may not be: {e}"
+                ))
+            }),
             Err((e, partly)) => Err(failed(&e, written || partly)),
         }
     }
@@ -519,14 +534,23 @@ impl CassandraStore {
         let mut batch = Batch::new(BatchType::Logged);
         batch.append_statement(io.put.clone());
         batch.append_statement(condition.clone());
-        let res = observed(
-            condition.get_statement(),
-            self.session
-                .batch(&batch, (io.values(s, ttl_seconds), values)),
-        )
-        .await
-        .map_err(|e| map_execution_error(&e))?;
-        Ok(super::lwt_result(res)?.0)
+        let (res, logged) = futures::join!(
+            observed(
+                condition.get_statement(),
+                self.session
+                    .batch(&batch, (io.values(s, ttl_seconds), values)),
+            ),
+            io.finished.log(std::iter::once((s, ttl_seconds)))
+        );
+        let applied = super::lwt_result(res.map_err(|e| map_execution_error(&e))?)?.0;
+        if applied {
+            logged.map_err(|e| {
+                StoreError::Timeout(format!(
+                    "the state row was written, its finished-log entry may not be: {e}"
+                ))
+            })?;
+        }
+        Ok(applied)
     }
 }
 
@@ -695,26 +719,38 @@ impl StateStore for CassandraStore {
             &state.service,
             &state.transaction_id,
         );
-        let r = if state.legacy_columns {
-            batch.append_statement(io.legacy.put.clone());
-            batch.append_statement(self.state.put_cancel.clone());
-            observed(
-                self.state.put_cancel.get_statement(),
-                self.session
-                    .batch(&batch, (io.legacy_values(state, Some(ttl_seconds)), cancel)),
-            )
-            .await
-        } else {
-            batch.append_statement(io.put.clone());
-            batch.append_statement(self.state.put_cancel.clone());
-            observed(
-                self.state.put_cancel.get_statement(),
-                self.session
-                    .batch(&batch, (io.values(state, Some(ttl_seconds)), cancel)),
-            )
-            .await
+        let batch_written = async {
+            if state.legacy_columns {
+                batch.append_statement(io.legacy.put.clone());
+                batch.append_statement(self.state.put_cancel.clone());
+                observed(
+                    self.state.put_cancel.get_statement(),
+                    self.session
+                        .batch(&batch, (io.legacy_values(state, Some(ttl_seconds)), cancel)),
+                )
+                .await
+            } else {
+                batch.append_statement(io.put.clone());
+                batch.append_statement(self.state.put_cancel.clone());
+                observed(
+                    self.state.put_cancel.get_statement(),
+                    self.session
+                        .batch(&batch, (io.values(state, Some(ttl_seconds)), cancel)),
+                )
+                .await
+            }
         };
-        r.map(|_| ()).map_err(|e| map_execution_error(&e))
+        // The finished log beside the batch (`StateIo::put`).
+        let (r, logged) = futures::join!(
+            batch_written,
+            io.finished.log(std::iter::once((state, Some(ttl_seconds))))
+        );
+        r.map_err(|e| map_execution_error(&e))?;
+        logged.map_err(|e| {
+            StoreError::Timeout(format!(
+                "the cancel was written, its finished-log entry may not be: {e}"
+            ))
+        })
     }
 
     async fn get_state(&self, service: &str, txid: &str) -> StoreResult<Option<TxState>> {
@@ -742,6 +778,21 @@ impl StateStore for CassandraStore {
             .try_collect()
             .await?;
         Ok(parts.into_iter().flatten().collect())
+    }
+
+    async fn list_finished(
+        &self,
+        service: &str,
+        status: Status,
+        after: (i64, &str),
+        until_second: i64,
+        limit: usize,
+    ) -> StoreResult<FinishedPage> {
+        self.state
+            .io
+            .finished
+            .list(service, status, after, until_second, limit)
+            .await
     }
 
     async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>> {

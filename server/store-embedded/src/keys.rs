@@ -30,6 +30,7 @@ pub enum Table {
     Meta = 14,
     Holds = 15,
     Probes = 16,
+    Finished = 17,
 }
 
 /// A key under construction (or a partition prefix).

@@ -8,19 +8,22 @@ use prost::Message;
 
 use super::{
     expiry,
-    keys::{Dec, Enc, Key, Table},
+    keys::{Dec, Enc, Key, KeyReader, Table},
     EmbeddedStore, Snapshot, Writer,
 };
 use rebound_store::{
     body::{Body, StateCells},
-    StateStore, Status, StoreError, StoreResult, TxState, WriteTime,
+    finished_second, is_logged_finished, FinishedEntry, FinishedPage, StateStore, Status,
+    StoreError, StoreResult, TxState, WriteTime,
 };
 
-/// The three keys of one transaction's state: main row, cancel cell, succeeded cell.
+/// The keys of one transaction's state: main row, cancel cell, succeeded cell, and the
+/// partition of the finished log its service's entries of a status go to.
 struct StateKeys {
     main: Key,
     cancel: Key,
     succeeded: Key,
+    finished: Key,
 }
 
 impl EmbeddedStore {
@@ -30,6 +33,7 @@ impl EmbeddedStore {
             main: k(Table::State),
             cancel: k(Table::CancelCell),
             succeeded: k(Table::SucceededCell),
+            finished: self.key(Table::Finished).str(service),
         }
     }
 }
@@ -105,6 +109,16 @@ fn put_state(
     if s.status == Status::Succeeded {
         let cell = Enc::new().i64(s.generation).i64(at).into_bytes();
         put_at(w, (&k.succeeded, false), &cell, exp, at)?;
+    }
+    // The finished log, whether or not the row's write won (as Cassandra's own partition).
+    if is_logged_finished(s.status) {
+        let key = k
+            .finished
+            .clone()
+            .str(s.status.as_str())
+            .i64(finished_second(s))
+            .str(&s.transaction_id);
+        w.put(key.as_bytes(), &generation_cell(s.generation), exp)?;
     }
     Ok(())
 }
@@ -274,6 +288,43 @@ impl StateStore for EmbeddedStore {
             })
         })
         .await
+    }
+
+    async fn list_finished(
+        &self,
+        service: &str,
+        status: Status,
+        after: (i64, &str),
+        until_second: i64,
+        limit: usize,
+    ) -> StoreResult<FinishedPage> {
+        let part = self.key(Table::Finished).str(service).str(status.as_str());
+        let n = part.as_bytes().len();
+        // Strictly after `after`: an encoded id is never the prefix of another key, so the
+        // next key up is the encoding followed by a zero byte.
+        let mut from = part.clone().i64(after.0).str(after.1).into_bytes();
+        from.push(0);
+        let to = part.i64(until_second).into_bytes();
+        let rows = self
+            .blocking(move |i| i.scan(&from, Some(&to), limit))
+            .await?;
+        let full = rows.len() >= limit;
+        let entries = rows
+            .iter()
+            .map(|(k, v)| {
+                let mut r = KeyReader::after(k, n)?;
+                Ok(FinishedEntry {
+                    second: r.i64()?,
+                    transaction_id: r.str()?,
+                    generation: Dec::new(v).i64()?,
+                })
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        let next = entries
+            .last()
+            .filter(|_| full)
+            .map(|e| (e.second, e.transaction_id.clone()));
+        Ok(FinishedPage { entries, next })
     }
 
     async fn put_states(&self, rows: Vec<(TxState, Option<u32>)>) -> Vec<StoreResult<()>> {

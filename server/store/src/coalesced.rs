@@ -16,7 +16,7 @@ use rebound_common::{
     tasks::Tasks,
 };
 
-use crate::{StateStore, StoreError, StoreLifecycle, StoreResult, TxState};
+use crate::{FinishedPage, StateStore, Status, StoreError, StoreLifecycle, StoreResult, TxState};
 
 /// How the layer batches: the limits of the state-row reads (per service) and writes (per
 /// node, plain and settles apart), and what a row weighs against the writes' `max_weight`.
@@ -234,6 +234,18 @@ impl<S: StateStore + ?Sized + 'static> StateStore for Coalesced<S> {
     ) -> StoreResult<bool> {
         self.inner
             .cancel_state_if(state, ttl_seconds, cancel_ttl_seconds)
+            .await
+    }
+    async fn list_finished(
+        &self,
+        service: &str,
+        status: Status,
+        after: (i64, &str),
+        until_second: i64,
+        limit: usize,
+    ) -> StoreResult<FinishedPage> {
+        self.inner
+            .list_finished(service, status, after, until_second, limit)
             .await
     }
 }

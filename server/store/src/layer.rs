@@ -7,9 +7,9 @@ use futures::stream::BoxStream;
 
 use crate::{
     coalesced::Coalesced, observed::Observed, window::WindowId, Cas, DeadLetter, DeadLetterRow,
-    DeadLetterStore, DirectoryStore, HoldRow, HoldStore, InstanceRow, LeaseChange, LeaseRow,
-    LeaseStore, Location, Member, MigrationStore, Pointer, ProbeClaim, ServiceRow, ServiceStore,
-    StateStore, StoreResult, TokenRange, TxState,
+    DeadLetterStore, DirectoryStore, FinishedPage, HoldRow, HoldStore, InstanceRow, LeaseChange,
+    LeaseRow, LeaseStore, Location, Member, MigrationStore, Pointer, ProbeClaim, ServiceRow,
+    ServiceStore, StateStore, Status, StoreResult, TokenRange, TxState,
 };
 
 /// Implements `$trait` on `$layer<S>` by passing every call through `self.call`.
@@ -135,6 +135,14 @@ layers!([Observed] StateStore {
         ttl_seconds: u32,
         cancel_ttl_seconds: u32,
     ) -> StoreResult<bool>;
+    async fn list_finished(
+        &self,
+        service: &str,
+        status: Status,
+        after: (i64, &str),
+        until_second: i64,
+        limit: usize,
+    ) -> StoreResult<FinishedPage>;
 });
 
 layers!([Observed, Coalesced] LeaseStore {

@@ -48,7 +48,7 @@ pub const MAX_GROUPED_PARTITIONS: usize = 10;
 pub const MAX_GROUPED_POINTERS: usize = 32;
 
 /// The lifecycle of one retry (docs/architecture.md, "Data model": the state row).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Status {
     Scheduled,
     Succeeded,
@@ -469,6 +469,35 @@ pub trait DirectoryStore: Send + Sync + std::fmt::Debug {
     async fn list_windows_from(&self, day: i32, from: u32) -> StoreResult<Vec<u32>>;
 }
 
+/// An entry of the finished log: a state row written SUCCEEDED or CANCELLED, under the second
+/// of its `updated_at_ms`, with the generation it finished at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishedEntry {
+    pub second: i64,
+    pub transaction_id: String,
+    pub generation: i64,
+}
+
+/// Whether a status is logged in the finished log.
+pub fn is_logged_finished(status: Status) -> bool {
+    matches!(status, Status::Succeeded | Status::Cancelled)
+}
+
+/// The second a finished row is logged under.
+pub fn finished_second(s: &TxState) -> i64 {
+    s.updated_at_ms.div_euclid(1000)
+}
+
+/// One read of the finished log: entries in (second, transaction id) order, and where the
+/// next read starts (`None`: the log was read to the end asked for).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishedPage {
+    pub entries: Vec<FinishedEntry>,
+    /// (second, transaction id): the next read lists what sorts strictly after it; an empty
+    /// id stands for the start of that second.
+    pub next: Option<(i64, String)>,
+}
+
 /// The state rows: one per (service, transaction).
 #[async_trait]
 pub trait StateStore: Send + Sync + std::fmt::Debug {
@@ -519,6 +548,22 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
         ttl_seconds: u32,
         cancel_ttl_seconds: u32,
     ) -> StoreResult<bool>;
+    /// The finished log of `service`'s `status` (SUCCEEDED or CANCELLED). Every write of a
+    /// state row with one of those statuses (a settle, a plain or conditional write, a
+    /// cancel) logs it under (service, status, `finished_second`, transaction id) with its
+    /// generation, living as long as the row (its TTL); a write that fails may have logged
+    /// it. Reads the entries that sort strictly after `after` (second, transaction id; an
+    /// empty id: from the start of that second) and before second `until_second`, in that
+    /// order: at most `limit`, and few requests per call (each store bounds them), so a page
+    /// may stop short with `next` set.
+    async fn list_finished(
+        &self,
+        service: &str,
+        status: Status,
+        after: (i64, &str),
+        until_second: i64,
+        limit: usize,
+    ) -> StoreResult<FinishedPage>;
 }
 
 /// The lease ring and its members, and the database's clock. Lease changes are

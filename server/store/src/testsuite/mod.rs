@@ -35,6 +35,9 @@
 //! - a rejected `create_lease` carries the current owner, epoch, expiry and address; a
 //!   rejected `replace_lease` only its epoch (Cassandra answers nothing else), and one on a
 //!   slot never created carries None;
+//! - every write of a SUCCEEDED or CANCELLED state row is logged in the finished log under
+//!   the second of its `updated_at_ms`, read in (second, transaction id) order after a
+//!   position, in pages that cover it once;
 //! - settings and heartbeats are upserts: a setting for a service never touched makes its
 //!   row, resuming keeps `paused_at`, a heartbeat replaces the last one and its TTL.
 
@@ -91,6 +94,7 @@ macro_rules! store_test_suite {
             state::put_states_gives_one_result_per_row,
             state::settle_states_gives_one_result_per_row,
             state::concurrent_single_state_calls_each_get_their_own_row,
+            state::finished_rows_are_logged_in_the_order_they_finished,
             // Leases, members, the store's clock.
             leases::server_time_follows_the_store_clock,
             leases::members_heartbeat_are_listed_and_expire,
