@@ -121,17 +121,19 @@ Examples:
   rebound history orders order-42/charge --json | jq -r '.attempts[].error'")]
     History(TransactionArgs),
 
-    /// A service's scheduled (or dead) retries, filtered, oldest first (ListRetries).
+    /// A service's retries by status (scheduled by default), filtered, oldest first (ListRetries).
     #[command(after_help = "\
 Follows page tokens until --limit retries are shown; with --json, next_page_token (null on the
-last page) can be passed back as --page-token. --status scheduled (the default), in-flight and
-dead can be given, listed in that order; in-flight ones come with the node and executor that
-have them. A finished retry is read by id (`rebound get`).
+last page) can be passed back as --page-token. --status scheduled (the default), in-flight,
+dead, succeeded and cancelled can be given, listed in that order; in-flight ones come with the
+node and executor that have them; succeeded and cancelled ones in the order they finished,
+while the terminal TTL keeps them.
 
 Examples:
   rebound list orders --attr customer=42
   rebound list orders --status dead --error 'card declined' --json
   rebound list orders --status in-flight
+  rebound list orders --status succeeded --attr customer=42
   rebound list orders --due-before 2026-12-07T00:00:00Z")]
     List(Box<ListArgs>),
 
@@ -298,6 +300,8 @@ pub enum ListStatusArg {
     Scheduled,
     InFlight,
     Dead,
+    Succeeded,
+    Cancelled,
 }
 
 impl ListStatusArg {
@@ -306,6 +310,8 @@ impl ListStatusArg {
             ListStatusArg::Scheduled => pb::RetryStatus::Scheduled,
             ListStatusArg::InFlight => pb::RetryStatus::InFlight,
             ListStatusArg::Dead => pb::RetryStatus::Dead,
+            ListStatusArg::Succeeded => pb::RetryStatus::Succeeded,
+            ListStatusArg::Cancelled => pb::RetryStatus::Cancelled,
         }
     }
 }
@@ -341,7 +347,7 @@ pub struct ListArgs {
     /// The service.
     pub service: String,
     /// Which retries, repeatable: scheduled (the default; the ones in flight included),
-    /// in-flight (delivered and awaiting their ack, on any node), dead.
+    /// in-flight (delivered and awaiting their ack, on any node), dead, succeeded, cancelled.
     #[arg(long = "status", value_enum, value_name = "STATUS")]
     pub statuses: Vec<ListStatusArg>,
     #[command(flatten)]

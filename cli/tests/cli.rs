@@ -224,6 +224,30 @@ async fn enqueue_get_and_cancel() {
         .json();
     assert_eq!(twice["cancelled"], false);
     assert_eq!(twice["status"], "CANCELLED");
+    // Listed as cancelled now, and no longer as scheduled.
+    let finished = rebound(
+        &a,
+        &[
+            "--json",
+            "list",
+            "orders",
+            "--status",
+            "cancelled",
+            "--attr",
+            "step=charge",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!(
+        finished["retries"][0]["transaction_id"], "order-42/charge",
+        "{finished:#}"
+    );
+    assert_eq!(
+        finished["retries"][0]["status"], "CANCELLED",
+        "{finished:#}"
+    );
 
     // Binary payload from a file, due at an RFC 3339 time.
     let file = std::env::temp_dir().join(format!("rebound-cli-payload-{}", std::process::id()));

@@ -673,9 +673,9 @@ type ListRetriesRequest struct {
 	Service string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
 	// The statuses to list, in this order whatever the order given: SCHEDULED (from the
 	// directory; the ones in flight included), IN_FLIGHT (delivered and awaiting their ack, from
-	// every node's memory, with their delivery) and DEAD (from the dead letters of the
-	// retention period). Empty: SCHEDULED. SUCCEEDED and CANCELLED are refused: read a finished
-	// retry by id (GetRetry).
+	// every node's memory, with their delivery), DEAD (from the dead letters of the retention
+	// period), SUCCEEDED and CANCELLED (from the log of finished retries, while the terminal
+	// TTL keeps them). Empty: SCHEDULED.
 	Statuses []RetryStatus `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=rebound.v1.RetryStatus" json:"statuses,omitempty"`
 	// Only retries due in [due_after, due_before); either may be unset.
 	DueAfter  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=due_after,json=dueAfter,proto3" json:"due_after,omitempty"`
@@ -811,7 +811,8 @@ type ListRetriesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Scheduled retries oldest window first (within a window, in the order the directory keeps
 	// them), then the ones in flight by due time, then dead ones in the order of their dead
-	// letters (day, time of death).
+	// letters (day, time of death), then succeeded and cancelled ones in the order they
+	// finished (second, transaction id).
 	Retries []*RetrySummary `protobuf:"bytes,1,rep,name=retries,proto3" json:"retries,omitempty"`
 	// Empty: the listing is complete. A page may hold fewer than page_size rows (even none)
 	// and still have a token: one call reads a bounded part of the directory.

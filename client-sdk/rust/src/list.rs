@@ -16,7 +16,8 @@ use crate::{
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ListFilter {
     /// Which retries, listed in this order: [`RetryStatus::Scheduled`] (empty: these alone),
-    /// [`RetryStatus::InFlight`], [`RetryStatus::Dead`].
+    /// [`RetryStatus::InFlight`], [`RetryStatus::Dead`], [`RetryStatus::Succeeded`] and
+    /// [`RetryStatus::Cancelled`] (in the order they finished).
     pub statuses: Vec<RetryStatus>,
     /// Every one of these attributes, with these values.
     pub attributes: HashMap<String, String>,

@@ -258,7 +258,8 @@ export interface ListFilter {
   /**
    * Which retries, listed in this order: `RetryStatus.SCHEDULED` (when none are given: these
    * alone), `RetryStatus.IN_FLIGHT` (delivered and awaiting their ack, on any node),
-   * `RetryStatus.DEAD`.
+   * `RetryStatus.DEAD`, `RetryStatus.SUCCEEDED` and `RetryStatus.CANCELLED` (in the order they
+   * finished).
    */
   statuses?: RetryStatus[];
   /** Every one of these attributes, with these values. */

@@ -474,7 +474,8 @@ class Client:
     ) -> Iterator[RetrySummary]:
         """The service's retries that match, fetched a page at a time as the iteration goes on
         (``ListRetries``): scheduled ones oldest window first, unless ``statuses`` names others
-        (``IN_FLIGHT``, ``DEAD``; listed in that order)."""
+        (``IN_FLIGHT``, ``DEAD``, ``SUCCEEDED``, ``CANCELLED``; listed in that order, the
+        finished ones in the order they finished)."""
         token = ""
         metadata = self._metadata()
         while True:

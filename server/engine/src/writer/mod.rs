@@ -611,6 +611,11 @@ impl Writer {
         Ok(())
     }
 
+    /// How long a SUCCEEDED or CANCELLED row is kept (and its finished-log entry).
+    pub(crate) fn finished_ttl_seconds(&self) -> u32 {
+        self.opts.terminal_ttl_seconds
+    }
+
     /// The TTL of a terminal row: a DEAD row keeps its payload as long as its dead letter is
     /// kept, so it can be redriven.
     fn terminal_ttl(&self, status: Status) -> u32 {

@@ -207,7 +207,7 @@ async fn bad_requests_are_refused_naming_the_field() {
         ),
         (
             pb::ListRetriesRequest {
-                statuses: vec![pb::RetryStatus::Succeeded as i32],
+                statuses: vec![pb::RetryStatus::Unspecified as i32],
                 ..request("svc", 10)
             },
             "statuses[0]",

@@ -15,6 +15,7 @@ mod dispatcher;
 mod history;
 mod holds;
 mod list;
+mod list_finished;
 mod ring;
 mod saga;
 mod stall;

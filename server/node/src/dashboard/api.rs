@@ -515,7 +515,10 @@ pub async fn retries(
                     let s = pb::RetryStatus::from_str_name(&format!("RETRY_STATUS_{upper}"))
                         .filter(|s| *s != pb::RetryStatus::Unspecified)
                         .ok_or_else(|| {
-                            Error::invalid("status", "must be SCHEDULED, IN_FLIGHT or DEAD")
+                            Error::invalid(
+                                "status",
+                                "must be SCHEDULED, IN_FLIGHT, DEAD, SUCCEEDED or CANCELLED",
+                            )
                         })?;
                     vec![s as i32]
                 }

@@ -1,13 +1,15 @@
 //! ListRetries: a service's scheduled retries, read from the directory that already orders
 //! them by window (docs/architecture.md, "Listing retries"), filtered on their state rows,
 //! a bounded part of the directory per call, with a `page_token` cursor; then, when asked for,
-//! the ones in flight on every node (`in_flight`) and the dead ones.
+//! the ones in flight on every node (`in_flight`), the dead ones, and the succeeded and
+//! cancelled ones of the finished log (`finished`).
 
+mod finished;
 mod in_flight;
 mod token;
 
 pub use token::Position;
-use token::{Part, Resume, DEAD_TOKEN};
+use token::{finished_token, Part, Resume, DEAD_TOKEN};
 
 use std::collections::BTreeMap;
 
@@ -84,12 +86,8 @@ pub(super) fn query(r: &pb::ListRetriesRequest) -> Result<Query, Error> {
             Ok(pb::RetryStatus::Scheduled) => Part::Scheduled,
             Ok(pb::RetryStatus::InFlight) => Part::InFlight,
             Ok(pb::RetryStatus::Dead) => Part::Dead,
-            Ok(pb::RetryStatus::Succeeded | pb::RetryStatus::Cancelled) => {
-                return Err(Error::invalid(
-                    format!("statuses[{i}]"),
-                    "SUCCEEDED and CANCELLED retries are not listed: read a finished one by id (GetRetry)",
-                ))
-            }
+            Ok(pb::RetryStatus::Succeeded) => Part::Succeeded,
+            Ok(pb::RetryStatus::Cancelled) => Part::Cancelled,
             Ok(pb::RetryStatus::Unspecified) | Err(_) => {
                 return Err(Error::invalid(
                     format!("statuses[{i}]"),
@@ -299,6 +297,13 @@ impl Handle {
                     };
                     self.list_in_flight(&mut page, from, authorization.clone())
                         .await?
+                }
+                Part::Succeeded | Part::Cancelled => {
+                    let from = match &resume {
+                        Resume::Finished(_, c) if here => c.clone(),
+                        _ => None,
+                    };
+                    self.list_finished(&mut page, part, from).await?
                 }
             };
             if let Some(next_page_token) = stopped {

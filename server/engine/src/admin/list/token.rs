@@ -10,12 +10,15 @@ use super::super::{
 use crate::{error::Error, validate};
 
 /// The parts of a listing, in the order they come: the scheduled retries (the directory),
-/// the ones in flight (every node's memory), the dead ones (the dead letters).
+/// the ones in flight (every node's memory), the dead ones (the dead letters), the succeeded
+/// and the cancelled ones (the finished log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Part {
     Scheduled,
     InFlight,
     Dead,
+    Succeeded,
+    Cancelled,
 }
 
 /// Where a listing resumes (its `page_token`).
@@ -30,6 +33,9 @@ pub(super) enum Resume {
     InFlight(Option<(i64, String)>),
     /// In the dead part, after a dead-letter cursor, or at its start (`d1.`).
     Dead(Option<Cursor>),
+    /// In a part of the finished log (SUCCEEDED `s1.`, CANCELLED `c1.`), strictly after a
+    /// (second, transaction id), or at its start.
+    Finished(Part, Option<(i64, String)>),
 }
 
 impl Resume {
@@ -39,6 +45,7 @@ impl Resume {
             Resume::Scheduled(_) => Some(Part::Scheduled),
             Resume::InFlight(_) => Some(Part::InFlight),
             Resume::Dead(_) => Some(Part::Dead),
+            Resume::Finished(part, _) => Some(*part),
         }
     }
 
@@ -64,7 +71,33 @@ impl Resume {
             let id = unhex(id, validate::MAX_TRANSACTION_ID_BYTES).ok_or_else(bad)?;
             return Ok(Resume::InFlight(Some((due, id))));
         }
+        for (part, prefix) in FINISHED_TOKENS {
+            if let Some(rest) = token.strip_prefix(prefix) {
+                if rest.is_empty() {
+                    return Ok(Resume::Finished(part, None));
+                }
+                let (second, id) = rest.split_once('.').ok_or_else(bad)?;
+                let second = second.parse().map_err(|_| bad())?;
+                let id = unhex(id, validate::MAX_TRANSACTION_ID_BYTES).ok_or_else(bad)?;
+                return Ok(Resume::Finished(part, Some((second, id))));
+            }
+        }
         Ok(Resume::Scheduled(Position::decode(token)?))
+    }
+}
+
+/// The `page_token`s of the finished parts: the prefix, and then, past its start, the second
+/// and transaction id of the last entry read: `<second>.<transaction id as hex>`.
+const FINISHED_TOKENS: [(Part, &str); 2] = [(Part::Succeeded, "s1."), (Part::Cancelled, "c1.")];
+
+pub(super) fn finished_token(part: Part, after: Option<&(i64, String)>) -> String {
+    let prefix = FINISHED_TOKENS
+        .iter()
+        .find(|(p, _)| *p == part)
+        .map_or("s1.", |(_, prefix)| prefix);
+    match after {
+        None => prefix.to_string(),
+        Some((second, id)) => format!("{prefix}{second}.{}", hex(id)),
     }
 }
 
@@ -202,7 +235,13 @@ mod tests {
                     Err(e) => prop_assert!(e.to_string().starts_with("page_token:")),
                 }
             }
-            for t in [token, format!("i1.{tail}"), format!("d1.{tail}")] {
+            for t in [
+                token,
+                format!("i1.{tail}"),
+                format!("d1.{tail}"),
+                format!("s1.{tail}"),
+                format!("c1.{tail}"),
+            ] {
                 if let Err(e) = Resume::decode(&t) {
                     prop_assert!(e.to_string().starts_with("page_token:"));
                 }
@@ -214,6 +253,15 @@ mod tests {
             let at = (due, id);
             let t = in_flight_token(Some(&at));
             prop_assert_eq!(Resume::decode(&t).unwrap(), Resume::InFlight(Some(at)));
+        }
+
+        #[test]
+        fn finished_tokens_round_trip(second in any::<i64>(), id in "\\PC{0,60}", cancelled in any::<bool>()) {
+            let part = if cancelled { Part::Cancelled } else { Part::Succeeded };
+            let at = (second, id);
+            let t = finished_token(part, Some(&at));
+            prop_assert_eq!(Resume::decode(&t).unwrap(), Resume::Finished(part, Some(at)));
+            prop_assert_eq!(Resume::decode(&finished_token(part, None)).unwrap(), Resume::Finished(part, None));
         }
 
         #[test]

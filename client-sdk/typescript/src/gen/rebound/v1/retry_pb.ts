@@ -309,9 +309,9 @@ export type ListRetriesRequest = Message<"rebound.v1.ListRetriesRequest"> & {
   /**
    * The statuses to list, in this order whatever the order given: SCHEDULED (from the
    * directory; the ones in flight included), IN_FLIGHT (delivered and awaiting their ack, from
-   * every node's memory, with their delivery) and DEAD (from the dead letters of the
-   * retention period). Empty: SCHEDULED. SUCCEEDED and CANCELLED are refused: read a finished
-   * retry by id (GetRetry).
+   * every node's memory, with their delivery), DEAD (from the dead letters of the retention
+   * period), SUCCEEDED and CANCELLED (from the log of finished retries, while the terminal
+   * TTL keeps them). Empty: SCHEDULED.
    *
    * @generated from field: repeated rebound.v1.RetryStatus statuses = 2;
    */
@@ -395,7 +395,8 @@ export type ListRetriesResponse = Message<"rebound.v1.ListRetriesResponse"> & {
   /**
    * Scheduled retries oldest window first (within a window, in the order the directory keeps
    * them), then the ones in flight by due time, then dead ones in the order of their dead
-   * letters (day, time of death).
+   * letters (day, time of death), then succeeded and cancelled ones in the order they
+   * finished (second, transaction id).
    *
    * @generated from field: repeated rebound.v1.RetrySummary retries = 1;
    */

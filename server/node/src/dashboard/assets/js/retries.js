@@ -46,7 +46,7 @@ export function retriesPage(name) {
 		status: h(
 			"select",
 			{ id: "rt-status" },
-			["SCHEDULED", "IN_FLIGHT", "DEAD"].map((v) =>
+			["SCHEDULED", "IN_FLIGHT", "DEAD", "SUCCEEDED", "CANCELLED"].map((v) =>
 				h("option", { value: v }, v.toLowerCase().replace("_", " ")),
 			),
 		),
