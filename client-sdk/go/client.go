@@ -444,7 +444,7 @@ type ListFilter struct {
 	PageSize uint32
 }
 
-// ListRetries yields the service's scheduled retries that match f, oldest window first,
+// ListRetries yields the service's scheduled retries that match f, by due time,
 // fetching a page at a time as the loop goes on:
 //
 //	for r, err := range c.ListRetries(ctx, "orders", rebound.ListFilter{ErrorContains: "declined"}) {

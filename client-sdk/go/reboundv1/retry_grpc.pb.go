@@ -44,9 +44,10 @@ type RetryServiceClient interface {
 	EnqueueRetryBatch(ctx context.Context, in *EnqueueRetryBatchRequest, opts ...grpc.CallOption) (*EnqueueRetryBatchResponse, error)
 	GetRetry(ctx context.Context, in *GetRetryRequest, opts ...grpc.CallOption) (*Retry, error)
 	CancelRetry(ctx context.Context, in *CancelRetryRequest, opts ...grpc.CallOption) (*CancelRetryResponse, error)
-	// A service's scheduled retries, filtered, oldest window first, then (when asked for) its
-	// dead ones, a page at a time. Any node answers for the whole cluster: it reads the shared
-	// directory and dead letters.
+	// A service's scheduled retries, filtered, by due time, then (when asked for) the ones in
+	// flight, the dead, the succeeded and the cancelled ones, a page at a time. Any node answers
+	// for the whole cluster: it reads the shared directory, dead letters and finished log, and
+	// asks the other nodes for what they have in flight.
 	ListRetries(ctx context.Context, in *ListRetriesRequest, opts ...grpc.CallOption) (*ListRetriesResponse, error)
 	// Acts on the scheduled retries a ListRetries selection names: runs them now, reschedules
 	// them, cancels them or moves them to the dead letters, at a bounded rate, and records the
@@ -140,9 +141,10 @@ type RetryServiceServer interface {
 	EnqueueRetryBatch(context.Context, *EnqueueRetryBatchRequest) (*EnqueueRetryBatchResponse, error)
 	GetRetry(context.Context, *GetRetryRequest) (*Retry, error)
 	CancelRetry(context.Context, *CancelRetryRequest) (*CancelRetryResponse, error)
-	// A service's scheduled retries, filtered, oldest window first, then (when asked for) its
-	// dead ones, a page at a time. Any node answers for the whole cluster: it reads the shared
-	// directory and dead letters.
+	// A service's scheduled retries, filtered, by due time, then (when asked for) the ones in
+	// flight, the dead, the succeeded and the cancelled ones, a page at a time. Any node answers
+	// for the whole cluster: it reads the shared directory, dead letters and finished log, and
+	// asks the other nodes for what they have in flight.
 	ListRetries(context.Context, *ListRetriesRequest) (*ListRetriesResponse, error)
 	// Acts on the scheduled retries a ListRetries selection names: runs them now, reschedules
 	// them, cancels them or moves them to the dead letters, at a bounded rate, and records the

@@ -112,7 +112,7 @@ impl RetryPages {
 
 impl Client {
     /// The service's retries that match `filter` (scheduled ones unless it names other
-    /// statuses), oldest window first (`ListRetries`), as pages.
+    /// statuses), by due time (`ListRetries`), as pages.
     pub fn list_retries(&self, service: impl Into<String>, filter: ListFilter) -> RetryPages {
         RetryPages {
             client: self.clone(),

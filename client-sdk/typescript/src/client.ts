@@ -451,7 +451,7 @@ export class Client {
   }
 
   /**
-   * The service's scheduled retries that match `filter`, oldest window first (ListRetries),
+   * The service's scheduled retries that match `filter`, by due time (ListRetries),
    * fetched a page at a time as the iteration goes on:
    * `for await (const r of client.listRetries("orders", { attributes: { customer: "42" } }))`.
    */

@@ -8,7 +8,7 @@ use scylla::{
         batch::{Batch, BatchType},
         prepared::PreparedStatement,
     },
-    value::{CqlDate, CqlTimestamp},
+    value::{CqlDate, CqlTimestamp, MaybeUnset},
 };
 
 use super::{
@@ -79,7 +79,8 @@ impl Statements {
                 .prepare(format!(
                     "INSERT INTO {ks}.retry_transactions_by_bucket \
                  (region, cluster, day, window, service, instance, bucket, transaction_id, \
-                  generation, attempt, enqueued_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                  generation, attempt, enqueued_at, due_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ))
                 .await?,
             list_days: p
@@ -109,7 +110,7 @@ impl Statements {
                 .await?,
             list_pointers: p
                 .prepare(format!(
-                    "SELECT transaction_id, generation, attempt, enqueued_at \
+                    "SELECT transaction_id, generation, attempt, enqueued_at, due_at \
                  FROM {ks}.retry_transactions_by_bucket WHERE region = ? AND cluster = ? \
                  AND day = ? AND window = ? AND service = ? AND instance = ? AND bucket = ?"
                 ))
@@ -230,6 +231,9 @@ impl CassandraStore {
                 p.generation,
                 p.attempt as i32,
                 CqlTimestamp(p.enqueued_at_ms),
+                // Never a null (a cell tombstone): a pointer without a due time leaves it unset.
+                p.due_at_ms
+                    .map_or(MaybeUnset::Unset, |t| MaybeUnset::Set(CqlTimestamp(t))),
             ));
         }
         observed(
@@ -313,6 +317,9 @@ impl DirectoryStore for CassandraStore {
                 p.generation,
                 p.attempt as i32,
                 CqlTimestamp(p.enqueued_at_ms),
+                // Never a null (a cell tombstone): a pointer without a due time leaves it unset.
+                p.due_at_ms
+                    .map_or(MaybeUnset::Unset, |t| MaybeUnset::Set(CqlTimestamp(t))),
             ),
         )
         .await
@@ -438,7 +445,7 @@ impl DirectoryStore for CassandraStore {
         loc: &Location,
     ) -> StoreResult<futures::stream::BoxStream<'static, StoreResult<Pointer>>> {
         let rows = self
-            .pages::<(String, i64, i32, CqlTimestamp)>(
+            .pages::<(String, i64, i32, CqlTimestamp, Option<CqlTimestamp>)>(
                 &self.directory.list_pointers,
                 (
                     &self.region,
@@ -452,11 +459,12 @@ impl DirectoryStore for CassandraStore {
             )
             .await?;
         Ok(rows
-            .map_ok(|(transaction_id, generation, attempt, at)| Pointer {
+            .map_ok(|(transaction_id, generation, attempt, at, due)| Pointer {
                 transaction_id,
                 generation,
                 attempt: attempt.max(0) as u32,
                 enqueued_at_ms: at.0,
+                due_at_ms: due.map(|t| t.0),
             })
             .boxed())
     }

@@ -85,6 +85,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0013_finished.cql",
         cql: include_str!("../../../schema/0013_finished.cql"),
     },
+    Migration {
+        version: 14,
+        name: "0014_pointer_due.cql",
+        cql: include_str!("../../../schema/0014_pointer_due.cql"),
+    },
 ];
 
 /// Splits a migration file into statements: drops `--` comment lines, splits on `;`.

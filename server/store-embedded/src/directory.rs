@@ -34,6 +34,7 @@ impl EmbeddedStore {
             .i64(p.generation)
             .u32(p.attempt)
             .i64(p.enqueued_at_ms)
+            .opt_i64(p.due_at_ms)
             .into_bytes()
     }
 }
@@ -46,6 +47,8 @@ fn decode_pointer(prefix_len: usize, key: &[u8], value: &[u8]) -> StoreResult<Po
         generation: d.i64()?,
         attempt: d.u32()?,
         enqueued_at_ms: d.i64()?,
+        // Pointers written before the due time was kept end here.
+        due_at_ms: if d.is_empty() { None } else { d.opt_i64()? },
     })
 }
 

@@ -96,6 +96,9 @@ pub struct Pointer {
     pub generation: i64,
     pub attempt: u32,
     pub enqueued_at_ms: i64,
+    /// When the schedule it points at is due (None: written before schema 0014), so that a
+    /// listing orders a window's retries by due time from the pointers alone.
+    pub due_at_ms: Option<i64>,
 }
 
 /// The state row of one retry.

@@ -473,7 +473,7 @@ class Client:
         page_size: int = 100,
     ) -> Iterator[RetrySummary]:
         """The service's retries that match, fetched a page at a time as the iteration goes on
-        (``ListRetries``): scheduled ones oldest window first, unless ``statuses`` names others
+        (``ListRetries``): scheduled ones by due time, unless ``statuses`` names others
         (``IN_FLIGHT``, ``DEAD``, ``SUCCEEDED``, ``CANCELLED``; listed in that order, the
         finished ones in the order they finished)."""
         token = ""

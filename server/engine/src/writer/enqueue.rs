@@ -423,6 +423,7 @@ impl Writer {
                                 generation: st.generation,
                                 attempt: st.attempt,
                                 enqueued_at_ms: now,
+                                due_at_ms: Some(st.due_at_ms),
                             }
                         })
                         .collect();

@@ -486,6 +486,7 @@ impl Writer {
                 generation: state.generation,
                 attempt: state.attempt,
                 enqueued_at_ms: now,
+                due_at_ms: Some(state.due_at_ms),
             };
             self.write_pointer(&state.service, &location, pointer)
                 .await?;

@@ -141,6 +141,7 @@ async fn a_state_row_that_lands_late_keeps_the_bucket_and_is_delivered() {
             generation: 42,
             attempt: 1,
             enqueued_at_ms: at,
+            due_at_ms: Some(at),
         };
         rig.store.put_pointer("svc", &loc, &p).await.unwrap();
     }
@@ -208,6 +209,7 @@ async fn a_young_orphan_stops_holding_its_bucket_once_the_grace_has_passed() {
         generation: 42,
         attempt: 1,
         enqueued_at_ms: start,
+        due_at_ms: None,
     };
     rig.store.put_pointer("svc", &loc, &ghost).await.unwrap();
     let mut sub = rig.subscribe("svc", 10).await;

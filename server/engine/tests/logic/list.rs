@@ -106,12 +106,19 @@ async fn pages_cover_every_scheduled_retry_once_and_filters_match_a_model() {
         assert_eq!(r.status, pb::RetryStatus::Scheduled as i32);
         assert_eq!(r.attempt, 1);
     }
-    // Oldest window first: due times do not go back by more than a window.
-    let window_ms = rig.grid.window_ms();
+    // By due time, then transaction id: each window is sorted, and a retry due in the future
+    // is in the window of its due time.
+    let key = |r: &pb::RetrySummary| {
+        let t = r.due_time.unwrap();
+        (t.seconds, t.nanos, r.transaction_id.clone())
+    };
     for pair in rows.windows(2) {
-        let (a, b) = (&pair[0], &pair[1]);
-        let ms = |r: &pb::RetrySummary| r.due_time.unwrap().seconds * 1000;
-        assert!(ms(b) + 2 * window_ms >= ms(a), "{a:?} then {b:?}");
+        assert!(
+            key(&pair[0]) < key(&pair[1]),
+            "{:?} then {:?}",
+            pair[0],
+            pair[1]
+        );
     }
 
     // Every filter, alone and combined, against the model.
@@ -472,4 +479,59 @@ async fn retries_in_flight_are_listed_with_their_delivery() {
         .await
         .unwrap_err();
     assert!(e.to_string().starts_with("local_only:"), "{e}");
+}
+
+/// Many retries due within one window, in an order other than their ids': listed by due time,
+/// pages of any size resuming inside the window.
+#[tokio::test]
+async fn a_window_is_listed_by_due_time() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let window_ms = rig.grid.window_ms() as u64;
+    let base = 10 * window_ms;
+    for i in 0..50u64 {
+        // Ids ascending, due times descending within the window (and two alike).
+        let delay = base + window_ms / 2 - (i / 2) * (window_ms / 200);
+        rig.enqueue("svc", &format!("w{i:02}"), delay).await;
+    }
+    for size in [1, 7, 50] {
+        let (rows, _) = all_pages(&rig, request("svc", size)).await;
+        assert_eq!(rows.len(), 50, "pages of {size}");
+        let key = |r: &pb::RetrySummary| {
+            let t = r.due_time.unwrap();
+            (t.seconds, t.nanos, r.transaction_id.clone())
+        };
+        for pair in rows.windows(2) {
+            assert!(
+                key(&pair[0]) < key(&pair[1]),
+                "pages of {size}: {:?} then {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+        assert_eq!(rows[0].transaction_id, "w48");
+    }
+}
+
+/// A window with more retries of the service than a listing sorts (20,000) is listed in the
+/// order its pointers are stored, each once.
+#[tokio::test]
+async fn a_window_too_large_to_sort_is_listed_in_stored_order_once() {
+    let rig = Rig::new(utc_ms(START)).await;
+    let n = 20_050;
+    let inputs: Vec<_> = (0..n)
+        .map(|i| {
+            Ok(input(
+                "svc",
+                &format!("b{i:05}"),
+                3_600_000 + ((n - i) % 400) as u64,
+            ))
+        })
+        .collect();
+    for r in rig.writer.enqueue_many(inputs).await {
+        r.unwrap();
+    }
+    let (rows, calls) = all_pages(&rig, request("svc", 500)).await;
+    let unique: BTreeSet<&str> = rows.iter().map(|r| r.transaction_id.as_str()).collect();
+    assert_eq!((rows.len(), unique.len()), (n, n));
+    assert!(calls >= n / 500, "{calls} calls");
 }

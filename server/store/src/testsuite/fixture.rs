@@ -55,6 +55,7 @@ pub fn pointer(id: &str, generation: i64) -> Pointer {
         generation,
         attempt: 2,
         enqueued_at_ms: 1_700_000_000_000 + generation,
+        due_at_ms: Some(1_700_000_060_000 - generation),
     }
 }
 

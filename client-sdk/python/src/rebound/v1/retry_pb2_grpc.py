@@ -108,9 +108,10 @@ class RetryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListRetries(self, request, context):
-        """A service's scheduled retries, filtered, oldest window first, then (when asked for) its
-        dead ones, a page at a time. Any node answers for the whole cluster: it reads the shared
-        directory and dead letters.
+        """A service's scheduled retries, filtered, by due time, then (when asked for) the ones in
+        flight, the dead, the succeeded and the cancelled ones, a page at a time. Any node answers
+        for the whole cluster: it reads the shared directory, dead letters and finished log, and
+        asks the other nodes for what they have in flight.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -8,8 +8,8 @@ mod finished;
 mod in_flight;
 mod token;
 
-pub use token::Position;
 use token::{finished_token, Part, Resume, DEAD_TOKEN};
+pub use token::{Position, SortedAt};
 
 use std::collections::BTreeMap;
 
@@ -28,6 +28,12 @@ pub const MAX_PAGE_SIZE: u32 = 500;
 /// directory (empty ones included), so that no call walks a whole backlog.
 const MAX_POINTERS_READ: usize = 5_000;
 const MAX_WINDOWS_READ: usize = 400;
+/// A window whose pointers of the service number at most this many is listed by due time
+/// (its pointers read whole, sorted, and only the page's state rows read); a larger one in
+/// the order its pointers are stored. One call reads at most `MAX_POINTERS_SORTED` pointers
+/// for sorting before it answers.
+const MAX_SORTED_WINDOW: usize = 20_000;
+const MAX_POINTERS_SORTED: usize = 40_000;
 /// State rows read per request.
 const STATE_CHUNK: usize = 100;
 const MAX_ERROR_FILTER_BYTES: usize = 1024;
@@ -47,6 +53,8 @@ pub(super) struct Query {
     page_size: usize,
     /// Where the scheduled part resumes (None: at the start, or it is done).
     cursor: Option<Position>,
+    /// Where it resumes in a window listed by due time.
+    sorted_after: Option<SortedAt>,
     /// The parts asked for, in the order they are listed.
     parts: Vec<Part>,
     /// Where the listing resumes: which part, and where in it.
@@ -155,9 +163,10 @@ pub(super) fn query(r: &pb::ListRetriesRequest) -> Result<Query, Error> {
             format!("is a token of a listing of {part:?} retries; ask for the same statuses"),
         ));
     }
-    let cursor = match &resume {
-        Resume::Scheduled(p) => Some(p.clone()),
-        _ => None,
+    let (cursor, sorted_after) = match &resume {
+        Resume::Scheduled(p) => (Some(p.clone()), None),
+        Resume::Sorted(at) => (Some(Position::window_start(at.window)), Some(at.clone())),
+        _ => (None, None),
     };
     Ok(Query {
         service: r.service.clone(),
@@ -173,6 +182,7 @@ pub(super) fn query(r: &pb::ListRetriesRequest) -> Result<Query, Error> {
         saga_transaction_id: r.saga_transaction_id.clone(),
         page_size: page_size as usize,
         cursor,
+        sorted_after,
         parts,
         resume,
         local_only: r.local_only,
@@ -219,8 +229,12 @@ struct Page {
     rows: Vec<pb::RetrySummary>,
     pointers_read: usize,
     windows_read: usize,
+    /// Pointers read for sorting windows by due time.
+    pointers_sorted: usize,
     /// Where the next page starts (strictly after), once this one is full or out of budget.
     stopped_at: Option<Position>,
+    /// Where it starts in a window listed by due time.
+    stopped_sorted: Option<SortedAt>,
     /// Nodes that did not answer for their retries in flight.
     unreachable: Vec<String>,
 }
@@ -231,7 +245,13 @@ impl Page {
     }
 
     fn out_of_budget(&self) -> bool {
-        self.pointers_read >= MAX_POINTERS_READ || self.windows_read >= MAX_WINDOWS_READ
+        self.pointers_read >= MAX_POINTERS_READ
+            || self.windows_read >= MAX_WINDOWS_READ
+            || self.pointers_sorted >= MAX_POINTERS_SORTED
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopped_at.is_some() || self.stopped_sorted.is_some()
     }
 
     fn after_cursor(&self, p: &Position) -> bool {
@@ -248,7 +268,7 @@ impl Page {
 }
 
 impl Handle {
-    /// ListRetries: the validated request's scheduled retries, oldest window first, each
+    /// ListRetries: the validated request's scheduled retries, by due time, each
     /// live pointer's state row checked against the filters; then, when asked for, the ones
     /// in flight on every node (peers asked with `authorization`, the caller's), and the dead
     /// ones in the order of their dead letters. The caller's right to the service is the
@@ -272,7 +292,9 @@ impl Handle {
             rows: Vec::new(),
             pointers_read: 0,
             windows_read: 0,
+            pointers_sorted: 0,
             stopped_at: None,
+            stopped_sorted: None,
             unreachable: Vec::new(),
         };
         for part in parts {
@@ -281,7 +303,10 @@ impl Handle {
             let stopped = match part {
                 Part::Scheduled => {
                     self.list_scheduled(&mut page).await?;
-                    page.stopped_at.take().map(|p| p.encode())
+                    match page.stopped_sorted.take() {
+                        Some(at) => Some(at.encode()),
+                        None => page.stopped_at.take().map(|p| p.encode()),
+                    }
                 }
                 Part::Dead => {
                     let from = match &resume {
@@ -360,7 +385,7 @@ impl Handle {
                     }
                     page.windows_read += 1;
                     self.list_window(&walk, window, page).await?;
-                    if page.stopped_at.is_some() {
+                    if page.stopped() {
                         break 'walk;
                     }
                 }
@@ -419,7 +444,9 @@ impl Handle {
         }
     }
 
-    /// The service's instances of `window`, bucket by bucket, pointer by pointer.
+    /// The service's part of `window`: by due time when it is small enough to sort
+    /// (`MAX_SORTED_WINDOW`) and the listing did not stop inside it in stored order, else
+    /// in stored order.
     async fn list_window(
         &self,
         walk: &Walk<'_, dyn rebound_store::RetryStore>,
@@ -433,6 +460,115 @@ impl Handle {
             .filter(|row| row.service == page.query.service)
             .collect();
         rows.sort_by(|a, b| a.instance.cmp(&b.instance));
+        let start = Position::window_start(window);
+        let stored_inside = page
+            .query
+            .cursor
+            .as_ref()
+            .is_some_and(|c| (c.day, c.window) == (window.day, window.index) && *c != start);
+        if !stored_inside {
+            if let Some(pointers) = self.window_pointers(window, &rows, page).await? {
+                return self.list_sorted(window, pointers, page).await;
+            }
+        }
+        self.list_window_stored(walk, window, rows, page).await
+    }
+
+    /// Every pointer of the service's part of `window` as (due time, transaction id,
+    /// generation), sorted; None when there are more than `MAX_SORTED_WINDOW`. A pointer
+    /// written without its due time sorts at the window's start.
+    async fn window_pointers(
+        &self,
+        window: WindowId,
+        rows: &[rebound_store::InstanceRow],
+        page: &mut Page,
+    ) -> Result<Option<Vec<(i64, String, i64)>>, Error> {
+        let walk = Walk(&*self.store);
+        let start_ms = self.grid().start_ms(window);
+        let mut all = Vec::new();
+        for row in rows {
+            let mut buckets = walk.buckets(window, row).await?;
+            buckets.sort_unstable();
+            for bucket in buckets {
+                let location = Location {
+                    window,
+                    instance: row.instance.clone(),
+                    bucket,
+                };
+                let mut pointers = self
+                    .store
+                    .stream_pointers(&page.query.service, &location)
+                    .await?;
+                while let Some(p) = pointers.try_next().await? {
+                    page.pointers_sorted += 1;
+                    all.push((
+                        p.due_at_ms.unwrap_or(start_ms),
+                        p.transaction_id,
+                        p.generation,
+                    ));
+                    if all.len() > MAX_SORTED_WINDOW {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        all.sort_unstable();
+        Ok(Some(all))
+    }
+
+    /// A window's sorted pointers after the cursor, their state rows read a chunk at a time.
+    async fn list_sorted(
+        &self,
+        window: WindowId,
+        pointers: Vec<(i64, String, i64)>,
+        page: &mut Page,
+    ) -> Result<(), Error> {
+        let from = match page
+            .query
+            .sorted_after
+            .as_ref()
+            .filter(|a| a.window == window)
+        {
+            Some(a) => pointers.partition_point(|(due, id, _)| {
+                (*due, id.as_str()) <= (a.due_ms, a.transaction_id.as_str())
+            }),
+            None => 0,
+        };
+        for chunk in pointers[from..].chunks(STATE_CHUNK) {
+            let ids: Vec<String> = chunk.iter().map(|p| p.1.clone()).collect();
+            let states = self.store.get_states(&page.query.service, &ids).await?;
+            for ((due, id, generation), s) in chunk.iter().zip(states) {
+                page.pointers_read += 1;
+                if let Some(s) = s.filter(|s| {
+                    s.status == Status::Scheduled
+                        && s.generation == *generation
+                        && page.query.matches(s)
+                }) {
+                    page.rows.push(summary_of(&s));
+                }
+                // The pointers read for sorting count before the next window, not here: a
+                // window sorted is listed as far as the page and the state rows allow.
+                if page.full() || page.pointers_read >= MAX_POINTERS_READ {
+                    page.stopped_sorted = Some(SortedAt {
+                        window,
+                        due_ms: *due,
+                        transaction_id: id.clone(),
+                    });
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The service's instances of `window`, bucket by bucket, pointer by pointer.
+    async fn list_window_stored(
+        &self,
+        walk: &Walk<'_, dyn rebound_store::RetryStore>,
+        window: WindowId,
+        rows: Vec<rebound_store::InstanceRow>,
+        page: &mut Page,
+    ) -> Result<(), Error> {
         for row in rows {
             let mut buckets = walk.buckets(window, &row).await?;
             buckets.sort_unstable();

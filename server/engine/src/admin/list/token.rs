@@ -28,6 +28,9 @@ pub(super) enum Resume {
     Start,
     /// In the scheduled part, strictly after a position (`l1.`).
     Scheduled(Position),
+    /// In the scheduled part, in a window listed by due time, strictly after a (due time,
+    /// transaction id) of it (`l2.`).
+    Sorted(SortedAt),
     /// In the in-flight part, strictly after a (due time, transaction id), or at its start
     /// (`i1.`).
     InFlight(Option<(i64, String)>),
@@ -42,7 +45,7 @@ impl Resume {
     pub(super) fn part(&self) -> Option<Part> {
         match self {
             Resume::Start => None,
-            Resume::Scheduled(_) => Some(Part::Scheduled),
+            Resume::Scheduled(_) | Resume::Sorted(_) => Some(Part::Scheduled),
             Resume::InFlight(_) => Some(Part::InFlight),
             Resume::Dead(_) => Some(Part::Dead),
             Resume::Finished(part, _) => Some(*part),
@@ -82,7 +85,53 @@ impl Resume {
                 return Ok(Resume::Finished(part, Some((second, id))));
             }
         }
+        if token.starts_with(SORTED_TOKEN) {
+            return Ok(Resume::Sorted(SortedAt::decode(token)?));
+        }
         Ok(Resume::Scheduled(Position::decode(token)?))
+    }
+}
+
+const SORTED_TOKEN: &str = "l2.";
+
+/// A place in a window listed by due time: the listing resumes strictly after (due time,
+/// transaction id) in that window. Its text form is the `page_token`:
+/// `l2.<day>.<window>.<due ms>.<transaction id as hex>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SortedAt {
+    pub window: WindowId,
+    pub due_ms: i64,
+    pub transaction_id: String,
+}
+
+impl SortedAt {
+    pub fn encode(&self) -> String {
+        format!(
+            "{SORTED_TOKEN}{}.{}.{}.{}",
+            self.window.day,
+            self.window.index,
+            self.due_ms,
+            hex(&self.transaction_id)
+        )
+    }
+
+    /// Parses a `page_token`. Total: any text is a place or a `page_token` error.
+    fn decode(token: &str) -> Result<SortedAt, Error> {
+        let bad = || Error::invalid("page_token", "is not a token returned by ListRetries");
+        let rest = token.strip_prefix(SORTED_TOKEN).ok_or_else(bad)?;
+        let mut parts = rest.splitn(4, '.');
+        let day = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let index = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let due_ms = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let transaction_id = parts
+            .next()
+            .and_then(|p| unhex(p, validate::MAX_TRANSACTION_ID_BYTES))
+            .ok_or_else(bad)?;
+        Ok(SortedAt {
+            window: WindowId { day, index },
+            due_ms,
+            transaction_id,
+        })
     }
 }
 
@@ -237,6 +286,7 @@ mod tests {
             }
             for t in [
                 token,
+                format!("l2.{tail}"),
                 format!("i1.{tail}"),
                 format!("d1.{tail}"),
                 format!("s1.{tail}"),
@@ -253,6 +303,17 @@ mod tests {
             let at = (due, id);
             let t = in_flight_token(Some(&at));
             prop_assert_eq!(Resume::decode(&t).unwrap(), Resume::InFlight(Some(at)));
+        }
+
+        #[test]
+        fn sorted_tokens_round_trip(
+            day in any::<i32>(),
+            index in any::<u32>(),
+            due_ms in any::<i64>(),
+            transaction_id in "\\PC{0,60}",
+        ) {
+            let at = SortedAt { window: WindowId { day, index }, due_ms, transaction_id };
+            prop_assert_eq!(Resume::decode(&at.encode()).unwrap(), Resume::Sorted(at));
         }
 
         #[test]

@@ -393,8 +393,8 @@ export const ListRetriesRequestSchema: GenMessage<ListRetriesRequest> = /*@__PUR
  */
 export type ListRetriesResponse = Message<"rebound.v1.ListRetriesResponse"> & {
   /**
-   * Scheduled retries oldest window first (within a window, in the order the directory keeps
-   * them), then the ones in flight by due time, then dead ones in the order of their dead
+   * Scheduled retries by due time, then transaction id (a window with more than 20,000 of the
+   * service's in the order the directory keeps them), then the ones in flight by due time, then dead ones in the order of their dead
    * letters (day, time of death), then succeeded and cancelled ones in the order they
    * finished (second, transaction id).
    *
@@ -759,9 +759,10 @@ export const RetryService: GenService<{
     output: typeof CancelRetryResponseSchema;
   },
   /**
-   * A service's scheduled retries, filtered, oldest window first, then (when asked for) its
-   * dead ones, a page at a time. Any node answers for the whole cluster: it reads the shared
-   * directory and dead letters.
+   * A service's scheduled retries, filtered, by due time, then (when asked for) the ones in
+   * flight, the dead, the succeeded and the cancelled ones, a page at a time. Any node answers
+   * for the whole cluster: it reads the shared directory, dead letters and finished log, and
+   * asks the other nodes for what they have in flight.
    *
    * @generated from rpc rebound.v1.RetryService.ListRetries
    */

@@ -185,7 +185,7 @@ public final class ReboundClient implements AutoCloseable {
 
   /**
    * The scheduled retries that match {@code filter} (its service, attributes, error text,
-   * dependency, saga, due range and page size; its page token is ignored), oldest window first
+   * dependency, saga, due range and page size; its page token is ignored), by due time
    * (ListRetries). Iterating fetches a page at a time; a failed call throws a {@link
    * ReboundException} from the iterator.
    */
