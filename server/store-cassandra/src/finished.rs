@@ -15,6 +15,7 @@ use scylla::{
         batch::{Batch, BatchType},
         prepared::PreparedStatement,
     },
+    SerializeRow,
 };
 
 use super::{map_execution_error, observed, ttl_of, Prep};
@@ -51,6 +52,20 @@ pub(super) struct FinishedLog {
 
 /// One partition of the log: (service, status, second).
 type Partition = (String, Status, i64);
+
+/// The bind values of one entry.
+#[derive(SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub(super) struct EntryValues<'a> {
+    region: &'a str,
+    cluster: &'a str,
+    service: &'a str,
+    status: &'a str,
+    second: i64,
+    transaction_id: &'a str,
+    generation: i64,
+    ttl: i32,
+}
 
 impl FinishedLog {
     pub(super) async fn prepare(p: &Prep, region: &str, cluster: &str) -> StoreResult<Self> {
@@ -89,86 +104,97 @@ impl FinishedLog {
         })
     }
 
-    /// Logs the finished rows among `rows` (each with its TTL): one single-partition batch
-    /// per (service, status, second), and that second in the day's directory unless this
-    /// node listed it already. Nothing is written when no row is finished.
+    /// The finished-log entry of `s` (with its row's TTL), None when `s` is not finished.
+    /// The state-row batches carry these (`StateIo::put`).
+    pub(super) fn entry<'a>(&'a self, s: &'a TxState, ttl: Option<u32>) -> Option<EntryValues<'a>> {
+        is_logged_finished(s.status).then(|| EntryValues {
+            region: &self.region,
+            cluster: &self.cluster,
+            service: &s.service,
+            status: s.status.as_str(),
+            second: finished_second(s),
+            transaction_id: &s.transaction_id,
+            generation: s.generation,
+            ttl: ttl_of(ttl),
+        })
+    }
+
+    pub(super) fn put_entry(&self) -> &PreparedStatement {
+        &self.put_entry
+    }
+
+    /// Logs the finished rows among `rows` (each with its TTL) by themselves: their entries
+    /// as one single-partition batch per (service, status, second), and their seconds listed.
+    /// For the writes that cannot carry the entries in their own batch: a cancel's, and a
+    /// conditional one's.
     pub(super) async fn log<'a>(
         &self,
-        rows: impl Iterator<Item = (&'a TxState, Option<u32>)>,
+        rows: impl Iterator<Item = (&'a TxState, Option<u32>)> + Clone,
     ) -> StoreResult<()> {
-        let mut parts: BTreeMap<Partition, Vec<(&'a TxState, Option<u32>)>> = BTreeMap::new();
-        for (s, ttl) in rows.filter(|(s, _)| is_logged_finished(s.status)) {
-            parts
-                .entry((s.service.clone(), s.status, finished_second(s)))
-                .or_default()
-                .push((s, ttl));
+        let mut parts: BTreeMap<Partition, Vec<EntryValues<'_>>> = BTreeMap::new();
+        for (s, ttl) in rows.clone() {
+            if let Some(e) = self.entry(s, ttl) {
+                parts
+                    .entry((s.service.clone(), s.status, e.second))
+                    .or_default()
+                    .push(e);
+            }
         }
-        if parts.is_empty() {
-            return Ok(());
-        }
-        let writes = parts
-            .iter()
-            .map(|(part, rows)| self.log_partition(part, rows));
-        try_join_all(writes).await?;
+        let entries = try_join_all(parts.into_values().map(|entries| self.put_entries(entries)));
+        futures::try_join!(entries, self.list_seconds(rows))?;
         Ok(())
     }
 
-    async fn log_partition(
+    async fn put_entries(&self, entries: Vec<EntryValues<'_>>) -> StoreResult<()> {
+        for chunk in entries.chunks(MAX_BATCH_ROWS) {
+            let r = if let [one] = chunk {
+                observed(
+                    self.put_entry.get_statement(),
+                    self.session.execute_unpaged(&self.put_entry, one),
+                )
+                .await
+                .map(|_| ())
+            } else {
+                let mut batch = Batch::new(BatchType::Unlogged);
+                batch.set_is_idempotent(true);
+                for _ in chunk {
+                    batch.append_statement(self.put_entry.clone());
+                }
+                observed(
+                    self.put_entry.get_statement(),
+                    self.session.batch(&batch, chunk),
+                )
+                .await
+                .map(|_| ())
+            };
+            r.map_err(|e| map_execution_error(&e))?;
+        }
+        Ok(())
+    }
+
+    /// Lists in `finished_seconds` the seconds of the finished rows among `rows` that this
+    /// node has not listed yet (one write a second per service and status).
+    pub(super) async fn list_seconds<'a>(
         &self,
-        part: &Partition,
-        rows: &[(&TxState, Option<u32>)],
+        rows: impl Iterator<Item = (&'a TxState, Option<u32>)>,
     ) -> StoreResult<()> {
-        let (service, status, second) = part;
-        let ttl = rows.iter().filter_map(|(_, t)| *t).max();
-        let fresh = {
+        let mut fresh: BTreeMap<Partition, Option<u32>> = BTreeMap::new();
+        {
             let listed = self.listed.lock().expect("listed seconds");
-            listed.get(&(service.clone(), *status)) != Some(second)
-        };
-        let entries = async {
-            for chunk in rows.chunks(MAX_BATCH_ROWS) {
-                let values: Vec<_> = chunk
-                    .iter()
-                    .map(|(s, t)| {
-                        (
-                            &self.region,
-                            &self.cluster,
-                            service,
-                            status.as_str(),
-                            *second,
-                            &s.transaction_id,
-                            s.generation,
-                            ttl_of(*t),
-                        )
-                    })
-                    .collect();
-                let r = if values.len() == 1 {
-                    observed(
-                        self.put_entry.get_statement(),
-                        self.session.execute_unpaged(&self.put_entry, &values[0]),
-                    )
-                    .await
-                    .map(|_| ())
-                } else {
-                    let mut batch = Batch::new(BatchType::Unlogged);
-                    batch.set_is_idempotent(true);
-                    for _ in &values {
-                        batch.append_statement(self.put_entry.clone());
-                    }
-                    observed(
-                        self.put_entry.get_statement(),
-                        self.session.batch(&batch, &values),
-                    )
-                    .await
-                    .map(|_| ())
-                };
-                r.map_err(|e| map_execution_error(&e))?;
+            for (s, ttl) in rows.filter(|(s, _)| is_logged_finished(s.status)) {
+                let second = finished_second(s);
+                if listed.get(&(s.service.clone(), s.status)) != Some(&second) {
+                    let t = fresh
+                        .entry((s.service.clone(), s.status, second))
+                        .or_default();
+                    *t = (*t).max(ttl);
+                }
             }
-            Ok(())
-        };
-        let directory = async {
-            if !fresh {
-                return Ok(());
-            }
+        }
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        let writes = fresh.iter().map(|((service, status, second), ttl)| {
             let ttl = ttl.map(|t| t.saturating_add(DIRECTORY_EXTRA_TTL));
             observed(
                 self.put_second.get_statement(),
@@ -185,17 +211,17 @@ impl FinishedLog {
                     ),
                 ),
             )
+        });
+        try_join_all(writes)
             .await
-            .map(|_| ())
-            .map_err(|e| map_execution_error(&e))
-        };
-        futures::try_join!(entries, directory)?;
-        if fresh {
-            let mut listed = self.listed.lock().expect("listed seconds");
-            if listed.len() >= MAX_REMEMBERED {
-                listed.clear();
-            }
-            listed.insert((service.clone(), *status), *second);
+            .map_err(|e| map_execution_error(&e))?;
+        let mut listed = self.listed.lock().expect("listed seconds");
+        if listed.len() + fresh.len() > MAX_REMEMBERED {
+            listed.clear();
+        }
+        for (service, status, second) in fresh.into_keys() {
+            let last = listed.entry((service, status)).or_insert(second);
+            *last = (*last).max(second);
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! through `legacy.rs`.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -26,14 +26,17 @@ use scylla::{
 };
 
 use super::{
-    batchable, finished::FinishedLog, legacy, map_execution_error, observed, parse_status, ttl_of,
-    write_clock::WriteClock, CassandraStore, Prep,
+    finished::{EntryValues, FinishedLog},
+    legacy, map_execution_error, observed, parse_status, ttl_of,
+    write_clock::WriteClock,
+    CassandraStore, Prep,
 };
 use rebound_common::coalesce::{Counts, Limits};
 use rebound_store::{
     body::{Body, StateCells},
     coalesced::CoalesceOptions,
-    FinishedPage, StateStore, Status, StoreError, StoreLifecycle, StoreResult, TxState, WriteTime,
+    finished_second, is_logged_finished, FinishedPage, StateStore, Status, StoreError,
+    StoreLifecycle, StoreResult, TxState, WriteTime,
 };
 
 /// Most state rows one read carries (`transaction_id IN ?`).
@@ -61,6 +64,12 @@ pub const COALESCING: CoalesceOptions = CoalesceOptions {
     },
     writes: Limits {
         max_items: STATE_WRITE_BATCH,
+        max_weight: STATE_WRITE_BATCH_BYTES,
+        parallel: STATE_WRITES_PARALLEL,
+    },
+    // A settle brings its finished-log entry, whose partition takes one of the batch's ten.
+    settles: Limits {
+        max_items: STATE_WRITE_BATCH - 1,
         max_weight: STATE_WRITE_BATCH_BYTES,
         parallel: STATE_WRITES_PARALLEL,
     },
@@ -107,6 +116,11 @@ fn state_write_weight(s: &TxState) -> usize {
     } else {
         320 + variable
     }
+}
+
+/// What a finished row's entry in the finished log adds to a batch's size, over-estimated.
+fn entry_weight(s: &TxState) -> usize {
+    96 + s.service.len() + s.transaction_id.len()
 }
 
 /// One state-row write: the row, its TTL, and the write timestamp of a settle (None: the
@@ -300,47 +314,61 @@ impl StateIo {
             .map_err(|e| failed(&e, written))?;
             written = true;
         }
-        // Every row at a timestamp of its own: a settle's, else the store's next.
-        let at: Vec<AtValues<'_>> = rows
-            .iter()
-            .map(|(s, ttl, ts)| AtValues {
+        // Every row at a timestamp of its own: a settle's, else the store's next; a finished
+        // row's entry in the finished log goes in the same batch (`write_chunked` counts its
+        // partition), so an entry is never written without its row's request.
+        let mut stmts: Vec<(&PreparedStatement, Stmt<'_>)> = Vec::with_capacity(2 * rows.len());
+        for (s, ttl, ts) in &rows {
+            let at = AtValues {
                 row: self.values(s, *ttl),
                 timestamp: ts.unwrap_or_else(|| self.clock.next()),
-            })
-            .collect();
-        // The finished log beside the rows: an entry without its row is never listed (the
-        // listing reads the row), a row without its entry is an unknown outcome.
-        let finished = legacy
-            .iter()
-            .chain(rows.iter())
-            .map(|(s, ttl, _)| (s, *ttl));
-        let (rows_written, logged) =
-            futures::join!(self.write(&self.put_at, at), self.finished.log(finished));
+            };
+            stmts.push((&self.put_at, Stmt::Row(at)));
+        }
+        for (s, ttl, _) in legacy.iter().chain(rows.iter()) {
+            if let Some(entry) = self.finished.entry(s, *ttl) {
+                stmts.push((self.finished.put_entry(), Stmt::Entry(entry)));
+            }
+        }
+        // The day's list of seconds, once a second per node, beside the batch.
+        let seconds = self.finished.list_seconds(
+            legacy
+                .iter()
+                .chain(rows.iter())
+                .map(|(s, ttl, _)| (s, *ttl)),
+        );
+        let (rows_written, listed) = futures::join!(self.write(stmts), seconds);
         match rows_written {
-            Ok(_) => logged.map(|()| vec![(); n]).map_err(|e| {
+            Ok(_) => listed.map(|()| vec![(); n]).map_err(|e| {
                 StoreError::Timeout(format!(
-                    "the state rows were written, their finished-log entries may not be: {e}"
+                    "the state rows were written, their finished seconds may not be listed: {e}"
                 ))
             }),
             Err((e, partly)) => Err(failed(&e, written || partly)),
         }
     }
 
-    /// Runs `ps` once per row: one unlogged batch when the rows are batchable, else one after
-    /// the other, in order. Returns how many rows were written; an error says whether some
-    /// may have been written before it.
-    async fn write<V: scylla::serialize::row::SerializeRow + Keyed>(
+    /// Runs the statements: one unlogged batch when the state rows among them are
+    /// batchable, else one after the other, in order. Returns how many ran; an error says
+    /// whether some may have been written before it.
+    async fn write(
         &self,
-        ps: &PreparedStatement,
-        rows: Vec<V>,
+        stmts: Vec<(&PreparedStatement, Stmt<'_>)>,
     ) -> Result<usize, (scylla::errors::ExecutionError, bool)> {
-        if rows.is_empty() {
+        let Some((first, _)) = stmts.first() else {
             return Ok(0);
-        }
-        let n = rows.len();
-        if !batchable(rows.iter().map(Keyed::key)) {
-            for (i, row) in rows.iter().enumerate() {
-                observed(ps.get_statement(), self.session.execute_unpaged(ps, row))
+        };
+        let first = first.get_statement().to_string();
+        let n = stmts.len();
+        // Two writes of one transaction never share a batch (see `batchable`).
+        let mut rows = HashSet::new();
+        let distinct = stmts.iter().all(|(_, v)| match v {
+            Stmt::Row(r) => rows.insert(r.key()),
+            Stmt::Entry(_) => true,
+        });
+        if n == 1 || !distinct {
+            for (i, (ps, v)) in stmts.iter().enumerate() {
+                observed(ps.get_statement(), self.session.execute_unpaged(ps, v))
                     .await
                     .map_err(|e| (e, i > 0))?;
             }
@@ -348,10 +376,12 @@ impl StateIo {
         }
         let mut batch = Batch::new(BatchType::Unlogged);
         batch.set_is_idempotent(true);
-        for _ in &rows {
+        let mut values = Vec::with_capacity(n);
+        for (ps, v) in stmts {
             batch.append_statement(ps.clone());
+            values.push(v);
         }
-        observed(ps.get_statement(), self.session.batch(&batch, rows))
+        observed(&first, self.session.batch(&batch, values))
             .await
             .map_err(|e| (e, false))?;
         Ok(n)
@@ -478,21 +508,37 @@ impl CassandraStore {
     /// `STATE_WRITE_BATCH_BYTES` (a heavier row goes alone), `STATE_WRITES_PARALLEL` at once;
     /// one result per row, in order (a batch that fails fails its rows).
     async fn write_chunked(&self, rows: Vec<StateWrite>) -> Vec<StoreResult<()>> {
+        // A finished row brings its finished-log entry into the batch: its bytes, and its
+        // partition when the chunk has none of its (service, status, second) yet.
         let mut chunks: Vec<Vec<StateWrite>> = Vec::new();
-        let mut weight = 0;
+        let (mut weight, mut partitions) = (0, 0);
+        let mut logged: HashSet<(String, Status, i64)> = HashSet::new();
         for row in rows {
-            let w = state_write_weight(&row.0);
+            let log_partition = is_logged_finished(row.0.status)
+                .then(|| (row.0.service.clone(), row.0.status, finished_second(&row.0)));
+            let w = state_write_weight(&row.0)
+                + log_partition.as_ref().map_or(0, |_| entry_weight(&row.0));
+            let adds = |logged: &HashSet<_>| {
+                1 + usize::from(log_partition.as_ref().is_some_and(|p| !logged.contains(p)))
+            };
             match chunks.last_mut() {
                 Some(last)
-                    if last.len() < STATE_WRITE_BATCH && weight + w <= STATE_WRITE_BATCH_BYTES =>
+                    if partitions + adds(&logged) <= STATE_WRITE_BATCH
+                        && weight + w <= STATE_WRITE_BATCH_BYTES =>
                 {
                     weight += w;
+                    partitions += adds(&logged);
                     last.push(row);
                 }
                 _ => {
+                    logged.clear();
                     weight = w;
+                    partitions = adds(&logged);
                     chunks.push(vec![row]);
                 }
+            }
+            if let Some(p) = log_partition {
+                logged.insert(p);
             }
         }
         let writes: Vec<_> = chunks
@@ -564,6 +610,32 @@ fn not_legacy(s: &TxState) -> StoreResult<()> {
         )));
     }
     Ok(())
+}
+
+/// One statement of a state-row batch: a row, or a finished row's entry in the finished log.
+enum Stmt<'a> {
+    Row(AtValues<'a>),
+    Entry(EntryValues<'a>),
+}
+
+impl scylla::serialize::row::SerializeRow for Stmt<'_> {
+    fn serialize(
+        &self,
+        ctx: &scylla::serialize::row::RowSerializationContext<'_>,
+        writer: &mut scylla::serialize::writers::RowWriter,
+    ) -> Result<(), scylla::serialize::SerializationError> {
+        match self {
+            Stmt::Row(v) => v.serialize(ctx, writer),
+            Stmt::Entry(v) => v.serialize(ctx, writer),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Stmt::Row(v) => v.is_empty(),
+            Stmt::Entry(v) => v.is_empty(),
+        }
+    }
 }
 
 /// The transaction a write's values are for (`batchable`).

@@ -24,6 +24,7 @@ use crate::{FinishedPage, StateStore, Status, StoreError, StoreLifecycle, StoreR
 pub struct CoalesceOptions {
     pub reads: Limits,
     pub writes: Limits,
+    pub settles: Limits,
     pub write_weight: fn(&TxState) -> usize,
 }
 
@@ -48,7 +49,7 @@ impl<S: ?Sized> Coalesced<S> {
             inner,
             reads: Group::new(opts.reads),
             puts: Group::new(opts.writes),
-            settles: Group::new(opts.writes),
+            settles: Group::new(opts.settles),
             opts,
         }
     }

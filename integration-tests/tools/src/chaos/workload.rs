@@ -172,8 +172,17 @@ pub(super) async fn perform(shared: Arc<Shared>, op: Op) {
             let mut token = String::new();
             let mut answer = None;
             for _ in 0..LIST_PAGES {
+                // Every status: the directory by due time, every node's deliveries, the
+                // dead letters and the finished log, each read under the faults.
                 let r = call(client.list_retries(pb::ListRetriesRequest {
                     service: service.clone(),
+                    statuses: vec![
+                        pb::RetryStatus::Scheduled as i32,
+                        pb::RetryStatus::InFlight as i32,
+                        pb::RetryStatus::Dead as i32,
+                        pb::RetryStatus::Succeeded as i32,
+                        pb::RetryStatus::Cancelled as i32,
+                    ],
                     page_size: 100,
                     page_token: token.clone(),
                     ..Default::default()

@@ -43,6 +43,7 @@
 
 pub mod dead_letters;
 pub mod directory;
+pub mod finished;
 pub mod fixture;
 pub mod leases;
 pub mod migrations;
@@ -94,7 +95,7 @@ macro_rules! store_test_suite {
             state::put_states_gives_one_result_per_row,
             state::settle_states_gives_one_result_per_row,
             state::concurrent_single_state_calls_each_get_their_own_row,
-            state::finished_rows_are_logged_in_the_order_they_finished,
+            finished::finished_rows_are_logged_in_the_order_they_finished,
             // Leases, members, the store's clock.
             leases::server_time_follows_the_store_clock,
             leases::members_heartbeat_are_listed_and_expire,
