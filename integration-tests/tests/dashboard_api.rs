@@ -592,6 +592,18 @@ async fn pause_policy_and_lookups_answer_as_grpc_does() {
         .await
         .expect(200);
     assert_eq!(v["retries"], json!([]), "{v}");
+    // Every status a listing knows, the finished ones included.
+    for status in ["SCHEDULED", "IN_FLIGHT", "DEAD", "SUCCEEDED", "CANCELLED"] {
+        let v = ops
+            .get(&format!(
+                "/api/v1/services/payments/retries?status={status}"
+            ))
+            .await
+            .expect(200);
+        assert!(v["retries"].is_array(), "{status}: {v}");
+        let rows = v["retries"].as_array().unwrap();
+        assert!(rows.iter().all(|r| r["status"] == status), "{status}: {v}");
+    }
     for (q, field) in [
         ("page_token=junk", "page_token:"),
         ("attributes=notjson", "attributes:"),
@@ -602,6 +614,7 @@ async fn pause_policy_and_lookups_answer_as_grpc_does() {
             "due_after:",
         ),
         ("statuses=DEAD", "statuses:"),
+        ("status=FINISHED", "status:"),
     ] {
         let e = ops
             .get(&format!("/api/v1/services/payments/retries?{q}"))

@@ -1,7 +1,8 @@
 //! The finished log (`finished`, `finished_seconds`, schema 0013): every state row written
-//! SUCCEEDED or CANCELLED, under (service, status, second), with the non-empty seconds of each
-//! day listed, so `StateStore::list_finished` reads a service's finished retries in the order
-//! they finished without an index on the state rows.
+//! SUCCEEDED or CANCELLED, under (service, status, second), the rows of one write and second
+//! packed in one chunk row, with the non-empty seconds of each day listed, so
+//! `StateStore::list_finished` reads a service's finished retries in the order they finished
+//! without an index on the state rows.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -9,26 +10,18 @@ use std::{
 };
 
 use futures::future::try_join_all;
-use scylla::{
-    client::session::Session,
-    statement::{
-        batch::{Batch, BatchType},
-        prepared::PreparedStatement,
-    },
-    SerializeRow,
-};
+use scylla::{client::session::Session, statement::prepared::PreparedStatement, SerializeRow};
 
 use super::{map_execution_error, observed, ttl_of, Prep};
 use rebound_store::{
-    finished_second, is_logged_finished, FinishedEntry, FinishedPage, Status, StoreResult, TxState,
+    decode_finished_chunk, encode_finished_chunk, finished_second, is_logged_finished, FinishedAt,
+    FinishedEntry, FinishedPage, Status, StoreResult, TxState,
 };
 
 /// Non-empty seconds one `list_finished` call reads at most (one request each), and days of
 /// the seconds' directory (one request each, empty ones included).
 const MAX_SECONDS_READ: usize = 64;
 const MAX_DAYS_READ: usize = 32;
-/// Rows of one partition one batch carries (Cassandra warns past 5 KiB per batch).
-const MAX_BATCH_ROWS: usize = 20;
 /// (service, status) pairs whose last logged second a node remembers; past it the memory is
 /// cleared (a second may then be written twice, which is harmless).
 const MAX_REMEMBERED: usize = 10_000;
@@ -42,28 +35,31 @@ pub(super) struct FinishedLog {
     session: Arc<Session>,
     region: String,
     cluster: String,
-    put_entry: PreparedStatement,
+    put_chunk: PreparedStatement,
     put_second: PreparedStatement,
     seconds: PreparedStatement,
-    entries: PreparedStatement,
+    chunks: PreparedStatement,
     /// Per (service, status): the last second listed in `finished_seconds` by this node.
     listed: Mutex<HashMap<(String, Status), i64>>,
 }
 
 /// One partition of the log: (service, status, second).
-type Partition = (String, Status, i64);
+pub(super) type Partition = (String, Status, i64);
 
-/// The bind values of one entry.
+/// A chunk being gathered: its (transaction id, generation) pairs, and their longest TTL.
+type Pending<'r> = (Vec<(&'r str, i64)>, Option<u32>);
+
+/// The bind values of one chunk: the finished rows of one write in one partition.
 #[derive(SerializeRow)]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
-pub(super) struct EntryValues<'a> {
+pub(super) struct ChunkValues<'a> {
     region: &'a str,
     cluster: &'a str,
-    service: &'a str,
-    status: &'a str,
+    service: String,
+    status: &'static str,
     second: i64,
-    transaction_id: &'a str,
-    generation: i64,
+    chunk: i64,
+    ids: Vec<u8>,
     ttl: i32,
 }
 
@@ -74,10 +70,10 @@ impl FinishedLog {
             session: p.session.clone(),
             region: region.to_string(),
             cluster: cluster.to_string(),
-            put_entry: p
+            put_chunk: p
                 .prepare(format!(
                     "INSERT INTO {ks}.finished (region, cluster, service, status, second, \
-                     transaction_id, generation) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+                     chunk, ids) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?"
                 ))
                 .await?,
             put_second: p
@@ -93,82 +89,69 @@ impl FinishedLog {
                      LIMIT ?"
                 ))
                 .await?,
-            entries: p
+            chunks: p
                 .prepare(format!(
-                    "SELECT transaction_id, generation FROM {ks}.finished WHERE region = ? \
-                     AND cluster = ? AND service = ? AND status = ? AND second = ? \
-                     AND transaction_id > ? LIMIT ?"
+                    "SELECT chunk, ids FROM {ks}.finished WHERE region = ? AND cluster = ? \
+                     AND service = ? AND status = ? AND second = ? AND chunk >= ? LIMIT ?"
                 ))
                 .await?,
             listed: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The finished-log entry of `s` (with its row's TTL), None when `s` is not finished.
-    /// The state-row batches carry these (`StateIo::put`).
-    pub(super) fn entry<'a>(&'a self, s: &'a TxState, ttl: Option<u32>) -> Option<EntryValues<'a>> {
-        is_logged_finished(s.status).then(|| EntryValues {
-            region: &self.region,
-            cluster: &self.cluster,
-            service: &s.service,
-            status: s.status.as_str(),
-            second: finished_second(s),
-            transaction_id: &s.transaction_id,
-            generation: s.generation,
-            ttl: ttl_of(ttl),
-        })
+    /// The chunks of the finished rows among `rows` (each with its TTL): one per partition,
+    /// under a random number (two writes' chunks of one second never meet but by a 2^-64
+    /// chance), each with the longest TTL of its rows. The state-row batches carry these
+    /// (`StateIo::put`).
+    pub(super) fn chunks<'s, 'r>(
+        &'s self,
+        rows: impl Iterator<Item = (&'r TxState, Option<u32>)>,
+    ) -> Vec<ChunkValues<'s>> {
+        let mut parts: BTreeMap<Partition, Pending<'r>> = BTreeMap::new();
+        for (s, ttl) in rows.filter(|(s, _)| is_logged_finished(s.status)) {
+            let (entries, longest) = parts
+                .entry((s.service.clone(), s.status, finished_second(s)))
+                .or_default();
+            entries.push((&s.transaction_id, s.generation));
+            *longest = (*longest).max(ttl);
+        }
+        parts
+            .into_iter()
+            .map(|((service, status, second), (entries, ttl))| ChunkValues {
+                region: &self.region,
+                cluster: &self.cluster,
+                service,
+                status: status.as_str(),
+                second,
+                chunk: rand::random(),
+                ids: encode_finished_chunk(entries.into_iter()),
+                ttl: ttl_of(ttl),
+            })
+            .collect()
     }
 
-    pub(super) fn put_entry(&self) -> &PreparedStatement {
-        &self.put_entry
+    pub(super) fn put_chunk(&self) -> &PreparedStatement {
+        &self.put_chunk
     }
 
-    /// Logs the finished rows among `rows` (each with its TTL) by themselves: their entries
-    /// as one single-partition batch per (service, status, second), and their seconds listed.
-    /// For the writes that cannot carry the entries in their own batch: a cancel's, and a
-    /// conditional one's.
+    /// Logs the finished rows among `rows` (each with its TTL) by themselves: a chunk per
+    /// partition, and their seconds listed. For the writes that cannot carry their chunk in
+    /// their own batch: a cancel's, and a conditional one's.
     pub(super) async fn log<'a>(
         &self,
         rows: impl Iterator<Item = (&'a TxState, Option<u32>)> + Clone,
     ) -> StoreResult<()> {
-        let mut parts: BTreeMap<Partition, Vec<EntryValues<'_>>> = BTreeMap::new();
-        for (s, ttl) in rows.clone() {
-            if let Some(e) = self.entry(s, ttl) {
-                parts
-                    .entry((s.service.clone(), s.status, e.second))
-                    .or_default()
-                    .push(e);
-            }
-        }
-        let entries = try_join_all(parts.into_values().map(|entries| self.put_entries(entries)));
-        futures::try_join!(entries, self.list_seconds(rows))?;
-        Ok(())
-    }
-
-    async fn put_entries(&self, entries: Vec<EntryValues<'_>>) -> StoreResult<()> {
-        for chunk in entries.chunks(MAX_BATCH_ROWS) {
-            let r = if let [one] = chunk {
-                observed(
-                    self.put_entry.get_statement(),
-                    self.session.execute_unpaged(&self.put_entry, one),
-                )
-                .await
-                .map(|_| ())
-            } else {
-                let mut batch = Batch::new(BatchType::Unlogged);
-                batch.set_is_idempotent(true);
-                for _ in chunk {
-                    batch.append_statement(self.put_entry.clone());
-                }
-                observed(
-                    self.put_entry.get_statement(),
-                    self.session.batch(&batch, chunk),
-                )
-                .await
-                .map(|_| ())
-            };
-            r.map_err(|e| map_execution_error(&e))?;
-        }
+        let chunks = self.chunks(rows.clone());
+        let writes = try_join_all(chunks.iter().map(|c| async move {
+            observed(
+                self.put_chunk.get_statement(),
+                self.session.execute_unpaged(&self.put_chunk, c),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| map_execution_error(&e))
+        }));
+        futures::try_join!(writes, self.list_seconds(rows))?;
         Ok(())
     }
 
@@ -226,30 +209,30 @@ impl FinishedLog {
         Ok(())
     }
 
-    /// `StateStore::list_finished`: the directory's days from `after`'s on, each day's
-    /// non-empty seconds, each second's entries; at most `MAX_DAYS_READ` days and
+    /// `StateStore::list_finished`: the directory's days from `from`'s on, each day's
+    /// non-empty seconds, each second's chunks; at most `MAX_DAYS_READ` days and
     /// `MAX_SECONDS_READ` seconds per call.
     pub(super) async fn list(
         &self,
         service: &str,
         status: Status,
-        after: (i64, &str),
+        from: FinishedAt,
         until_second: i64,
         limit: usize,
     ) -> StoreResult<FinishedPage> {
         let limit = limit.max(1);
         let mut entries: Vec<FinishedEntry> = Vec::new();
         let (mut days_read, mut seconds_read) = (0, 0);
-        let mut day = after.0.div_euclid(SECONDS_PER_DAY);
+        let mut day = from.second.div_euclid(SECONDS_PER_DAY);
         while day * SECONDS_PER_DAY < until_second {
             if days_read == MAX_DAYS_READ {
                 return Ok(FinishedPage {
                     entries,
-                    next: Some((day * SECONDS_PER_DAY, String::new())),
+                    next: Some(FinishedAt::start(day * SECONDS_PER_DAY)),
                 });
             }
             days_read += 1;
-            let from = after.0.max(day * SECONDS_PER_DAY);
+            let first = from.second.max(day * SECONDS_PER_DAY);
             let to = until_second.min((day + 1) * SECONDS_PER_DAY);
             let left = MAX_SECONDS_READ - seconds_read;
             let seconds: Vec<(i64,)> = self
@@ -261,50 +244,89 @@ impl FinishedLog {
                         service,
                         status.as_str(),
                         day,
-                        from,
+                        first,
                         to,
                         left as i32,
                     ),
                 )
                 .await?;
             for &(second,) in &seconds {
+                let at = if second == from.second {
+                    from
+                } else {
+                    FinishedAt::start(second)
+                };
+                if entries.len() == limit {
+                    return Ok(FinishedPage {
+                        entries,
+                        next: Some(at),
+                    });
+                }
                 seconds_read += 1;
-                let id_after = if second == after.0 { after.1 } else { "" };
-                let want = limit - entries.len();
-                let rows: Vec<(String, Option<i64>)> = self
+                // A chunk holds one write's entries (one at least): one row more than the
+                // entries wanted covers them, past the chunk `at` may be inside of.
+                let want = (limit - entries.len() + 1).min(i32::MAX as usize) as i32;
+                let rows: Vec<(i64, Option<Vec<u8>>)> = self
                     .select(
-                        &self.entries,
+                        &self.chunks,
                         (
                             &self.region,
                             &self.cluster,
                             service,
                             status.as_str(),
                             second,
-                            id_after,
-                            want.min(i32::MAX as usize) as i32,
+                            at.chunk,
+                            want,
                         ),
                     )
                     .await?;
                 let got = rows.len();
-                entries.extend(rows.into_iter().map(|(transaction_id, g)| FinishedEntry {
-                    second,
-                    transaction_id,
-                    generation: g.unwrap_or(0),
-                }));
-                if got >= want {
-                    let last = entries.last().map(|e| e.transaction_id.clone());
+                let mut seen = at;
+                for (chunk, cell) in rows {
+                    let chunk_entries = decode_finished_chunk(cell.as_deref().unwrap_or_default())?;
+                    for (index, (transaction_id, generation)) in
+                        chunk_entries.into_iter().enumerate()
+                    {
+                        let here = FinishedAt {
+                            second,
+                            chunk,
+                            index: index as u32,
+                        };
+                        if here < at {
+                            continue;
+                        }
+                        seen = FinishedAt {
+                            index: here.index.saturating_add(1),
+                            ..here
+                        };
+                        if entries.len() == limit {
+                            return Ok(FinishedPage {
+                                entries,
+                                next: Some(here),
+                            });
+                        }
+                        entries.push(FinishedEntry {
+                            at: here,
+                            transaction_id,
+                            generation,
+                        });
+                    }
+                }
+                if got >= want as usize {
+                    // The rows read may not be all of this second's: resume after the last
+                    // entry read.
                     return Ok(FinishedPage {
                         entries,
-                        next: Some((second, last.unwrap_or_default())),
+                        next: Some(seen),
                     });
                 }
             }
             if seconds.len() >= left {
                 // The budget ran out in this day: resume after its last second read.
-                let last = seconds.last().map_or(from, |s| s.0);
+                let last = seconds.last().map_or(first, |s| s.0);
                 return Ok(FinishedPage {
                     entries,
-                    next: Some((last + 1, String::new())),
+                    next: Some(FinishedAt::start(last + 1)),
                 });
             }
             day += 1;

@@ -26,7 +26,7 @@ use scylla::{
 };
 
 use super::{
-    finished::{EntryValues, FinishedLog},
+    finished::{ChunkValues, FinishedLog},
     legacy, map_execution_error, observed, parse_status, ttl_of,
     write_clock::WriteClock,
     CassandraStore, Prep,
@@ -35,7 +35,7 @@ use rebound_common::coalesce::{Counts, Limits};
 use rebound_store::{
     body::{Body, StateCells},
     coalesced::CoalesceOptions,
-    finished_second, is_logged_finished, FinishedPage, StateStore, Status, StoreError,
+    finished_second, is_logged_finished, FinishedAt, FinishedPage, StateStore, Status, StoreError,
     StoreLifecycle, StoreResult, TxState, WriteTime,
 };
 
@@ -325,10 +325,12 @@ impl StateIo {
             };
             stmts.push((&self.put_at, Stmt::Row(at)));
         }
-        for (s, ttl, _) in legacy.iter().chain(rows.iter()) {
-            if let Some(entry) = self.finished.entry(s, *ttl) {
-                stmts.push((self.finished.put_entry(), Stmt::Entry(entry)));
-            }
+        let finished = legacy
+            .iter()
+            .chain(rows.iter())
+            .map(|(s, ttl, _)| (s, *ttl));
+        for chunk in self.finished.chunks(finished) {
+            stmts.push((self.finished.put_chunk(), Stmt::Chunk(chunk)));
         }
         // The day's list of seconds, once a second per node, beside the batch.
         let seconds = self.finished.list_seconds(
@@ -364,7 +366,7 @@ impl StateIo {
         let mut rows = HashSet::new();
         let distinct = stmts.iter().all(|(_, v)| match v {
             Stmt::Row(r) => rows.insert(r.key()),
-            Stmt::Entry(_) => true,
+            Stmt::Chunk(_) => true,
         });
         if n == 1 || !distinct {
             for (i, (ps, v)) in stmts.iter().enumerate() {
@@ -612,10 +614,10 @@ fn not_legacy(s: &TxState) -> StoreResult<()> {
     Ok(())
 }
 
-/// One statement of a state-row batch: a row, or a finished row's entry in the finished log.
+/// One statement of a state-row batch: a row, or the finished rows' chunk of the finished log.
 enum Stmt<'a> {
     Row(AtValues<'a>),
-    Entry(EntryValues<'a>),
+    Chunk(ChunkValues<'a>),
 }
 
 impl scylla::serialize::row::SerializeRow for Stmt<'_> {
@@ -626,14 +628,14 @@ impl scylla::serialize::row::SerializeRow for Stmt<'_> {
     ) -> Result<(), scylla::serialize::SerializationError> {
         match self {
             Stmt::Row(v) => v.serialize(ctx, writer),
-            Stmt::Entry(v) => v.serialize(ctx, writer),
+            Stmt::Chunk(v) => v.serialize(ctx, writer),
         }
     }
 
     fn is_empty(&self) -> bool {
         match self {
             Stmt::Row(v) => v.is_empty(),
-            Stmt::Entry(v) => v.is_empty(),
+            Stmt::Chunk(v) => v.is_empty(),
         }
     }
 }
@@ -856,14 +858,14 @@ impl StateStore for CassandraStore {
         &self,
         service: &str,
         status: Status,
-        after: (i64, &str),
+        from: FinishedAt,
         until_second: i64,
         limit: usize,
     ) -> StoreResult<FinishedPage> {
         self.state
             .io
             .finished
-            .list(service, status, after, until_second, limit)
+            .list(service, status, from, until_second, limit)
             .await
     }
 

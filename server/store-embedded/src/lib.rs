@@ -181,6 +181,9 @@ struct Writer<'t> {
     /// This transaction's write time (microseconds), later than every earlier one's: what
     /// Cassandra's `WRITETIME` is to a row (state rows keep it, see `state`).
     written: i64,
+    /// Finished-log entries this transaction wrote: the index of the next in its chunk
+    /// (the chunk is its write time).
+    logged: u32,
 }
 
 fn envelope(expires_at: i64, payload: &[u8]) -> Vec<u8> {
@@ -302,6 +305,7 @@ impl Inner {
                 expiry: tx.open_table(EXPIRY).map_err(internal)?,
                 now_ms,
                 written,
+                logged: 0,
             };
             f(&mut w)?
         };

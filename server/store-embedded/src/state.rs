@@ -13,8 +13,8 @@ use super::{
 };
 use rebound_store::{
     body::{Body, StateCells},
-    finished_second, is_logged_finished, FinishedEntry, FinishedPage, StateStore, Status,
-    StoreError, StoreResult, TxState, WriteTime,
+    finished_second, is_logged_finished, FinishedAt, FinishedEntry, FinishedPage, StateStore,
+    Status, StoreError, StoreResult, TxState, WriteTime,
 };
 
 /// The keys of one transaction's state: main row, cancel cell, succeeded cell, and the
@@ -110,15 +110,22 @@ fn put_state(
         let cell = Enc::new().i64(s.generation).i64(at).into_bytes();
         put_at(w, (&k.succeeded, false), &cell, exp, at)?;
     }
-    // The finished log, whether or not the row's write won (as Cassandra's own partition).
+    // The finished log, whether or not the row's write won (as Cassandra's own partition):
+    // this transaction's entries are one chunk, numbered by its write time.
     if is_logged_finished(s.status) {
         let key = k
             .finished
             .clone()
             .str(s.status.as_str())
             .i64(finished_second(s))
-            .str(&s.transaction_id);
-        w.put(key.as_bytes(), &generation_cell(s.generation), exp)?;
+            .i64(w.written)
+            .u32(w.logged);
+        w.logged += 1;
+        let entry = Enc::new()
+            .str(&s.transaction_id)
+            .i64(s.generation)
+            .into_bytes();
+        w.put(key.as_bytes(), &entry, exp)?;
     }
     Ok(())
 }
@@ -294,36 +301,45 @@ impl StateStore for EmbeddedStore {
         &self,
         service: &str,
         status: Status,
-        after: (i64, &str),
+        from: FinishedAt,
         until_second: i64,
         limit: usize,
     ) -> StoreResult<FinishedPage> {
         let part = self.key(Table::Finished).str(service).str(status.as_str());
         let n = part.as_bytes().len();
-        // Strictly after `after`: an encoded id is never the prefix of another key, so the
-        // next key up is the encoding followed by a zero byte.
-        let mut from = part.clone().i64(after.0).str(after.1).into_bytes();
-        from.push(0);
+        let start = part
+            .clone()
+            .i64(from.second)
+            .i64(from.chunk)
+            .u32(from.index)
+            .into_bytes();
         let to = part.i64(until_second).into_bytes();
+        let limit = limit.max(1);
         let rows = self
-            .blocking(move |i| i.scan(&from, Some(&to), limit))
+            .blocking(move |i| i.scan(&start, Some(&to), limit))
             .await?;
         let full = rows.len() >= limit;
         let entries = rows
             .iter()
             .map(|(k, v)| {
                 let mut r = KeyReader::after(k, n)?;
-                Ok(FinishedEntry {
+                let at = FinishedAt {
                     second: r.i64()?,
-                    transaction_id: r.str()?,
-                    generation: Dec::new(v).i64()?,
+                    chunk: r.i64()?,
+                    index: r.u32()?,
+                };
+                let mut d = Dec::new(v);
+                Ok(FinishedEntry {
+                    at,
+                    transaction_id: d.str()?,
+                    generation: d.i64()?,
                 })
             })
             .collect::<StoreResult<Vec<_>>>()?;
-        let next = entries
-            .last()
-            .filter(|_| full)
-            .map(|e| (e.second, e.transaction_id.clone()));
+        let next = entries.last().filter(|_| full).map(|e| FinishedAt {
+            index: e.at.index.saturating_add(1),
+            ..e.at
+        });
         Ok(FinishedPage { entries, next })
     }
 

@@ -16,7 +16,9 @@ use rebound_common::{
     tasks::Tasks,
 };
 
-use crate::{FinishedPage, StateStore, Status, StoreError, StoreLifecycle, StoreResult, TxState};
+use crate::{
+    FinishedAt, FinishedPage, StateStore, Status, StoreError, StoreLifecycle, StoreResult, TxState,
+};
 
 /// How the layer batches: the limits of the state-row reads (per service) and writes (per
 /// node, plain and settles apart), and what a row weighs against the writes' `max_weight`.
@@ -241,12 +243,12 @@ impl<S: StateStore + ?Sized + 'static> StateStore for Coalesced<S> {
         &self,
         service: &str,
         status: Status,
-        after: (i64, &str),
+        from: FinishedAt,
         until_second: i64,
         limit: usize,
     ) -> StoreResult<FinishedPage> {
         self.inner
-            .list_finished(service, status, after, until_second, limit)
+            .list_finished(service, status, from, until_second, limit)
             .await
     }
 }

@@ -7,9 +7,9 @@ use futures::stream::BoxStream;
 
 use crate::{
     coalesced::Coalesced, observed::Observed, window::WindowId, Cas, DeadLetter, DeadLetterRow,
-    DeadLetterStore, DirectoryStore, FinishedPage, HoldRow, HoldStore, InstanceRow, LeaseChange,
-    LeaseRow, LeaseStore, Location, Member, MigrationStore, Pointer, ProbeClaim, ServiceRow,
-    ServiceStore, StateStore, Status, StoreResult, TokenRange, TxState,
+    DeadLetterStore, DirectoryStore, FinishedAt, FinishedPage, HoldRow, HoldStore, InstanceRow,
+    LeaseChange, LeaseRow, LeaseStore, Location, Member, MigrationStore, Pointer, ProbeClaim,
+    ServiceRow, ServiceStore, StateStore, Status, StoreResult, TokenRange, TxState,
 };
 
 /// Implements `$trait` on `$layer<S>` by passing every call through `self.call`.
@@ -139,7 +139,7 @@ layers!([Observed] StateStore {
         &self,
         service: &str,
         status: Status,
-        after: (i64, &str),
+        from: FinishedAt,
         until_second: i64,
         limit: usize,
     ) -> StoreResult<FinishedPage>;

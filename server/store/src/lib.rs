@@ -472,11 +472,32 @@ pub trait DirectoryStore: Send + Sync + std::fmt::Debug {
     async fn list_windows_from(&self, day: i32, from: u32) -> StoreResult<Vec<u32>>;
 }
 
+/// A place in the finished log: its entries are ordered by (second, chunk, index); a chunk is
+/// one write's entries of one second, numbered by the store (no order among the chunks of a
+/// second is promised but that it stays the same between reads). `FinishedAt::start(s)`
+/// is before every entry of second `s`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FinishedAt {
+    pub second: i64,
+    pub chunk: i64,
+    pub index: u32,
+}
+
+impl FinishedAt {
+    pub fn start(second: i64) -> Self {
+        FinishedAt {
+            second,
+            chunk: i64::MIN,
+            index: 0,
+        }
+    }
+}
+
 /// An entry of the finished log: a state row written SUCCEEDED or CANCELLED, under the second
 /// of its `updated_at_ms`, with the generation it finished at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FinishedEntry {
-    pub second: i64,
+    pub at: FinishedAt,
     pub transaction_id: String,
     pub generation: i64,
 }
@@ -491,14 +512,43 @@ pub fn finished_second(s: &TxState) -> i64 {
     s.updated_at_ms.div_euclid(1000)
 }
 
-/// One read of the finished log: entries in (second, transaction id) order, and where the
-/// next read starts (`None`: the log was read to the end asked for).
+/// One read of the finished log: entries in log order, and where the next read starts
+/// (`None`: the log was read to the end asked for).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FinishedPage {
     pub entries: Vec<FinishedEntry>,
-    /// (second, transaction id): the next read lists what sorts strictly after it; an empty
-    /// id stands for the start of that second.
-    pub next: Option<(i64, String)>,
+    /// The next read lists the entries at or after this place.
+    pub next: Option<FinishedAt>,
+}
+
+/// The entries of one chunk of the finished log, encoded as a chunk's cell holds them: per
+/// entry the transaction id's length (u16, big-endian), its bytes, the generation (i64).
+pub fn encode_finished_chunk<'a>(entries: impl Iterator<Item = (&'a str, i64)>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (id, generation) in entries {
+        let bytes = id.as_bytes();
+        let n = bytes.len().min(usize::from(u16::MAX));
+        out.extend_from_slice(&(n as u16).to_be_bytes());
+        out.extend_from_slice(&bytes[..n]);
+        out.extend_from_slice(&generation.to_be_bytes());
+    }
+    out
+}
+
+/// Decodes a chunk's cell (`encode_finished_chunk`). Total: a malformed cell is an error.
+pub fn decode_finished_chunk(mut cell: &[u8]) -> StoreResult<Vec<(String, i64)>> {
+    let bad = || StoreError::Internal("malformed finished-log chunk".to_string());
+    let mut out = Vec::new();
+    while !cell.is_empty() {
+        let (len, rest) = cell.split_first_chunk::<2>().ok_or_else(bad)?;
+        let n = usize::from(u16::from_be_bytes(*len));
+        let (id, rest) = rest.split_at_checked(n).ok_or_else(bad)?;
+        let (generation, rest) = rest.split_first_chunk::<8>().ok_or_else(bad)?;
+        let id = std::str::from_utf8(id).map_err(|_| bad())?;
+        out.push((id.to_string(), i64::from_be_bytes(*generation)));
+        cell = rest;
+    }
+    Ok(out)
 }
 
 /// The state rows: one per (service, transaction).
@@ -553,17 +603,16 @@ pub trait StateStore: Send + Sync + std::fmt::Debug {
     ) -> StoreResult<bool>;
     /// The finished log of `service`'s `status` (SUCCEEDED or CANCELLED). Every write of a
     /// state row with one of those statuses (a settle, a plain or conditional write, a
-    /// cancel) logs it under (service, status, `finished_second`, transaction id) with its
-    /// generation, living as long as the row (its TTL); a write that fails may have logged
-    /// it. Reads the entries that sort strictly after `after` (second, transaction id; an
-    /// empty id: from the start of that second) and before second `until_second`, in that
-    /// order: at most `limit`, and few requests per call (each store bounds them), so a page
-    /// may stop short with `next` set.
+    /// cancel) logs it under (service, status, `finished_second`) with its generation, as long
+    /// as the row lives (its TTL); the rows of one write and second share a chunk. A write
+    /// that fails may have logged its rows. Reads the entries at or after `from` and before
+    /// second `until_second`, in log order: at most `limit`, and few requests per call (each
+    /// store bounds them), so a page may stop short with `next` set.
     async fn list_finished(
         &self,
         service: &str,
         status: Status,
-        after: (i64, &str),
+        from: FinishedAt,
         until_second: i64,
         limit: usize,
     ) -> StoreResult<FinishedPage>;
@@ -868,4 +917,24 @@ pub struct DeadLetter {
     pub attempt: u32,
     pub last_error: String,
     pub generation: i64,
+}
+
+#[cfg(test)]
+mod finished_chunk_tests {
+    use proptest::prelude::*;
+
+    use super::{decode_finished_chunk, encode_finished_chunk};
+
+    proptest! {
+        #[test]
+        fn chunks_round_trip(entries in proptest::collection::vec(("\\PC{0,40}", any::<i64>()), 0..20)) {
+            let cell = encode_finished_chunk(entries.iter().map(|(id, g)| (id.as_str(), *g)));
+            prop_assert_eq!(decode_finished_chunk(&cell).unwrap(), entries);
+        }
+
+        #[test]
+        fn decoding_is_total(cell in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode_finished_chunk(&cell);
+        }
+    }
 }

@@ -12,8 +12,8 @@ use tokio::sync::oneshot;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use rebound_store::{
-    clock::ManualClock, window::WindowId, DirectoryStore, FinishedPage, InstanceRow, Location,
-    Pointer, StateStore, Status, StoreError, StoreResult, TokenRange, TxState,
+    clock::ManualClock, window::WindowId, DirectoryStore, FinishedAt, FinishedPage, InstanceRow,
+    Location, Pointer, StateStore, Status, StoreError, StoreResult, TokenRange, TxState,
 };
 use rebound_store_embedded::EmbeddedStore;
 
@@ -296,12 +296,12 @@ impl StateStore for StallingStore {
         &self,
         service: &str,
         status: Status,
-        after: (i64, &str),
+        from: FinishedAt,
         until_second: i64,
         limit: usize,
     ) -> StoreResult<FinishedPage> {
         self.inner
-            .list_finished(service, status, after, until_second, limit)
+            .list_finished(service, status, from, until_second, limit)
             .await
     }
 }

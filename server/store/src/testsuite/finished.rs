@@ -2,10 +2,13 @@
 //! finished, read in order after a position (`StateStore::list_finished`).
 
 use super::fixture::{state, Fixture, SVC};
-use crate::{Status, TxState};
+use crate::{FinishedAt, Status, TxState};
+
+/// The second the test's rows finish around.
+const BASE: i64 = 1_800_000_000;
 
 /// Reads the whole finished log of `status` before `until`, call after call, `limit` at a
-/// time: every entry once, in (second, transaction id) order.
+/// time: (second, transaction id, generation) in log order.
 async fn finished_log(
     s: &dyn crate::RetryStore,
     service: &str,
@@ -14,20 +17,20 @@ async fn finished_log(
     limit: usize,
 ) -> Vec<(i64, String, i64)> {
     let mut out = Vec::new();
-    let mut after = (0, String::new());
+    // Near the test's rows: a store may read a bounded number of days per call.
+    let mut from = FinishedAt::start(BASE - 10);
     for _ in 0..1000 {
         let page = s
-            .list_finished(service, status, (after.0, &after.1), until, limit)
+            .list_finished(service, status, from, until, limit)
             .await
             .unwrap();
         assert!(page.entries.len() <= limit);
-        out.extend(
-            page.entries
-                .into_iter()
-                .map(|e| (e.second, e.transaction_id, e.generation)),
-        );
+        for e in page.entries {
+            assert!(e.at >= from, "{e:?} before {from:?}");
+            out.push((e.at.second, e.transaction_id, e.generation));
+        }
         match page.next {
-            Some(next) => after = next,
+            Some(next) => from = next,
             None => return out,
         }
     }
@@ -35,12 +38,12 @@ async fn finished_log(
 }
 
 /// Every write of a SUCCEEDED or CANCELLED row (plain, settle, cancel, conditional) is logged
-/// under the second of its `updated_at_ms`; no other status is; reads go in (second,
-/// transaction id) order, strictly after the position given and before `until_second`, and
-/// pages cover the log exactly once.
+/// under the second of its `updated_at_ms`; no other status is; reads go in log order (by
+/// second; within one, an order of the store's that stays the same), from the place given and
+/// before `until_second`, and pages of any size cover the log exactly once.
 pub async fn finished_rows_are_logged_in_the_order_they_finished(f: &dyn Fixture) {
     let s = f.store();
-    let base = 1_800_000_000i64;
+    let base = BASE;
     let at = |id: &str, generation: i64, status: Status, second: i64| TxState {
         status,
         updated_at_ms: (base + second) * 1000 + 123,
@@ -95,18 +98,30 @@ pub async fn finished_rows_are_logged_in_the_order_they_finished(f: &dyn Fixture
     s.put_state(&other, Some(3600)).await.unwrap();
 
     let e = |second: i64, id: &str, g: i64| (base + second, id.to_string(), g);
-    let succeeded = vec![
-        e(0, "a", 1),
-        e(0, "b", 2),
-        e(1, "d", 4),
-        e(2, "c", 3),
-        e(3, "g", 8),
-    ];
     let until = base + 100;
-    for limit in [100, 1, 2, 3] {
+    let sorted = |mut v: Vec<(i64, String, i64)>| {
+        v.sort();
+        v
+    };
+    let all = finished_log(&*s, SVC, Status::Succeeded, until, 100).await;
+    assert!(
+        all.windows(2).all(|p| p[0].0 <= p[1].0),
+        "by second: {all:?}"
+    );
+    assert_eq!(
+        sorted(all.clone()),
+        vec![
+            e(0, "a", 1),
+            e(0, "b", 2),
+            e(1, "d", 4),
+            e(2, "c", 3),
+            e(3, "g", 8)
+        ]
+    );
+    for limit in [1, 2, 3] {
         assert_eq!(
             finished_log(&*s, SVC, Status::Succeeded, until, limit).await,
-            succeeded,
+            all,
             "limit {limit}"
         );
     }
@@ -121,21 +136,34 @@ pub async fn finished_rows_are_logged_in_the_order_they_finished(f: &dyn Fixture
     assert!(finished_log(&*s, SVC, Status::Dead, until, 100)
         .await
         .is_empty());
-    // Strictly after a position; before `until_second`.
-    let page = s
-        .list_finished(SVC, Status::Succeeded, (base, "a"), base + 2, 100)
+    // From a place; before `until_second`.
+    let first = s
+        .list_finished(SVC, Status::Succeeded, FinishedAt::start(base), until, 1)
         .await
         .unwrap();
-    let ids: Vec<&str> = page
+    let rest = s
+        .list_finished(SVC, Status::Succeeded, first.next.unwrap(), base + 2, 100)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = first
         .entries
         .iter()
+        .chain(&rest.entries)
         .map(|e| e.transaction_id.as_str())
         .collect();
-    assert_eq!(ids, ["b", "d"]);
-    assert_eq!(page.next, None);
+    let mut ids_sorted = ids.clone();
+    ids_sorted.sort();
+    assert_eq!(ids_sorted, ["a", "b", "d"]);
+    assert_eq!(rest.next, None);
     let page = s
-        .list_finished(SVC, Status::Succeeded, (base + 1, ""), until, 100)
+        .list_finished(
+            SVC,
+            Status::Succeeded,
+            FinishedAt::start(base + 1),
+            until,
+            100,
+        )
         .await
         .unwrap();
-    assert_eq!(page.entries.first().map(|e| e.second), Some(base + 1));
+    assert_eq!(page.entries.first().map(|e| e.at.second), Some(base + 1));
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use rebound_store::Status;
+use rebound_store::{FinishedAt, Status};
 
 use super::{finished_token, summary_of, Page, Part, STATE_CHUNK};
 use crate::{error::Error, handle::Handle};
@@ -17,15 +17,14 @@ const MAX_LOG_READS: usize = 16;
 const AHEAD_SECONDS: i64 = 60;
 
 impl Handle {
-    /// The `part` (SUCCEEDED or CANCELLED) of the listing, strictly after `after` (second,
-    /// transaction id) or from the oldest entry kept: each entry listed when its retry's row
-    /// still ended so at that generation, and matches the filters. The token to resume with,
-    /// None once the log was read to now.
+    /// The `part` (SUCCEEDED or CANCELLED) of the listing, from `from` or from the oldest
+    /// entry kept: each entry listed when its retry's row still ended so at that generation,
+    /// and matches the filters. The token to resume with, None once the log was read to now.
     pub(super) async fn list_finished(
         &self,
         page: &mut Page,
         part: Part,
-        after: Option<(i64, String)>,
+        from: Option<FinishedAt>,
     ) -> Result<Option<String>, Error> {
         let status = if part == Part::Cancelled {
             Status::Cancelled
@@ -36,9 +35,9 @@ impl Handle {
         // The log lives as long as its rows: nothing older is kept.
         let oldest = now - i64::from(self.writer.finished_ttl_seconds()) - 1;
         let until = now + AHEAD_SECONDS;
-        let mut at = match after {
-            Some(a) if a.0 >= oldest => a,
-            _ => (oldest, String::new()),
+        let mut at = match from {
+            Some(a) if a.second >= oldest => a,
+            _ => FinishedAt::start(oldest),
         };
         let mut listed: HashSet<String> = HashSet::new();
         for _ in 0..MAX_LOG_READS {
@@ -47,13 +46,7 @@ impl Handle {
             }
             let log = self
                 .store
-                .list_finished(
-                    &page.query.service,
-                    status,
-                    (at.0, &at.1),
-                    until,
-                    STATE_CHUNK,
-                )
+                .list_finished(&page.query.service, status, at, until, STATE_CHUNK)
                 .await?;
             let ids: Vec<String> = log
                 .entries
@@ -76,7 +69,10 @@ impl Handle {
                     listed.insert(s.transaction_id.clone());
                     page.rows.push(summary_of(&s));
                 }
-                at = (e.second, e.transaction_id);
+                at = FinishedAt {
+                    index: e.at.index.saturating_add(1),
+                    ..e.at
+                };
                 if page.full() || page.out_of_budget() {
                     return Ok(Some(finished_token(part, Some(&at))));
                 }

@@ -325,7 +325,7 @@ impl Handle {
                 }
                 Part::Succeeded | Part::Cancelled => {
                     let from = match &resume {
-                        Resume::Finished(_, c) if here => c.clone(),
+                        Resume::Finished(_, c) if here => *c,
                         _ => None,
                     };
                     self.list_finished(&mut page, part, from).await?

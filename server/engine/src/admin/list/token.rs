@@ -1,7 +1,7 @@
 //! The parts of a listing and its `page_token`: where the next call resumes. Parsing a token
 //! is total: any text is a place to resume or a `page_token` error.
 
-use rebound_store::window::WindowId;
+use rebound_store::{window::WindowId, FinishedAt};
 
 use super::super::{
     dead_letters::{hex, unhex},
@@ -36,9 +36,9 @@ pub(super) enum Resume {
     InFlight(Option<(i64, String)>),
     /// In the dead part, after a dead-letter cursor, or at its start (`d1.`).
     Dead(Option<Cursor>),
-    /// In a part of the finished log (SUCCEEDED `s1.`, CANCELLED `c1.`), strictly after a
-    /// (second, transaction id), or at its start.
-    Finished(Part, Option<(i64, String)>),
+    /// In a part of the finished log (SUCCEEDED `s1.`, CANCELLED `c1.`), at a place in it, or
+    /// at its start.
+    Finished(Part, Option<FinishedAt>),
 }
 
 impl Resume {
@@ -79,10 +79,19 @@ impl Resume {
                 if rest.is_empty() {
                     return Ok(Resume::Finished(part, None));
                 }
-                let (second, id) = rest.split_once('.').ok_or_else(bad)?;
-                let second = second.parse().map_err(|_| bad())?;
-                let id = unhex(id, validate::MAX_TRANSACTION_ID_BYTES).ok_or_else(bad)?;
-                return Ok(Resume::Finished(part, Some((second, id))));
+                let mut fields = rest.splitn(3, '.');
+                let mut next = || fields.next().ok_or_else(bad);
+                let second = next()?.parse().map_err(|_| bad())?;
+                let chunk = next()?.parse().map_err(|_| bad())?;
+                let index = next()?.parse().map_err(|_| bad())?;
+                return Ok(Resume::Finished(
+                    part,
+                    Some(FinishedAt {
+                        second,
+                        chunk,
+                        index,
+                    }),
+                ));
             }
         }
         if token.starts_with(SORTED_TOKEN) {
@@ -135,18 +144,18 @@ impl SortedAt {
     }
 }
 
-/// The `page_token`s of the finished parts: the prefix, and then, past its start, the second
-/// and transaction id of the last entry read: `<second>.<transaction id as hex>`.
+/// The `page_token`s of the finished parts: the prefix, and then, past its start, the place of
+/// the next entry to read: `<second>.<chunk>.<index>`.
 const FINISHED_TOKENS: [(Part, &str); 2] = [(Part::Succeeded, "s1."), (Part::Cancelled, "c1.")];
 
-pub(super) fn finished_token(part: Part, after: Option<&(i64, String)>) -> String {
+pub(super) fn finished_token(part: Part, at: Option<&FinishedAt>) -> String {
     let prefix = FINISHED_TOKENS
         .iter()
         .find(|(p, _)| *p == part)
         .map_or("s1.", |(_, prefix)| prefix);
-    match after {
+    match at {
         None => prefix.to_string(),
-        Some((second, id)) => format!("{prefix}{second}.{}", hex(id)),
+        Some(at) => format!("{prefix}{}.{}.{}", at.second, at.chunk, at.index),
     }
 }
 
@@ -317,9 +326,9 @@ mod tests {
         }
 
         #[test]
-        fn finished_tokens_round_trip(second in any::<i64>(), id in "\\PC{0,60}", cancelled in any::<bool>()) {
+        fn finished_tokens_round_trip(second in any::<i64>(), chunk in any::<i64>(), index in any::<u32>(), cancelled in any::<bool>()) {
             let part = if cancelled { Part::Cancelled } else { Part::Succeeded };
-            let at = (second, id);
+            let at = FinishedAt { second, chunk, index };
             let t = finished_token(part, Some(&at));
             prop_assert_eq!(Resume::decode(&t).unwrap(), Resume::Finished(part, Some(at)));
             prop_assert_eq!(Resume::decode(&finished_token(part, None)).unwrap(), Resume::Finished(part, None));
