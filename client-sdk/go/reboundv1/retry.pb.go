@@ -809,10 +809,10 @@ func (x *ListRetriesRequest) GetLocalOnly() bool {
 
 type ListRetriesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Scheduled retries by due time, then transaction id (a window with more than 20,000 of the
-	// service's in the order the directory keeps them), then the ones in flight by due time, then dead ones in the order of their dead
-	// letters (day, time of death), then succeeded and cancelled ones in the order they
-	// finished (second, transaction id).
+	// Scheduled retries by due time, then transaction id (a window with more than 20,000 of
+	// the service's in the order the directory keeps them), then the ones in flight by due
+	// time, then dead ones in the order of their dead letters (day, time of death), then
+	// succeeded and cancelled ones in the order they finished (to the second).
 	Retries []*RetrySummary `protobuf:"bytes,1,rep,name=retries,proto3" json:"retries,omitempty"`
 	// Empty: the listing is complete. A page may hold fewer than page_size rows (even none)
 	// and still have a token: one call reads a bounded part of the directory.

@@ -393,10 +393,10 @@ export const ListRetriesRequestSchema: GenMessage<ListRetriesRequest> = /*@__PUR
  */
 export type ListRetriesResponse = Message<"rebound.v1.ListRetriesResponse"> & {
   /**
-   * Scheduled retries by due time, then transaction id (a window with more than 20,000 of the
-   * service's in the order the directory keeps them), then the ones in flight by due time, then dead ones in the order of their dead
-   * letters (day, time of death), then succeeded and cancelled ones in the order they
-   * finished (second, transaction id).
+   * Scheduled retries by due time, then transaction id (a window with more than 20,000 of
+   * the service's in the order the directory keeps them), then the ones in flight by due
+   * time, then dead ones in the order of their dead letters (day, time of death), then
+   * succeeded and cancelled ones in the order they finished (to the second).
    *
    * @generated from field: repeated rebound.v1.RetrySummary retries = 1;
    */
