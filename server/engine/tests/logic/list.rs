@@ -16,7 +16,10 @@ type Filter = Box<dyn Fn(&Known) -> bool>;
 
 /// Every page of `r`, `page_size` at a time: the transaction ids in listing order and the
 /// number of calls.
-async fn all_pages(rig: &Rig, mut r: pb::ListRetriesRequest) -> (Vec<pb::RetrySummary>, usize) {
+pub(crate) async fn all_pages(
+    rig: &Rig,
+    mut r: pb::ListRetriesRequest,
+) -> (Vec<pb::RetrySummary>, usize) {
     let mut rows = Vec::new();
     let mut calls = 0;
     loop {

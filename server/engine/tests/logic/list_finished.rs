@@ -9,23 +9,8 @@ use crate::{expect_delivery, input, utc_ms, Rig};
 
 const START: &str = "2026-12-06 09:00:00.100";
 
-async fn all_pages(rig: &Rig, mut r: pb::ListRetriesRequest) -> Vec<pb::RetrySummary> {
-    let mut rows = Vec::new();
-    for _ in 0..1_000 {
-        let page = rig
-            .executor
-            .handle
-            .list_retries(&r, None)
-            .await
-            .expect("a page");
-        assert!(page.retries.len() <= r.page_size.max(1) as usize);
-        rows.extend(page.retries);
-        if page.next_page_token.is_empty() {
-            return rows;
-        }
-        r.page_token = page.next_page_token;
-    }
-    panic!("the listing does not end");
+async fn all_pages(rig: &Rig, r: pb::ListRetriesRequest) -> Vec<pb::RetrySummary> {
+    crate::list::all_pages(rig, r).await.0
 }
 
 fn of(statuses: &[pb::RetryStatus], page_size: u32) -> pb::ListRetriesRequest {
