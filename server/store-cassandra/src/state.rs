@@ -339,7 +339,22 @@ impl StateIo {
                 .chain(rows.iter())
                 .map(|(s, ttl, _)| (s, *ttl)),
         );
-        let (rows_written, listed) = futures::join!(self.write(stmts), seconds);
+        // A batch stays under Cassandra's batch size limits: a row heavier than a batch may be
+        // (a large payload) goes alone, and its chunk after it.
+        let weight: usize = legacy
+            .iter()
+            .chain(rows.iter())
+            .map(|(s, _, _)| {
+                let entry = if is_logged_finished(s.status) {
+                    entry_weight(s)
+                } else {
+                    0
+                };
+                state_write_weight(s) + entry
+            })
+            .sum();
+        let fits = weight <= STATE_WRITE_BATCH_BYTES;
+        let (rows_written, listed) = futures::join!(self.write(stmts, fits), seconds);
         match rows_written {
             Ok(_) => listed.map(|()| vec![(); n]).map_err(|e| {
                 StoreError::Timeout(format!(
@@ -351,11 +366,12 @@ impl StateIo {
     }
 
     /// Runs the statements: one unlogged batch when the state rows among them are
-    /// batchable, else one after the other, in order. Returns how many ran; an error says
+    /// batchable and the batch `fits` the size budget, else one after the other, in order. Returns how many ran; an error says
     /// whether some may have been written before it.
     async fn write(
         &self,
         stmts: Vec<(&PreparedStatement, Stmt<'_>)>,
+        fits: bool,
     ) -> Result<usize, (scylla::errors::ExecutionError, bool)> {
         let Some((first, _)) = stmts.first() else {
             return Ok(0);
@@ -368,7 +384,7 @@ impl StateIo {
             Stmt::Row(r) => rows.insert(r.key()),
             Stmt::Chunk(_) => true,
         });
-        if n == 1 || !distinct {
+        if n == 1 || !distinct || !fits {
             for (i, (ps, v)) in stmts.iter().enumerate() {
                 observed(ps.get_statement(), self.session.execute_unpaged(ps, v))
                     .await

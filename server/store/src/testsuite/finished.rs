@@ -97,6 +97,13 @@ pub async fn finished_rows_are_logged_in_the_order_they_finished(f: &dyn Fixture
     };
     s.put_state(&other, Some(3600)).await.unwrap();
 
+    // A row heavier than a batch may be (Cassandra refuses batches over 50 KiB) is logged too.
+    let big = TxState {
+        service: "heavy".to_string(),
+        payload: vec![b'p'; 200 << 10],
+        ..at("big", 12, Status::Succeeded, 4)
+    };
+    s.put_state(&big, Some(3600)).await.unwrap();
     let e = |second: i64, id: &str, g: i64| (base + second, id.to_string(), g);
     let until = base + 100;
     let sorted = |mut v: Vec<(i64, String, i64)>| {
@@ -132,6 +139,10 @@ pub async fn finished_rows_are_logged_in_the_order_they_finished(f: &dyn Fixture
     assert_eq!(
         finished_log(&*s, "other", Status::Succeeded, until, 100).await,
         vec![e(0, "a", 11)]
+    );
+    assert_eq!(
+        finished_log(&*s, "heavy", Status::Succeeded, until, 100).await,
+        vec![e(4, "big", 12)]
     );
     assert!(finished_log(&*s, SVC, Status::Dead, until, 100)
         .await
