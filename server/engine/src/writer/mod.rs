@@ -196,6 +196,12 @@ impl Writer {
         self.grid
     }
 
+    /// Pointers per bucket: a lane's bucket b is opened after b times this many were placed
+    /// in it.
+    pub fn bucket_size(&self) -> u32 {
+        self.opts.bucket_size
+    }
+
     /// This writer's node id and boot epoch (its instances' names carry them).
     pub fn identity(&self) -> (&str, i64) {
         (&self.opts.node_id, self.opts.boot_epoch)

@@ -3,10 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rebound_engine::error::Error;
+use rebound_engine::{engine::Settings, error::Error};
 use rebound_proto::v1 as pb;
 
-use crate::{expect_delivery, input, utc_ms, Rig};
+use crate::{config, expect_delivery, input, utc_ms, Rig};
 
 const START: &str = "2026-12-06 09:00:00.100";
 
@@ -517,9 +517,23 @@ async fn a_window_is_listed_by_due_time() {
 
 /// A window with more retries of the service than a listing sorts (20,000) is listed in the
 /// order its pointers are stored, each once.
+/// Buckets of 3: the directory alone shows the window too large to sort.
 #[tokio::test]
 async fn a_window_too_large_to_sort_is_listed_in_stored_order_once() {
-    let rig = Rig::new(utc_ms(START)).await;
+    too_large_to_sort(Rig::new(utc_ms(START)).await).await;
+}
+
+/// Buckets larger than the window: its pointers are read, and the 20,001st stops the sort.
+#[tokio::test]
+async fn a_window_found_too_large_while_read_is_listed_in_stored_order_once() {
+    let config = Settings {
+        bucket_size: 1_000_000,
+        ..config()
+    };
+    too_large_to_sort(Rig::with_config(utc_ms(START), config).await).await;
+}
+
+async fn too_large_to_sort(rig: Rig) {
     let n = 20_050;
     let inputs: Vec<_> = (0..n)
         .map(|i| {

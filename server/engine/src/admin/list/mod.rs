@@ -460,18 +460,38 @@ impl Handle {
             .filter(|row| row.service == page.query.service)
             .collect();
         rows.sort_by(|a, b| a.instance.cmp(&b.instance));
+        let mut lanes = Vec::with_capacity(rows.len());
+        for row in rows {
+            let mut buckets = walk.buckets(window, &row).await?;
+            buckets.sort_unstable();
+            lanes.push((row, buckets));
+        }
         let start = Position::window_start(window);
         let stored_inside = page
             .query
             .cursor
             .as_ref()
             .is_some_and(|c| (c.day, c.window) == (window.day, window.index) && *c != start);
-        if !stored_inside {
-            if let Some(pointers) = self.window_pointers(window, &rows, page).await? {
+        if !stored_inside && self.may_sort(&lanes) {
+            if let Some(pointers) = self.window_pointers(window, &lanes, page).await? {
                 return self.list_sorted(window, pointers, page).await;
             }
         }
-        self.list_window_stored(walk, window, rows, page).await
+        self.list_window_stored(window, lanes, page).await
+    }
+
+    /// False when the window's buckets alone show more than `MAX_SORTED_WINDOW` pointers, so
+    /// that a large window is listed in stored order without reading 20,000 pointers first.
+    /// A writer opens a lane's next bucket once it has placed the bucket size in the one
+    /// before, so every bucket of a lane but its last holds that many (counted with this
+    /// node's bucket size; buckets already drained and deleted do not count).
+    fn may_sort(&self, lanes: &[(rebound_store::InstanceRow, Vec<u32>)]) -> bool {
+        let size = u64::from(self.writer.bucket_size());
+        let full: u64 = lanes
+            .iter()
+            .map(|(_, buckets)| buckets.len().saturating_sub(1) as u64 * size)
+            .sum();
+        full <= MAX_SORTED_WINDOW as u64
     }
 
     /// Every pointer of the service's part of `window` as (due time, transaction id,
@@ -480,20 +500,17 @@ impl Handle {
     async fn window_pointers(
         &self,
         window: WindowId,
-        rows: &[rebound_store::InstanceRow],
+        lanes: &[(rebound_store::InstanceRow, Vec<u32>)],
         page: &mut Page,
     ) -> Result<Option<Vec<(i64, String, i64)>>, Error> {
-        let walk = Walk(&*self.store);
         let start_ms = self.grid().start_ms(window);
         let mut all = Vec::new();
-        for row in rows {
-            let mut buckets = walk.buckets(window, row).await?;
-            buckets.sort_unstable();
+        for (row, buckets) in lanes {
             for bucket in buckets {
                 let location = Location {
                     window,
                     instance: row.instance.clone(),
-                    bucket,
+                    bucket: *bucket,
                 };
                 let mut pointers = self
                     .store
@@ -564,14 +581,11 @@ impl Handle {
     /// The service's instances of `window`, bucket by bucket, pointer by pointer.
     async fn list_window_stored(
         &self,
-        walk: &Walk<'_, dyn rebound_store::RetryStore>,
         window: WindowId,
-        rows: Vec<rebound_store::InstanceRow>,
+        lanes: Vec<(rebound_store::InstanceRow, Vec<u32>)>,
         page: &mut Page,
     ) -> Result<(), Error> {
-        for row in rows {
-            let mut buckets = walk.buckets(window, &row).await?;
-            buckets.sort_unstable();
+        for (row, buckets) in lanes {
             for bucket in buckets {
                 let at = |txid: &str| Position {
                     day: window.day,
