@@ -111,18 +111,7 @@ async fn pages_cover_every_scheduled_retry_once_and_filters_match_a_model() {
     }
     // By due time, then transaction id: each window is sorted, and a retry due in the future
     // is in the window of its due time.
-    let key = |r: &pb::RetrySummary| {
-        let t = r.due_time.unwrap();
-        (t.seconds, t.nanos, r.transaction_id.clone())
-    };
-    for pair in rows.windows(2) {
-        assert!(
-            key(&pair[0]) < key(&pair[1]),
-            "{:?} then {:?}",
-            pair[0],
-            pair[1]
-        );
-    }
+    assert_due_order(&rows, "pages of 7");
 
     // Every filter, alone and combined, against the model.
     let eu_42 = pb::ListRetriesRequest {
@@ -499,24 +488,11 @@ async fn a_window_is_listed_by_due_time() {
     for size in [1, 7, 50] {
         let (rows, _) = all_pages(&rig, request("svc", size)).await;
         assert_eq!(rows.len(), 50, "pages of {size}");
-        let key = |r: &pb::RetrySummary| {
-            let t = r.due_time.unwrap();
-            (t.seconds, t.nanos, r.transaction_id.clone())
-        };
-        for pair in rows.windows(2) {
-            assert!(
-                key(&pair[0]) < key(&pair[1]),
-                "pages of {size}: {:?} then {:?}",
-                pair[0],
-                pair[1]
-            );
-        }
+        assert_due_order(&rows, &format!("pages of {size}"));
         assert_eq!(rows[0].transaction_id, "w48");
     }
 }
 
-/// A window with more retries of the service than a listing sorts (20,000) is listed in the
-/// order its pointers are stored, each once.
 /// Buckets of 3: the directory alone shows the window too large to sort.
 #[tokio::test]
 async fn a_window_too_large_to_sort_is_listed_in_stored_order_once() {
@@ -533,6 +509,8 @@ async fn a_window_found_too_large_while_read_is_listed_in_stored_order_once() {
     too_large_to_sort(Rig::with_config(utc_ms(START), config).await).await;
 }
 
+/// A window with more retries of the service than a listing sorts (20,000) is listed in the
+/// order its pointers are stored, each once.
 async fn too_large_to_sort(rig: Rig) {
     let n = 20_050;
     let inputs: Vec<_> = (0..n)
@@ -551,4 +529,20 @@ async fn too_large_to_sort(rig: Rig) {
     let unique: BTreeSet<&str> = rows.iter().map(|r| r.transaction_id.as_str()).collect();
     assert_eq!((rows.len(), unique.len()), (n, n));
     assert!(calls >= n / 500, "{calls} calls");
+}
+
+/// Strictly by due time, then transaction id.
+fn assert_due_order(rows: &[pb::RetrySummary], what: &str) {
+    let key = |r: &pb::RetrySummary| {
+        let t = r.due_time.unwrap();
+        (t.seconds, t.nanos, r.transaction_id.clone())
+    };
+    for pair in rows.windows(2) {
+        assert!(
+            key(&pair[0]) < key(&pair[1]),
+            "{what}: {:?} then {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
 }
