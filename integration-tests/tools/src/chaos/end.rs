@@ -437,7 +437,8 @@ async fn final_states(
     touched: &BTreeSet<(String, String)>,
 ) -> BTreeMap<(String, String), Answer<pb::Retry>> {
     use futures::StreamExt;
-    let n = shared.channels.len();
+    // The spare node is down at the end.
+    let n = shared.channels.len() - usize::from(shared.spare.is_some());
     futures::stream::iter(touched.iter().enumerate())
         .map(|(i, (s, t))| {
             let ch = shared.channels[i % n].clone();

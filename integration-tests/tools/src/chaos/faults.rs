@@ -1,6 +1,7 @@
 //! The fault injector: faults drawn from the seed ([`draw_fault`]) and run one after the
 //! other on the cluster ([`inject`]): SIGKILL and restart of a node, SIGSTOP of a node past
-//! its lease, a restart with the clock off, SIGSTOP of Cassandra past the request timeout.
+//! its lease, a restart with the clock off, SIGSTOP of Cassandra past the request timeout,
+//! and a spare node that joins the ring and leaves it (leases move with no process fault).
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -23,16 +24,37 @@ pub struct PlannedFault {
 
 /// A fault at `at_ms` of a random kind on a random node: a node down for 0.5-3 s (kill),
 /// stopped past its lease (stop), restarted with its clock off by up to `max_skew_ms` (skew),
-/// or Cassandra stopped past the request timeout.
-pub fn draw_fault(rng: &mut StdRng, at_ms: i64, nodes: usize, max_skew_ms: i64) -> PlannedFault {
-    let kinds = [
-        FaultKind::Kill,
-        FaultKind::Stop,
-        FaultKind::Skew,
-        FaultKind::CassandraPause,
-    ];
+/// Cassandra stopped past the request timeout, or, with `spare`, the spare node in the ring
+/// for 2-4 lease lifetimes (join; `node` is then the spare's index, `nodes`).
+pub fn draw_fault(
+    rng: &mut StdRng,
+    at_ms: i64,
+    nodes: usize,
+    max_skew_ms: i64,
+    spare: bool,
+) -> PlannedFault {
+    let kinds: &[FaultKind] = if spare {
+        &[
+            FaultKind::Kill,
+            FaultKind::Stop,
+            FaultKind::Skew,
+            FaultKind::CassandraPause,
+            FaultKind::Join,
+        ]
+    } else {
+        &[
+            FaultKind::Kill,
+            FaultKind::Stop,
+            FaultKind::Skew,
+            FaultKind::CassandraPause,
+        ]
+    };
     let kind = kinds[rng.random_range(0..kinds.len())];
-    let node = rng.random_range(0..nodes);
+    let node = if kind == FaultKind::Join {
+        nodes
+    } else {
+        rng.random_range(0..nodes)
+    };
     let value = match kind {
         FaultKind::Kill => rng.random_range(500..=3_000),
         FaultKind::Stop => LEASE_TTL_MS as i64 + rng.random_range(500..=1_500),
@@ -49,6 +71,7 @@ pub fn draw_fault(rng: &mut StdRng, at_ms: i64, nodes: usize, max_skew_ms: i64) 
             }
         }
         FaultKind::CassandraPause => REQUEST_TIMEOUT_MS as i64 + rng.random_range(500..=2_000),
+        FaultKind::Join => 2 * LEASE_TTL_MS as i64 + rng.random_range(0..=2 * LEASE_TTL_MS as i64),
     };
     PlannedFault {
         at_ms,
@@ -106,6 +129,19 @@ pub(super) async fn inject(
                 tokio::time::sleep(Duration::from_millis(f.value as u64)).await;
                 n.resume();
                 detail = format!("SIGSTOP for {} ms; {inflight} in flight", f.value);
+                Some(f.node)
+            }
+            FaultKind::Join => {
+                let mut n = shared.nodes[f.node].lock().await;
+                let inflight = shared.history.in_flight_at(start, None);
+                n.start(&settings, 0)?;
+                let ready = n.wait_ready(Duration::from_secs(60)).await;
+                tokio::time::sleep(Duration::from_millis(f.value as u64)).await;
+                n.terminate(Duration::from_secs(3)).await;
+                detail = format!(
+                    "{} joined (ready: {ready}) and left (SIGTERM) {} ms later; {inflight} in flight",
+                    n.id, f.value
+                );
                 Some(f.node)
             }
             FaultKind::Skew => {

@@ -119,6 +119,10 @@ pub enum FaultKind {
     Stop,
     Skew,
     CassandraPause,
+    /// A spare node joins the ring and, a few lease lifetimes later, leaves it (SIGTERM):
+    /// the running nodes hand slots to it and take them back while they deliver and take
+    /// acks for those slots' retries.
+    Join,
 }
 
 #[derive(Clone, Debug)]

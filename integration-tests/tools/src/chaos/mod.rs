@@ -240,7 +240,7 @@ pub fn plan(o: &Options) -> Plan {
     // judges lateness there (rule 10, on time); the faults before it are the seed's as ever.
     let quiet_ms = (span_ms / 6).clamp(3_000, 30_000);
     while at < span_ms - quiet_ms {
-        faults.push(draw_fault(&mut rng, at, o.nodes, o.max_skew_ms));
+        faults.push(draw_fault(&mut rng, at, o.nodes, o.max_skew_ms, true));
         at += every / 2 + rng.random_range(0..every);
     }
     Plan {
@@ -265,6 +265,8 @@ pub struct Shared {
     /// the node redelivers). The soak does not: a redelivery counts its lateness from the
     /// same due time, past the ack deadline.
     pub let_deadlines_pass: bool,
+    /// The index of the join fault's spare node, the last one (not started but by that fault).
+    pub spare: Option<usize>,
     /// How many times each executor saw (service, tx, attempt), for its deterministic choice.
     seen: Mutex<HashMap<(String, String, u32), u32>>,
     pub ignored: AtomicUsize,
@@ -302,6 +304,7 @@ pub async fn run(o: Options) -> anyhow::Result<Report> {
             log_dir,
             http: false,
             let_deadlines_pass: true,
+            spare: true,
         },
     )
     .await?;

@@ -33,6 +33,10 @@ pub struct Setup {
     /// Each node serves /metrics on a port of its own (`Started::http_ports`).
     pub http: bool,
     pub let_deadlines_pass: bool,
+    /// One node more than `Options::nodes`, not started: the join fault's. Executors
+    /// subscribe to it too (their streams reconnect until it runs); the workload never
+    /// calls it.
+    pub spare: bool,
 }
 
 /// A running cluster: every node ready, the ring settled.
@@ -99,6 +103,14 @@ pub async fn start_cluster(o: &Options, s: Setup) -> anyhow::Result<Started> {
             anyhow::bail!("node {} did not start; see {}", n.id, s.log_dir.display());
         }
     }
+    let spare = s.spare.then_some(nodes.len());
+    if s.spare {
+        let mut n = Node::new(nodes.len(), cluster::free_port());
+        if s.http {
+            n.http_port = Some(cluster::free_port());
+        }
+        nodes.push(n);
+    }
     let channels = nodes.iter().map(|n| n.channel.clone()).collect();
     let http_ports = nodes.iter().map(|n| n.http_port).collect();
     let shared = Arc::new(Shared {
@@ -112,6 +124,7 @@ pub async fn start_cluster(o: &Options, s: Setup) -> anyhow::Result<Started> {
         stop: AtomicBool::new(false),
         seed: o.seed,
         let_deadlines_pass: s.let_deadlines_pass,
+        spare,
         seen: Mutex::new(HashMap::new()),
         ignored: AtomicUsize::new(0),
         outages: Mutex::new(Vec::new()),

@@ -12,10 +12,11 @@ use super::{
     view::{dl, effect_end, role, status_name, Dl, Role, Tx, View},
     CheckResult, Input, RECORD_SLACK_MS, SLACK_MS, UNKNOWN_TAIL_MS,
 };
-use crate::chaos::history::{Answer, EnqueueOk, Kind};
+use crate::chaos::history::{Answer, EnqueueOk, FaultKind, Kind};
 
 /// The bound on duplicates: deliveries in flight at a fault (on its node, or anywhere for a
-/// Cassandra pause), plus those whose ack did not come back OK or was never sent. A push is
+/// Cassandra pause and for a join, whose lease moves touch every node), plus those whose ack
+/// did not come back OK or was never sent. A push is
 /// in flight until its outcome may be stored, and may be on any node.
 pub(super) fn duplicate_bound(view: &View) -> usize {
     let (ev, faults, ack_of) = (view.ev, &view.faults, &view.ack_of);
@@ -27,7 +28,7 @@ pub(super) fn duplicate_bound(view: &View) -> usize {
             let in_flight = e.end_ms <= f.start
                 && match &e.kind {
                     Kind::Delivery { node, .. } => {
-                        (f.node.is_none() || f.node == Some(*node))
+                        (f.node.is_none() || f.kind == FaultKind::Join || f.node == Some(*node))
                             && ack_of.get(&i).is_none_or(|a| ev[*a].end_ms > f.start)
                     }
                     Kind::Push { .. } => {

@@ -80,7 +80,7 @@ pub(super) fn check(input: &Input, view: &View, tx: &Tx, out: &mut CheckResult) 
         };
         let t = ev[d].end_ms;
         let restarting = faults.iter().any(|f| {
-            matches!(f.kind, FaultKind::Kill | FaultKind::Skew)
+            matches!(f.kind, FaultKind::Kill | FaultKind::Skew | FaultKind::Join)
                 && f.node == Some(*node)
                 && f.start - SLACK_MS <= t
                 && t <= f.end + 2_500

@@ -150,7 +150,7 @@ pub fn fault_plan(
         if at > span - 20_000 {
             break;
         }
-        out.push(draw_fault(&mut rng, at, nodes, MAX_SKEW_MS));
+        out.push(draw_fault(&mut rng, at, nodes, MAX_SKEW_MS, false));
     }
     out
 }
@@ -195,6 +195,7 @@ pub async fn run(o: SoakOptions) -> anyhow::Result<SoakReport> {
             log_dir: dir.join("logs"),
             http: true,
             let_deadlines_pass: false,
+            spare: false,
         },
     )
     .await?;
