@@ -41,106 +41,47 @@ async fn a_cancel_on_one_node_is_not_undone_by_a_retry_ack_on_another() {
         .into_inner();
     assert!(batch_accepted(&resp));
 
-    // Each first delivery starts a race; its outcome comes back on `done`.
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(String, bool, Instant)>();
-    let mut raced: HashSet<String> = HashSet::new();
-    let mut cancelled_at: HashMap<String, Instant> = HashMap::new();
-    let mut again: Vec<String> = Vec::new();
-    let mut finished = 0;
-    let mut quiet_since: Option<Instant> = None;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        tokio::select! {
-            Some((node, d)) = rx.recv() => {
-                let txid = d.transaction_id.clone();
-                if let Some(at) = cancelled_at.get(&txid) {
-                    // Delivered after its cancel answered: the cancel was undone.
-                    if Instant::now() > *at {
-                        again.push(txid.clone());
-                    }
-                    continue;
-                }
-                if !raced.insert(txid.clone()) {
-                    // Delivered again before its cancel answered (or after a false one).
-                    continue;
-                }
-                let (acker, canceller) = (chans[node].clone(), chans[1 - node].clone());
-                let done_tx = done_tx.clone();
-                // Every other race is a SUCCEEDED ack: it must lose to the cancel too.
-                let ack = if raced.len().is_multiple_of(2) {
-                    pb::AckRequest {
-                        delivery_id: d.delivery_id.clone(),
-                        outcome: pb::AckOutcome::Retry as i32,
-                        retry_after: Some(prost_types::Duration::default()),
-                        error: "race".into(),
-                        ..Default::default()
-                    }
-                } else {
-                    pb::AckRequest {
-                        delivery_id: d.delivery_id.clone(),
-                        outcome: pb::AckOutcome::Succeeded as i32,
-                        ..Default::default()
-                    }
-                };
-                tokio::spawn(async move {
-                    let mut executor = ExecutorServiceClient::new(acker);
-                    let ack = executor.ack(ack);
-                    let mut retries = RetryServiceClient::new(canceller);
-                    let cancel = retries.cancel_retry(pb::CancelRetryRequest {
-                        service: "payments".into(),
-                        transaction_id: txid.clone(),
-                    });
-                    let (_ack, cancel) = tokio::join!(ack, cancel);
-                    let cancelled = cancel.map(|r| r.into_inner().cancelled).unwrap_or(false);
-                    let _ = done_tx.send((txid, cancelled, Instant::now()));
-                });
+    // Every other race is a SUCCEEDED ack: it must lose to the cancel too.
+    let (kept, again) = race_first_deliveries(&mut rx, ROUNDS, |round, node, d| {
+        let (acker, canceller) = (chans[node].clone(), chans[1 - node].clone());
+        let ack = if round.is_multiple_of(2) {
+            pb::AckRequest {
+                delivery_id: d.delivery_id.clone(),
+                outcome: pb::AckOutcome::Retry as i32,
+                retry_after: Some(prost_types::Duration::default()),
+                error: "race".into(),
+                ..Default::default()
             }
-            Some((txid, cancelled, at)) = done_rx.recv() => {
-                finished += 1;
-                if cancelled {
-                    cancelled_at.insert(txid, at);
-                }
-                if finished == ROUNDS {
-                    quiet_since = Some(Instant::now());
-                }
-            }
-            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        } else {
+            ack_req(&d, pb::AckOutcome::Succeeded)
+        };
+        async move {
+            let mut executor = ExecutorServiceClient::new(acker);
+            let ack = executor.ack(ack);
+            let mut retries = RetryServiceClient::new(canceller);
+            let cancel = retries.cancel_retry(pb::CancelRetryRequest {
+                service: "payments".into(),
+                transaction_id: d.transaction_id.clone(),
+            });
+            let (_ack, cancel) = tokio::join!(ack, cancel);
+            cancel
+                .ok()
+                .filter(|r| r.get_ref().cancelled)
+                .map(|_| pb::RetryStatus::Cancelled as i32)
         }
-        // Retries acked with retry_after = 0 are due again within two windows: wait five.
-        if quiet_since.is_some_and(|t| t.elapsed() > Duration::from_secs(5)) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "only {finished} of {ROUNDS} rounds finished"
-        );
-    }
+    })
+    .await;
     assert!(
-        cancelled_at.len() > ROUNDS / 2,
+        kept.len() > ROUNDS / 2,
         "most cancels find the retry scheduled: {} of {ROUNDS}",
-        cancelled_at.len()
+        kept.len()
     );
     assert!(
         again.is_empty(),
         "{} cancelled retries were delivered again: {again:?}",
         again.len()
     );
-    let mut retries = RetryServiceClient::new(chans[1].clone());
-    for txid in cancelled_at.keys() {
-        let r = retries
-            .get_retry(pb::GetRetryRequest {
-                service: "payments".into(),
-                transaction_id: txid.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(
-            r.status,
-            pb::RetryStatus::Cancelled as i32,
-            "{txid} answered cancelled and is not"
-        );
-    }
+    assert_statuses_kept(&chans[1], &kept).await;
     // The nodes stop before their keyspace goes.
     drop(nodes);
     drop_keyspace(&keyspace).await;
@@ -231,10 +172,87 @@ async fn an_action_on_one_node_never_undoes_a_cancel_or_an_ack_on_another() {
         .into_inner();
     assert!(batch_accepted(&resp));
 
-    // (transaction, final status it must keep, when that was answered)
+    // Even rounds race a SUCCEEDED ack, odd ones a cancel, on the node that delivered.
+    let (kept, again) = race_first_deliveries(&mut rx, ACTED, |round, node, d| {
+        let (here, there) = (chans[node].clone(), chans[1 - node].clone());
+        let action = [
+            pb::RetryAction::RunNow,
+            pb::RetryAction::Reschedule,
+            pb::RetryAction::DeadLetter,
+        ][round % 3];
+        let due = (action == pb::RetryAction::Reschedule).then(|| {
+            let at = std::time::SystemTime::now() + Duration::from_secs(1);
+            prost_types::Timestamp::from(at)
+        });
+        let act = pb::ActOnRetriesRequest {
+            selection: Some(pb::ListRetriesRequest {
+                service: "payments".into(),
+                ..Default::default()
+            }),
+            transaction_ids: vec![d.transaction_id.clone()],
+            action: action as i32,
+            due_time: due,
+            reason: "race".into(),
+            ..Default::default()
+        };
+        async move {
+            let mut actor = RetryServiceClient::new(there);
+            let acting = actor.act_on_retries(act);
+            if round.is_multiple_of(2) {
+                let mut executor = ExecutorServiceClient::new(here);
+                let ack = executor.ack(ack_req(&d, pb::AckOutcome::Succeeded));
+                let (acked, acted) = tokio::join!(ack, acting);
+                acted.expect("the action answers");
+                acked.ok().map(|_| pb::RetryStatus::Succeeded as i32)
+            } else {
+                let mut canceller = RetryServiceClient::new(here);
+                let cancel = canceller.cancel_retry(pb::CancelRetryRequest {
+                    service: "payments".into(),
+                    transaction_id: d.transaction_id.clone(),
+                });
+                let (cancelled, acted) = tokio::join!(cancel, acting);
+                acted.expect("the action answers");
+                cancelled
+                    .ok()
+                    .filter(|r| r.get_ref().cancelled)
+                    .map(|_| pb::RetryStatus::Cancelled as i32)
+            }
+        }
+    })
+    .await;
+    assert!(
+        kept.len() > ACTED / 2,
+        "most acks and cancels answer: {} of {ACTED}",
+        kept.len()
+    );
+    assert!(
+        again.is_empty(),
+        "{} retries were delivered after their ack or cancel answered: {again:?}",
+        again.len()
+    );
+    assert_statuses_kept(&chans[1], &kept).await;
+    drop(nodes);
+    drop_keyspace(&keyspace).await;
+}
+
+/// The race of both tests above: the first delivery of each of `rounds` transactions starts
+/// `race(round, node, delivery)` (round counts from 1), whose answer is the status the
+/// transaction must keep from then on (None: nothing to keep). Returns, per transaction
+/// kept, that status and when it was answered, and the transactions delivered after their
+/// answer. Ends once every race answered and five quiet seconds passed (retries acked with
+/// `retry_after = 0` are due again within two windows).
+async fn race_first_deliveries<F, Fut>(
+    rx: &mut mpsc::UnboundedReceiver<(usize, pb::Delivery)>,
+    rounds: usize,
+    mut race: F,
+) -> (HashMap<String, (i32, Instant)>, Vec<String>)
+where
+    F: FnMut(usize, usize, pb::Delivery) -> Fut,
+    Fut: std::future::Future<Output = Option<i32>> + Send + 'static,
+{
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(String, Option<i32>, Instant)>();
     let mut raced: HashSet<String> = HashSet::new();
-    let mut settled: HashMap<String, (i32, Instant)> = HashMap::new();
+    let mut kept: HashMap<String, (i32, Instant)> = HashMap::new();
     let mut again: Vec<String> = Vec::new();
     let mut finished = 0;
     let mut quiet_since: Option<Instant> = None;
@@ -243,69 +261,30 @@ async fn an_action_on_one_node_never_undoes_a_cancel_or_an_ack_on_another() {
         tokio::select! {
             Some((node, d)) = rx.recv() => {
                 let txid = d.transaction_id.clone();
-                if let Some((_, at)) = settled.get(&txid) {
+                if let Some((_, at)) = kept.get(&txid) {
+                    // Delivered after its answer: the answer was undone.
                     if Instant::now() > *at {
-                        again.push(txid.clone());
+                        again.push(txid);
                     }
                     continue;
                 }
                 if !raced.insert(txid.clone()) {
+                    // Delivered again before its race answered (or after nothing to keep).
                     continue;
                 }
-                let round = raced.len();
-                let (here, there) = (chans[node].clone(), chans[1 - node].clone());
+                let outcome = race(raced.len(), node, d);
                 let done_tx = done_tx.clone();
-                let action = [
-                    pb::RetryAction::RunNow,
-                    pb::RetryAction::Reschedule,
-                    pb::RetryAction::DeadLetter,
-                ][round % 3];
-                let due = (action == pb::RetryAction::Reschedule).then(|| {
-                    let at = std::time::SystemTime::now() + Duration::from_secs(1);
-                    prost_types::Timestamp::from(at)
-                });
-                let act = pb::ActOnRetriesRequest {
-                    selection: Some(pb::ListRetriesRequest {
-                        service: "payments".into(),
-                        ..Default::default()
-                    }),
-                    transaction_ids: vec![txid.clone()],
-                    action: action as i32,
-                    due_time: due,
-                    reason: "race".into(),
-                    ..Default::default()
-                };
                 tokio::spawn(async move {
-                    let mut actor = RetryServiceClient::new(there);
-                    let acting = actor.act_on_retries(act);
-                    let kept = if round.is_multiple_of(2) {
-                        let mut executor = ExecutorServiceClient::new(here);
-                        let ack = executor.ack(ack_req(&d, pb::AckOutcome::Succeeded));
-                        let (acked, acted) = tokio::join!(ack, acting);
-                        acted.expect("the action answers");
-                        acked.ok().map(|_| pb::RetryStatus::Succeeded as i32)
-                    } else {
-                        let mut canceller = RetryServiceClient::new(here);
-                        let cancel = canceller.cancel_retry(pb::CancelRetryRequest {
-                            service: "payments".into(),
-                            transaction_id: txid.clone(),
-                        });
-                        let (cancelled, acted) = tokio::join!(cancel, acting);
-                        acted.expect("the action answers");
-                        cancelled
-                            .ok()
-                            .filter(|r| r.get_ref().cancelled)
-                            .map(|_| pb::RetryStatus::Cancelled as i32)
-                    };
-                    let _ = done_tx.send((txid, kept, Instant::now()));
+                    let status = outcome.await;
+                    let _ = done_tx.send((txid, status, Instant::now()));
                 });
             }
-            Some((txid, kept, at)) = done_rx.recv() => {
+            Some((txid, status, at)) = done_rx.recv() => {
                 finished += 1;
-                if let Some(status) = kept {
-                    settled.insert(txid, (status, at));
+                if let Some(status) = status {
+                    kept.insert(txid, (status, at));
                 }
-                if finished == ACTED {
+                if finished == rounds {
                     quiet_since = Some(Instant::now());
                 }
             }
@@ -316,21 +295,16 @@ async fn an_action_on_one_node_never_undoes_a_cancel_or_an_ack_on_another() {
         }
         assert!(
             Instant::now() < deadline,
-            "only {finished} of {ACTED} rounds finished"
+            "only {finished} of {rounds} races finished"
         );
     }
-    assert!(
-        settled.len() > ACTED / 2,
-        "most acks and cancels answer: {} of {ACTED}",
-        settled.len()
-    );
-    assert!(
-        again.is_empty(),
-        "{} retries were delivered after their ack or cancel answered: {again:?}",
-        again.len()
-    );
-    let mut retries = RetryServiceClient::new(chans[1].clone());
-    for (txid, (status, _)) in &settled {
+    (kept, again)
+}
+
+/// GetRetry on `channel` reads each transaction of `kept` with the status it must keep.
+async fn assert_statuses_kept(channel: &Channel, kept: &HashMap<String, (i32, Instant)>) {
+    let mut retries = RetryServiceClient::new(channel.clone());
+    for (txid, (status, _)) in kept {
         let r = retries
             .get_retry(pb::GetRetryRequest {
                 service: "payments".into(),
@@ -339,8 +313,6 @@ async fn an_action_on_one_node_never_undoes_a_cancel_or_an_ack_on_another() {
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(r.status, *status, "{txid} was undone");
+        assert_eq!(r.status, *status, "{txid} answered and was undone");
     }
-    drop(nodes);
-    drop_keyspace(&keyspace).await;
 }
