@@ -123,6 +123,16 @@ fn entry_weight(s: &TxState) -> usize {
     96 + s.service.len() + s.transaction_id.len()
 }
 
+/// What a state-row write brings to a batch: the row, and its finished-log entry if it has one.
+fn batched_weight(s: &TxState) -> usize {
+    state_write_weight(s)
+        + if is_logged_finished(s.status) {
+            entry_weight(s)
+        } else {
+            0
+        }
+}
+
 /// One state-row write: the row, its TTL, and the write timestamp of a settle (None: the
 /// store's own numbering, `WriteClock::next`, as every other plain write).
 type StateWrite = (TxState, Option<u32>, Option<i64>);
@@ -341,18 +351,7 @@ impl StateIo {
         );
         // A batch stays under Cassandra's batch size limits: a row heavier than a batch may be
         // (a large payload) goes alone, and its chunk after it.
-        let weight: usize = legacy
-            .iter()
-            .chain(rows.iter())
-            .map(|(s, _, _)| {
-                let entry = if is_logged_finished(s.status) {
-                    entry_weight(s)
-                } else {
-                    0
-                };
-                state_write_weight(s) + entry
-            })
-            .sum();
+        let weight: usize = rows.iter().map(|(s, _, _)| batched_weight(s)).sum();
         let fits = weight <= STATE_WRITE_BATCH_BYTES;
         let (rows_written, listed) = futures::join!(self.write(stmts, fits), seconds);
         match rows_written {
@@ -365,9 +364,9 @@ impl StateIo {
         }
     }
 
-    /// Runs the statements: one unlogged batch when the state rows among them are
-    /// batchable and the batch `fits` the size budget, else one after the other, in order. Returns how many ran; an error says
-    /// whether some may have been written before it.
+    /// Runs the statements: one unlogged batch when the state rows among them are batchable
+    /// and `fits` the size budget, else one after the other, in order. Returns how many ran;
+    /// an error says whether some may have been written before it.
     async fn write(
         &self,
         stmts: Vec<(&PreparedStatement, Stmt<'_>)>,
@@ -534,8 +533,7 @@ impl CassandraStore {
         for row in rows {
             let log_partition = is_logged_finished(row.0.status)
                 .then(|| (row.0.service.clone(), row.0.status, finished_second(&row.0)));
-            let w = state_write_weight(&row.0)
-                + log_partition.as_ref().map_or(0, |_| entry_weight(&row.0));
+            let w = batched_weight(&row.0);
             let adds = |logged: &HashSet<_>| {
                 1 + usize::from(log_partition.as_ref().is_some_and(|p| !logged.contains(p)))
             };

@@ -33,22 +33,15 @@ pub fn draw_fault(
     max_skew_ms: i64,
     spare: bool,
 ) -> PlannedFault {
-    let kinds: &[FaultKind] = if spare {
-        &[
-            FaultKind::Kill,
-            FaultKind::Stop,
-            FaultKind::Skew,
-            FaultKind::CassandraPause,
-            FaultKind::Join,
-        ]
-    } else {
-        &[
-            FaultKind::Kill,
-            FaultKind::Stop,
-            FaultKind::Skew,
-            FaultKind::CassandraPause,
-        ]
-    };
+    let all = [
+        FaultKind::Kill,
+        FaultKind::Stop,
+        FaultKind::Skew,
+        FaultKind::CassandraPause,
+        FaultKind::Join,
+    ];
+    // Join, the last, only with a spare node.
+    let kinds = &all[..all.len() - usize::from(!spare)];
     let kind = kinds[rng.random_range(0..kinds.len())];
     let node = if kind == FaultKind::Join {
         nodes
